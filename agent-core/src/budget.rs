@@ -1,0 +1,110 @@
+//! Budgets (CONTRACT §4) and token usage.
+
+use serde::{Deserialize, Serialize};
+
+/// Every limit on a run, all enforced by code, never by prompt.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Budget {
+    /// Model calls (turns); spent means `max_steps`.
+    pub max_steps: u32,
+    /// Tool calls actually started; a batch that would pass it is not started.
+    pub max_tool_calls: u32,
+    /// Times the same call (id, tool and arguments) may be run again after its first run.
+    pub max_retries_per_tool: u32,
+    /// Wall-clock budget in milliseconds from the run's start.
+    pub max_wall_time_ms: Option<u64>,
+    /// Input plus output tokens over all model calls.
+    pub max_tokens: Option<u64>,
+    /// Money over all model calls, in US dollars.
+    pub max_cost_usd: Option<f64>,
+    /// `write`/`external` calls that run without asking; past it each asks.
+    pub max_write_actions: Option<u32>,
+    /// Turns in a row the same batch may run before the model is corrected (§6).
+    pub max_repeated_plan: u32,
+    /// Consecutive invalid turns that end the run with `invalid_decision`.
+    pub max_invalid_decisions: u32,
+    /// Consecutive turns whose calls were all denied that end the run with `policy_violation`.
+    pub max_denials: u32,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_steps: 32,
+            max_tool_calls: 128,
+            max_retries_per_tool: 2,
+            max_wall_time_ms: None,
+            max_tokens: None,
+            max_cost_usd: None,
+            max_write_actions: None,
+            max_repeated_plan: 2,
+            max_invalid_decisions: 2,
+            max_denials: 3,
+        }
+    }
+}
+
+/// Tokens and money used by model calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+    /// Cost in US dollars, when the price is known.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_usd: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+impl Usage {
+    /// Usage of `input` prompt tokens and `output` completion tokens.
+    pub fn tokens(input: u64, output: u64) -> Self {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cost_usd: 0.0,
+        }
+    }
+
+    /// Input plus output tokens.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
+
+    /// Adds another call's usage to this total.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cost_usd += other.cost_usd;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_contracts() {
+        let b = Budget::default();
+        assert_eq!(
+            (
+                b.max_steps,
+                b.max_tool_calls,
+                b.max_retries_per_tool,
+                b.max_repeated_plan,
+                b.max_invalid_decisions,
+                b.max_denials
+            ),
+            (32, 128, 2, 2, 2, 3)
+        );
+        assert_eq!(b.max_wall_time_ms, None);
+        let partial: Budget = serde_json::from_str(r#"{"max_steps": 5}"#).unwrap();
+        assert_eq!(partial.max_steps, 5);
+        assert_eq!(partial.max_tool_calls, 128);
+    }
+}

@@ -1,0 +1,302 @@
+//! The closed set of decisions a model can make (CONTRACT §2) and their structural checks.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::budget::Usage;
+
+/// Identity of one logical tool request, chosen by the model (or its provider).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct CallId(pub String);
+
+impl CallId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for CallId {
+    fn from(s: &str) -> Self {
+        CallId(s.to_owned())
+    }
+}
+
+impl From<String> for CallId {
+    fn from(s: String) -> Self {
+        CallId(s)
+    }
+}
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One tool call as proposed by the model: an intent, not yet an action.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, unique within its batch.
+    pub id: CallId,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments; must be a JSON object.
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// A call with the given id, tool name and arguments.
+    pub fn new(id: impl Into<CallId>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+}
+
+/// What the model decided this turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Decision {
+    /// The model thinks the goal is reached.
+    Final {
+        /// The answer; never empty once validated.
+        answer: String,
+    },
+    /// Run these tools.
+    ToolCalls {
+        /// The batch; never empty once validated.
+        calls: Vec<ToolCall>,
+    },
+    /// The model asks a person before acting.
+    RequestApproval {
+        /// What the model wants to do, for the person.
+        summary: String,
+        /// The calls it wants approved, if any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        calls: Vec<ToolCall>,
+    },
+    /// The goal is ambiguous; a person must answer.
+    Clarification {
+        /// The question for the person.
+        question: String,
+    },
+    /// The model gives up.
+    CannotContinue {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Decision {
+    /// The contract's word for this decision.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Decision::Final { .. } => "final",
+            Decision::ToolCalls { .. } => "tool_calls",
+            Decision::RequestApproval { .. } => "request_approval",
+            Decision::Clarification { .. } => "clarification",
+            Decision::CannotContinue { .. } => "cannot_continue",
+        }
+    }
+
+    /// The calls this decision proposes (empty for decisions without calls).
+    pub fn calls(&self) -> &[ToolCall] {
+        match self {
+            Decision::ToolCalls { calls } | Decision::RequestApproval { calls, .. } => calls,
+            _ => &[],
+        }
+    }
+
+    /// Checks the structure of the decision (CONTRACT §2): a non-empty answer, a non-empty
+    /// batch, object arguments, non-empty and unique call ids.
+    pub fn check(&self) -> Result<(), DecisionProblem> {
+        match self {
+            Decision::Final { answer } if answer.trim().is_empty() => {
+                Err(DecisionProblem::EmptyAnswer)
+            }
+            Decision::ToolCalls { calls } if calls.is_empty() => Err(DecisionProblem::EmptyBatch),
+            Decision::ToolCalls { calls } | Decision::RequestApproval { calls, .. } => {
+                check_calls(calls)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn check_calls(calls: &[ToolCall]) -> Result<(), DecisionProblem> {
+    let mut seen = BTreeSet::new();
+    for call in calls {
+        if call.id.0.is_empty() {
+            return Err(DecisionProblem::EmptyCallId {
+                name: call.name.clone(),
+            });
+        }
+        if call.name.is_empty() {
+            return Err(DecisionProblem::EmptyToolName {
+                call_id: call.id.clone(),
+            });
+        }
+        if !call.arguments.is_object() {
+            return Err(DecisionProblem::ArgumentsNotObject {
+                call_id: call.id.clone(),
+            });
+        }
+        if !seen.insert(&call.id) {
+            return Err(DecisionProblem::DuplicateCallId {
+                call_id: call.id.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Why a reply is an invalid decision. The text is shown to the model so it can repair.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecisionProblem {
+    /// A `final` decision with an empty answer.
+    #[error("the final answer is empty; give the answer or call a tool")]
+    EmptyAnswer,
+    /// A `tool_calls` decision with no calls.
+    #[error("the tool_calls batch is empty; propose at least one call or give a final answer")]
+    EmptyBatch,
+    /// Two calls of one batch share an id.
+    #[error("call id {call_id} appears twice in one batch; every call needs its own id")]
+    DuplicateCallId {
+        /// The repeated id.
+        call_id: CallId,
+    },
+    /// A call's arguments are not a JSON object.
+    #[error("the arguments of call {call_id} are not a JSON object")]
+    ArgumentsNotObject {
+        /// The offending call.
+        call_id: CallId,
+    },
+    /// A call without an id.
+    #[error("a call to {name} has an empty id")]
+    EmptyCallId {
+        /// The tool it named.
+        name: String,
+    },
+    /// A call without a tool name.
+    #[error("call {call_id} names no tool")]
+    EmptyToolName {
+        /// The offending call.
+        call_id: CallId,
+    },
+}
+
+/// A reply that could not be turned into a decision, kept for the model's repair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvalidReply {
+    /// What the model said, as received.
+    pub raw: String,
+    /// Why it is not a decision.
+    pub problem: String,
+}
+
+/// What a provider hands the runtime for one model call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelReply {
+    /// The decision, or why the reply is not one.
+    pub decision: Result<Decision, InvalidReply>,
+    /// Tokens (and money) the call used.
+    pub usage: Usage,
+}
+
+impl ModelReply {
+    /// A reply carrying a decision.
+    pub fn decision(decision: Decision, usage: Usage) -> Self {
+        ModelReply {
+            decision: Ok(decision),
+            usage,
+        }
+    }
+
+    /// A reply that is not a decision.
+    pub fn invalid(raw: impl Into<String>, problem: impl Into<String>, usage: Usage) -> Self {
+        ModelReply {
+            decision: Err(InvalidReply {
+                raw: raw.into(),
+                problem: problem.into(),
+            }),
+            usage,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(id: &str, args: Value) -> ToolCall {
+        ToolCall::new(id, "read_file", args)
+    }
+
+    #[test]
+    fn structural_problems_are_found() {
+        let cases = [
+            (
+                Decision::Final {
+                    answer: "  ".into(),
+                },
+                Some(DecisionProblem::EmptyAnswer),
+            ),
+            (
+                Decision::ToolCalls { calls: vec![] },
+                Some(DecisionProblem::EmptyBatch),
+            ),
+            (
+                Decision::ToolCalls {
+                    calls: vec![call("a", json!({})), call("a", json!({}))],
+                },
+                Some(DecisionProblem::DuplicateCallId {
+                    call_id: "a".into(),
+                }),
+            ),
+            (
+                Decision::ToolCalls {
+                    calls: vec![call("a", json!([1]))],
+                },
+                Some(DecisionProblem::ArgumentsNotObject {
+                    call_id: "a".into(),
+                }),
+            ),
+            (
+                Decision::RequestApproval {
+                    summary: "s".into(),
+                    calls: vec![],
+                },
+                None,
+            ),
+            (
+                Decision::ToolCalls {
+                    calls: vec![call("a", json!({})), call("b", json!({}))],
+                },
+                None,
+            ),
+        ];
+        for (decision, expected) in cases {
+            assert_eq!(decision.check().err(), expected, "{decision:?}");
+        }
+    }
+
+    #[test]
+    fn decisions_use_snake_case_tags() {
+        let d = Decision::CannotContinue {
+            reason: "no access".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&d).unwrap(),
+            json!({"type": "cannot_continue", "reason": "no access"})
+        );
+        assert_eq!(d.kind(), "cannot_continue");
+    }
+}

@@ -1,0 +1,162 @@
+//! The event log's entries: intents (what the model proposed) and facts (what happened).
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{Budget, Usage};
+use crate::decision::{CallId, Decision};
+use crate::reason::{Outcome, PendingCall};
+use crate::tool::ToolResult;
+
+/// The versions that shaped a run, recorded at its start (CONTRACT §7).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Version of the runtime that started the run.
+    pub runtime_version: String,
+    /// Provider name (`script`, `openai`, ...).
+    pub provider: String,
+    /// Model name as given to the provider.
+    pub model: String,
+    /// SHA-256 of the system prompt.
+    pub system_prompt_digest: String,
+    /// SHA-256 of the canonical JSON of the tool specs.
+    pub tool_schema_digest: String,
+    /// The run's budgets.
+    pub budget: Budget,
+}
+
+/// One entry of a run's log: its version (1-based, contiguous), the time it was made and
+/// the event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The state version this entry advances the run to.
+    pub version: u64,
+    /// Milliseconds since the Unix epoch, as given by the runtime's clock.
+    pub at_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// A typed log event. Past-tense names; facts are what resume trusts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// Fact: the run was created.
+    RunStarted {
+        /// The run id.
+        run_id: String,
+        /// The goal as the user gave it.
+        goal: String,
+        /// What shaped the run.
+        manifest: Manifest,
+    },
+    /// Intent: the model proposed this decision (it passed the structural checks).
+    DecisionProposed {
+        /// The model call this came from (1-based).
+        turn: u32,
+        /// The decision.
+        decision: Decision,
+        /// What the call used.
+        usage: Usage,
+    },
+    /// Fact: the model's reply was not a valid decision.
+    DecisionRejected {
+        /// The model call (1-based).
+        turn: u32,
+        /// What the model said.
+        raw: String,
+        /// Why it is invalid, as shown to the model.
+        problem: String,
+        /// What the call used.
+        usage: Usage,
+    },
+    /// Fact: the provider failed past its retry budget.
+    ModelFailed {
+        /// The model call (1-based).
+        turn: u32,
+        /// The provider's error.
+        message: String,
+    },
+    /// Fact: a proposed call was refused before running (unknown tool, invalid arguments,
+    /// denied); the result is what the model sees.
+    CallRejected {
+        /// The turn that proposed it.
+        turn: u32,
+        /// The error result.
+        result: ToolResult,
+    },
+    /// Fact: the same plan came again; it was not run and the model was told so.
+    CorrectionIssued {
+        /// The turn whose batch was not run.
+        turn: u32,
+        /// The batch fingerprint.
+        fingerprint: String,
+        /// The message the model gets.
+        message: String,
+        /// The calls that were not run.
+        call_ids: Vec<CallId>,
+    },
+    /// Fact: the run waits for a person before these calls can run.
+    ApprovalRequested {
+        /// The turn that proposed them.
+        turn: u32,
+        /// The model's own summary, when it asked itself.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+        /// The calls waiting.
+        pending: Vec<PendingCall>,
+        /// Calls of the same batch already allowed; they run with the approved ones.
+        allowed: Vec<CallId>,
+    },
+    /// Fact: a person approved these calls (all pending ones when the request had no calls).
+    ApprovalGranted {
+        /// The approved calls.
+        call_ids: Vec<CallId>,
+    },
+    /// Fact: a person denied these calls.
+    ApprovalDenied {
+        /// The denied calls.
+        call_ids: Vec<CallId>,
+        /// The person's reason, shown to the model.
+        reason: String,
+    },
+    /// Fact: a call ran and this is its result.
+    ToolFinished {
+        /// The turn that proposed it.
+        turn: u32,
+        /// The result.
+        result: ToolResult,
+        /// The effect key, for `write`/`external` calls.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        effect_key: Option<String>,
+    },
+    /// Fact: the run stopped with this outcome.
+    RunEnded {
+        /// The outcome.
+        outcome: Outcome,
+    },
+}
+
+impl Event {
+    /// The event's snake_case name, as in its JSON `type`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::RunStarted { .. } => "run_started",
+            Event::DecisionProposed { .. } => "decision_proposed",
+            Event::DecisionRejected { .. } => "decision_rejected",
+            Event::ModelFailed { .. } => "model_failed",
+            Event::CallRejected { .. } => "call_rejected",
+            Event::CorrectionIssued { .. } => "correction_issued",
+            Event::ApprovalRequested { .. } => "approval_requested",
+            Event::ApprovalGranted { .. } => "approval_granted",
+            Event::ApprovalDenied { .. } => "approval_denied",
+            Event::ToolFinished { .. } => "tool_finished",
+            Event::RunEnded { .. } => "run_ended",
+        }
+    }
+
+    /// Whether this records what the model proposed rather than what happened.
+    pub fn is_intent(&self) -> bool {
+        matches!(self, Event::DecisionProposed { .. })
+    }
+}

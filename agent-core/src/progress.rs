@@ -1,0 +1,101 @@
+//! Plan fingerprints and the correction message of CONTRACT §6.
+
+use crate::decision::ToolCall;
+use crate::digest::{canonical_json, sha256_hex};
+use crate::tool::ToolResult;
+
+/// Fingerprint of a batch: a hash of its calls' names and canonical arguments, independent
+/// of call ids and of the order the calls were listed in.
+pub fn fingerprint(calls: &[ToolCall]) -> String {
+    let mut parts: Vec<String> = calls
+        .iter()
+        .map(|c| format!("{}\u{0}{}", c.name, canonical_json(&c.arguments)))
+        .collect();
+    parts.sort();
+    sha256_hex(parts.join("\n").as_bytes())
+}
+
+/// Identity of one request for the retry budget: the same id, tool and arguments.
+pub(crate) fn call_signature(call: &ToolCall) -> String {
+    sha256_hex(
+        format!(
+            "{}\u{0}{}\u{0}{}",
+            call.id,
+            call.name,
+            canonical_json(&call.arguments)
+        )
+        .as_bytes(),
+    )
+}
+
+/// Longest excerpt of a previous result quoted in a correction.
+const LEARNED_EXCERPT: usize = 400;
+
+/// The one message a model gets when it repeats a plan: what it repeated, that it was not
+/// run again, and what the earlier runs already returned.
+pub fn correction_message(calls: &[ToolCall], repeats: u32, learned: &[ToolResult]) -> String {
+    let mut msg = format!(
+        "You have proposed the same tool calls {repeats} turns in a row; they were not run \
+         again this time:"
+    );
+    for call in calls {
+        msg.push_str(&format!(
+            "\n- {} {}",
+            call.name,
+            canonical_json(&call.arguments)
+        ));
+    }
+    let relevant: Vec<&ToolResult> = learned
+        .iter()
+        .filter(|r| calls.iter().any(|c| c.name == r.name))
+        .collect();
+    if relevant.is_empty() {
+        msg.push_str("\nTheir earlier runs returned nothing you can use.");
+    } else {
+        msg.push_str("\nWhat they already returned:");
+        for result in relevant {
+            let content = result.content();
+            let excerpt: String = content.chars().take(LEARNED_EXCERPT).collect();
+            let cut = if excerpt.len() < content.len() {
+                " [...]"
+            } else {
+                ""
+            };
+            let status = if result.is_ok() { "ok" } else { "error" };
+            msg.push_str(&format!("\n- {} ({status}): {excerpt}{cut}", result.name));
+        }
+    }
+    msg.push_str(
+        "\nDo not propose these calls again: use what you learned, try a different approach, \
+         or give your final answer. Proposing the same calls again ends the run.",
+    );
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn fingerprint_ignores_ids_order_and_key_order() {
+        let a = [
+            ToolCall::new("c1", "read_file", json!({"path": "a", "limit": 3})),
+            ToolCall::new("c2", "list_dir", json!({})),
+        ];
+        let b = [
+            ToolCall::new("x", "list_dir", json!({})),
+            ToolCall::new("y", "read_file", json!({"limit": 3, "path": "a"})),
+        ];
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        let c = [ToolCall::new("c1", "read_file", json!({"path": "b"}))];
+        assert_ne!(fingerprint(&a), fingerprint(&c));
+    }
+
+    #[test]
+    fn signature_depends_on_the_id() {
+        let a = ToolCall::new("c1", "read_file", json!({"path": "a"}));
+        let b = ToolCall::new("c2", "read_file", json!({"path": "a"}));
+        assert_ne!(call_signature(&a), call_signature(&b));
+    }
+}

@@ -1,0 +1,344 @@
+//! `RunState`: a pure fold over a run's committed events. Resume is this fold and nothing
+//! else, so it must reproduce exactly the state the live machine had.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::budget::Usage;
+use crate::decision::{CallId, Decision, ToolCall};
+use crate::event::{Entry, Event, Manifest};
+use crate::progress::{call_signature, fingerprint};
+use crate::reason::{Outcome, PendingCall};
+use crate::tool::{ErrorKind, ToolResult};
+
+/// Where a run stands after its committed events.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// Not started (no event yet).
+    New,
+    /// The next step is a model call.
+    Running,
+    /// Calls wait for a person.
+    AwaitingApproval(Approval),
+    /// The run stopped.
+    Ended(Outcome),
+}
+
+/// What a paused run waits for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Approval {
+    /// The turn whose calls wait.
+    pub turn: u32,
+    /// The model's own summary, when it asked itself.
+    pub summary: Option<String>,
+    /// Calls still waiting.
+    pub pending: Vec<PendingCall>,
+    /// Calls of the batch allowed without asking.
+    pub allowed: Vec<CallId>,
+    /// Calls approved so far.
+    pub granted: Vec<CallId>,
+}
+
+/// How the current plan compares with the previous turns (CONTRACT §6).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PlanTrack {
+    /// Fingerprint of the latest batch, if the latest decision was a batch.
+    pub last: Option<String>,
+    /// Turns in a row that proposed it.
+    pub streak: u32,
+    /// Whether the model was already corrected for it.
+    pub corrected: bool,
+}
+
+/// Per-turn counts from which the invalid and denial streaks derive.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+struct Tally {
+    rejected_reply: bool,
+    calls: u32,
+    invalid: u32,
+    denied: u32,
+}
+
+impl Tally {
+    fn invalid(&self) -> bool {
+        self.rejected_reply || (self.calls > 0 && self.invalid == self.calls)
+    }
+
+    fn denied(&self) -> bool {
+        self.calls > 0 && self.denied == self.calls
+    }
+}
+
+/// An event that does not fit the log it is folded into: the log is damaged or foreign.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("event log entry {version} ({event}): {problem}")]
+pub struct FoldError {
+    /// The entry's version.
+    pub version: u64,
+    /// The entry's event name.
+    pub event: &'static str,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// The state of a run, derived only from its events.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunState {
+    /// The run id.
+    pub run_id: String,
+    /// The goal.
+    pub goal: String,
+    /// What shaped the run.
+    pub manifest: Option<Manifest>,
+    /// When the run started (ms since the epoch).
+    pub started_at_ms: u64,
+    /// Time of the latest event.
+    pub updated_at_ms: u64,
+    /// Number of committed events.
+    pub version: u64,
+    /// Model calls made.
+    pub steps: u32,
+    /// Tool calls started.
+    pub tool_calls: u32,
+    /// `write`/`external` calls started.
+    pub write_actions: u32,
+    /// Tokens and money over all model calls.
+    pub usage: Usage,
+    /// Where the run stands.
+    pub status: Status,
+    /// The latest model call's turn number.
+    pub turn: u32,
+    /// The calls the latest decision proposed.
+    pub turn_calls: Vec<ToolCall>,
+    /// Results of the latest turn that produced any, in commit order.
+    pub last_results: Vec<ToolResult>,
+    /// Repetition tracking.
+    pub plan: PlanTrack,
+    last_results_turn: u32,
+    tally: Tally,
+    invalid_before: u32,
+    denials_before: u32,
+    attempts: BTreeMap<String, u32>,
+}
+
+impl Default for RunState {
+    fn default() -> Self {
+        RunState {
+            run_id: String::new(),
+            goal: String::new(),
+            manifest: None,
+            started_at_ms: 0,
+            updated_at_ms: 0,
+            version: 0,
+            steps: 0,
+            tool_calls: 0,
+            write_actions: 0,
+            usage: Usage::default(),
+            status: Status::New,
+            turn: 0,
+            turn_calls: Vec::new(),
+            last_results: Vec::new(),
+            plan: PlanTrack::default(),
+            last_results_turn: 0,
+            tally: Tally::default(),
+            invalid_before: 0,
+            denials_before: 0,
+            attempts: BTreeMap::new(),
+        }
+    }
+}
+
+impl RunState {
+    /// Folds a whole log.
+    pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Result<RunState, FoldError> {
+        let mut state = RunState::default();
+        for entry in entries {
+            state.apply(entry)?;
+        }
+        Ok(state)
+    }
+
+    /// Consecutive invalid turns, counting the current one.
+    pub fn invalid_streak(&self) -> u32 {
+        if self.tally.invalid() {
+            self.invalid_before + 1
+        } else {
+            0
+        }
+    }
+
+    /// Consecutive turns whose calls were all denied, counting the current one.
+    pub fn denial_streak(&self) -> u32 {
+        if self.tally.denied() {
+            self.denials_before + 1
+        } else {
+            0
+        }
+    }
+
+    /// How many times this exact call (id, tool, arguments) has already run.
+    pub fn runs_of(&self, call: &ToolCall) -> u32 {
+        self.attempts
+            .get(&call_signature(call))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The outcome, once the run has ended.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.status {
+            Status::Ended(outcome) => Some(outcome),
+            _ => None,
+        }
+    }
+
+    /// Applies one committed entry.
+    pub fn apply(&mut self, entry: &Entry) -> Result<(), FoldError> {
+        let fail = |problem: String| FoldError {
+            version: entry.version,
+            event: entry.event.name(),
+            problem,
+        };
+        if entry.version != self.version + 1 {
+            return Err(fail(format!(
+                "expected version {}, the log is not contiguous",
+                self.version + 1
+            )));
+        }
+        match (&self.status, &entry.event) {
+            (Status::New, Event::RunStarted { .. }) => {}
+            (Status::New, _) => return Err(fail("the log does not begin with run_started".into())),
+            (_, Event::RunStarted { .. }) => {
+                return Err(fail("run_started after the run began".into()));
+            }
+            (Status::Ended(_), _) => return Err(fail("event after run_ended".into())),
+            _ => {}
+        }
+        match &entry.event {
+            Event::RunStarted {
+                run_id,
+                goal,
+                manifest,
+            } => {
+                self.run_id.clone_from(run_id);
+                self.goal.clone_from(goal);
+                self.manifest = Some(manifest.clone());
+                self.started_at_ms = entry.at_ms;
+                self.status = Status::Running;
+            }
+            Event::DecisionProposed {
+                turn,
+                decision,
+                usage,
+            } => {
+                self.begin_turn(*turn, usage);
+                self.turn_calls = decision.calls().to_vec();
+                self.tally.calls = u32::try_from(self.turn_calls.len()).unwrap_or(u32::MAX);
+                match decision {
+                    Decision::ToolCalls { calls } => {
+                        let fp = fingerprint(calls);
+                        if self.plan.last.as_deref() == Some(fp.as_str()) {
+                            self.plan.streak += 1;
+                        } else {
+                            self.plan = PlanTrack {
+                                last: Some(fp),
+                                streak: 1,
+                                corrected: false,
+                            };
+                        }
+                    }
+                    _ => self.plan = PlanTrack::default(),
+                }
+            }
+            Event::DecisionRejected { turn, usage, .. } => {
+                self.begin_turn(*turn, usage);
+                self.tally.rejected_reply = true;
+                self.plan = PlanTrack::default();
+            }
+            Event::ModelFailed { turn, .. } => {
+                self.begin_turn(*turn, &Usage::default());
+            }
+            Event::CallRejected { turn, result } => {
+                match result.error_kind() {
+                    Some(ErrorKind::UnknownTool | ErrorKind::InvalidArguments) => {
+                        self.tally.invalid += 1;
+                    }
+                    Some(ErrorKind::Denied) => self.tally.denied += 1,
+                    _ => {}
+                }
+                self.record_result(*turn, result);
+            }
+            Event::CorrectionIssued { .. } => self.plan.corrected = true,
+            Event::ApprovalRequested {
+                turn,
+                summary,
+                pending,
+                allowed,
+            } => {
+                self.status = Status::AwaitingApproval(Approval {
+                    turn: *turn,
+                    summary: summary.clone(),
+                    pending: pending.clone(),
+                    allowed: allowed.clone(),
+                    granted: Vec::new(),
+                });
+            }
+            Event::ApprovalGranted { call_ids } | Event::ApprovalDenied { call_ids, .. } => {
+                let granted = matches!(entry.event, Event::ApprovalGranted { .. });
+                let Status::AwaitingApproval(approval) = &mut self.status else {
+                    return Err(fail("no approval was pending".into()));
+                };
+                for id in call_ids {
+                    let Some(pos) = approval.pending.iter().position(|p| &p.call_id == id) else {
+                        return Err(fail(format!("call {id} was not pending")));
+                    };
+                    approval.pending.remove(pos);
+                    if granted {
+                        approval.granted.push(id.clone());
+                    }
+                }
+                if approval.pending.is_empty() {
+                    self.status = Status::Running;
+                }
+            }
+            Event::ToolFinished {
+                turn,
+                result,
+                effect_key,
+            } => {
+                self.tool_calls += 1;
+                if effect_key.is_some() {
+                    self.write_actions += 1;
+                }
+                if let Some(call) = self.turn_calls.iter().find(|c| c.id == result.call_id) {
+                    *self.attempts.entry(call_signature(call)).or_insert(0) += 1;
+                }
+                self.record_result(*turn, result);
+            }
+            Event::RunEnded { outcome } => self.status = Status::Ended(outcome.clone()),
+        }
+        self.version = entry.version;
+        self.updated_at_ms = entry.at_ms;
+        Ok(())
+    }
+
+    fn begin_turn(&mut self, turn: u32, usage: &Usage) {
+        self.invalid_before = self.invalid_streak();
+        self.denials_before = self.denial_streak();
+        self.tally = Tally::default();
+        self.turn = turn;
+        self.turn_calls.clear();
+        self.steps += 1;
+        self.usage.add(usage);
+    }
+
+    fn record_result(&mut self, turn: u32, result: &ToolResult) {
+        if self.last_results_turn != turn {
+            self.last_results.clear();
+            self.last_results_turn = turn;
+        }
+        self.last_results.push(result.clone());
+    }
+}

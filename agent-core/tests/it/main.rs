@@ -1,0 +1,8 @@
+//! Integration tests of the run machine: scenarios, properties and transcripts. No async
+//! runtime anywhere.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod harness;
+mod props;
+mod scenarios;
+mod snapshots;

@@ -1,0 +1,113 @@
+//! Properties over random scripts. The harness asserts the machine's invariants at every
+//! step (the model is never asked twice without a confirmed commit between; the fold of the
+//! committed log equals the live state; nothing is emitted after `Finish`; every started
+//! call has exactly one result with its id); these tests throw many worlds at it.
+
+use agent_core::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+use crate::harness::{Person, Reply, World, run, tool, world};
+
+const IDS: [&str; 4] = ["c1", "c2", "c3", "c4"];
+const TOOLS: [&str; 6] = ["read", "write", "slow_read", "flaky", "strict", "ghost"];
+
+fn call() -> impl Strategy<Value = (&'static str, &'static str, serde_json::Value)> {
+    (0..IDS.len(), 0..TOOLS.len(), 0..3u8)
+        .prop_map(|(i, t, p)| (IDS[i], TOOLS[t], json!({ "path": format!("f{p}") })))
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        2 => Just(Reply::Final("done")),
+        8 => prop::collection::vec(call(), 1..4).prop_map(Reply::Calls),
+        1 => prop::collection::vec(call(), 0..2).prop_map(|c| Reply::Ask("may I?", c)),
+        1 => Just(Reply::Clarify("which one?")),
+        1 => Just(Reply::Give("stuck")),
+        2 => Just(Reply::Invalid("{not json")),
+        1 => Just(Reply::Fail("boom")),
+    ]
+}
+
+fn person() -> impl Strategy<Value = Person> {
+    prop_oneof![
+        Just(Person::Approve),
+        Just(Person::Deny("no")),
+        Just(Person::Away)
+    ]
+}
+
+prop_compose! {
+    fn any_world()(
+        script in prop::collection::vec(reply(), 0..14),
+        people in prop::collection::vec(person(), 0..4),
+        ask_writes in any::<bool>(),
+        max_steps in 1..12u32,
+        max_tool_calls in 1..24u32,
+        max_write_actions in prop::option::of(0..3u32),
+        max_wall_time_ms in prop::option::of(50..3_000u64),
+        max_tokens in prop::option::of(100..2_000u64),
+        fail_commit in prop::option::of(1..10usize),
+        cancel_turn in prop::option::of(1..6u32),
+        outcome_unknown in any::<bool>(),
+    ) -> World {
+        let mut w = world(script);
+        w.tools.push(tool("flaky", Risk::Read).fails(ErrorKind::Timeout, "slow"));
+        w.tools.push(tool("strict", Risk::Read));
+        if outcome_unknown {
+            w.tools[1] = tool("write", Risk::Write).fails(ErrorKind::OutcomeUnknown, "reset");
+        }
+        w.verdicts.insert("strict".into(), Verdict::Invalid { message: "/path: bad".into() });
+        if ask_writes {
+            w.verdicts.insert("write".into(), Verdict::Ask { why: "write asks".into() });
+        }
+        w.person.extend(people);
+        w.budget.max_steps = max_steps;
+        w.budget.max_tool_calls = max_tool_calls;
+        w.budget.max_write_actions = max_write_actions;
+        w.budget.max_wall_time_ms = max_wall_time_ms;
+        w.budget.max_tokens = max_tokens;
+        w.fail_commit = fail_commit;
+        w.cancel_in_tools_of_turn = cancel_turn;
+        w
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_for_any_script(w in any_world()) {
+        let max_steps = w.budget.max_steps;
+        let max_tool_calls = w.budget.max_tool_calls;
+        let r = run(w);
+        // Budgets are never overrun.
+        prop_assert!(r.model_calls <= max_steps);
+        prop_assert!(r.executed.len() as u32 <= max_tool_calls);
+        // Only `completed` carries an answer.
+        prop_assert_eq!(r.outcome.answer.is_some(), r.outcome.reason == TerminalReason::Completed);
+        // The committed log ends where the invocation ended.
+        let state = RunState::fold(&r.log).unwrap();
+        match r.outcome.reason {
+            TerminalReason::CheckpointFailed => {}
+            TerminalReason::ApprovalRequired => {
+                prop_assert!(matches!(state.status, Status::AwaitingApproval(_)));
+            }
+            reason => prop_assert_eq!(state.outcome().map(|o| o.reason), Some(reason)),
+        }
+        // Tool calls counted in the state are the calls that ran and were committed.
+        let committed = r.log.iter().filter(|e| matches!(e.event, Event::ToolFinished { .. })).count();
+        prop_assert_eq!(state.tool_calls as usize, committed);
+    }
+
+    #[test]
+    fn resuming_at_any_committed_prefix_gives_the_same_state(w in any_world(), cut in any::<prop::sample::Index>()) {
+        let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+        let r = run(w);
+        prop_assume!(!r.log.is_empty());
+        let n = cut.index(r.log.len()) + 1;
+        let prefix = &r.log[..n];
+        let m = Machine::resume(specs, prefix, crate::harness::T0).unwrap();
+        prop_assert_eq!(m.state(), &RunState::fold(prefix).unwrap());
+    }
+}
