@@ -3,7 +3,12 @@
 //! Run with `cargo bench -p agent-core --bench machine`. Each turn is one model reply with
 //! a batch of reads, the gateway's verdicts, the tools' results and the commit; the model,
 //! the tools and the store are in-memory answers, so this measures the machine alone.
-#![allow(missing_docs, clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    missing_docs,
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -28,7 +33,12 @@ fn manifest(max_steps: u32) -> Manifest {
 
 /// Runs `turns` tool turns and a final answer; returns the number of events committed.
 fn run(turns: u32, calls_per_turn: usize) -> u64 {
-    let tools = vec![ToolSpec::new("read_file", "read", json!({"type": "object"}), Risk::Read)];
+    let tools = vec![ToolSpec::new(
+        "read_file",
+        "read",
+        json!({"type": "object"}),
+        Risk::Read,
+    )];
     let config = RunConfig {
         run_id: "bench".into(),
         goal: "bench".into(),

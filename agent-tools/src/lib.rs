@@ -1,1 +1,32 @@
-//! placeholder
+//! `agent-tools` is the gateway between a model's tool-call intents and real actions: the
+//! [`Tool`] trait, a registry that validates arguments against each tool's JSON Schema
+//! (compiled once), the policy verdict, and execution with timeouts, cancellation, panic
+//! isolation and results correlated by call id. Built-in file tools are confined to the
+//! [`Workspace`] root.
+//!
+//! ```
+//! use agent_core::{ToolCall, Verdict};
+//! use agent_tools::{Gateway, Workspace};
+//! use serde_json::json;
+//!
+//! let dir = std::env::temp_dir();
+//! let gateway = Gateway::with_builtins(Workspace::new(&dir).unwrap()).unwrap();
+//! let calls = [
+//!     ToolCall::new("c1", "read_file", json!({"path": "notes.txt"})),
+//!     ToolCall::new("c2", "read_file", json!({"path": 7})),
+//! ];
+//! let verdicts = gateway.check(&calls);
+//! assert_eq!(verdicts[0].1, Verdict::Allow);
+//! assert!(matches!(&verdicts[1].1, Verdict::Invalid { message } if message.starts_with("/path")));
+//! ```
+
+pub mod builtin;
+mod gateway;
+mod policy;
+mod tool;
+mod workspace;
+
+pub use gateway::{DEFAULT_CONCURRENCY, Gateway, GatewayError};
+pub use policy::Policy;
+pub use tool::{Tool, ToolContext, Typed, TypedTool};
+pub use workspace::Workspace;

@@ -1,1 +1,6 @@
+//! Integration tests of the tool gateway and the built-in tools, on real directories.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod builtins;
+mod confinement;
+mod gateway;

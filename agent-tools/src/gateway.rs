@@ -1,0 +1,269 @@
+//! The gateway: the one door between the model's intents and real actions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::{
+    CallId, ErrorKind, ScheduledCall, ToolCall, ToolError, ToolResult, ToolSpec, Verdict,
+};
+use futures::future::join_all;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::policy::Policy;
+use crate::tool::{Tool, ToolContext};
+use crate::workspace::Workspace;
+
+/// Calls of one parallel group running at once, at most.
+pub const DEFAULT_CONCURRENCY: usize = 8;
+
+/// A tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// Two tools share a name.
+    #[error("two tools are named {0:?}; tool names must be unique")]
+    DuplicateTool(String),
+    /// A tool's input schema is not a valid JSON Schema.
+    #[error("tool {tool:?} has an invalid input schema: {message}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// What the schema compiler said.
+        message: String,
+    },
+}
+
+struct Registered {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
+    validator: jsonschema::Validator,
+}
+
+/// Registry, validation, policy and execution of tools.
+pub struct Gateway {
+    tools: BTreeMap<String, Registered>,
+    policy: Policy,
+    workspace: Arc<Workspace>,
+    concurrency: usize,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .field("workspace", &self.workspace)
+            .finish()
+    }
+}
+
+impl Gateway {
+    /// An empty gateway acting in `workspace`.
+    pub fn new(workspace: Workspace) -> Gateway {
+        Gateway {
+            tools: BTreeMap::new(),
+            policy: Policy::default(),
+            workspace: Arc::new(workspace),
+            concurrency: DEFAULT_CONCURRENCY,
+        }
+    }
+
+    /// A gateway with every built-in tool registered.
+    pub fn with_builtins(workspace: Workspace) -> Result<Gateway, GatewayError> {
+        let mut gateway = Gateway::new(workspace);
+        for tool in crate::builtin::all() {
+            gateway.register(tool)?;
+        }
+        Ok(gateway)
+    }
+
+    /// Registers a tool; its schema is compiled once, here.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), GatewayError> {
+        let spec = tool.spec();
+        if self.tools.contains_key(&spec.name) {
+            return Err(GatewayError::DuplicateTool(spec.name));
+        }
+        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
+            GatewayError::InvalidSchema {
+                tool: spec.name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        self.tools.insert(
+            spec.name.clone(),
+            Registered {
+                tool,
+                spec,
+                validator,
+            },
+        );
+        Ok(())
+    }
+
+    /// The workspace the tools act in.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// Every tool's spec, sorted by name.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.values().map(|r| r.spec.clone()).collect()
+    }
+
+    /// Validates each call's arguments against its tool's schema, then asks policy.
+    pub fn check(&self, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
+        calls
+            .iter()
+            .map(|call| (call.id.clone(), self.check_one(call)))
+            .collect()
+    }
+
+    fn check_one(&self, call: &ToolCall) -> Verdict {
+        let Some(registered) = self.tools.get(&call.name) else {
+            return Verdict::Deny {
+                reason: format!("no tool is named {:?}", call.name),
+            };
+        };
+        let problems: Vec<String> = registered
+            .validator
+            .iter_errors(&call.arguments)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let path = if path.is_empty() {
+                    "/".to_owned()
+                } else {
+                    path
+                };
+                format!("{path}: {e}")
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Verdict::Invalid {
+                message: problems.join("; "),
+            };
+        }
+        self.policy.verdict(&registered.spec, call)
+    }
+
+    /// Runs the groups one after another, the calls of a group concurrently (at most
+    /// [`DEFAULT_CONCURRENCY`] at once). Every started call gets exactly one result; once
+    /// `cancel` fires, no new group starts and running calls end as `cancelled`.
+    pub async fn execute(
+        &self,
+        groups: Vec<Vec<ScheduledCall>>,
+        cancel: &CancellationToken,
+    ) -> Vec<ToolResult> {
+        let limit = Arc::new(Semaphore::new(self.concurrency.max(1)));
+        let mut results = Vec::new();
+        for group in groups {
+            if cancel.is_cancelled() {
+                break;
+            }
+            let runs = group
+                .into_iter()
+                .map(|scheduled| self.run_one(scheduled, cancel, Arc::clone(&limit)));
+            results.extend(join_all(runs).await);
+        }
+        results
+    }
+
+    async fn run_one(
+        &self,
+        scheduled: ScheduledCall,
+        cancel: &CancellationToken,
+        limit: Arc<Semaphore>,
+    ) -> ToolResult {
+        let ScheduledCall {
+            call, effect_key, ..
+        } = scheduled;
+        let fail = |kind: ErrorKind, message: String| {
+            ToolResult::error(
+                call.id.clone(),
+                call.name.clone(),
+                ToolError::new(kind, message),
+            )
+        };
+        let Some(registered) = self.tools.get(&call.name) else {
+            return fail(
+                ErrorKind::UnknownTool,
+                format!("no tool is named {:?}", call.name),
+            );
+        };
+        let Ok(_permit) = limit.acquire_owned().await else {
+            return fail(ErrorKind::ExecutionFailed, "the executor shut down".into());
+        };
+        let ctx = ToolContext {
+            workspace: Arc::clone(&self.workspace),
+            cancel: cancel.child_token(),
+            call_id: call.id.clone(),
+            effect_key,
+        };
+        let stop = ctx.cancel.clone();
+        let tool = Arc::clone(&registered.tool);
+        let arguments = call.arguments.clone();
+        // A task of its own, so a panicking tool is a failed call, not a crashed run.
+        let mut task = tokio::spawn(async move { tool.call(arguments, &ctx).await });
+        let timeout = Duration::from_millis(registered.spec.timeout_ms);
+        tokio::select! {
+            joined = &mut task => match joined {
+                Ok(Ok(output)) => ToolResult::ok(
+                    call.id.clone(),
+                    call.name.clone(),
+                    shape(output, registered.spec.result_limit),
+                ),
+                Ok(Err(error)) => ToolResult::error(call.id.clone(), call.name.clone(), error),
+                Err(join) => fail(ErrorKind::ExecutionFailed, panic_message(join)),
+            },
+            () = tokio::time::sleep(timeout) => {
+                stop.cancel();
+                task.abort();
+                fail(
+                    ErrorKind::Timeout,
+                    format!("{} did not finish within {} ms", call.name, timeout.as_millis()),
+                )
+            }
+            () = cancel.cancelled() => {
+                stop.cancel();
+                task.abort();
+                fail(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
+            }
+        }
+    }
+}
+
+fn panic_message(join: tokio::task::JoinError) -> String {
+    if join.is_cancelled() {
+        return "the call was aborted".to_owned();
+    }
+    let payload = join.into_panic();
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    format!("the tool panicked: {text}")
+}
+
+/// Cuts an output to `limit` characters, saying at the head how much was cut.
+fn shape(output: String, limit: usize) -> String {
+    let total = output.chars().count();
+    if total <= limit {
+        return output;
+    }
+    let head: String = output.chars().take(limit).collect();
+    format!("[output cut: the first {limit} of {total} characters are shown]\n{head}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shape;
+
+    #[test]
+    fn shape_keeps_short_output_and_marks_cuts() {
+        assert_eq!(shape("abc".into(), 3), "abc");
+        assert_eq!(
+            shape("abcdef".into(), 2),
+            "[output cut: the first 2 of 6 characters are shown]\nab"
+        );
+    }
+}

@@ -1,0 +1,78 @@
+//! The `Tool` trait, and `TypedTool` for tools whose arguments are a Rust struct.
+
+use std::sync::Arc;
+
+use agent_core::{CallId, ErrorKind, Risk, ToolError, ToolSpec};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::workspace::Workspace;
+
+/// What a running call can see: where it may act and whether it should stop.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The root that file and process tools are confined to.
+    pub workspace: Arc<Workspace>,
+    /// Fired when the call must stop (run cancelled, or the call timed out).
+    pub cancel: CancellationToken,
+    /// The call being answered.
+    pub call_id: CallId,
+    /// The effect key, for `write`/`external` calls.
+    pub effect_key: Option<String>,
+}
+
+/// A tool the model can call. The gateway validates arguments against `spec().input_schema`
+/// before `call` runs, enforces the timeout and catches panics.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// What the tool declares about itself.
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs one call with already-validated arguments. An `Err` is data for the model.
+    async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError>;
+}
+
+/// A tool whose arguments are a typed struct: its JSON Schema is generated from the struct,
+/// never written by hand. Wrap it in [`Typed`] to register it.
+#[async_trait]
+pub trait TypedTool: Send + Sync + 'static {
+    /// The arguments.
+    type Args: DeserializeOwned + JsonSchema + Send;
+    /// The tool's name.
+    const NAME: &'static str;
+    /// The tool's risk.
+    const RISK: Risk;
+    /// What the tool does, for the model.
+    fn description(&self) -> String;
+    /// Adjusts the generated spec (timeouts, limits); the default keeps it.
+    fn customize(&self, spec: ToolSpec) -> ToolSpec {
+        spec
+    }
+    /// Runs one call.
+    async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
+}
+
+/// Adapter from [`TypedTool`] to [`Tool`].
+pub struct Typed<T>(pub T);
+
+#[async_trait]
+impl<T: TypedTool> Tool for Typed<T> {
+    fn spec(&self) -> ToolSpec {
+        let schema = serde_json::to_value(schemars::schema_for!(T::Args)).unwrap_or(Value::Null);
+        self.0.customize(ToolSpec::new(
+            T::NAME,
+            self.0.description(),
+            schema,
+            T::RISK,
+        ))
+    }
+
+    async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let args: T::Args = serde_json::from_value(arguments)
+            .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, e.to_string()))?;
+        self.0.run(args, ctx).await
+    }
+}

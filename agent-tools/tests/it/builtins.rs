@@ -1,0 +1,105 @@
+use std::sync::Arc;
+
+use agent_core::{CallId, ErrorKind, ToolError};
+use agent_tools::builtin::{ListDir, ReadFile};
+use agent_tools::{Tool, ToolContext, Typed, Workspace};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+pub fn ctx(root: &std::path::Path) -> ToolContext {
+    ToolContext {
+        workspace: Arc::new(Workspace::new(root).unwrap()),
+        cancel: CancellationToken::new(),
+        call_id: CallId::from("c1"),
+        effect_key: None,
+    }
+}
+
+pub async fn call(
+    tool: &dyn Tool,
+    root: &std::path::Path,
+    args: Value,
+) -> Result<String, ToolError> {
+    tool.call(args, &ctx(root)).await
+}
+
+#[tokio::test]
+async fn read_file_numbers_lines_and_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "one\ntwo\nthree\n").unwrap();
+    let tool = Typed(ReadFile);
+    let all = call(&tool, dir.path(), json!({"path": "a.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(all, "     1\tone\n     2\ttwo\n     3\tthree\n");
+    let page = call(
+        &tool,
+        dir.path(),
+        json!({"path": "a.txt", "offset": 2, "limit": 1}),
+    )
+    .await
+    .unwrap();
+    assert!(page.starts_with("     2\ttwo\n"));
+    assert!(page.contains("offset 3"));
+}
+
+#[tokio::test]
+async fn read_file_refuses_binary_files_and_directories_politely() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("img.bin"),
+        [0x89, b'P', b'N', b'G', 0, 1, 2],
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let tool = Typed(ReadFile);
+    let err = call(&tool, dir.path(), json!({"path": "img.bin"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ExecutionFailed);
+    assert!(err.message.contains("binary"), "{err}");
+    let err = call(&tool, dir.path(), json!({"path": "sub"}))
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("list_dir"), "{err}");
+    let err = call(&tool, dir.path(), json!({"path": "missing.txt"}))
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("no such file"), "{err}");
+}
+
+#[tokio::test]
+async fn list_dir_sorts_and_marks_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.txt"), "").unwrap();
+    std::fs::write(dir.path().join("a.txt"), "").unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
+    let tool = Typed(ListDir);
+    assert_eq!(
+        call(&tool, dir.path(), json!({})).await.unwrap(),
+        "a.txt\nb.txt\nsrc/"
+    );
+    assert_eq!(
+        call(&tool, dir.path(), json!({"path": "src"}))
+            .await
+            .unwrap(),
+        "lib.rs"
+    );
+}
+
+#[test]
+fn builtin_schemas_are_generated_from_the_argument_structs() {
+    let spec = Typed(ReadFile).spec();
+    assert_eq!(spec.name, "read_file");
+    let props = &spec.input_schema["properties"];
+    assert_eq!(props["path"]["type"], "string");
+    assert!(props["offset"].is_object() && props["limit"].is_object());
+    assert_eq!(spec.input_schema["required"], json!(["path"]));
+    let list = Typed(ListDir).spec();
+    assert!(
+        list.input_schema
+            .get("required")
+            .is_none_or(|r| r.as_array().unwrap().is_empty())
+    );
+}

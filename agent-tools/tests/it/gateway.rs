@@ -1,0 +1,256 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use agent_core::*;
+use agent_tools::{Gateway, Tool, ToolContext, Workspace};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+use tokio_util::sync::CancellationToken;
+
+/// A test tool with a chosen behaviour.
+struct Probe {
+    name: &'static str,
+    risk: Risk,
+    timeout_ms: u64,
+    behaviour: Behaviour,
+}
+
+enum Behaviour {
+    Echo,
+    /// Waits until `n` calls are inside at once: only concurrent calls can pass.
+    Rendezvous(Arc<Barrier>),
+    Hang(Arc<AtomicUsize>),
+    Panic,
+}
+
+#[async_trait]
+impl Tool for Probe {
+    fn spec(&self) -> ToolSpec {
+        let mut spec = ToolSpec::new(
+            self.name,
+            "probe",
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+            self.risk,
+        );
+        spec.timeout_ms = self.timeout_ms;
+        spec
+    }
+
+    async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        match &self.behaviour {
+            Behaviour::Echo => Ok(format!("n={}", arguments["n"])),
+            Behaviour::Rendezvous(barrier) => {
+                barrier.wait().await;
+                Ok(format!("met n={}", arguments["n"]))
+            }
+            Behaviour::Hang(dropped) => {
+                struct OnDrop(Arc<AtomicUsize>);
+                impl Drop for OnDrop {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                let _guard = OnDrop(Arc::clone(dropped));
+                ctx.cancel.cancelled().await;
+                std::future::pending::<()>().await;
+                unreachable!()
+            }
+            Behaviour::Panic => panic!("probe exploded"),
+        }
+    }
+}
+
+fn probe(name: &'static str, behaviour: Behaviour) -> Arc<dyn Tool> {
+    Arc::new(Probe {
+        name,
+        risk: Risk::Read,
+        timeout_ms: 60_000,
+        behaviour,
+    })
+}
+
+fn gateway(tools: Vec<Arc<dyn Tool>>) -> (tempfile::TempDir, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
+    for t in tools {
+        g.register(t).unwrap();
+    }
+    (dir, g)
+}
+
+fn scheduled(id: &str, name: &str, n: i64) -> ScheduledCall {
+    ScheduledCall {
+        call: ToolCall::new(id, name, json!({ "n": n })),
+        risk: Risk::Read,
+        effect_key: None,
+    }
+}
+
+#[test]
+fn schema_invalid_arguments_name_the_path_and_the_problem() {
+    let (_d, g) = gateway(vec![probe("echo", Behaviour::Echo)]);
+    let verdicts = g.check(&[
+        ToolCall::new("a", "echo", json!({"n": "x"})),
+        ToolCall::new("b", "echo", json!({})),
+        ToolCall::new("c", "echo", json!({"n": 3})),
+    ]);
+    let Verdict::Invalid { message } = &verdicts[0].1 else {
+        panic!("{verdicts:?}")
+    };
+    assert_eq!(message, "/n: \"x\" is not of type \"integer\"");
+    let Verdict::Invalid { message } = &verdicts[1].1 else {
+        panic!("{verdicts:?}")
+    };
+    assert!(
+        message.starts_with("/: ") && message.contains("\"n\" is a required property"),
+        "{message}"
+    );
+    assert_eq!(verdicts[2], (CallId::from("c"), Verdict::Allow));
+}
+
+#[test]
+fn default_policy_allows_reads_and_asks_for_writes() {
+    let (_d, mut g) = gateway(vec![]);
+    g.register(Arc::new(Probe {
+        name: "save",
+        risk: Risk::Write,
+        timeout_ms: 1_000,
+        behaviour: Behaviour::Echo,
+    }))
+    .unwrap();
+    let v = g.check(&[
+        ToolCall::new("r", "list_dir", json!({})),
+        ToolCall::new("w", "save", json!({"n": 1})),
+    ]);
+    assert_eq!(v[0].1, Verdict::Allow);
+    assert!(matches!(&v[1].1, Verdict::Ask { why } if why.contains("write")));
+}
+
+#[test]
+fn registering_two_tools_of_one_name_or_a_broken_schema_fails() {
+    let (_d, mut g) = gateway(vec![]);
+    let err = g.register(probe("read_file", Behaviour::Echo)).unwrap_err();
+    assert!(err.to_string().contains("read_file"));
+    struct Broken;
+    #[async_trait]
+    impl Tool for Broken {
+        fn spec(&self) -> ToolSpec {
+            ToolSpec::new("broken", "", json!({"type": 12}), Risk::Read)
+        }
+        async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+            Ok(String::new())
+        }
+    }
+    let err = g.register(Arc::new(Broken)).unwrap_err();
+    assert!(err.to_string().contains("invalid input schema"), "{err}");
+}
+
+#[tokio::test]
+async fn a_group_runs_concurrently_and_results_keep_their_ids() {
+    // Three calls meet at a barrier of three: this only completes if they run at once.
+    let barrier = Arc::new(Barrier::new(3));
+    let (_d, g) = gateway(vec![probe("meet", Behaviour::Rendezvous(barrier))]);
+    let group = vec![
+        scheduled("x", "meet", 1),
+        scheduled("y", "meet", 2),
+        scheduled("z", "meet", 3),
+    ];
+    let results = g.execute(vec![group], &CancellationToken::new()).await;
+    let got: Vec<(String, String)> = results
+        .iter()
+        .map(|r| (r.call_id.to_string(), r.content()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("x".to_owned(), "met n=1".to_owned()),
+            ("y".to_owned(), "met n=2".to_owned()),
+            ("z".to_owned(), "met n=3".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_timeout_ends_the_call_and_keeps_its_siblings() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let (_d, mut g) = gateway(vec![probe("echo", Behaviour::Echo)]);
+    g.register(Arc::new(Probe {
+        name: "hang",
+        risk: Risk::Read,
+        timeout_ms: 50,
+        behaviour: Behaviour::Hang(Arc::clone(&dropped)),
+    }))
+    .unwrap();
+    let group = vec![scheduled("h", "hang", 1), scheduled("e", "echo", 2)];
+    let results = g.execute(vec![group], &CancellationToken::new()).await;
+    assert_eq!(results[0].error_kind(), Some(ErrorKind::Timeout));
+    assert!(results[0].content().contains("50 ms"));
+    let ToolOutcome::Error(timeout) = &results[0].outcome else {
+        panic!("{:?}", results[0])
+    };
+    assert!(timeout.retryable, "a timeout may be retried");
+    assert_eq!(results[1].content(), "n=2");
+    tokio::task::yield_now().await;
+    // The aborted task dropped the call's state.
+    for _ in 0..100 {
+        if dropped.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn cancel_ends_running_calls_and_starts_no_new_group() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let (_d, g) = gateway(vec![
+        probe("hang", Behaviour::Hang(Arc::clone(&dropped))),
+        probe("echo", Behaviour::Echo),
+    ]);
+    let cancel = CancellationToken::new();
+    let groups = vec![
+        vec![scheduled("h", "hang", 1)],
+        vec![scheduled("e", "echo", 2)],
+    ];
+    let canceller = cancel.clone();
+    let (results, ()) = tokio::join!(g.execute(groups, &cancel), async move {
+        tokio::task::yield_now().await;
+        canceller.cancel();
+    });
+    assert_eq!(results.len(), 1, "the second group never started");
+    assert_eq!(results[0].error_kind(), Some(ErrorKind::Cancelled));
+}
+
+#[tokio::test]
+async fn a_panicking_tool_is_a_failed_call_not_a_crash() {
+    let (_d, g) = gateway(vec![
+        probe("boom", Behaviour::Panic),
+        probe("echo", Behaviour::Echo),
+    ]);
+    let group = vec![scheduled("b", "boom", 1), scheduled("e", "echo", 2)];
+    let results = g.execute(vec![group], &CancellationToken::new()).await;
+    assert_eq!(results[0].error_kind(), Some(ErrorKind::ExecutionFailed));
+    assert!(results[0].content().contains("probe exploded"));
+    assert_eq!(results[1].content(), "n=2");
+}
+
+#[tokio::test]
+async fn long_outputs_are_cut_to_the_tools_limit_with_a_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.txt"), "x".repeat(60_000)).unwrap();
+    let g = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
+    let call = ScheduledCall {
+        call: ToolCall::new("c", "read_file", json!({"path": "big.txt"})),
+        risk: Risk::Read,
+        effect_key: None,
+    };
+    let results = g.execute(vec![vec![call]], &CancellationToken::new()).await;
+    let text = results[0].content();
+    assert!(
+        text.starts_with("[output cut: the first 50000 of 60008 characters are shown]"),
+        "{}",
+        &text[..80]
+    );
+}
