@@ -1,1 +1,73 @@
-//! placeholder
+//! `agent-store` keeps agent-loop's event logs: each run's entries, appended one turn at a
+//! time as an atomic batch tagged with the version it expects, and a small index of runs.
+//!
+//! [`SledStore`] is durable (sled on disk, flushed before a commit is confirmed);
+//! [`MemoryStore`] is for tests. Both implement [`Store`], which is all the runtime sees.
+//!
+//! ```
+//! use agent_store::{MemoryStore, Store, StoreError};
+//!
+//! let store = MemoryStore::new();
+//! assert!(matches!(store.load("r1"), Err(StoreError::RunNotFound(_))));
+//! assert!(store.runs().unwrap().is_empty());
+//! ```
+
+pub mod conformance;
+mod error;
+mod memory;
+mod sled_store;
+mod summary;
+
+pub use error::StoreError;
+pub use memory::MemoryStore;
+pub use sled_store::{FORMAT_VERSION, SledStore};
+pub use summary::RunSummary;
+
+use agent_core::Entry;
+
+/// Persistence of event logs. Implementations must make `append` atomic (all entries or
+/// none) and durable before it returns `Ok`.
+pub trait Store: Send + Sync {
+    /// Appends `entries` to the run's log if the log is at `expected_version`; returns the
+    /// new version. A mismatch is [`StoreError::Conflict`] and writes nothing.
+    fn append(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+    ) -> Result<u64, StoreError>;
+
+    /// The run's whole log, in version order.
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError>;
+
+    /// Every run's summary, by run id.
+    fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
+}
+
+/// Checks that a batch continues a log at `current` and was tagged with `expected`.
+pub(crate) fn check_batch(
+    run_id: &str,
+    current: u64,
+    expected: u64,
+    entries: &[Entry],
+) -> Result<(), StoreError> {
+    if current != expected {
+        return Err(StoreError::Conflict {
+            run_id: run_id.to_owned(),
+            expected,
+            actual: current,
+        });
+    }
+    let mut last = current;
+    for entry in entries {
+        if entry.version != last + 1 {
+            return Err(StoreError::NotContiguous {
+                run_id: run_id.to_owned(),
+                expected_after: last,
+                found: entry.version,
+            });
+        }
+        last = entry.version;
+    }
+    Ok(())
+}

@@ -1,1 +1,136 @@
+//! The stores against the conformance suite, and the sled store on real disk.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use agent_store::conformance::{check_all, filler, started};
+use agent_store::{FORMAT_VERSION, MemoryStore, SledStore, Store, StoreError};
+
+#[test]
+fn memory_store_conforms() {
+    check_all(&MemoryStore::new());
+}
+
+#[test]
+fn sled_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    check_all(&SledStore::open(dir.path().join("store")).unwrap());
+}
+
+#[test]
+fn sled_store_keeps_everything_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".agent");
+    {
+        let store = SledStore::open(&path).unwrap();
+        store.append("r1", 0, &[started("r1", 5)]).unwrap();
+        store
+            .append("r1", 1, &[filler(2, 1), filler(3, 2)])
+            .unwrap();
+        store.append("r2", 0, &[started("r2", 6)]).unwrap();
+    }
+    // Reopened right after the drop, in the same process.
+    let store = SledStore::open(&path).unwrap();
+    let log = store.load("r1").unwrap();
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[2], filler(3, 2));
+    let ids: Vec<String> = store
+        .runs()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.run_id)
+        .collect();
+    assert_eq!(ids, ["r1", "r2"]);
+    assert_eq!(store.append("r1", 3, &[filler(4, 3)]).unwrap(), 4);
+}
+
+#[test]
+fn run_ids_with_a_common_prefix_do_not_mix() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SledStore::open(dir.path()).unwrap();
+    store.append("run", 0, &[started("run", 1)]).unwrap();
+    store
+        .append("run1", 0, &[started("run1", 1), filler(2, 1)])
+        .unwrap();
+    assert_eq!(store.load("run").unwrap().len(), 1);
+    assert_eq!(store.load("run1").unwrap().len(), 2);
+    assert!(matches!(
+        store.append("", 0, &[started("", 1)]),
+        Err(StoreError::InvalidRunId(_))
+    ));
+}
+
+#[test]
+fn a_directory_that_is_not_a_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+    let err = SledStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::NotAStore(_)), "{err}");
+    assert!(err.to_string().contains("not an agent store"));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "nothing was written"
+    );
+}
+
+#[test]
+fn a_store_of_another_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("meta")
+            .unwrap()
+            .insert("format", "99")
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let err = SledStore::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::UnknownFormat { found, expected, .. } if found == "99" && *expected == FORMAT_VERSION),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sled_database_without_our_format_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.insert("someone", "else").unwrap();
+        db.flush().unwrap();
+    }
+    assert!(matches!(
+        SledStore::open(dir.path()),
+        Err(StoreError::NotAStore(_))
+    ));
+}
+
+#[test]
+fn a_garbled_record_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SledStore::open(dir.path()).unwrap();
+        store
+            .append("r1", 0, &[started("r1", 1), filler(2, 1)])
+            .unwrap();
+    }
+    {
+        let db = sled::open(dir.path()).unwrap();
+        let events = db.open_tree("events").unwrap();
+        let mut key = b"r1\0".to_vec();
+        key.extend_from_slice(&2u64.to_be_bytes());
+        events.insert(key, &b"{not json"[..]).unwrap();
+        db.flush().unwrap();
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    let err = store.load("r1").unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("garbled record"));
+}
+
+#[test]
+fn opening_a_missing_store_read_only_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nowhere");
+    assert!(SledStore::open_existing(&path).unwrap().is_none());
+    assert!(!path.exists());
+}

@@ -1,0 +1,148 @@
+//! A conformance suite every [`Store`] backend must pass. Call [`check_all`] with a fresh,
+//! empty store; each check panics with a message naming the broken promise.
+
+use agent_core::{Budget, Entry, Event, Manifest, Outcome, TerminalReason};
+
+use crate::{Store, StoreError};
+
+/// Runs every check on `store`, which must be empty.
+pub fn check_all(store: &dyn Store) {
+    order_is_kept(store);
+    a_conflicting_batch_writes_nothing(store);
+    a_batch_must_continue_the_log(store);
+    unknown_runs_are_not_found(store);
+    the_index_follows_the_log(store);
+}
+
+/// A `run_started` entry at version 1 for `run_id`.
+pub fn started(run_id: &str, at_ms: u64) -> Entry {
+    Entry {
+        version: 1,
+        at_ms,
+        event: Event::RunStarted {
+            run_id: run_id.to_owned(),
+            goal: format!("goal of {run_id}"),
+            manifest: Manifest {
+                runtime_version: "conformance".into(),
+                provider: "none".into(),
+                model: "none".into(),
+                system_prompt_digest: String::new(),
+                tool_schema_digest: String::new(),
+                budget: Budget::default(),
+            },
+        },
+    }
+}
+
+/// A `model_failed` entry, a cheap filler event.
+pub fn filler(version: u64, turn: u32) -> Entry {
+    Entry {
+        version,
+        at_ms: 1_000 + version,
+        event: Event::ModelFailed {
+            turn,
+            message: format!("filler {version}"),
+        },
+    }
+}
+
+fn order_is_kept(store: &dyn Store) {
+    let run = "conf-order";
+    assert_eq!(store.append(run, 0, &[started(run, 1)]).ok(), Some(1));
+    let batch: Vec<Entry> = (2..=300).map(|v| filler(v, v as u32)).collect();
+    assert_eq!(
+        store.append(run, 1, &batch).ok(),
+        Some(300),
+        "append returns the new version"
+    );
+    let log = store.load(run).unwrap_or_default();
+    let versions: Vec<u64> = log.iter().map(|e| e.version).collect();
+    assert_eq!(
+        versions,
+        (1..=300).collect::<Vec<_>>(),
+        "entries load in version order"
+    );
+    assert_eq!(log[150], batch[149], "entries load as written");
+}
+
+fn a_conflicting_batch_writes_nothing(store: &dyn Store) {
+    let run = "conf-conflict";
+    store.append(run, 0, &[started(run, 1)]).ok();
+    let stale = store.append(run, 0, &[filler(1, 1), filler(2, 2)]);
+    assert!(
+        matches!(
+            stale,
+            Err(StoreError::Conflict {
+                expected: 0,
+                actual: 1,
+                ..
+            })
+        ),
+        "a stale expected version is a conflict: {stale:?}"
+    );
+    let ahead = store.append(run, 5, &[filler(6, 6)]);
+    assert!(
+        matches!(ahead, Err(StoreError::Conflict { .. })),
+        "{ahead:?}"
+    );
+    assert_eq!(
+        store.load(run).map(|l| l.len()).ok(),
+        Some(1),
+        "nothing of a refused batch is written"
+    );
+    let fresh = store.append("conf-never", 3, &[filler(4, 1)]);
+    assert!(
+        matches!(fresh, Err(StoreError::Conflict { actual: 0, .. })),
+        "{fresh:?}"
+    );
+    assert!(
+        matches!(store.load("conf-never"), Err(StoreError::RunNotFound(_))),
+        "a refused first batch creates no run"
+    );
+}
+
+fn a_batch_must_continue_the_log(store: &dyn Store) {
+    let run = "conf-gap";
+    store.append(run, 0, &[started(run, 1)]).ok();
+    let gap = store.append(run, 1, &[filler(2, 1), filler(4, 2)]);
+    assert!(
+        matches!(gap, Err(StoreError::NotContiguous { found: 4, .. })),
+        "{gap:?}"
+    );
+    assert_eq!(
+        store.load(run).map(|l| l.len()).ok(),
+        Some(1),
+        "a batch is all or nothing"
+    );
+}
+
+fn unknown_runs_are_not_found(store: &dyn Store) {
+    assert!(matches!(
+        store.load("conf-missing"),
+        Err(StoreError::RunNotFound(_))
+    ));
+}
+
+fn the_index_follows_the_log(store: &dyn Store) {
+    let run = "conf-index";
+    store.append(run, 0, &[started(run, 7)]).ok();
+    store.append(run, 1, &[filler(2, 1)]).ok();
+    let end = Entry {
+        version: 3,
+        at_ms: 99,
+        event: Event::RunEnded {
+            outcome: Outcome::stop(TerminalReason::MaxSteps, "spent"),
+        },
+    };
+    store.append(run, 2, &[end]).ok();
+    let runs = store.runs().unwrap_or_default();
+    let summary = runs.iter().find(|s| s.run_id == run).cloned();
+    let summary = summary.unwrap_or_else(|| panic!("run {run} is listed"));
+    assert_eq!(summary.goal, format!("goal of {run}"));
+    assert_eq!(
+        (summary.status.as_str(), summary.reason),
+        ("stopped", Some(TerminalReason::MaxSteps))
+    );
+    assert_eq!((summary.steps, summary.version), (1, 3));
+    assert_eq!((summary.started_at_ms, summary.ended_at_ms), (7, Some(99)));
+}

@@ -1,0 +1,72 @@
+//! The store's errors.
+
+use std::path::PathBuf;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The run's log is not at the version the commit expected.
+    #[error("run {run_id} is at version {actual}, the commit expected {expected}")]
+    Conflict {
+        /// The run.
+        run_id: String,
+        /// The version the commit was tagged with.
+        expected: u64,
+        /// The version the log is at.
+        actual: u64,
+    },
+    /// The entries of a commit do not continue the log.
+    #[error("run {run_id}: entry version {found} does not follow {expected_after}")]
+    NotContiguous {
+        /// The run.
+        run_id: String,
+        /// The version before it.
+        expected_after: u64,
+        /// The version found.
+        found: u64,
+    },
+    /// No run has that id.
+    #[error("no run {0:?} in this store; `agent runs` lists the runs")]
+    RunNotFound(String),
+    /// A run id that cannot be stored.
+    #[error("invalid run id {0:?}: ids are non-empty and contain no NUL byte")]
+    InvalidRunId(String),
+    /// The directory exists but is something else.
+    #[error("{} is not an agent store (it holds other files); choose another --store directory", .0.display())]
+    NotAStore(PathBuf),
+    /// The store was written by an unknown format version.
+    #[error("{} has store format {found:?}, this agent reads format {expected}; use a matching agent version", path.display())]
+    UnknownFormat {
+        /// The store.
+        path: PathBuf,
+        /// The format found.
+        found: String,
+        /// The format this code reads.
+        expected: u32,
+    },
+    /// Another process holds the store.
+    #[error("the store {} is in use by another agent process: {message}", path.display())]
+    Locked {
+        /// The store.
+        path: PathBuf,
+        /// The lock error.
+        message: String,
+    },
+    /// A record that does not decode.
+    #[error("garbled record in the store ({what}): {message}")]
+    Corrupt {
+        /// Which record.
+        what: String,
+        /// The decoder's error.
+        message: String,
+    },
+    /// The storage engine failed.
+    #[error("storage error: {0}")]
+    Engine(String),
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Engine(e.to_string())
+    }
+}

@@ -1,0 +1,81 @@
+//! The run index: one small record per run, kept up to date by each commit, so listing
+//! runs never reads their logs.
+
+use agent_core::{Entry, Event, TerminalReason};
+use serde::{Deserialize, Serialize};
+
+/// What `agent runs` shows of a run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run id.
+    pub run_id: String,
+    /// The goal.
+    pub goal: String,
+    /// `running`, or the class of the stop: `finished`, `paused`, `stopped`, `failed`.
+    pub status: String,
+    /// The terminal reason, once stopped or paused.
+    pub reason: Option<TerminalReason>,
+    /// Model calls made.
+    pub steps: u32,
+    /// When the run started (ms since the epoch).
+    pub started_at_ms: u64,
+    /// When it ended, if it has.
+    pub ended_at_ms: Option<u64>,
+    /// The log's version.
+    pub version: u64,
+    /// Calls still waiting for approval.
+    #[serde(default)]
+    pub pending: u32,
+}
+
+impl RunSummary {
+    /// An empty summary for a run about to get its first entry.
+    pub fn new(run_id: &str) -> Self {
+        RunSummary {
+            run_id: run_id.to_owned(),
+            goal: String::new(),
+            status: "running".to_owned(),
+            reason: None,
+            steps: 0,
+            started_at_ms: 0,
+            ended_at_ms: None,
+            version: 0,
+            pending: 0,
+        }
+    }
+
+    /// Updates the summary with one committed entry.
+    pub fn apply(&mut self, entry: &Entry) {
+        self.version = entry.version;
+        match &entry.event {
+            Event::RunStarted { goal, .. } => {
+                self.goal.clone_from(goal);
+                self.started_at_ms = entry.at_ms;
+            }
+            Event::DecisionProposed { .. }
+            | Event::DecisionRejected { .. }
+            | Event::ModelFailed { .. } => self.steps += 1,
+            Event::ApprovalRequested { pending, .. } => {
+                self.pending = u32::try_from(pending.len().max(1)).unwrap_or(u32::MAX);
+                self.status = "paused".to_owned();
+                self.reason = Some(TerminalReason::ApprovalRequired);
+            }
+            Event::ApprovalGranted { call_ids } | Event::ApprovalDenied { call_ids, .. } => {
+                let settled = u32::try_from(call_ids.len().max(1)).unwrap_or(u32::MAX);
+                self.pending = self.pending.saturating_sub(settled);
+                if self.pending == 0 {
+                    self.status = "running".to_owned();
+                    self.reason = None;
+                }
+            }
+            Event::RunEnded { outcome } => {
+                self.status = outcome.reason.class().as_str().to_owned();
+                self.reason = Some(outcome.reason);
+                self.ended_at_ms = Some(entry.at_ms);
+            }
+            Event::CallRejected { .. }
+            | Event::CorrectionIssued { .. }
+            | Event::ToolFinished { .. } => {}
+        }
+    }
+}
