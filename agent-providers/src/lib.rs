@@ -1,1 +1,60 @@
-//! placeholder
+//! `agent-providers` turns whatever a model says into exactly one typed decision
+//! (CONTRACT §2). This version has the [`Model`] trait and the offline [`ScriptModel`] of
+//! CONTRACT §10, which answers the Nth model call of a run with the Nth turn of a JSON file.
+//!
+//! ```
+//! use agent_core::{Decision, Prompt};
+//! use agent_providers::{Model, ModelRequest, ScriptModel};
+//!
+//! let model = ScriptModel::from_json(r#"{"turns": [{"final": "hello"}]}"#).unwrap();
+//! let prompt = Prompt { system: String::new(), messages: vec![], tools: vec![] };
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+//! let reply = rt.block_on(model.decide(ModelRequest { prompt: &prompt, step: 0 })).unwrap();
+//! assert_eq!(reply.decision, Ok(Decision::Final { answer: "hello".into() }));
+//! ```
+
+mod script;
+mod spec;
+
+pub use script::{ScriptError, ScriptModel};
+pub use spec::{ModelSpec, SpecError};
+
+use agent_core::{ModelReply, Prompt};
+use async_trait::async_trait;
+
+/// One model call.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelRequest<'a> {
+    /// The prompt, built from the committed log.
+    pub prompt: &'a Prompt,
+    /// Model calls this run already made (0 for the first call).
+    pub step: u32,
+}
+
+/// Why a model call failed (after the provider's own retries).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider answered with an error.
+    #[error("{0}")]
+    Failed(String),
+    /// A script has no turn for this call.
+    #[error(
+        "the script has {turns} turn(s) and all were used; add a turn or end with a final answer"
+    )]
+    ScriptExhausted {
+        /// How many turns the script has.
+        turns: usize,
+    },
+}
+
+/// A model: one decision per call.
+#[async_trait]
+pub trait Model: Send + Sync {
+    /// The provider's name, recorded in the run's manifest (`script`, `openai`, ...).
+    fn provider(&self) -> &str;
+    /// The model's name, recorded in the run's manifest.
+    fn model(&self) -> &str;
+    /// Asks for one decision. An invalid reply is `Ok` with an invalid decision; `Err` is
+    /// a provider failure past its retry budget.
+    async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError>;
+}

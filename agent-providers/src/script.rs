@@ -1,0 +1,233 @@
+//! The script model of CONTRACT §10: `{"turns": [TURN, ...]}`, the Nth turn answering the
+//! Nth model call of a run.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_core::{Decision, ModelReply, ToolCall, Usage};
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{Model, ModelRequest, ProviderError};
+
+/// A script file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("script {path}: {problem}")]
+pub struct ScriptError {
+    /// The file (or `<inline>`).
+    pub path: String,
+    /// What is wrong, precise enough to fix the file.
+    pub problem: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScript {
+    turns: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTurn {
+    #[serde(rename = "final")]
+    final_answer: Option<String>,
+    tool_calls: Option<Vec<RawCall>>,
+    request_approval: Option<RawApproval>,
+    clarification: Option<String>,
+    cannot_continue: Option<String>,
+    invalid: Option<String>,
+    error: Option<String>,
+    #[serde(default)]
+    delay_ms: u64,
+    #[serde(default)]
+    usage: Option<RawUsage>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCall {
+    id: String,
+    name: String,
+    #[serde(default = "empty_object")]
+    arguments: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApproval {
+    summary: String,
+    #[serde(default)]
+    calls: Vec<RawCall>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// What one turn answers.
+#[derive(Clone, Debug, PartialEq)]
+enum Answer {
+    Decision(Decision),
+    Invalid(String),
+    Error(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Turn {
+    answer: Answer,
+    delay: Duration,
+    usage: Usage,
+}
+
+/// The offline model that plays a script.
+#[derive(Clone, Debug)]
+pub struct ScriptModel {
+    name: String,
+    turns: Vec<Turn>,
+}
+
+const KEYS: &str =
+    "final, tool_calls, request_approval, clarification, cannot_continue, invalid, error";
+
+impl ScriptModel {
+    /// Reads a script file.
+    pub fn from_path(path: impl AsRef<Path>) -> Result<ScriptModel, ScriptError> {
+        let path = path.as_ref();
+        let fail = |problem: String| ScriptError {
+            path: path.display().to_string(),
+            problem,
+        };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+        let mut model = Self::parse(&text).map_err(fail)?;
+        model.name = PathBuf::from(path).display().to_string();
+        Ok(model)
+    }
+
+    /// Parses a script from JSON text.
+    pub fn from_json(text: &str) -> Result<ScriptModel, ScriptError> {
+        Self::parse(text).map_err(|problem| ScriptError {
+            path: "<inline>".to_owned(),
+            problem,
+        })
+    }
+
+    /// Number of turns.
+    pub fn len(&self) -> usize {
+        self.turns.len()
+    }
+
+    /// Whether the script has no turn.
+    pub fn is_empty(&self) -> bool {
+        self.turns.is_empty()
+    }
+
+    fn parse(text: &str) -> Result<ScriptModel, String> {
+        let raw: RawScript = serde_json::from_str(text)
+            .map_err(|e| format!("not a script ({e}); expected {{\"turns\": [TURN, ...]}}"))?;
+        let turns = raw
+            .turns
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| parse_turn(value).map_err(|e| format!("turn {}: {e}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ScriptModel {
+            name: "inline".to_owned(),
+            turns,
+        })
+    }
+}
+
+fn parse_turn(value: Value) -> Result<Turn, String> {
+    if !value.is_object() {
+        return Err(format!("a turn is an object with one of: {KEYS}"));
+    }
+    let raw: RawTurn = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let calls = |raw: Vec<RawCall>| -> Vec<ToolCall> {
+        raw.into_iter()
+            .map(|c| ToolCall::new(c.id, c.name, c.arguments))
+            .collect()
+    };
+    let mut answers = Vec::new();
+    if let Some(answer) = raw.final_answer {
+        answers.push(Answer::Decision(Decision::Final { answer }));
+    }
+    if let Some(list) = raw.tool_calls {
+        answers.push(Answer::Decision(Decision::ToolCalls { calls: calls(list) }));
+    }
+    if let Some(a) = raw.request_approval {
+        answers.push(Answer::Decision(Decision::RequestApproval {
+            summary: a.summary,
+            calls: calls(a.calls),
+        }));
+    }
+    if let Some(question) = raw.clarification {
+        answers.push(Answer::Decision(Decision::Clarification { question }));
+    }
+    if let Some(reason) = raw.cannot_continue {
+        answers.push(Answer::Decision(Decision::CannotContinue { reason }));
+    }
+    if let Some(text) = raw.invalid {
+        answers.push(Answer::Invalid(text));
+    }
+    if let Some(message) = raw.error {
+        answers.push(Answer::Error(message));
+    }
+    if answers.len() != 1 {
+        return Err(format!(
+            "a turn has exactly one of: {KEYS} (this one has {})",
+            answers.len()
+        ));
+    }
+    let usage = raw.usage.map_or_else(Usage::default, |u| {
+        Usage::tokens(u.input_tokens, u.output_tokens)
+    });
+    Ok(Turn {
+        answer: answers.remove(0),
+        delay: Duration::from_millis(raw.delay_ms),
+        usage,
+    })
+}
+
+#[async_trait]
+impl Model for ScriptModel {
+    fn provider(&self) -> &str {
+        "script"
+    }
+
+    fn model(&self) -> &str {
+        &self.name
+    }
+
+    async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        let index = usize::try_from(request.step).unwrap_or(usize::MAX);
+        let Some(turn) = self.turns.get(index) else {
+            return Err(ProviderError::ScriptExhausted {
+                turns: self.turns.len(),
+            });
+        };
+        if !turn.delay.is_zero() {
+            // Simulated latency: the script stands in for a model that takes this long.
+            tokio::time::sleep(turn.delay).await;
+        }
+        match &turn.answer {
+            Answer::Decision(d) => Ok(ModelReply::decision(d.clone(), turn.usage)),
+            Answer::Invalid(raw) => Ok(ModelReply::invalid(
+                raw.clone(),
+                "the reply is not a decision (not JSON of a known shape)",
+                turn.usage,
+            )),
+            Answer::Error(message) => Err(ProviderError::Failed(message.clone())),
+        }
+    }
+}
