@@ -222,6 +222,8 @@ pub struct Machine {
     committed: RunState,
     working: RunState,
     staged: Vec<Entry>,
+    /// Result events of the turn, staged together in the model's call order.
+    held: Vec<Event>,
     phase: Phase,
     now_ms: u64,
     stop: Option<Outcome>,
@@ -271,6 +273,7 @@ impl Machine {
             working: state.clone(),
             committed: state,
             staged: Vec::new(),
+            held: Vec::new(),
             phase: Phase::AwaitingCommit,
             now_ms,
             stop: None,
@@ -728,6 +731,7 @@ impl Machine {
     /// The turn's events are all staged: apply the limits that look at whole turns, then
     /// commit.
     fn settle_turn(&mut self) {
+        self.flush_results();
         if let Some(outcome) = self.stop.take() {
             return self.end(outcome);
         }
@@ -843,7 +847,41 @@ impl Machine {
         self.commands.push_back(Command::CallModel { turn });
     }
 
+    /// Stages an event of the turn. Results (`call_rejected`, `tool_finished`) are held
+    /// and staged together, in the order the model listed the calls, before the next other
+    /// event or the commit, so a batch's results are committed in the model's order.
     fn stage(&mut self, event: Event) {
+        if matches!(
+            event,
+            Event::CallRejected { .. } | Event::ToolFinished { .. }
+        ) {
+            self.held.push(event);
+            return;
+        }
+        self.flush_results();
+        self.stage_now(event);
+    }
+
+    fn flush_results(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let mut held = std::mem::take(&mut self.held);
+        let calls = &self.working.turn_calls;
+        let position = |event: &Event| match event {
+            Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => calls
+                .iter()
+                .position(|c| c.id == result.call_id)
+                .unwrap_or(usize::MAX),
+            _ => usize::MAX,
+        };
+        held.sort_by_key(position);
+        for event in held {
+            self.stage_now(event);
+        }
+    }
+
+    fn stage_now(&mut self, event: Event) {
         let entry = Entry {
             version: self.working.version + 1,
             at_ms: self.now_ms,
@@ -858,6 +896,7 @@ impl Machine {
     }
 
     fn commit(&mut self) {
+        self.flush_results();
         if let Some(fault) = self.fault.take() {
             return self.commit_failed(format!("internal error, nothing was written: {fault}"));
         }
@@ -876,6 +915,7 @@ impl Machine {
     fn commit_failed(&mut self, message: String) {
         self.working = self.committed.clone();
         self.staged.clear();
+        self.held.clear();
         let outcome = Outcome::stop(
             TerminalReason::CheckpointFailed,
             format!("the event log could not be committed: {message}"),

@@ -747,3 +747,25 @@ fn resume_of_a_finished_run_only_finishes() {
     assert_eq!(outcome.answer.as_deref(), Some("x"));
     assert_eq!(m.poll_command(), None);
 }
+
+#[test]
+fn a_batch_is_committed_in_the_models_order_whatever_happened_to_each_call() {
+    let mut w = world(vec![
+        Calls(vec![
+            read("c1", "a"),
+            ("c2", "missing_tool", json!({})),
+            ("c3", "write", json!({"n": 1})),
+            ("c4", "slow_read", json!({})),
+        ]),
+        Final("ok"),
+    ]);
+    w.verdicts.insert(
+        "write".into(),
+        Verdict::Deny {
+            reason: "no".into(),
+        },
+    );
+    let r = check(w, TerminalReason::Completed);
+    let ids: Vec<&str> = r.results().iter().map(|x| x.call_id.as_str()).collect();
+    assert_eq!(ids, ["c1", "c2", "c3", "c4"]);
+}
