@@ -1,1 +1,35 @@
-//! placeholder
+//! `agent-context` projects a run's event log into the provider-neutral [`Prompt`] the
+//! model is sent. The projection is a pure function of the log: the same log gives the same
+//! prompt, byte for byte, which is what makes `agent context` and replay trustworthy.
+//!
+//! Every tool call the model made is paired with a result part, even when the call never
+//! ran (rejected, not started, superseded by a correction), so no provider refuses the
+//! history for an unpaired call.
+//!
+//! ```
+//! use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
+//! use agent_core::{Budget, Entry, Event, Manifest, Role};
+//!
+//! let manifest = Manifest {
+//!     runtime_version: "0.1.0".into(), provider: "script".into(), model: "m".into(),
+//!     system_prompt_digest: String::new(), tool_schema_digest: String::new(),
+//!     budget: Budget::default(),
+//! };
+//! let log = [Entry { version: 1, at_ms: 0, event: Event::RunStarted {
+//!     run_id: "r1".into(), goal: "Summarize notes.txt".into(), manifest } }];
+//! let prompt = project(DEFAULT_SYSTEM_PROMPT, &log, vec![]);
+//! assert_eq!(prompt.messages.len(), 1);
+//! assert_eq!(prompt.messages[0].role, Role::User);
+//! ```
+
+mod project;
+
+pub use project::project;
+
+pub use agent_core::Prompt;
+
+/// The system text a run uses unless configured otherwise.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are an agent working in a workspace on the \
+user's goal. Use the tools to look before you act. Call tools when you need facts; when the \
+goal is reached, answer with your final answer. If the goal is ambiguous, ask one \
+clarifying question. If you cannot reach the goal, say so and why.";
