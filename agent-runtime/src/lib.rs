@@ -1,1 +1,31 @@
-//! placeholder
+//! `agent-runtime` is the thin async loop around the sans-IO machine of `agent-core`: it
+//! carries out each [`Command`](agent_core::Command) with the model, the tool gateway and
+//! the store, and feeds the result back, in the contract's order. It never asks the model
+//! again before the store confirmed the previous turn.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use agent_core::{Budget, TerminalReason};
+//! use agent_providers::ScriptModel;
+//! use agent_runtime::{RunRequest, Runtime};
+//! use agent_store::{MemoryStore, Store};
+//! use agent_tools::{Gateway, Workspace};
+//!
+//! let model = ScriptModel::from_json(r#"{"turns": [{"final": "hi"}]}"#).unwrap();
+//! let gateway = Gateway::with_builtins(Workspace::new(".").unwrap()).unwrap();
+//! let store = Arc::new(MemoryStore::new());
+//! let runtime = Runtime::new(Arc::new(model), Arc::new(gateway), store.clone());
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+//! let report = rt
+//!     .block_on(runtime.start(RunRequest::new("r1", "say hi", Budget::default()), Default::default()))
+//!     .unwrap();
+//! assert_eq!(report.outcome.reason, TerminalReason::Completed);
+//! assert_eq!(store.load("r1").unwrap().len(), 3);
+//! ```
+
+mod clock;
+mod driver;
+
+pub use clock::{Clock, SystemClock};
+pub use driver::{EventSink, Report, RunRequest, Runtime, RuntimeError};
+pub use tokio_util::sync::CancellationToken;

@@ -1,1 +1,316 @@
+//! The driver with real parts: the script model, the gateway on a temporary workspace, sled
+//! on disk. Wrappers record the order in which model and store are used.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use std::sync::{Arc, Mutex};
+
+use agent_core::*;
+use agent_providers::{Model, ModelRequest, ProviderError, ScriptModel};
+use agent_runtime::{Clock, RunRequest, Runtime};
+use agent_store::{MemoryStore, SledStore, Store, StoreError};
+use agent_tools::{Gateway, Tool, ToolContext, Workspace};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+type Trace = Arc<Mutex<Vec<String>>>;
+
+/// Records every prompt and the order of calls.
+struct Recording {
+    inner: ScriptModel,
+    trace: Trace,
+    prompts: Arc<Mutex<Vec<Prompt>>>,
+}
+
+#[async_trait]
+impl Model for Recording {
+    fn provider(&self) -> &str {
+        "script"
+    }
+    fn model(&self) -> &str {
+        "recording"
+    }
+    async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        self.trace
+            .lock()
+            .unwrap()
+            .push(format!("model {}", request.step));
+        self.prompts.lock().unwrap().push(request.prompt.clone());
+        self.inner.decide(request).await
+    }
+}
+
+/// A store that records appends and can fail the Nth one.
+struct Watched<S> {
+    inner: S,
+    trace: Trace,
+    fail_at: Option<usize>,
+}
+
+impl<S: Store> Store for Watched<S> {
+    fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
+        let mut trace = self.trace.lock().unwrap();
+        let n = trace.iter().filter(|t| t.starts_with("commit")).count() + 1;
+        trace.push(format!("commit {expected}+{}", entries.len()));
+        if self.fail_at == Some(n) {
+            return Err(StoreError::Engine("disk full".into()));
+        }
+        self.inner.append(run_id, expected, entries)
+    }
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.inner.load(run_id)
+    }
+    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
+        self.inner.runs()
+    }
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    trace: Trace,
+    prompts: Arc<Mutex<Vec<Prompt>>>,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("ws")).unwrap();
+    std::fs::write(dir.path().join("ws/notes.txt"), "the meeting is at noon\n").unwrap();
+    Setup {
+        dir,
+        trace: Arc::default(),
+        prompts: Arc::default(),
+    }
+}
+
+impl Setup {
+    fn runtime(&self, script: Value, store: Arc<dyn Store>, extra: Vec<Arc<dyn Tool>>) -> Runtime {
+        let model = Recording {
+            inner: ScriptModel::from_json(&script.to_string()).unwrap(),
+            trace: Arc::clone(&self.trace),
+            prompts: Arc::clone(&self.prompts),
+        };
+        let mut gateway =
+            Gateway::with_builtins(Workspace::new(self.dir.path().join("ws")).unwrap()).unwrap();
+        for tool in extra {
+            gateway.register(tool).unwrap();
+        }
+        Runtime::new(Arc::new(model), Arc::new(gateway), store)
+    }
+
+    fn watched(&self, fail_at: Option<usize>) -> Arc<dyn Store> {
+        Arc::new(Watched {
+            inner: SledStore::open(self.dir.path().join("store")).unwrap(),
+            trace: Arc::clone(&self.trace),
+            fail_at,
+        })
+    }
+}
+
+fn read_script() -> Value {
+    json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"final": "The meeting is at noon."}
+    ]})
+}
+
+#[tokio::test]
+async fn a_script_run_reads_a_file_and_completes_on_sled() {
+    let s = setup();
+    let store = s.watched(None);
+    let rt = s.runtime(read_script(), Arc::clone(&store), vec![]);
+    let report = rt
+        .start(
+            RunRequest::new("run-a", "When is the meeting?", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(
+        report.outcome.answer.as_deref(),
+        Some("The meeting is at noon.")
+    );
+    assert_eq!((report.state.steps, report.state.tool_calls), (2, 1));
+    // The second prompt carries the file's content as the result of c1.
+    let prompts = s.prompts.lock().unwrap();
+    let last = prompts[1].messages.last().unwrap();
+    assert!(
+        matches!(&last.parts[0], Part::ToolResult { call_id, ok: true, content, .. }
+        if call_id.as_str() == "c1" && content.contains("the meeting is at noon"))
+    );
+    // What is on disk folds to the reported state.
+    let log = store.load("run-a").unwrap();
+    assert_eq!(RunState::fold(&log).unwrap(), report.state);
+    let Event::RunStarted { manifest, .. } = &log[0].event else {
+        panic!()
+    };
+    assert_eq!(manifest.provider, "script");
+    assert_eq!(manifest.system_prompt_digest.len(), 64);
+}
+
+#[tokio::test]
+async fn the_model_is_never_asked_before_the_previous_turn_is_committed() {
+    let s = setup();
+    let rt = s.runtime(read_script(), s.watched(None), vec![]);
+    rt.start(
+        RunRequest::new("run-b", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        *s.trace.lock().unwrap(),
+        [
+            "commit 0+1",
+            "model 0",
+            "commit 1+2",
+            "model 1",
+            "commit 3+2"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_commit_stops_the_run_and_the_model_is_not_asked_again() {
+    let s = setup();
+    let rt = s.runtime(read_script(), s.watched(Some(2)), vec![]);
+    let report = rt
+        .start(
+            RunRequest::new("run-c", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::CheckpointFailed);
+    assert!(report.outcome.message.contains("disk full"));
+    assert_eq!(
+        *s.trace.lock().unwrap(),
+        ["commit 0+1", "model 0", "commit 1+2"]
+    );
+}
+
+/// A tool that waits until cancelled, telling the test when it started.
+struct Waits(Arc<tokio::sync::Notify>);
+
+#[async_trait]
+impl Tool for Waits {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("wait", "waits", json!({"type": "object"}), Risk::Read)
+    }
+    async fn call(&self, _: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        self.0.notify_one();
+        ctx.cancel.cancelled().await;
+        Err(ToolError::new(ErrorKind::Cancelled, "stopped"))
+    }
+}
+
+#[tokio::test]
+async fn cancel_while_a_tool_runs_stops_with_its_result_kept() {
+    let s = setup();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "w", "name": "wait"}]},
+        {"final": "never"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s.runtime(
+        script,
+        Arc::clone(&store),
+        vec![Arc::new(Waits(Arc::clone(&started)))],
+    );
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    let (report, ()) = tokio::join!(
+        rt.start(RunRequest::new("run-d", "g", Budget::default()), cancel),
+        async move {
+            started.notified().await;
+            canceller.cancel();
+        }
+    );
+    let report = report.unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
+    let log = store.load("run-d").unwrap();
+    assert!(
+        log.iter()
+            .any(|e| matches!(&e.event, Event::ToolFinished { result, .. }
+        if result.error_kind() == Some(ErrorKind::Cancelled)))
+    );
+    assert_eq!(report.state.steps, 1);
+}
+
+/// Reads tokio's (pausable) clock, so deadlines are tested without waiting.
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        1_700_000_000_000 + self.0.elapsed().as_millis() as u64
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_wall_clock_budget_interrupts_a_slow_model() {
+    let s = setup();
+    let script = json!({"turns": [{"final": "too late", "delay_ms": 60000}]});
+    let rt = s
+        .runtime(script, Arc::new(MemoryStore::new()), vec![])
+        .with_clock(Arc::new(TokioClock(tokio::time::Instant::now())));
+    let budget = Budget {
+        max_wall_time_ms: Some(2_000),
+        ..Budget::default()
+    };
+    let before = tokio::time::Instant::now();
+    let report = rt
+        .start(
+            RunRequest::new("run-e", "g", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::DeadlineExceeded);
+    assert_eq!(
+        before.elapsed().as_millis(),
+        2_000,
+        "stopped at the deadline, not after the model"
+    );
+}
+
+/// A write tool, which asks by default.
+struct Save;
+
+#[async_trait]
+impl Tool for Save {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("save", "saves", json!({"type": "object"}), Risk::Write)
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        Ok("saved".into())
+    }
+}
+
+#[tokio::test]
+async fn a_paused_run_stays_paused_across_resume() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "s1", "name": "save"}]},
+        {"final": "saved"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s.runtime(script, Arc::clone(&store), vec![Arc::new(Save)]);
+    let report = rt
+        .start(
+            RunRequest::new("run-f", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::ApprovalRequired);
+    assert_eq!(report.outcome.pending[0].tool, "save");
+    let again = rt.resume("run-f", CancellationToken::new()).await.unwrap();
+    assert_eq!(again.outcome.reason, TerminalReason::ApprovalRequired);
+    assert_eq!(
+        store.load("run-f").unwrap().len(),
+        3,
+        "resume wrote nothing new"
+    );
+    assert_eq!(store.runs().unwrap()[0].status, "paused");
+}

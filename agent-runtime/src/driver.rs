@@ -1,0 +1,312 @@
+//! The drive loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
+use agent_core::{
+    Budget, Command, Entry, Input, InputError, Machine, Manifest, Outcome, RunConfig, RunState,
+    ScheduledCall, ToolSpec, canonical_json, sha256_hex,
+};
+use agent_providers::{Model, ModelRequest};
+use agent_store::{Store, StoreError};
+use agent_tools::Gateway;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, SystemClock};
+
+/// Called with each entry once it is durable (for `--events`).
+pub type EventSink = Arc<dyn Fn(&Entry) + Send + Sync>;
+
+/// What a new run needs.
+#[derive(Clone, Debug)]
+pub struct RunRequest {
+    /// The run id (the caller makes ids; the runtime never invents them).
+    pub run_id: String,
+    /// The goal.
+    pub goal: String,
+    /// The budgets.
+    pub budget: Budget,
+}
+
+impl RunRequest {
+    /// A request.
+    pub fn new(run_id: impl Into<String>, goal: impl Into<String>, budget: Budget) -> Self {
+        RunRequest {
+            run_id: run_id.into(),
+            goal: goal.into(),
+            budget,
+        }
+    }
+}
+
+/// How an invocation ended.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The run id.
+    pub run_id: String,
+    /// The outcome (for a paused run, what it waits for).
+    pub outcome: Outcome,
+    /// The committed state: steps, tool calls, usage.
+    pub state: RunState,
+}
+
+/// A failure of the runtime itself (not of the run: those are outcomes).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The store failed before the run could start or be loaded.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The run's log does not fold.
+    #[error("the log of run {run_id} is damaged: {message}")]
+    Damaged {
+        /// The run.
+        run_id: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The machine refused an input: a bug in the runtime.
+    #[error("internal error: {0}")]
+    Protocol(#[from] InputError),
+    /// A blocking store task died.
+    #[error("internal error: the store task failed: {0}")]
+    Join(String),
+}
+
+/// The async driver.
+pub struct Runtime {
+    model: Arc<dyn Model>,
+    gateway: Arc<Gateway>,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    system: String,
+    sink: Option<EventSink>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("provider", &self.model.provider())
+            .field("model", &self.model.model())
+            .field("gateway", &self.gateway)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime with the system clock and the default system prompt.
+    pub fn new(model: Arc<dyn Model>, gateway: Arc<Gateway>, store: Arc<dyn Store>) -> Runtime {
+        Runtime {
+            model,
+            gateway,
+            store,
+            clock: Arc::new(SystemClock),
+            system: DEFAULT_SYSTEM_PROMPT.to_owned(),
+            sink: None,
+        }
+    }
+
+    /// Uses another clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Runtime {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses another system prompt.
+    pub fn with_system_prompt(mut self, system: impl Into<String>) -> Runtime {
+        self.system = system.into();
+        self
+    }
+
+    /// Calls `sink` with every entry once it is durable.
+    pub fn with_event_sink(mut self, sink: EventSink) -> Runtime {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// The manifest a new run records: what shaped it.
+    pub fn manifest(&self, budget: Budget) -> Manifest {
+        let specs: Vec<ToolSpec> = self.gateway.specs();
+        let tools = serde_json::to_value(&specs).unwrap_or_default();
+        Manifest {
+            runtime_version: env!("CARGO_PKG_VERSION").to_owned(),
+            provider: self.model.provider().to_owned(),
+            model: self.model.model().to_owned(),
+            system_prompt_digest: sha256_hex(self.system.as_bytes()),
+            tool_schema_digest: sha256_hex(canonical_json(&tools).as_bytes()),
+            budget,
+        }
+    }
+
+    /// Starts a run and drives it until it stops or pauses.
+    pub async fn start(
+        &self,
+        request: RunRequest,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        let run_id = request.run_id;
+        let config = RunConfig {
+            run_id: run_id.clone(),
+            goal: request.goal,
+            manifest: self.manifest(request.budget),
+            tools: self.gateway.specs(),
+        };
+        let machine = Machine::start(config, self.clock.now_ms());
+        self.drive(run_id, machine, Vec::new(), cancel).await
+    }
+
+    /// Continues a run from its committed log.
+    pub async fn resume(
+        &self,
+        run_id: &str,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        let store = Arc::clone(&self.store);
+        let id = run_id.to_owned();
+        let log = tokio::task::spawn_blocking(move || store.load(&id))
+            .await
+            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        let machine =
+            Machine::resume(self.gateway.specs(), &log, self.clock.now_ms()).map_err(|e| {
+                RuntimeError::Damaged {
+                    run_id: run_id.to_owned(),
+                    message: e.to_string(),
+                }
+            })?;
+        self.drive(run_id.to_owned(), machine, log, cancel).await
+    }
+
+    async fn drive(
+        &self,
+        run_id: String,
+        mut machine: Machine,
+        mut log: Vec<Entry>,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        loop {
+            let Some(command) = machine.poll_command() else {
+                // The machine always queues a command unless it waits for a person.
+                let outcome = machine.outcome().ok_or(InputError::Unexpected {
+                    input: "nothing",
+                    phase: "a phase with no command",
+                })?;
+                return Ok(report(&run_id, &machine, outcome));
+            };
+            match command {
+                Command::CallModel { .. } => {
+                    let prompt = project(&self.system, &log, machine.tools().cloned().collect());
+                    let step = machine.state().steps;
+                    let request = ModelRequest {
+                        prompt: &prompt,
+                        step,
+                    };
+                    let answer = tokio::select! {
+                        answer = self.model.decide(request) => Some(answer),
+                        () = cancel.cancelled() => None,
+                        () = self.deadline(&machine) => None,
+                    };
+                    self.tick(&mut machine)?;
+                    match answer {
+                        Some(Ok(reply)) => machine.handle(Input::ModelReplied(reply))?,
+                        Some(Err(e)) => machine.handle(Input::ModelFailed {
+                            message: e.to_string(),
+                        })?,
+                        None if cancel.is_cancelled() => machine.handle(Input::Cancel)?,
+                        // The deadline passed: the tick above already stopped the run.
+                        None => {}
+                    }
+                }
+                Command::CheckCalls { calls, .. } => {
+                    let verdicts = self.gateway.check(&calls);
+                    machine.handle(Input::CallsChecked { verdicts })?;
+                }
+                Command::ExecuteTools { groups, .. } => {
+                    let results = self.execute(&machine, groups, &cancel).await;
+                    if cancel.is_cancelled() {
+                        machine.handle(Input::Cancel)?;
+                    }
+                    self.tick(&mut machine)?;
+                    machine.handle(Input::ToolsFinished { results })?;
+                }
+                Command::Commit {
+                    expected_version,
+                    entries,
+                } => {
+                    let run_id = run_id.clone();
+                    let store = Arc::clone(&self.store);
+                    let (entries, result) = tokio::task::spawn_blocking(move || {
+                        let result = store.append(&run_id, expected_version, &entries);
+                        (entries, result)
+                    })
+                    .await
+                    .map_err(|e| RuntimeError::Join(e.to_string()))?;
+                    match result {
+                        Ok(version) => {
+                            if let Some(sink) = &self.sink {
+                                entries.iter().for_each(|e| sink(e));
+                            }
+                            log.extend(entries);
+                            machine.handle(Input::Committed { version })?;
+                        }
+                        Err(e) => machine.handle(Input::CommitFailed {
+                            message: e.to_string(),
+                        })?,
+                    }
+                }
+                Command::AwaitApproval { .. } => {
+                    // No person is attached to this invocation: pause; `agent approve`
+                    // continues later from the committed log.
+                    let outcome = machine.outcome().ok_or(InputError::Unexpected {
+                        input: "AwaitApproval",
+                        phase: "not paused",
+                    })?;
+                    return Ok(report(&run_id, &machine, outcome));
+                }
+                Command::Finish(outcome) => return Ok(report(&run_id, &machine, outcome)),
+            }
+        }
+    }
+
+    /// Runs the tools; a passed deadline cancels them like the caller would.
+    async fn execute(
+        &self,
+        machine: &Machine,
+        groups: Vec<Vec<ScheduledCall>>,
+        cancel: &CancellationToken,
+    ) -> Vec<agent_core::ToolResult> {
+        let token = cancel.child_token();
+        let run = self.gateway.execute(groups, &token);
+        tokio::pin!(run);
+        tokio::select! {
+            results = &mut run => results,
+            () = self.deadline(machine) => {
+                token.cancel();
+                run.await
+            }
+        }
+    }
+
+    /// Resolves when the run's wall-clock budget is spent; never if it has none.
+    async fn deadline(&self, machine: &Machine) {
+        match machine.budget().max_wall_time_ms {
+            Some(max) => {
+                let end = machine.state().started_at_ms.saturating_add(max);
+                let left = end.saturating_sub(self.clock.now_ms());
+                tokio::time::sleep(Duration::from_millis(left)).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    fn tick(&self, machine: &mut Machine) -> Result<(), InputError> {
+        machine.handle(Input::Tick(self.clock.now_ms()))
+    }
+}
+
+fn report(run_id: &str, machine: &Machine, outcome: Outcome) -> Report {
+    Report {
+        run_id: run_id.to_owned(),
+        outcome,
+        state: machine.state().clone(),
+    }
+}
