@@ -1,1 +1,356 @@
+//! The real `agent` binary as a child process: the bundled example, exit codes, clear
+//! errors for bad input, and Ctrl-C.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn store(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
+        cmd.current_dir(self.dir.path())
+            .arg("--store")
+            .arg(self.store());
+        cmd
+    }
+    fn script(&self, turns: Value) -> String {
+        let path = self.dir.path().join("script.json");
+        std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
+        format!("script:{}", path.display())
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn example(env: &Env, extra: &[&str]) -> Output {
+    let root = repo();
+    let script = format!(
+        "script:{}",
+        root.join("examples/meeting/script.json").display()
+    );
+    let ws = root.join("examples/meeting/workspace");
+    let mut args = vec![
+        "run",
+        "--model",
+        &script,
+        "--workspace",
+        ws.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    args.push("When and where is the launch meeting?");
+    env.run(&args)
+}
+
+#[test]
+fn the_bundled_example_completes_and_shows_its_timeline() {
+    let env = Env::new();
+    let out = example(&env, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Thursday 12 November at 10:00"));
+    assert!(stderr(&out).contains("finished (completed)"));
+
+    let runs = env.run(&["runs", "--json"]);
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs[0]["status"], "finished");
+    assert_eq!(runs[0]["steps"], 3);
+    let id = runs[0]["run_id"].as_str().unwrap().to_owned();
+
+    let show = env.run(&["show", &id]);
+    assert_eq!(show.status.code(), Some(0));
+    let text = stdout(&show);
+    let names: Vec<&str> = text
+        .lines()
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "run_started",
+            "decision_proposed",
+            "tool_finished",
+            "decision_proposed",
+            "tool_finished",
+            "tool_finished",
+            "decision_proposed",
+            "run_ended"
+        ]
+    );
+    let table = stdout(&env.run(&["runs"]));
+    assert!(
+        table.contains(&id) && table.contains("completed"),
+        "{table}"
+    );
+}
+
+#[test]
+fn json_prints_the_contract_object() {
+    let env = Env::new();
+    let out = example(&env, &["--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "finished");
+    assert_eq!(v["reason"], "completed");
+    assert_eq!(v["steps"], 3);
+    assert_eq!(v["tool_calls"], 3);
+    assert_eq!(
+        v["usage"],
+        json!({"input_tokens": 1629, "output_tokens": 103})
+    );
+    assert_eq!(v["pending"], json!([]));
+    assert!(v["answer"].as_str().unwrap().contains("Aurora"));
+    assert_eq!(v["run_id"].as_str().unwrap().len(), 26, "a ULID");
+}
+
+#[test]
+fn events_stream_each_committed_event_as_a_json_line() {
+    let env = Env::new();
+    let out = example(&env, &["--events", "--json"]);
+    let text = stdout(&out);
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 9, "8 events then the outcome");
+    let versions: Vec<u64> = lines[..8]
+        .iter()
+        .map(|l| l["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, (1..=8).collect::<Vec<_>>());
+    assert_eq!(lines[7]["type"], "run_ended");
+    assert_eq!(lines[8]["reason"], "completed");
+    let show: Value = serde_json::from_slice(
+        &env.run(&["show", "--json", lines[8]["run_id"].as_str().unwrap()])
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(show["events"].as_array().unwrap().len(), 8);
+}
+
+#[test]
+fn exit_codes_follow_the_reason_class() {
+    let cases = [
+        (
+            json!([{"clarification": "which file?"}]),
+            3,
+            "clarification_required",
+        ),
+        (
+            json!([{"request_approval": {"summary": "delete the cache?"}}]),
+            3,
+            "approval_required",
+        ),
+        (
+            json!([{"cannot_continue": "no access"}]),
+            5,
+            "cannot_continue",
+        ),
+        (json!([{"error": "upstream 503"}]), 5, "model_error"),
+        (
+            json!([{"invalid": "?"}, {"invalid": "?"}, {"invalid": "?"}]),
+            5,
+            "invalid_decision",
+        ),
+        (json!([]), 5, "model_error"),
+    ];
+    for (turns, code, reason) in cases {
+        let env = Env::new();
+        let model = env.script(turns);
+        let out = env.run(&["run", "--json", "--model", &model, "goal"]);
+        assert_eq!(out.status.code(), Some(code), "{reason}: {}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["reason"], reason);
+        assert_eq!(v["answer"], Value::Null);
+    }
+}
+
+#[test]
+fn budgets_from_flags_stop_with_exit_4() {
+    let env = Env::new();
+    let call = json!({"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}]});
+    let other =
+        json!({"tool_calls": [{"id": "c2", "name": "list_dir", "arguments": {"path": "."}}]});
+    let model = env.script(json!([call, other, {"final": "x"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "--max-steps", "2", "g"]);
+    assert_eq!(out.status.code(), Some(4));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["reason"].as_str(), v["steps"].as_u64()),
+        (Some("max_steps"), Some(2))
+    );
+
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--max-tool-calls",
+        "1",
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(4));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"], "tool_budget_exhausted");
+    assert_eq!(v["tool_calls"], 1);
+}
+
+#[test]
+fn bad_input_is_one_line_exit_2_and_writes_nothing() {
+    let env = Env::new();
+    std::fs::write(
+        env.dir.path().join("broken.json"),
+        "{\"turns\": [{\"finl\": 1}]}",
+    )
+    .unwrap();
+    let broken = format!("script:{}", env.dir.path().join("broken.json").display());
+    let good = env.script(json!([{"final": "x"}]));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "--model", "script:/no/such/file.json", "g"],
+            "cannot read it",
+        ),
+        (
+            vec!["run", "--model", &broken, "g"],
+            "turn 1: unknown field `finl`",
+        ),
+        (vec!["run", "--model", "gpt-4", "g"], "PROVIDER:MODEL"),
+        (
+            vec!["run", "--model", "openai:gpt-4o", "g"],
+            "not available in this version",
+        ),
+        (
+            vec!["run", "--model", &good, "--workspace", "/no/such/dir", "g"],
+            "--workspace /no/such/dir",
+        ),
+        (
+            vec!["run", "--model", &good, "--max-steps", "0", "g"],
+            "--max-steps",
+        ),
+        (
+            vec!["run", "--model", &good, "--timeout=0", "g"],
+            "--timeout",
+        ),
+        (vec!["run", "--model", &good, "  "], "goal is empty"),
+        (vec!["show", "nope"], "no store at"),
+    ];
+    for (args, expected) in cases {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(
+            err.starts_with("agent: ") && err.contains(expected),
+            "{args:?}: {err}"
+        );
+        assert!(!env.store().exists(), "{args:?} wrote the store");
+    }
+    // Missing arguments are clap's usage errors, also exit 2.
+    assert_eq!(env.run(&["run", "g"]).status.code(), Some(2));
+    assert_eq!(env.run(&["frobnicate"]).status.code(), Some(2));
+}
+
+#[test]
+fn a_directory_that_is_not_a_store_is_refused() {
+    let env = Env::new();
+    std::fs::create_dir(env.store()).unwrap();
+    std::fs::write(env.store().join("mine.txt"), "keep").unwrap();
+    let model = env.script(json!([{"final": "x"}]));
+    let out = env.run(&["run", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("is not an agent store"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["show", "r"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read_dir(env.store()).unwrap().count(), 1);
+}
+
+#[test]
+fn unknown_runs_and_empty_stores_are_reported_plainly() {
+    let env = Env::new();
+    let out = env.run(&["runs"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("no runs yet"));
+    assert_eq!(stdout(&env.run(&["runs", "--json"])).trim(), "[]");
+    let model = env.script(json!([{"final": "x"}]));
+    env.run(&["run", "--model", &model, "g"]);
+    let out = env.run(&["show", "01NOTARUN"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no run \"01NOTARUN\""));
+}
+
+#[test]
+fn resume_of_a_finished_run_reports_it_again() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "done"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = v["run_id"].as_str().unwrap();
+    let again = env.run(&["resume", "--json", id]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let w: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        (w["reason"].as_str(), w["answer"].as_str()),
+        (Some("completed"), Some("done"))
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_the_run_with_exit_130() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "never", "delay_ms": 600000}]));
+    let mut child = env
+        .cmd()
+        .args(["run", "--events", "--model", &model, "g"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The run exists once its first event is printed; then interrupt it.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["type"], "run_started");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let last: Value = serde_json::from_str(rest.last().unwrap()).unwrap();
+    assert_eq!(last["type"], "run_ended");
+    assert_eq!(last["outcome"]["reason"], "cancelled");
+}
