@@ -74,7 +74,10 @@ prop_compose! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // 512 cases by default; PROPTEST_CASES=N runs more.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+    ))]
 
     #[test]
     fn invariants_hold_for_any_script(w in any_world()) {
@@ -104,7 +107,10 @@ proptest! {
     fn resuming_at_any_committed_prefix_gives_the_same_state(w in any_world(), cut in any::<prop::sample::Index>()) {
         let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
         let r = run(w);
-        prop_assume!(!r.log.is_empty());
+        if r.log.is_empty() {
+            // The very first commit failed: there is no prefix to resume from.
+            return Ok(());
+        }
         let n = cut.index(r.log.len()) + 1;
         let prefix = &r.log[..n];
         let m = Machine::resume(specs, prefix, crate::harness::T0).unwrap();
