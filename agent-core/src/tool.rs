@@ -53,6 +53,9 @@ pub struct ToolSpec {
     pub timeout_ms: u64,
     /// Largest result, in characters, shown to the model whole.
     pub result_limit: usize,
+    /// The argument that `tool(pattern)` policy rules match (a path or a command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub main_argument: Option<String>,
 }
 
 impl ToolSpec {
@@ -72,6 +75,7 @@ impl ToolSpec {
             concurrency_safe: false,
             timeout_ms: DEFAULT_TOOL_TIMEOUT_MS,
             result_limit: DEFAULT_RESULT_LIMIT,
+            main_argument: None,
         }
     }
 

@@ -217,11 +217,18 @@ impl Runtime {
                     }
                 }
                 Command::CheckCalls { calls, .. } => {
-                    let verdicts = self.gateway.check(&calls);
+                    let verdicts = tokio::select! {
+                        verdicts = self.gateway.check(&run_id, &calls) => Some(verdicts),
+                        () = cancel.cancelled() => None,
+                    };
+                    let Some(verdicts) = verdicts else {
+                        machine.handle(Input::Cancel)?;
+                        continue;
+                    };
                     machine.handle(Input::CallsChecked { verdicts })?;
                 }
                 Command::ExecuteTools { groups, .. } => {
-                    let results = self.execute(&machine, groups, &cancel).await;
+                    let results = self.execute(&run_id, &machine, groups, &cancel).await;
                     if cancel.is_cancelled() {
                         machine.handle(Input::Cancel)?;
                     }
@@ -270,12 +277,13 @@ impl Runtime {
     /// Runs the tools; a passed deadline cancels them like the caller would.
     async fn execute(
         &self,
+        run_id: &str,
         machine: &Machine,
         groups: Vec<Vec<ScheduledCall>>,
         cancel: &CancellationToken,
     ) -> Vec<agent_core::ToolResult> {
         let token = cancel.child_token();
-        let run = self.gateway.execute(groups, &token);
+        let run = self.gateway.execute(run_id, groups, &token);
         tokio::pin!(run);
         tokio::select! {
             results = &mut run => results,

@@ -11,9 +11,18 @@ use futures::future::join_all;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::builtin::head_tail;
+use crate::hooks::{Hook, HookDecision};
 use crate::policy::Policy;
 use crate::tool::{Tool, ToolContext};
 use crate::workspace::Workspace;
+
+/// Where the whole of an output too large for the model is kept; the result keeps the
+/// handle. The store implements it.
+pub trait BlobSink: Send + Sync {
+    /// Stores `content` and returns its handle.
+    fn put(&self, content: &str) -> Result<String, String>;
+}
 
 /// Calls of one parallel group running at once, at most.
 pub const DEFAULT_CONCURRENCY: usize = 8;
@@ -44,6 +53,8 @@ struct Registered {
 pub struct Gateway {
     tools: BTreeMap<String, Registered>,
     policy: Policy,
+    hooks: Vec<Arc<dyn Hook>>,
+    blobs: Option<Arc<dyn BlobSink>>,
     workspace: Arc<Workspace>,
     concurrency: usize,
 }
@@ -63,6 +74,8 @@ impl Gateway {
         Gateway {
             tools: BTreeMap::new(),
             policy: Policy::default(),
+            hooks: Vec::new(),
+            blobs: None,
             workspace: Arc::new(workspace),
             concurrency: DEFAULT_CONCURRENCY,
         }
@@ -100,6 +113,30 @@ impl Gateway {
         Ok(())
     }
 
+    /// Uses `policy` for verdicts.
+    pub fn with_policy(mut self, policy: Policy) -> Gateway {
+        self.policy = policy;
+        self
+    }
+
+    /// Adds a hook; hooks run in the order they were added.
+    pub fn with_hook(mut self, hook: Arc<dyn Hook>) -> Gateway {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// Keeps whole outputs that are too large for the model in `sink`.
+    pub fn with_blob_sink(mut self, sink: Arc<dyn BlobSink>) -> Gateway {
+        self.blobs = Some(sink);
+        self
+    }
+
+    /// Runs at most `n` calls of a group at once.
+    pub fn with_concurrency(mut self, n: usize) -> Gateway {
+        self.concurrency = n.max(1);
+        self
+    }
+
     /// The workspace the tools act in.
     pub fn workspace(&self) -> &Workspace {
         &self.workspace
@@ -110,15 +147,16 @@ impl Gateway {
         self.tools.values().map(|r| r.spec.clone()).collect()
     }
 
-    /// Validates each call's arguments against its tool's schema, then asks policy.
-    pub fn check(&self, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
-        calls
+    /// Validates each call's arguments against its tool's schema, then asks policy, then
+    /// the pre-call hooks (for calls policy did not deny).
+    pub async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
+        let checks = calls
             .iter()
-            .map(|call| (call.id.clone(), self.check_one(call)))
-            .collect()
+            .map(|call| async move { (call.id.clone(), self.check_one(run_id, call).await) });
+        join_all(checks).await
     }
 
-    fn check_one(&self, call: &ToolCall) -> Verdict {
+    async fn check_one(&self, run_id: &str, call: &ToolCall) -> Verdict {
         let Some(registered) = self.tools.get(&call.name) else {
             return Verdict::Deny {
                 reason: format!("no tool is named {:?}", call.name),
@@ -142,7 +180,23 @@ impl Gateway {
                 message: problems.join("; "),
             };
         }
-        self.policy.verdict(&registered.spec, call)
+        let verdict = self.policy.verdict(&registered.spec, call);
+        if matches!(verdict, Verdict::Deny { .. }) {
+            return verdict;
+        }
+        let mut allowed_by_hook = false;
+        for hook in self.hooks.iter().filter(|h| h.applies_to(&call.name)) {
+            match hook.before(run_id, call).await {
+                HookDecision::NoObjection => {}
+                HookDecision::Allow => allowed_by_hook = true,
+                HookDecision::Ask(why) => return Verdict::Ask { why },
+                HookDecision::Deny(reason) => return Verdict::Deny { reason },
+            }
+        }
+        match verdict {
+            Verdict::Ask { .. } if allowed_by_hook => Verdict::Allow,
+            other => other,
+        }
     }
 
     /// Runs the groups one after another, the calls of a group concurrently (at most
@@ -150,6 +204,7 @@ impl Gateway {
     /// `cancel` fires, no new group starts and running calls end as `cancelled`.
     pub async fn execute(
         &self,
+        run_id: &str,
         groups: Vec<Vec<ScheduledCall>>,
         cancel: &CancellationToken,
     ) -> Vec<ToolResult> {
@@ -161,7 +216,7 @@ impl Gateway {
             }
             let runs = group
                 .into_iter()
-                .map(|scheduled| self.run_one(scheduled, cancel, Arc::clone(&limit)));
+                .map(|scheduled| self.run_one(run_id, scheduled, cancel, Arc::clone(&limit)));
             results.extend(join_all(runs).await);
         }
         results
@@ -169,6 +224,7 @@ impl Gateway {
 
     async fn run_one(
         &self,
+        run_id: &str,
         scheduled: ScheduledCall,
         cancel: &CancellationToken,
         limit: Arc<Semaphore>,
@@ -204,14 +260,18 @@ impl Gateway {
         // A task of its own, so a panicking tool is a failed call, not a crashed run.
         let mut task = tokio::spawn(async move { tool.call(arguments, &ctx).await });
         let timeout = Duration::from_millis(registered.spec.timeout_ms);
-        tokio::select! {
+        let limit = registered.spec.result_limit;
+        let mut result = tokio::select! {
             joined = &mut task => match joined {
                 Ok(Ok(output)) => ToolResult::ok(
                     call.id.clone(),
                     call.name.clone(),
-                    shape(output, registered.spec.result_limit),
+                    self.shape_output(output, limit),
                 ),
-                Ok(Err(error)) => ToolResult::error(call.id.clone(), call.name.clone(), error),
+                Ok(Err(mut error)) => {
+                    error.message = head_tail(&error.message, limit);
+                    ToolResult::error(call.id.clone(), call.name.clone(), error)
+                }
                 Err(join) => fail(ErrorKind::ExecutionFailed, panic_message(join)),
             },
             () = tokio::time::sleep(timeout) => {
@@ -227,7 +287,37 @@ impl Gateway {
                 task.abort();
                 fail(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
             }
+        };
+        for hook in self.hooks.iter().filter(|h| h.applies_to(&call.name)) {
+            if let Some(note) = hook.after(run_id, &call, &result).await {
+                annotate(&mut result, &hook.name(), &note);
+            }
         }
+        result
+    }
+
+    /// Cuts an output to `limit` characters, saying at the head how much was cut and, when
+    /// a blob sink is attached, where the whole output is kept.
+    fn shape_output(&self, output: String, limit: usize) -> String {
+        let total = output.chars().count();
+        if total <= limit {
+            return output;
+        }
+        let head: String = output.chars().take(limit).collect();
+        let kept = match self.blobs.as_ref().map(|b| b.put(&output)) {
+            Some(Ok(handle)) => format!("; the whole output is stored as {handle}"),
+            Some(Err(e)) => format!("; storing the whole output failed: {e}"),
+            None => String::new(),
+        };
+        format!("[output cut: the first {limit} of {total} characters are shown{kept}]\n{head}")
+    }
+}
+
+fn annotate(result: &mut ToolResult, hook: &str, note: &str) {
+    let line = format!("\n[note from hook {hook}: {note}]");
+    match &mut result.outcome {
+        agent_core::ToolOutcome::Output(text) => text.push_str(&line),
+        agent_core::ToolOutcome::Error(error) => error.message.push_str(&line),
     }
 }
 
@@ -242,28 +332,4 @@ fn panic_message(join: tokio::task::JoinError) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".to_owned());
     format!("the tool panicked: {text}")
-}
-
-/// Cuts an output to `limit` characters, saying at the head how much was cut.
-fn shape(output: String, limit: usize) -> String {
-    let total = output.chars().count();
-    if total <= limit {
-        return output;
-    }
-    let head: String = output.chars().take(limit).collect();
-    format!("[output cut: the first {limit} of {total} characters are shown]\n{head}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shape;
-
-    #[test]
-    fn shape_keeps_short_output_and_marks_cuts() {
-        assert_eq!(shape("abc".into(), 3), "abc");
-        assert_eq!(
-            shape("abcdef".into(), 2),
-            "[output cut: the first 2 of 6 characters are shown]\nab"
-        );
-    }
 }

@@ -15,18 +15,21 @@
 //!     ToolCall::new("c1", "read_file", json!({"path": "notes.txt"})),
 //!     ToolCall::new("c2", "read_file", json!({"path": 7})),
 //! ];
-//! let verdicts = gateway.check(&calls);
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let verdicts = rt.block_on(gateway.check("run-1", &calls));
 //! assert_eq!(verdicts[0].1, Verdict::Allow);
 //! assert!(matches!(&verdicts[1].1, Verdict::Invalid { message } if message.starts_with("/path")));
 //! ```
 
 pub mod builtin;
 mod gateway;
+mod hooks;
 mod policy;
 mod tool;
 mod workspace;
 
-pub use gateway::{DEFAULT_CONCURRENCY, Gateway, GatewayError};
-pub use policy::Policy;
+pub use gateway::{BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError};
+pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookDecision, HookEvent};
+pub use policy::{Action, Policy, Rule, RuleError};
 pub use tool::{Tool, ToolContext, Typed, TypedTool};
 pub use workspace::Workspace;

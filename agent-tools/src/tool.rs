@@ -45,6 +45,8 @@ pub trait TypedTool: Send + Sync + 'static {
     const NAME: &'static str;
     /// The tool's risk.
     const RISK: Risk;
+    /// The argument policy patterns like `tool(glob)` match on (a path or a command).
+    const MAIN_ARGUMENT: Option<&'static str> = None;
     /// What the tool does, for the model.
     fn description(&self) -> String;
     /// Adjusts the generated spec (timeouts, limits); the default keeps it.
@@ -62,12 +64,9 @@ pub struct Typed<T>(pub T);
 impl<T: TypedTool> Tool for Typed<T> {
     fn spec(&self) -> ToolSpec {
         let schema = serde_json::to_value(schemars::schema_for!(T::Args)).unwrap_or(Value::Null);
-        self.0.customize(ToolSpec::new(
-            T::NAME,
-            self.0.description(),
-            schema,
-            T::RISK,
-        ))
+        let mut spec = ToolSpec::new(T::NAME, self.0.description(), schema, T::RISK);
+        spec.main_argument = T::MAIN_ARGUMENT.map(str::to_owned);
+        self.0.customize(spec)
     }
 
     async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError> {

@@ -46,6 +46,43 @@ impl Workspace {
         self.confine(path, canonical)
     }
 
+    /// Resolves a path to write: it may not exist yet, but whatever of it exists must
+    /// resolve inside the workspace (a symlinked parent or target pointing out is refused).
+    pub fn resolve_for_write(&self, path: &str) -> Result<PathBuf, ToolError> {
+        let joined = self.join(path)?;
+        if joined == self.root {
+            return Err(escape(path, "is the workspace root itself, not a file"));
+        }
+        // The longest prefix that exists decides where the write really lands.
+        let mut existing = joined.as_path();
+        let mut rest = Vec::new();
+        loop {
+            if existing.symlink_metadata().is_ok() {
+                break;
+            }
+            match (existing.file_name(), existing.parent()) {
+                (Some(name), Some(parent)) => {
+                    rest.push(name.to_owned());
+                    existing = parent;
+                }
+                _ => return Err(escape(path, "has no existing parent")),
+            }
+        }
+        let canonical = existing.canonicalize().map_err(|e| {
+            if existing.is_symlink() {
+                // Writing would create the link's target, wherever it points.
+                escape(path, "goes through a symlink whose target does not exist")
+            } else {
+                ToolError::new(ErrorKind::ExecutionFailed, format!("{path}: {e}"))
+            }
+        })?;
+        let mut resolved = self.confine(path, canonical)?;
+        for name in rest.into_iter().rev() {
+            resolved.push(name);
+        }
+        Ok(resolved)
+    }
+
     /// The path relative to the root, for messages (`.` for the root itself).
     pub fn display(&self, path: &Path) -> String {
         match path.strip_prefix(&self.root) {

@@ -26,6 +26,7 @@ impl TypedTool for ListDir {
     type Args = ListDirArgs;
     const NAME: &'static str = "list_dir";
     const RISK: Risk = Risk::Read;
+    const MAIN_ARGUMENT: Option<&'static str> = Some("path");
 
     fn description(&self) -> String {
         "List a directory of the workspace, sorted by name; directories end with '/'.".to_owned()

@@ -1,18 +1,41 @@
-//! Built-in tools. Their names and argument names are part of the contract (§5).
+//! Built-in tools. Their names and argument names are part of the contract (§5); all paths
+//! are relative to the workspace root and confined to it.
 
+mod edit_file;
+mod glob;
+mod grep;
 mod list_dir;
 mod read_file;
+mod shell;
+mod write_file;
 
-pub use list_dir::ListDir;
-pub use read_file::ReadFile;
+pub use edit_file::{EditFile, EditFileArgs};
+pub use glob::{Glob, GlobArgs};
+pub use grep::{Grep, GrepArgs};
+pub use list_dir::{ListDir, ListDirArgs};
+pub use read_file::{ReadFile, ReadFileArgs};
+pub use shell::{Shell, ShellArgs};
+pub use write_file::{WriteFile, WriteFileArgs};
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::tool::{Tool, Typed};
 
+/// Bytes looked at to tell a binary file.
+pub(crate) const SNIFF: usize = 8_192;
+
 /// Every built-in tool of this version.
 pub fn all() -> Vec<Arc<dyn Tool>> {
-    vec![Arc::new(Typed(ReadFile)), Arc::new(Typed(ListDir))]
+    vec![
+        Arc::new(Typed(ReadFile)),
+        Arc::new(Typed(ListDir)),
+        Arc::new(Typed(Glob)),
+        Arc::new(Typed(Grep)),
+        Arc::new(Typed(WriteFile)),
+        Arc::new(Typed(EditFile)),
+        Arc::new(Typed(Shell)),
+    ]
 }
 
 fn io_error(path: &str, err: &std::io::Error) -> agent_core::ToolError {
@@ -20,4 +43,64 @@ fn io_error(path: &str, err: &std::io::Error) -> agent_core::ToolError {
         agent_core::ErrorKind::ExecutionFailed,
         format!("{path}: {err}"),
     )
+}
+
+/// Writes through a temporary file in the same directory and a rename, so a crash never
+/// leaves a half-written file.
+async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.agent-tmp"));
+    tokio::fs::write(&tmp, bytes).await?;
+    if let Err(e) = tokio::fs::rename(&tmp, path).await {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Files under `dir` (relative to it), skipping what `.gitignore` and hidden-file rules
+/// exclude; symlinks are not followed, so a walk never leaves the workspace.
+fn walk(dir: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    ignore::WalkBuilder::new(dir)
+        .follow_links(false)
+        .require_git(false)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .filter_map(move |e| e.path().strip_prefix(dir).ok().map(Path::to_path_buf))
+}
+
+/// Keeps the first third and the last two thirds of `max` characters, saying how much was
+/// cut between them: the end of a log is where the error usually is.
+pub(crate) fn head_tail(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let head_len = max / 3;
+    let tail_len = max - head_len;
+    let head: String = text.chars().take(head_len).collect();
+    let tail: String = text.chars().skip(total - tail_len).collect();
+    format!(
+        "{head}\n[... {} characters cut ...]\n{tail}",
+        total - head_len - tail_len
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_tail;
+
+    #[test]
+    fn head_tail_keeps_both_ends() {
+        assert_eq!(head_tail("short", 10), "short");
+        let text: String = ('a'..='z').collect();
+        assert_eq!(
+            head_tail(&text, 9),
+            "abc\n[... 17 characters cut ...]\nuvwxyz"
+        );
+    }
 }

@@ -3,13 +3,11 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::io_error;
+use super::{SNIFF, io_error};
 use crate::tool::{ToolContext, TypedTool};
 
 /// Lines returned when the model gives no `limit`.
 const DEFAULT_LIMIT: usize = 2_000;
-/// Bytes looked at to tell a binary file.
-const SNIFF: usize = 8_192;
 
 /// `read_file`: a text file's lines, numbered.
 pub struct ReadFile;
@@ -35,6 +33,7 @@ impl TypedTool for ReadFile {
     type Args = ReadFileArgs;
     const NAME: &'static str = "read_file";
     const RISK: Risk = Risk::Read;
+    const MAIN_ARGUMENT: Option<&'static str> = Some("path");
 
     fn description(&self) -> String {
         "Read a text file of the workspace. Returns numbered lines; use offset and limit \

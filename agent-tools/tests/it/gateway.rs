@@ -87,14 +87,19 @@ fn scheduled(id: &str, name: &str, n: i64) -> ScheduledCall {
     }
 }
 
-#[test]
-fn schema_invalid_arguments_name_the_path_and_the_problem() {
+#[tokio::test]
+async fn schema_invalid_arguments_name_the_path_and_the_problem() {
     let (_d, g) = gateway(vec![probe("echo", Behaviour::Echo)]);
-    let verdicts = g.check(&[
-        ToolCall::new("a", "echo", json!({"n": "x"})),
-        ToolCall::new("b", "echo", json!({})),
-        ToolCall::new("c", "echo", json!({"n": 3})),
-    ]);
+    let verdicts = g
+        .check(
+            "run",
+            &[
+                ToolCall::new("a", "echo", json!({"n": "x"})),
+                ToolCall::new("b", "echo", json!({})),
+                ToolCall::new("c", "echo", json!({"n": 3})),
+            ],
+        )
+        .await;
     let Verdict::Invalid { message } = &verdicts[0].1 else {
         panic!("{verdicts:?}")
     };
@@ -109,8 +114,8 @@ fn schema_invalid_arguments_name_the_path_and_the_problem() {
     assert_eq!(verdicts[2], (CallId::from("c"), Verdict::Allow));
 }
 
-#[test]
-fn default_policy_allows_reads_and_asks_for_writes() {
+#[tokio::test]
+async fn default_policy_allows_reads_and_asks_for_writes() {
     let (_d, mut g) = gateway(vec![]);
     g.register(Arc::new(Probe {
         name: "save",
@@ -119,10 +124,15 @@ fn default_policy_allows_reads_and_asks_for_writes() {
         behaviour: Behaviour::Echo,
     }))
     .unwrap();
-    let v = g.check(&[
-        ToolCall::new("r", "list_dir", json!({})),
-        ToolCall::new("w", "save", json!({"n": 1})),
-    ]);
+    let v = g
+        .check(
+            "run",
+            &[
+                ToolCall::new("r", "list_dir", json!({})),
+                ToolCall::new("w", "save", json!({"n": 1})),
+            ],
+        )
+        .await;
     assert_eq!(v[0].1, Verdict::Allow);
     assert!(matches!(&v[1].1, Verdict::Ask { why } if why.contains("write")));
 }
@@ -156,7 +166,9 @@ async fn a_group_runs_concurrently_and_results_keep_their_ids() {
         scheduled("y", "meet", 2),
         scheduled("z", "meet", 3),
     ];
-    let results = g.execute(vec![group], &CancellationToken::new()).await;
+    let results = g
+        .execute("run", vec![group], &CancellationToken::new())
+        .await;
     let got: Vec<(String, String)> = results
         .iter()
         .map(|r| (r.call_id.to_string(), r.content()))
@@ -183,7 +195,9 @@ async fn a_timeout_ends_the_call_and_keeps_its_siblings() {
     }))
     .unwrap();
     let group = vec![scheduled("h", "hang", 1), scheduled("e", "echo", 2)];
-    let results = g.execute(vec![group], &CancellationToken::new()).await;
+    let results = g
+        .execute("run", vec![group], &CancellationToken::new())
+        .await;
     assert_eq!(results[0].error_kind(), Some(ErrorKind::Timeout));
     assert!(results[0].content().contains("50 ms"));
     let ToolOutcome::Error(timeout) = &results[0].outcome else {
@@ -215,7 +229,7 @@ async fn cancel_ends_running_calls_and_starts_no_new_group() {
         vec![scheduled("e", "echo", 2)],
     ];
     let canceller = cancel.clone();
-    let (results, ()) = tokio::join!(g.execute(groups, &cancel), async move {
+    let (results, ()) = tokio::join!(g.execute("run", groups, &cancel), async move {
         tokio::task::yield_now().await;
         canceller.cancel();
     });
@@ -230,7 +244,9 @@ async fn a_panicking_tool_is_a_failed_call_not_a_crash() {
         probe("echo", Behaviour::Echo),
     ]);
     let group = vec![scheduled("b", "boom", 1), scheduled("e", "echo", 2)];
-    let results = g.execute(vec![group], &CancellationToken::new()).await;
+    let results = g
+        .execute("run", vec![group], &CancellationToken::new())
+        .await;
     assert_eq!(results[0].error_kind(), Some(ErrorKind::ExecutionFailed));
     assert!(results[0].content().contains("probe exploded"));
     assert_eq!(results[1].content(), "n=2");
@@ -246,7 +262,9 @@ async fn long_outputs_are_cut_to_the_tools_limit_with_a_marker() {
         risk: Risk::Read,
         effect_key: None,
     };
-    let results = g.execute(vec![vec![call]], &CancellationToken::new()).await;
+    let results = g
+        .execute("run", vec![vec![call]], &CancellationToken::new())
+        .await;
     let text = results[0].content();
     assert!(
         text.starts_with("[output cut: the first 50000 of 60008 characters are shown]"),

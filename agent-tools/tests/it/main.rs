@@ -4,3 +4,5 @@
 mod builtins;
 mod confinement;
 mod gateway;
+mod hooks;
+mod more_builtins;

@@ -1,0 +1,65 @@
+use agent_core::{ErrorKind, Risk, ToolError};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::walk;
+use crate::tool::{ToolContext, TypedTool};
+
+/// Paths listed at most.
+const MAX_PATHS: usize = 1_000;
+
+/// `glob`: workspace files whose path matches a pattern, respecting `.gitignore`.
+pub struct Glob;
+
+/// Arguments of `glob`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobArgs {
+    /// A glob over paths relative to the root, such as `src/**/*.rs` or `*.md`.
+    pub pattern: String,
+}
+
+#[async_trait]
+impl TypedTool for Glob {
+    type Args = GlobArgs;
+    const NAME: &'static str = "glob";
+    const RISK: Risk = Risk::Read;
+    const MAIN_ARGUMENT: Option<&'static str> = Some("pattern");
+
+    fn description(&self) -> String {
+        "Find files of the workspace whose path matches a glob (`**` crosses directories); \
+         files ignored by .gitignore are skipped. Paths are sorted."
+            .to_owned()
+    }
+
+    async fn run(&self, args: GlobArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let matcher = globset::GlobBuilder::new(&args.pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, format!("pattern: {e}")))?
+            .compile_matcher();
+        let root = ctx.workspace.root().to_path_buf();
+        let mut paths = tokio::task::spawn_blocking(move || {
+            walk(&root)
+                .filter(|rel| matcher.is_match(rel))
+                .map(|rel| rel.display().to_string())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| ToolError::new(ErrorKind::ExecutionFailed, e.to_string()))?;
+        paths.sort();
+        if paths.is_empty() {
+            return Ok(format!("no file matches {}", args.pattern));
+        }
+        let more = paths.len().saturating_sub(MAX_PATHS);
+        paths.truncate(MAX_PATHS);
+        let mut out = paths.join("\n");
+        if more > 0 {
+            out.push_str(&format!(
+                "\n({more} more paths not shown; narrow the pattern)"
+            ));
+        }
+        Ok(out)
+    }
+}

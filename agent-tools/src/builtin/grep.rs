@@ -1,0 +1,101 @@
+use std::io::BufRead;
+
+use agent_core::{ErrorKind, Risk, ToolError};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{SNIFF, walk};
+use crate::tool::{ToolContext, TypedTool};
+
+/// Matching lines listed at most.
+const MAX_MATCHES: usize = 500;
+/// Characters of one matching line shown at most.
+const MAX_LINE: usize = 300;
+
+/// `grep`: lines of workspace files matching a regular expression.
+pub struct Grep;
+
+/// Arguments of `grep`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// A regular expression (Rust `regex` syntax).
+    pub pattern: String,
+    /// File or directory to search, relative to the root (default: the whole workspace).
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+#[async_trait]
+impl TypedTool for Grep {
+    type Args = GrepArgs;
+    const NAME: &'static str = "grep";
+    const RISK: Risk = Risk::Read;
+    const MAIN_ARGUMENT: Option<&'static str> = Some("path");
+
+    fn description(&self) -> String {
+        "Search files of the workspace for a regular expression; prints path:line: text for \
+         each matching line. Respects .gitignore and skips binary files."
+            .to_owned()
+    }
+
+    async fn run(&self, args: GrepArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let regex = regex::Regex::new(&args.pattern)
+            .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, format!("pattern: {e}")))?;
+        let start = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
+        let root = ctx.workspace.root().to_path_buf();
+        let (lines, total) = tokio::task::spawn_blocking(move || search(&root, &start, &regex))
+            .await
+            .map_err(|e| ToolError::new(ErrorKind::ExecutionFailed, e.to_string()))?;
+        if lines.is_empty() {
+            return Ok(format!("no line matches {}", args.pattern));
+        }
+        let mut out = lines.join("\n");
+        if total > lines.len() {
+            out.push_str(&format!(
+                "\n({} more matching lines not shown; narrow the pattern or the path)",
+                total - lines.len()
+            ));
+        }
+        Ok(out)
+    }
+}
+
+fn search(
+    root: &std::path::Path,
+    start: &std::path::Path,
+    regex: &regex::Regex,
+) -> (Vec<String>, usize) {
+    let mut lines = Vec::new();
+    let mut total = 0;
+    let files: Vec<std::path::PathBuf> = if start.is_file() {
+        vec![start.strip_prefix(root).unwrap_or(start).to_path_buf()]
+    } else {
+        let mut files: Vec<_> = walk(start)
+            .map(|rel| start.join(rel))
+            .map(|p| p.strip_prefix(root).map(|r| r.to_path_buf()).unwrap_or(p))
+            .collect();
+        files.sort();
+        files
+    };
+    for rel in files {
+        let Ok(bytes) = std::fs::read(root.join(&rel)) else {
+            continue;
+        };
+        if bytes[..bytes.len().min(SNIFF)].contains(&0) {
+            continue;
+        }
+        for (i, line) in bytes.lines().enumerate() {
+            let Ok(line) = line else { break };
+            if regex.is_match(&line) {
+                total += 1;
+                if lines.len() < MAX_MATCHES {
+                    let shown: String = line.chars().take(MAX_LINE).collect();
+                    lines.push(format!("{}:{}: {shown}", rel.display(), i + 1));
+                }
+            }
+        }
+    }
+    (lines, total)
+}

@@ -1,0 +1,125 @@
+use std::process::Stdio;
+use std::time::Duration;
+
+use agent_core::{ErrorKind, Risk, ToolError};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::head_tail;
+use crate::tool::{ToolContext, TypedTool};
+
+/// Characters of output kept (the head and, mostly, the tail).
+const OUTPUT_CAP: usize = 30_000;
+
+/// `shell`: runs a command with `bash -c` in the workspace root.
+pub struct Shell;
+
+/// Arguments of `shell`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShellArgs {
+    /// The command line, run by `bash -c` in the workspace root.
+    pub command: String,
+    /// Time limit in milliseconds (at most the tool's own timeout).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
+}
+
+#[async_trait]
+impl TypedTool for Shell {
+    type Args = ShellArgs;
+    const NAME: &'static str = "shell";
+    const RISK: Risk = Risk::External;
+    const MAIN_ARGUMENT: Option<&'static str> = Some("command");
+
+    fn description(&self) -> String {
+        "Run a shell command (bash -c) in the workspace root. Returns the exit code, stdout \
+         and stderr; long output keeps its beginning and its end. The command and every \
+         process it starts are killed when it times out or the run is cancelled."
+            .to_owned()
+    }
+
+    async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let limit = Duration::from_millis(args.timeout_ms.unwrap_or(u64::MAX));
+        let mut command = tokio::process::Command::new("bash");
+        command
+            .arg("-c")
+            .arg(&args.command)
+            .current_dir(ctx.workspace.root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            // Its own process group, so a timeout can kill everything it started.
+            .process_group(0);
+        let child = command.spawn().map_err(|e| {
+            ToolError::new(
+                ErrorKind::ExecutionFailed,
+                format!("cannot start bash: {e}"),
+            )
+        })?;
+        // Kills the whole group however this call ends: done, timed out, cancelled, or
+        // dropped by the gateway.
+        let _group = child.id().map(ProcessGroup);
+        let output = tokio::select! {
+            output = child.wait_with_output() => output.map_err(|e| {
+                ToolError::new(ErrorKind::ExecutionFailed, format!("waiting for bash: {e}"))
+            })?,
+            () = tokio::time::sleep(limit) => {
+                return Err(ToolError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "the command did not finish within {} ms; it and the processes it \
+                         started were killed",
+                        limit.as_millis()
+                    ),
+                ));
+            }
+            () = ctx.cancel.cancelled() => {
+                return Err(ToolError::new(
+                    ErrorKind::Cancelled,
+                    "the run was cancelled; the command and its processes were killed",
+                ));
+            }
+        };
+        let code = output
+            .status
+            .code()
+            .map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
+        let mut text = format!("exit code: {code}\n");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if !stdout.is_empty() {
+            text.push_str(&format!("--- stdout ---\n{stdout}"));
+            if !stdout.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        if !stderr.is_empty() {
+            text.push_str(&format!("--- stderr ---\n{stderr}"));
+        }
+        let text = head_tail(&text, OUTPUT_CAP);
+        if output.status.success() {
+            Ok(text)
+        } else {
+            Err(ToolError::new(ErrorKind::ExecutionFailed, text))
+        }
+    }
+}
+
+/// A process group killed when dropped.
+struct ProcessGroup(u32);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0) {
+            // The group may already be gone; that is the goal.
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}

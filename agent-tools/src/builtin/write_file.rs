@@ -1,0 +1,66 @@
+use agent_core::{ErrorKind, Risk, ToolError, sha256_hex};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{io_error, write_atomically};
+use crate::tool::{ToolContext, TypedTool};
+
+/// `write_file`: creates or replaces a file, creating its parent directories.
+pub struct WriteFile;
+
+/// Arguments of `write_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileArgs {
+    /// Path relative to the workspace root.
+    pub path: String,
+    /// The whole new content of the file.
+    pub content: String,
+}
+
+#[async_trait]
+impl TypedTool for WriteFile {
+    type Args = WriteFileArgs;
+    const NAME: &'static str = "write_file";
+    const RISK: Risk = Risk::Write;
+    const MAIN_ARGUMENT: Option<&'static str> = Some("path");
+
+    fn description(&self) -> String {
+        "Create or replace a file of the workspace with the given content; parent \
+         directories are created."
+            .to_owned()
+    }
+
+    fn customize(&self, mut spec: agent_core::ToolSpec) -> agent_core::ToolSpec {
+        // Writing the same content twice leaves the same file.
+        spec.idempotent = true;
+        spec
+    }
+
+    async fn run(&self, args: WriteFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let path = ctx.workspace.resolve_for_write(&args.path)?;
+        if path.is_dir() {
+            return Err(ToolError::new(
+                ErrorKind::ExecutionFailed,
+                format!("{} is a directory", args.path),
+            ));
+        }
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| io_error(&args.path, &e))?;
+        }
+        write_atomically(&path, args.content.as_bytes())
+            .await
+            .map_err(|e| io_error(&args.path, &e))?;
+        // The receipt names the content hash, so recovery can tell whether this write
+        // landed by hashing the file.
+        Ok(format!(
+            "wrote {} bytes to {} (sha256 {})",
+            args.content.len(),
+            args.path,
+            sha256_hex(args.content.as_bytes())
+        ))
+    }
+}

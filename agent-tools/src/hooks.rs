@@ -1,0 +1,280 @@
+//! Hooks around tool calls: before a call (a gate that may allow, deny with a reason, or
+//! ask) and after it (may add a note to the result). In-process hooks implement [`Hook`];
+//! [`CommandHook`] runs an external command with the JSON shape Claude Code's hook scripts
+//! already use, so existing scripts work unchanged.
+//!
+//! External hooks fail closed: a pre-call hook that times out, crashes, exits with a code
+//! other than 0 or 2, or prints something that is not a JSON object denies the call, with a
+//! reason naming the hook.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use agent_core::{ToolCall, ToolResult};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+/// Default time an external hook may take.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a pre-call hook says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookDecision {
+    /// Nothing against it: policy decides.
+    NoObjection,
+    /// Allow it, even if policy would ask (never over a policy denial).
+    Allow,
+    /// Ask a person.
+    Ask(String),
+    /// Refuse; the model sees the reason.
+    Deny(String),
+}
+
+/// A hook around tool calls.
+#[async_trait]
+pub trait Hook: Send + Sync {
+    /// A name for messages.
+    fn name(&self) -> String;
+    /// Whether the hook applies to calls of this tool.
+    fn applies_to(&self, _tool: &str) -> bool {
+        true
+    }
+    /// Before a call whose arguments validated and that policy did not deny.
+    async fn before(&self, _run_id: &str, _call: &ToolCall) -> HookDecision {
+        HookDecision::NoObjection
+    }
+    /// After a call; a returned note is appended to the result the model sees.
+    async fn after(&self, _run_id: &str, _call: &ToolCall, _result: &ToolResult) -> Option<String> {
+        None
+    }
+}
+
+/// When a command hook runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookEvent {
+    /// Before the call (`PreToolUse`).
+    PreToolUse,
+    /// After the call (`PostToolUse`).
+    PostToolUse,
+}
+
+impl HookEvent {
+    fn name(self) -> &'static str {
+        match self {
+            HookEvent::PreToolUse => "PreToolUse",
+            HookEvent::PostToolUse => "PostToolUse",
+        }
+    }
+}
+
+/// An external hook: `bash -c COMMAND` gets one JSON object on stdin and answers with its
+/// exit code (0 allow, 2 deny with stderr as the reason) or a JSON object on stdout with
+/// `permissionDecision` (`allow`/`deny`/`ask`) and `permissionDecisionReason` (at the top
+/// level or under `hookSpecificOutput`). A post hook may answer `additionalContext`.
+#[derive(Clone, Debug)]
+pub struct CommandHook {
+    /// When it runs.
+    pub event: HookEvent,
+    /// The command line.
+    pub command: String,
+    /// Tool names it applies to (a regular expression matched against the whole name);
+    /// `None` applies to every tool.
+    pub matcher: Option<regex::Regex>,
+    /// Longest time it may take.
+    pub timeout: Duration,
+    /// The directory it runs in (the workspace root).
+    pub cwd: PathBuf,
+}
+
+/// The answer of a command, before interpretation.
+enum Answer {
+    Exited {
+        code: Option<i32>,
+        stdout: String,
+        stderr: String,
+    },
+    Failed(String),
+}
+
+impl CommandHook {
+    /// A hook with the default timeout that applies to tools matching `matcher` (all when
+    /// empty or `*`).
+    pub fn new(
+        event: HookEvent,
+        command: impl Into<String>,
+        matcher: Option<&str>,
+        cwd: impl Into<PathBuf>,
+    ) -> Result<CommandHook, regex::Error> {
+        let matcher = match matcher.map(str::trim) {
+            None | Some("" | "*") => None,
+            Some(m) => Some(regex::Regex::new(&format!("^(?:{m})$"))?),
+        };
+        Ok(CommandHook {
+            event,
+            command: command.into(),
+            matcher,
+            timeout: DEFAULT_HOOK_TIMEOUT,
+            cwd: cwd.into(),
+        })
+    }
+
+    async fn ask(&self, input: Value) -> Answer {
+        let mut child = match tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(&self.command)
+            .current_dir(&self.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => return Answer::Failed(format!("could not start: {e}")),
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            // A hook that does not read its input is its own business.
+            let _ = stdin.write_all(input.to_string().as_bytes()).await;
+        }
+        match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Err(_) => Answer::Failed(format!("timed out after {} ms", self.timeout.as_millis())),
+            Ok(Err(e)) => Answer::Failed(e.to_string()),
+            Ok(Ok(out)) => Answer::Exited {
+                code: out.status.code(),
+                stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            },
+        }
+    }
+
+    fn input(&self, run_id: &str, call: &ToolCall, result: Option<&ToolResult>) -> Value {
+        let mut input = json!({
+            "hook_event_name": self.event.name(),
+            "session_id": run_id,
+            "cwd": self.cwd.display().to_string(),
+            "tool_name": call.name,
+            "tool_input": call.arguments,
+            "tool_use_id": call.id,
+        });
+        if let Some(result) = result {
+            input["tool_response"] = serde_json::to_value(result).unwrap_or(Value::Null);
+        }
+        input
+    }
+}
+
+/// Finds `key` at the top level of a hook's answer or under `hookSpecificOutput`.
+fn field<'a>(answer: &'a Value, key: &str) -> Option<&'a str> {
+    answer
+        .get(key)
+        .or_else(|| answer.get("hookSpecificOutput").and_then(|h| h.get(key)))
+        .and_then(Value::as_str)
+}
+
+#[async_trait]
+impl Hook for CommandHook {
+    fn name(&self) -> String {
+        format!("`{}`", self.command)
+    }
+
+    fn applies_to(&self, tool: &str) -> bool {
+        self.matcher.as_ref().is_none_or(|m| m.is_match(tool))
+    }
+
+    async fn before(&self, run_id: &str, call: &ToolCall) -> HookDecision {
+        if self.event != HookEvent::PreToolUse {
+            return HookDecision::NoObjection;
+        }
+        let name = self.name();
+        match self.ask(self.input(run_id, call, None)).await {
+            Answer::Failed(why) => HookDecision::Deny(format!("hook {name} {why}")),
+            Answer::Exited {
+                code: Some(2),
+                stderr,
+                ..
+            } => HookDecision::Deny(if stderr.is_empty() {
+                format!("hook {name} denied the call")
+            } else {
+                stderr
+            }),
+            Answer::Exited {
+                code: Some(0),
+                stdout,
+                ..
+            } if stdout.is_empty() => HookDecision::NoObjection,
+            Answer::Exited {
+                code: Some(0),
+                stdout,
+                ..
+            } => {
+                let Ok(answer) = serde_json::from_str::<Value>(&stdout) else {
+                    return HookDecision::Deny(format!(
+                        "hook {name} printed something that is not JSON: {}",
+                        stdout.chars().take(200).collect::<String>()
+                    ));
+                };
+                if !answer.is_object() {
+                    return HookDecision::Deny(format!(
+                        "hook {name} printed JSON that is not an object"
+                    ));
+                }
+                let reason = field(&answer, "permissionDecisionReason")
+                    .unwrap_or_default()
+                    .to_owned();
+                match field(&answer, "permissionDecision") {
+                    None => HookDecision::NoObjection,
+                    Some("allow") => HookDecision::Allow,
+                    Some("ask") => HookDecision::Ask(if reason.is_empty() {
+                        format!("hook {name} asks")
+                    } else {
+                        reason
+                    }),
+                    Some("deny") => HookDecision::Deny(if reason.is_empty() {
+                        format!("hook {name} denied the call")
+                    } else {
+                        reason
+                    }),
+                    Some(other) => HookDecision::Deny(format!(
+                        "hook {name} answered permissionDecision {other:?}; expected allow, deny or ask"
+                    )),
+                }
+            }
+            Answer::Exited { code, stderr, .. } => HookDecision::Deny(format!(
+                "hook {name} failed ({}){}",
+                code.map_or_else(
+                    || "killed by a signal".to_owned(),
+                    |c| format!("exit code {c}")
+                ),
+                if stderr.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {stderr}")
+                }
+            )),
+        }
+    }
+
+    async fn after(&self, run_id: &str, call: &ToolCall, result: &ToolResult) -> Option<String> {
+        if self.event != HookEvent::PostToolUse {
+            return None;
+        }
+        let name = self.name();
+        match self.ask(self.input(run_id, call, Some(result))).await {
+            Answer::Failed(why) => Some(format!("post hook {name} {why}")),
+            Answer::Exited {
+                code: Some(0),
+                stdout,
+                ..
+            } => {
+                let answer: Value = serde_json::from_str(&stdout).ok()?;
+                field(&answer, "additionalContext").map(str::to_owned)
+            }
+            Answer::Exited { code, stderr, .. } => Some(format!(
+                "post hook {name} failed (exit code {}): {stderr}",
+                code.map_or_else(|| "none".to_owned(), |c| c.to_string())
+            )),
+        }
+    }
+}

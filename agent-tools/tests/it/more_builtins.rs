@@ -1,0 +1,310 @@
+//! write_file, edit_file, glob, grep and shell on real directories and processes.
+
+use agent_core::{ErrorKind, sha256_hex};
+use agent_tools::Typed;
+use agent_tools::builtin::{EditFile, Glob, Grep, Shell, WriteFile};
+use serde_json::json;
+
+use crate::builtins::call;
+
+#[tokio::test]
+async fn write_file_creates_parents_and_reports_the_content_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = call(
+        &Typed(WriteFile),
+        dir.path(),
+        json!({"path": "a/b/c.txt", "content": "hi\n"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),
+        "hi\n"
+    );
+    assert!(out.contains(&sha256_hex(b"hi\n")), "{out}");
+    // Replacing leaves no temporary file behind.
+    call(
+        &Typed(WriteFile),
+        dir.path(),
+        json!({"path": "a/b/c.txt", "content": "bye"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),
+        "bye"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("a/b")).unwrap().count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn writes_are_confined_by_every_route() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir(outer.path().join("elsewhere")).unwrap();
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(outer.path().join("elsewhere"), root.join("out")).unwrap();
+        std::os::unix::fs::symlink(outer.path().join("target.txt"), root.join("dangling.txt"))
+            .unwrap();
+    }
+    let escapes = [
+        "../x.txt".to_owned(),
+        "a/../../x.txt".to_owned(),
+        outer.path().join("x.txt").display().to_string(),
+        "out/x.txt".to_owned(),
+        "out/new/dir/x.txt".to_owned(),
+        "dangling.txt".to_owned(),
+    ];
+    for path in escapes {
+        let err = call(
+            &Typed(WriteFile),
+            &root,
+            json!({"path": path, "content": "x"}),
+        )
+        .await
+        .expect_err(&path);
+        assert_eq!(err.kind, ErrorKind::Denied, "{path}: {err}");
+        let err = call(
+            &Typed(EditFile),
+            &root,
+            json!({"path": path, "old": "a", "new": "b"}),
+        )
+        .await
+        .expect_err(&path);
+        assert!(
+            matches!(err.kind, ErrorKind::Denied | ErrorKind::ExecutionFailed),
+            "{path}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(outer.path().join("elsewhere"))
+            .unwrap()
+            .count(),
+        0
+    );
+    assert!(!outer.path().join("x.txt").exists() && !outer.path().join("target.txt").exists());
+}
+
+#[tokio::test]
+async fn edit_file_replaces_one_unique_occurrence_or_says_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f.rs"), "fn a() {}\nfn b() {}\nfn a() {}\n").unwrap();
+    let edit = |old: &str, new: &str| {
+        let root = dir.path().to_path_buf();
+        let args = json!({"path": "f.rs", "old": old, "new": new});
+        async move { call(&Typed(EditFile), &root, args).await }
+    };
+    let err = edit("fn a() {}", "x").await.unwrap_err();
+    assert!(err.message.contains("occurs 2 times"), "{err}");
+    let err = edit("fn zz", "x").await.unwrap_err();
+    assert!(err.message.contains("not found"), "{err}");
+    let err = edit("", "x").await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidArguments);
+    let ok = edit("fn b() {}", "fn b() { 1 }").await.unwrap();
+    assert!(ok.contains("line 2"), "{ok}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("f.rs")).unwrap(),
+        "fn a() {}\nfn b() { 1 }\nfn a() {}\n"
+    );
+}
+
+fn tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir_all(p.join("src/deep")).unwrap();
+    std::fs::create_dir_all(p.join("target")).unwrap();
+    std::fs::write(p.join(".gitignore"), "target/\n").unwrap();
+    std::fs::write(p.join("src/lib.rs"), "pub fn answer() -> u32 { 42 }\n").unwrap();
+    std::fs::write(
+        p.join("src/deep/mod.rs"),
+        "// TODO: answer again\nfn x() {}\n",
+    )
+    .unwrap();
+    std::fs::write(p.join("target/out.rs"), "fn answer() {}\n").unwrap();
+    std::fs::write(p.join("README.md"), "The answer is here.\n").unwrap();
+    std::fs::write(p.join("blob.bin"), [b'a', 0, b'n', b's']).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn glob_matches_paths_and_respects_gitignore() {
+    let dir = tree();
+    let out = call(&Typed(Glob), dir.path(), json!({"pattern": "**/*.rs"}))
+        .await
+        .unwrap();
+    assert_eq!(out, "src/deep/mod.rs\nsrc/lib.rs");
+    let out = call(&Typed(Glob), dir.path(), json!({"pattern": "src/*.rs"}))
+        .await
+        .unwrap();
+    assert_eq!(out, "src/lib.rs", "* stays within a directory");
+    let out = call(&Typed(Glob), dir.path(), json!({"pattern": "*.nothing"}))
+        .await
+        .unwrap();
+    assert!(out.starts_with("no file matches"));
+    let err = call(&Typed(Glob), dir.path(), json!({"pattern": "[z-a]"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidArguments);
+}
+
+#[tokio::test]
+async fn grep_finds_lines_skips_ignored_and_binary_files() {
+    let dir = tree();
+    let out = call(&Typed(Grep), dir.path(), json!({"pattern": "answer"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        "README.md:1: The answer is here.\nsrc/deep/mod.rs:1: // TODO: answer again\nsrc/lib.rs:1: pub fn answer() -> u32 { 42 }"
+    );
+    let out = call(
+        &Typed(Grep),
+        dir.path(),
+        json!({"pattern": "fn \\w+", "path": "src/deep"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, "src/deep/mod.rs:2: fn x() {}");
+    let err = call(&Typed(Grep), dir.path(), json!({"pattern": "("}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidArguments);
+    let err = call(
+        &Typed(Grep),
+        dir.path(),
+        json!({"pattern": "x", "path": "../"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Denied);
+}
+
+#[tokio::test]
+async fn shell_runs_in_the_workspace_and_reports_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("here.txt"), "").unwrap();
+    let out = call(
+        &Typed(Shell),
+        dir.path(),
+        json!({"command": "ls; echo oops >&2"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out,
+        "exit code: 0\n--- stdout ---\nhere.txt\n--- stderr ---\noops\n"
+    );
+    let err = call(
+        &Typed(Shell),
+        dir.path(),
+        json!({"command": "echo failing; exit 3"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ExecutionFailed);
+    assert!(
+        err.message
+            .starts_with("exit code: 3\n--- stdout ---\nfailing"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn shell_output_keeps_its_head_and_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = call(
+        &Typed(Shell),
+        dir.path(),
+        json!({"command": "echo FIRST; for i in $(seq 1 20000); do echo line $i; done; echo LAST"}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.contains("FIRST") && out.ends_with("LAST\n"),
+        "{}",
+        &out[out.len() - 50..]
+    );
+    assert!(out.contains("characters cut"));
+    assert!(out.chars().count() < 30_200);
+}
+
+/// Whether a process is gone (or only a zombie waiting to be reaped).
+#[cfg(target_os = "linux")]
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Polls until `pid` is gone; a bound, not a wait for a fixed time.
+#[cfg(target_os = "linux")]
+fn eventually_gone(pid: &str) -> bool {
+    for _ in 0..500 {
+        if gone(pid) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_timeout_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = call(
+        &Typed(Shell),
+        dir.path(),
+        json!({"command": "sleep 300 & echo $! > child.pid; wait", "timeout_ms": 300}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout);
+    let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
+    assert!(
+        eventually_gone(pid.trim()),
+        "the background sleep {pid} survived"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn cancel_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = crate::builtins::ctx(dir.path());
+    let cancel = ctx.cancel.clone();
+    let root = dir.path().to_path_buf();
+    let tool = Typed(Shell);
+    let run = agent_tools::Tool::call(
+        &tool,
+        json!({"command": "sleep 300 & echo $! > child.pid; wait"}),
+        &ctx,
+    );
+    let watcher = async move {
+        // Cancel once the child has written its pid.
+        let pid_file = root.join("child.pid");
+        loop {
+            if std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n')) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        cancel.cancel();
+    };
+    let (result, ()) = tokio::join!(run, watcher);
+    assert_eq!(result.unwrap_err().kind, ErrorKind::Cancelled);
+    let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
+    assert!(
+        eventually_gone(pid.trim()),
+        "the background sleep {pid} survived"
+    );
+}
