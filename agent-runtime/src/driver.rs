@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
 use agent_core::{
-    Budget, Command, Entry, Input, InputError, Machine, Manifest, Outcome, RunConfig, RunState,
+    Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, RunConfig, RunState,
     ScheduledCall, ToolSpec, canonical_json, sha256_hex,
 };
 use agent_providers::{Model, ModelRequest};
@@ -68,6 +68,9 @@ pub enum RuntimeError {
     /// The machine refused an input: a bug in the runtime.
     #[error("internal error: {0}")]
     Protocol(#[from] InputError),
+    /// What the caller asked does not fit the run (not paused, call not pending, ...).
+    #[error("{0}")]
+    Refused(String),
     /// A blocking store task died.
     #[error("internal error: the store task failed: {0}")]
     Join(String),
@@ -161,19 +164,88 @@ impl Runtime {
         run_id: &str,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        let (machine, log) = self.load(run_id).await?;
+        self.drive(run_id.to_owned(), machine, log, cancel).await
+    }
+
+    /// Approves pending calls of a paused run (all of them when `call_ids` is empty), then
+    /// continues it.
+    pub async fn approve(
+        &self,
+        run_id: &str,
+        call_ids: Vec<CallId>,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        self.settle(run_id, Input::ApprovalGranted { call_ids }, cancel)
+            .await
+    }
+
+    /// Denies pending calls of a paused run (all of them when `call_ids` is empty); the
+    /// model is told the reason, then the run continues.
+    pub async fn deny(
+        &self,
+        run_id: &str,
+        call_ids: Vec<CallId>,
+        reason: String,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        self.settle(run_id, Input::ApprovalDenied { call_ids, reason }, cancel)
+            .await
+    }
+
+    async fn settle(
+        &self,
+        run_id: &str,
+        input: Input,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        let (mut machine, log) = self.load(run_id).await?;
+        match machine.poll_command() {
+            Some(Command::AwaitApproval { .. }) => {}
+            _ => {
+                let status = match machine.state().outcome() {
+                    Some(o) => format!("{} ({})", o.reason.class().as_str(), o.reason),
+                    None => "running".to_owned(),
+                };
+                return Err(RuntimeError::Refused(format!(
+                    "run {run_id} is not waiting for approval; it is {status}"
+                )));
+            }
+        }
+        machine.handle(input).map_err(|e| match e {
+            InputError::NotPending(id) => {
+                let pending = machine
+                    .outcome()
+                    .map(|o| {
+                        o.pending
+                            .iter()
+                            .map(|p| p.call_id.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default();
+                RuntimeError::Refused(format!(
+                    "call {id} is not pending in run {run_id}; pending: {pending}"
+                ))
+            }
+            other => RuntimeError::Protocol(other),
+        })?;
+        self.drive(run_id.to_owned(), machine, log, cancel).await
+    }
+
+    async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
         let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
         let log = tokio::task::spawn_blocking(move || store.load(&id))
             .await
             .map_err(|e| RuntimeError::Join(e.to_string()))??;
-        let machine =
-            Machine::resume(self.gateway.specs(), &log, self.clock.now_ms()).map_err(|e| {
-                RuntimeError::Damaged {
-                    run_id: run_id.to_owned(),
-                    message: e.to_string(),
-                }
-            })?;
-        self.drive(run_id.to_owned(), machine, log, cancel).await
+        let machine = Machine::resume(self.gateway.specs(), &log, self.clock.now_ms()).map_err(
+            |e| RuntimeError::Damaged {
+                run_id: run_id.to_owned(),
+                message: e.to_string(),
+            },
+        )?;
+        Ok((machine, log))
     }
 
     async fn drive(

@@ -25,11 +25,13 @@ pub mod builtin;
 mod gateway;
 mod hooks;
 mod policy;
+mod schema;
 mod tool;
 mod workspace;
 
 pub use gateway::{BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError};
 pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError};
+pub use schema::provider_schema;
 pub use tool::{Tool, ToolContext, Typed, TypedTool};
 pub use workspace::Workspace;
