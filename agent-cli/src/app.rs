@@ -1,17 +1,20 @@
 //! The commands.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
-use agent_core::{Budget, Event};
+use agent_core::{Budget, CallId, Event};
 use agent_providers::{Model, ModelSpec, ScriptModel};
 use agent_runtime::{CancellationToken, EventSink, Report, RunRequest, Runtime, RuntimeError};
 use agent_store::{SledStore, Store, StoreError};
-use agent_tools::{Gateway, Workspace};
+use agent_tools::mcp::{self, McpConfig};
+use agent_tools::{Action, CommandHook, Gateway, HookEvent, Policy, Workspace};
 
-use crate::args::{Cli, Commands, RunArgs};
+use crate::args::{Cli, Commands, RunArgs, Setup};
+use crate::config::{self, Config, HookConfig};
 use crate::exit::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code};
 use crate::render;
 
@@ -37,8 +40,9 @@ impl From<StoreError> for Failure {
 impl From<RuntimeError> for Failure {
     fn from(e: RuntimeError) -> Self {
         match e {
-            RuntimeError::Store(e) => usage(e),
-            RuntimeError::Damaged { .. } => usage(e),
+            RuntimeError::Store(_) | RuntimeError::Damaged { .. } | RuntimeError::Refused(_) => {
+                usage(e)
+            }
             other => Failure {
                 code: EXIT_FAILED,
                 message: other.to_string(),
@@ -58,18 +62,92 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
+/// The settings file, with relative paths in it taken from its own directory.
+struct Settings {
+    config: Config,
+    base: PathBuf,
+}
+
+impl Settings {
+    fn load(explicit: Option<&Path>) -> Result<Settings, Failure> {
+        Ok(match config::load(explicit).map_err(usage)? {
+            Some((path, config)) => Settings {
+                config,
+                base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            },
+            None => Settings {
+                config: Config::default(),
+                base: PathBuf::new(),
+            },
+        })
+    }
+
+    fn path(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() || self.base.as_os_str().is_empty() {
+            p.to_path_buf()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    fn store(&self, flag: Option<&Path>) -> PathBuf {
+        match (flag, &self.config.store) {
+            (Some(dir), _) => dir.to_path_buf(),
+            (None, Some(dir)) => self.path(dir),
+            (None, None) => PathBuf::from(".agent"),
+        }
+    }
+
+    fn model(&self, flag: Option<&str>) -> Option<String> {
+        if let Some(m) = flag {
+            return Some(m.to_owned());
+        }
+        let m = self.config.model.as_deref()?;
+        Some(match m.strip_prefix("script:") {
+            Some(path) => format!("script:{}", self.path(Path::new(path)).display()),
+            None => m.to_owned(),
+        })
+    }
+}
+
 fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let json = cli.json;
+    let settings = Settings::load(cli.config.as_deref())?;
+    let store = settings.store(cli.store.as_deref());
     match cli.command {
-        Commands::Run(args) => run(&cli.store, json, args),
-        Commands::Resume {
+        Commands::Run(args) => run(&settings, &store, json, args),
+        Commands::Resume { run, setup } => {
+            drive_existing(&settings, &store, json, &run, &setup, Resume::Continue)
+        }
+        Commands::Approve { run, calls, setup } => {
+            let calls = calls.into_iter().map(CallId::from).collect();
+            drive_existing(
+                &settings,
+                &store,
+                json,
+                &run,
+                &setup,
+                Resume::Approve(calls),
+            )
+        }
+        Commands::Deny {
             run,
-            model,
-            workspace,
-            events,
-        } => resume(&cli.store, json, &run, model.as_deref(), &workspace, events),
-        Commands::Runs => runs(&cli.store, json),
-        Commands::Show { run } => show(&cli.store, json, &run),
+            calls,
+            reason,
+            setup,
+        } => {
+            let calls = calls.into_iter().map(CallId::from).collect();
+            drive_existing(
+                &settings,
+                &store,
+                json,
+                &run,
+                &setup,
+                Resume::Deny(calls, reason),
+            )
+        }
+        Commands::Runs => runs(&store, json),
+        Commands::Show { run } => show(&store, json, &run),
     }
 }
 
@@ -79,27 +157,92 @@ fn load_model(text: &str) -> Result<Arc<dyn Model>, Failure> {
     }
 }
 
-fn workspace(dir: &Path) -> Result<Gateway, Failure> {
-    let ws =
-        Workspace::new(dir).map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
-    Gateway::with_builtins(ws).map_err(|e| Failure {
-        code: EXIT_FAILED,
-        message: e.to_string(),
-    })
+fn hook(event: HookEvent, h: &HookConfig, cwd: &Path) -> Result<CommandHook, Failure> {
+    let mut hook = CommandHook::new(event, h.command.clone(), h.matcher.as_deref(), cwd)
+        .map_err(|e| usage(format!("hook {:?}: matcher: {e}", h.command)))?;
+    if let Some(secs) = h.timeout_secs {
+        if !(secs.is_finite() && secs > 0.0) {
+            return Err(usage(format!(
+                "hook {:?}: timeout_secs must be a positive number",
+                h.command
+            )));
+        }
+        hook.timeout = Duration::from_secs_f64(secs);
+    }
+    Ok(hook)
 }
 
-fn budget(args: &RunArgs) -> Result<Budget, Failure> {
+/// The gateway: built-in tools confined to the workspace, policy from the settings file and
+/// the flags, hooks from the settings file, and the tools of the MCP servers (started on
+/// `rt`).
+fn gateway(
+    settings: &Settings,
+    setup: &Setup,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Gateway, Failure> {
+    let dir = match (&setup.workspace, &settings.config.workspace) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(dir)) => settings.path(dir),
+        (None, None) => PathBuf::from("."),
+    };
+    let ws =
+        Workspace::new(&dir).map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
+    let root = ws.root().to_path_buf();
+    let mut policy = Policy::new();
+    let p = &settings.config.policy;
+    let rules = [
+        (Action::Allow, &p.allow),
+        (Action::Ask, &p.ask),
+        (Action::Deny, &p.deny),
+        (Action::Allow, &setup.allow),
+        (Action::Ask, &setup.ask),
+        (Action::Deny, &setup.deny),
+    ];
+    for (action, texts) in rules {
+        for text in texts {
+            policy.add(action, text).map_err(usage)?;
+        }
+    }
+    let mut gateway = Gateway::with_builtins(ws)
+        .map_err(|e| Failure {
+            code: EXIT_FAILED,
+            message: e.to_string(),
+        })?
+        .with_policy(policy);
+    let hooks = &settings.config.hooks;
+    for h in &hooks.pre_tool_use {
+        gateway = gateway.with_hook(Arc::new(hook(HookEvent::PreToolUse, h, &root)?));
+    }
+    for h in &hooks.post_tool_use {
+        gateway = gateway.with_hook(Arc::new(hook(HookEvent::PostToolUse, h, &root)?));
+    }
+    let mcp = match (&setup.mcp_config, &settings.config.mcp_config) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(path)) => Some(settings.path(path)),
+        (None, None) => Some(root.join(".mcp.json")).filter(|p| p.is_file()),
+    };
+    if let Some(path) = mcp {
+        let config = McpConfig::from_path(&path).map_err(usage)?;
+        for tool in rt.block_on(mcp::connect(&config, &root)).map_err(usage)? {
+            gateway.register(tool).map_err(usage)?;
+        }
+    }
+    Ok(gateway)
+}
+
+fn budget(settings: &Settings, args: &RunArgs) -> Result<Budget, Failure> {
+    let c = &settings.config;
     let mut budget = Budget::default();
-    if let Some(n) = args.max_steps {
+    if let Some(n) = args.max_steps.or(c.max_steps) {
         if n == 0 {
             return Err(usage("--max-steps must be at least 1"));
         }
         budget.max_steps = n;
     }
-    if let Some(n) = args.max_tool_calls {
+    if let Some(n) = args.max_tool_calls.or(c.max_tool_calls) {
         budget.max_tool_calls = n;
     }
-    if let Some(secs) = args.timeout {
+    if let Some(secs) = args.timeout.or(c.timeout) {
         if !(secs.is_finite() && secs > 0.0) {
             return Err(usage(format!(
                 "--timeout {secs}: give a positive number of seconds"
@@ -142,40 +285,57 @@ fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
     cancel
 }
 
-fn run(store_dir: &Path, json: bool, args: RunArgs) -> Result<u8, Failure> {
+fn runtime(model: Arc<dyn Model>, gateway: Gateway, store: SledStore, events: bool) -> Runtime {
+    let store: Arc<dyn Store> = Arc::new(store);
+    let runtime = Runtime::new(model, Arc::new(gateway), store);
+    if events {
+        runtime.with_event_sink(event_printer())
+    } else {
+        runtime
+    }
+}
+
+fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Result<u8, Failure> {
     // Everything that can be wrong with the input is checked before anything is written.
     if args.goal.trim().is_empty() {
         return Err(usage(
             "the goal is empty; say what the agent should achieve",
         ));
     }
-    let model = load_model(&args.model)?;
-    let gateway = workspace(&args.workspace)?;
-    let budget = budget(&args)?;
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(store_dir)?);
-    let mut runtime = Runtime::new(model, Arc::new(gateway), store);
-    if args.events {
-        runtime = runtime.with_event_sink(event_printer());
-    }
+    let model = settings.model(args.setup.model.as_deref()).ok_or_else(|| {
+        usage("no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in agent.toml")
+    })?;
+    let model = load_model(&model)?;
+    let budget = budget(settings, &args)?;
     let rt = tokio()?;
+    let gateway = gateway(settings, &args.setup, &rt)?;
+    let store = SledStore::open(store_dir)?;
+    let runtime = runtime(model, gateway, store, args.setup.events);
     let cancel = cancel_on_ctrl_c(&rt);
     let run_id = ulid::Ulid::generate().to_string();
     let report = rt.block_on(runtime.start(RunRequest::new(run_id, args.goal, budget), cancel))?;
     Ok(finish(&report, json))
 }
 
-fn resume(
+/// What to do with an existing run.
+enum Resume {
+    Continue,
+    Approve(Vec<CallId>),
+    Deny(Vec<CallId>, String),
+}
+
+fn drive_existing(
+    settings: &Settings,
     store_dir: &Path,
     json: bool,
     run_id: &str,
-    model: Option<&str>,
-    dir: &Path,
-    events: bool,
+    setup: &Setup,
+    what: Resume,
 ) -> Result<u8, Failure> {
     let store = open_existing(store_dir)?;
     let log = store.load(run_id)?;
-    let model = match model {
-        Some(text) => load_model(text)?,
+    let model = match settings.model(setup.model.as_deref()) {
+        Some(text) => load_model(&text)?,
         None => {
             let Some(Event::RunStarted { manifest, .. }) = log.first().map(|e| &e.event) else {
                 return Err(usage(format!("run {run_id} has no start event")));
@@ -189,15 +349,17 @@ fn resume(
             load_model(&format!("script:{}", manifest.model))?
         }
     };
-    let gateway = workspace(dir)?;
-    let store: Arc<dyn Store> = Arc::new(store);
-    let mut runtime = Runtime::new(model, Arc::new(gateway), store);
-    if events {
-        runtime = runtime.with_event_sink(event_printer());
-    }
     let rt = tokio()?;
+    let gateway = gateway(settings, setup, &rt)?;
+    let runtime = runtime(model, gateway, store, setup.events);
     let cancel = cancel_on_ctrl_c(&rt);
-    let report = rt.block_on(runtime.resume(run_id, cancel))?;
+    let report = rt.block_on(async {
+        match what {
+            Resume::Continue => runtime.resume(run_id, cancel).await,
+            Resume::Approve(calls) => runtime.approve(run_id, calls, cancel).await,
+            Resume::Deny(calls, reason) => runtime.deny(run_id, calls, reason, cancel).await,
+        }
+    })?;
     Ok(finish(&report, json))
 }
 
@@ -227,7 +389,6 @@ fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {
         Some(store) => store.runs()?,
         None => Vec::new(),
     };
-    // Run ids are ULIDs: by id is by start time.
     runs.sort_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)));
     if json {
         println!("{}", serde_json::to_string(&runs).unwrap_or_default());

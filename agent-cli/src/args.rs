@@ -2,15 +2,19 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 /// Run LLM agents in a durable, budgeted control loop.
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, about, long_about = None)]
 pub struct Cli {
     /// Where runs are stored.
-    #[arg(long, global = true, default_value = ".agent", value_name = "DIR")]
-    pub store: PathBuf,
+    #[arg(long, global = true, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+
+    /// Settings file (default: ./agent.toml when it exists).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
 
     /// Print one JSON object (or array) instead of text.
     #[arg(long, global = true)]
@@ -30,15 +34,34 @@ pub enum Commands {
     Resume {
         /// The run id.
         run: String,
-        /// The model to continue with (default: the run's own script model).
-        #[arg(long, value_name = "PROVIDER:MODEL")]
-        model: Option<String>,
-        /// Root the file tools are confined to.
-        #[arg(long, default_value = ".", value_name = "DIR")]
-        workspace: PathBuf,
-        /// Print each committed event as a JSON line while running.
-        #[arg(long)]
-        events: bool,
+        /// Model, tools and policy.
+        #[command(flatten)]
+        setup: Setup,
+    },
+    /// Approve the pending call(s) of a paused run, then continue it.
+    Approve {
+        /// The run id.
+        run: String,
+        /// Approve only this call (repeatable); default: every pending call.
+        #[arg(long = "call", value_name = "ID")]
+        calls: Vec<String>,
+        /// Model, tools and policy.
+        #[command(flatten)]
+        setup: Setup,
+    },
+    /// Deny the pending call(s) of a paused run; the model is told, then the run continues.
+    Deny {
+        /// The run id.
+        run: String,
+        /// Deny only this call (repeatable); default: every pending call.
+        #[arg(long = "call", value_name = "ID")]
+        calls: Vec<String>,
+        /// Why, shown to the model.
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// Model, tools and policy.
+        #[command(flatten)]
+        setup: Setup,
     },
     /// List runs: id, status, reason, steps, started.
     Runs,
@@ -49,17 +72,40 @@ pub enum Commands {
     },
 }
 
+/// What every command that drives a run needs: model, workspace, policy, MCP servers.
+#[derive(Debug, Args)]
+pub struct Setup {
+    /// The model: script:PATH (offline). Resuming a script run defaults to its script.
+    #[arg(long, value_name = "PROVIDER:MODEL")]
+    pub model: Option<String>,
+    /// Root the file and shell tools are confined to (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Allow calls matching TOOL or TOOL(PATTERN) without asking (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub allow: Vec<String>,
+    /// Ask a person before calls matching the pattern (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub ask: Vec<String>,
+    /// Deny calls matching the pattern; the model is told why (repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub deny: Vec<String>,
+    /// MCP servers, as {"mcpServers": {...}} JSON (default: .mcp.json in the workspace).
+    #[arg(long, value_name = "PATH")]
+    pub mcp_config: Option<PathBuf>,
+    /// Print each committed event as a JSON line while running.
+    #[arg(long)]
+    pub events: bool,
+}
+
 /// Options of `agent run`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Args)]
 pub struct RunArgs {
     /// What the agent should achieve.
     pub goal: String,
-    /// The model: script:PATH (offline); openai:, anthropic:, openai-compat: come later.
-    #[arg(long, value_name = "PROVIDER:MODEL")]
-    pub model: String,
-    /// Root the file tools are confined to.
-    #[arg(long, default_value = ".", value_name = "DIR")]
-    pub workspace: PathBuf,
+    /// Model, tools and policy.
+    #[command(flatten)]
+    pub setup: Setup,
     /// Model calls allowed (default 32).
     #[arg(long, value_name = "N")]
     pub max_steps: Option<u32>,
@@ -69,7 +115,4 @@ pub struct RunArgs {
     /// Wall-clock budget in seconds.
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
-    /// Print each committed event as a JSON line while running.
-    #[arg(long)]
-    pub events: bool,
 }

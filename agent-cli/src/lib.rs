@@ -6,6 +6,7 @@
 
 mod app;
 mod args;
+mod config;
 mod exit;
 mod render;
 

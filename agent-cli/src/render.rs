@@ -55,6 +55,13 @@ pub fn outcome_text(report: &Report) -> String {
             p.why
         );
     }
+    if !o.pending.is_empty() {
+        let _ = write!(
+            out,
+            "\n  approve with `agent approve {id}` or deny with `agent deny {id} --reason TEXT`",
+            id = report.run_id
+        );
+    }
     out
 }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
 use agent_core::{
-    Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, RunConfig, RunState,
-    ScheduledCall, ToolSpec, canonical_json, sha256_hex,
+    Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, RunConfig,
+    RunState, ScheduledCall, ToolSpec, canonical_json, sha256_hex,
 };
 use agent_providers::{Model, ModelRequest};
 use agent_store::{Store, StoreError};
@@ -239,12 +239,13 @@ impl Runtime {
         let log = tokio::task::spawn_blocking(move || store.load(&id))
             .await
             .map_err(|e| RuntimeError::Join(e.to_string()))??;
-        let machine = Machine::resume(self.gateway.specs(), &log, self.clock.now_ms()).map_err(
-            |e| RuntimeError::Damaged {
-                run_id: run_id.to_owned(),
-                message: e.to_string(),
-            },
-        )?;
+        let machine =
+            Machine::resume(self.gateway.specs(), &log, self.clock.now_ms()).map_err(|e| {
+                RuntimeError::Damaged {
+                    run_id: run_id.to_owned(),
+                    message: e.to_string(),
+                }
+            })?;
         Ok((machine, log))
     }
 

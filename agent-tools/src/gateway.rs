@@ -162,6 +162,9 @@ impl Gateway {
                 reason: format!("no tool is named {:?}", call.name),
             };
         };
+        if let Err(reason) = registered.tool.available() {
+            return Verdict::Unavailable { reason };
+        }
         let problems: Vec<String> = registered
             .validator
             .iter_errors(&call.arguments)

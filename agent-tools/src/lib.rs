@@ -24,6 +24,7 @@
 pub mod builtin;
 mod gateway;
 mod hooks;
+pub mod mcp;
 mod policy;
 mod schema;
 mod tool;

@@ -5,7 +5,16 @@ use serde_json::Value;
 /// `format` values every provider dialect accepts; others (schemars' `uint`, `int64`,
 /// `double`, ...) are dropped.
 const STANDARD_FORMATS: &[&str] = &[
-    "date-time", "date", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uuid",
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uuid",
 ];
 
 /// A copy of `schema` without what providers reject: `$schema`, `title` and non-standard
@@ -36,8 +45,12 @@ fn clean(value: &mut Value, is_schema: bool) {
             for (key, child) in map.iter_mut() {
                 // Under `properties`, `$defs` and `definitions` the keys are names, whose
                 // values are schemas; `enum`, `const`, `default` and `examples` hold data.
-                let child_is_schema = !matches!(key.as_str(), "enum" | "const" | "default" | "examples");
-                if matches!(key.as_str(), "properties" | "$defs" | "definitions" | "patternProperties") {
+                let child_is_schema =
+                    !matches!(key.as_str(), "enum" | "const" | "default" | "examples");
+                if matches!(
+                    key.as_str(),
+                    "properties" | "$defs" | "definitions" | "patternProperties"
+                ) {
                     if let Value::Object(named) = child {
                         named.values_mut().for_each(|s| clean(s, true));
                     }

@@ -31,6 +31,12 @@ pub trait Tool: Send + Sync + 'static {
     /// What the tool declares about itself.
     fn spec(&self) -> ToolSpec;
 
+    /// `Err(why)` when the tool is gone for good (its server died and did not restart); the
+    /// run then stops with `tool_unavailable` instead of calling it.
+    fn available(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Runs one call with already-validated arguments. An `Err` is data for the model.
     async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError>;
 }

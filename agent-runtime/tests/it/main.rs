@@ -326,7 +326,10 @@ async fn approve_runs_the_pending_call_and_the_run_completes() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let rt = s.runtime(script, Arc::clone(&store), vec![Arc::new(Save)]);
     let paused = rt
-        .start(RunRequest::new("run-g", "g", Budget::default()), CancellationToken::new())
+        .start(
+            RunRequest::new("run-g", "g", Budget::default()),
+            CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(paused.outcome.reason, TerminalReason::ApprovalRequired);
@@ -334,15 +337,28 @@ async fn approve_runs_the_pending_call_and_the_run_completes() {
         .approve("run-g", vec![CallId::from("r1")], CancellationToken::new())
         .await
         .unwrap_err();
-    assert_eq!(err.to_string(), "call r1 is not pending in run run-g; pending: s1");
+    assert_eq!(
+        err.to_string(),
+        "call r1 is not pending in run run-g; pending: s1"
+    );
     let done = rt
         .approve("run-g", vec![], CancellationToken::new())
         .await
         .unwrap();
     assert_eq!(done.outcome.reason, TerminalReason::Completed);
-    assert_eq!(done.state.tool_calls, 2, "the allowed read and the approved save ran");
-    let err = rt.approve("run-g", vec![], CancellationToken::new()).await.unwrap_err();
-    assert!(err.to_string().contains("is not waiting for approval; it is finished (completed)"), "{err}");
+    assert_eq!(
+        done.state.tool_calls, 2,
+        "the allowed read and the approved save ran"
+    );
+    let err = rt
+        .approve("run-g", vec![], CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is not waiting for approval; it is finished (completed)"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -354,17 +370,28 @@ async fn deny_tells_the_model_and_the_run_goes_on() {
     ]});
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let rt = s.runtime(script, Arc::clone(&store), vec![Arc::new(Save)]);
-    rt.start(RunRequest::new("run-h", "g", Budget::default()), CancellationToken::new())
-        .await
-        .unwrap();
+    rt.start(
+        RunRequest::new("run-h", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let done = rt
-        .deny("run-h", vec![], "not on Fridays".into(), CancellationToken::new())
+        .deny(
+            "run-h",
+            vec![],
+            "not on Fridays".into(),
+            CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(done.outcome.reason, TerminalReason::Completed);
     assert_eq!(done.state.tool_calls, 0);
     let prompts = s.prompts.lock().unwrap();
     let told = prompts.last().unwrap().messages.last().unwrap();
-    assert!(matches!(&told.parts[0], Part::ToolResult { ok: false, content, .. }
-        if content.contains("not on Fridays")), "{told:?}");
+    assert!(
+        matches!(&told.parts[0], Part::ToolResult { ok: false, content, .. }
+        if content.contains("not on Fridays")),
+        "{told:?}"
+    );
 }

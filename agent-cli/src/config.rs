@@ -1,0 +1,97 @@
+//! `agent.toml`: the settings a project keeps next to its code. Flags override it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The file's contents.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--store`.
+    pub store: Option<PathBuf>,
+    /// `--workspace`.
+    pub workspace: Option<PathBuf>,
+    /// `--mcp-config`.
+    pub mcp_config: Option<PathBuf>,
+    /// `--max-steps`.
+    pub max_steps: Option<u32>,
+    /// `--max-tool-calls`.
+    pub max_tool_calls: Option<u32>,
+    /// `--timeout`, in seconds.
+    pub timeout: Option<f64>,
+    /// Policy rules.
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    /// Hooks.
+    #[serde(default)]
+    pub hooks: HooksConfig,
+}
+
+/// `[policy]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Allowed without asking.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Asked.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Denied.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// `[hooks]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksConfig {
+    /// `[[hooks.pre_tool_use]]`.
+    #[serde(default)]
+    pub pre_tool_use: Vec<HookConfig>,
+    /// `[[hooks.post_tool_use]]`.
+    #[serde(default)]
+    pub post_tool_use: Vec<HookConfig>,
+}
+
+/// One external hook.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {
+    /// The command line (`bash -c`).
+    pub command: String,
+    /// Tool names it applies to, a regular expression (default: all).
+    pub matcher: Option<String>,
+    /// Longest time it may take (default 10 s).
+    pub timeout_secs: Option<f64>,
+}
+
+/// Reads `explicit`, or `./agent.toml` when it exists; `None` when there is no file.
+pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config)>, String> {
+    let path = match explicit {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let default = PathBuf::from("agent.toml");
+            if !default.exists() {
+                return Ok(None);
+            }
+            default
+        }
+    };
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    let config: Config = toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let message = e.message().replace('\n', " ");
+        match line {
+            Some(line) => format!("{} line {line}: {message}", path.display()),
+            None => format!("{}: {message}", path.display()),
+        }
+    })?;
+    Ok(Some((path, config)))
+}

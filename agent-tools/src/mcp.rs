@@ -1,0 +1,327 @@
+//! MCP servers over stdio, their tools offered to the model as `mcp__<server>__<tool>`.
+//!
+//! Servers are configured in the common `{"mcpServers": {"name": {"command": ..., "args":
+//! [...], "env": {...}}}}` form. Tool annotations decide the risk: `readOnlyHint` → `read`
+//! (and so parallel), `destructiveHint` → `write`, `openWorldHint` or no annotation →
+//! `external` (asks by default). A server that dies is restarted once; after that its
+//! tools are unavailable and the run stops with `tool_unavailable`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use agent_core::{ErrorKind, Risk, ToolError, ToolSpec};
+use async_trait::async_trait;
+use rmcp::model::{CallToolRequestParams, Tool as McpToolDef};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::tool::{Tool, ToolContext};
+
+/// The `{"mcpServers": {...}}` file.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct McpConfig {
+    /// Servers by name.
+    #[serde(rename = "mcpServers", default)]
+    pub servers: BTreeMap<String, ServerConfig>,
+}
+
+/// How to start one server.
+#[derive(Clone, Debug, Deserialize)]
+pub struct ServerConfig {
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// An MCP configuration or server that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// The configuration file is unreadable or malformed.
+    #[error("MCP config {path}: {message}")]
+    Config {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A server did not start or did not answer the handshake.
+    #[error("MCP server {server:?} failed to start: {message}")]
+    Start {
+        /// The server's name.
+        server: String,
+        /// What happened.
+        message: String,
+    },
+}
+
+impl McpConfig {
+    /// Reads and parses a config file.
+    pub fn from_path(path: &Path) -> Result<McpConfig, McpError> {
+        let fail = |message: String| McpError::Config {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        serde_json::from_str(&text).map_err(|e| fail(e.to_string()))
+    }
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+/// One server: its connection, restarted at most once.
+struct Server {
+    name: String,
+    config: ServerConfig,
+    cwd: PathBuf,
+    state: Mutex<State>,
+}
+
+enum State {
+    Up {
+        client: Client,
+        restarts_left: u8,
+        /// Which connection this is (0 first, 1 after the restart).
+        generation: u8,
+    },
+    /// Died; may be restarted once more.
+    Down { restarts_left: u8 },
+    /// Died again, or could not restart.
+    Gone(String),
+}
+
+impl Server {
+    async fn spawn(name: &str, config: &ServerConfig, cwd: &Path) -> Result<Client, String> {
+        let mut command = tokio::process::Command::new(&config.command);
+        command
+            .args(&config.args)
+            .envs(&config.env)
+            .current_dir(cwd);
+        let (transport, _stderr) = TokioChildProcess::builder(command)
+            // The server's own logging would garble the terminal.
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", config.command))?;
+        ().serve(transport)
+            .await
+            .map_err(|e| format!("server {name}: handshake failed: {e}"))
+    }
+
+    /// Calls a tool, restarting the server once if it died.
+    async fn call(&self, tool: &str, arguments: Value) -> Result<String, ToolError> {
+        let mut state = self.state.lock().await;
+        if let State::Down { restarts_left } = *state {
+            *state = if restarts_left == 0 {
+                State::Gone(format!(
+                    "MCP server {} exited and was already restarted once",
+                    self.name
+                ))
+            } else {
+                match Server::spawn(&self.name, &self.config, &self.cwd).await {
+                    Ok(client) => State::Up {
+                        client,
+                        restarts_left: restarts_left - 1,
+                        generation: 1,
+                    },
+                    Err(e) => {
+                        State::Gone(format!("MCP server {} could not restart: {e}", self.name))
+                    }
+                }
+            };
+        }
+        let (peer, generation) = match &*state {
+            State::Up {
+                client, generation, ..
+            } => (client.peer().clone(), *generation),
+            State::Gone(why) => {
+                return Err(ToolError::new(ErrorKind::ExecutionFailed, why.clone()));
+            }
+            State::Down { .. } => {
+                return Err(ToolError::new(
+                    ErrorKind::ExecutionFailed,
+                    "MCP server is down",
+                ));
+            }
+        };
+        // Calls run concurrently: the lock is not held while the server works.
+        drop(state);
+        let arguments = match arguments {
+            Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        match peer.call_tool(request).await {
+            Ok(result) => {
+                let text = result
+                    .content
+                    .iter()
+                    .map(|block| match block.as_text() {
+                        Some(t) => t.text.clone(),
+                        None => "[non-text content]".to_owned(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let text = match (&result.structured_content, text.is_empty()) {
+                    (Some(structured), true) => structured.to_string(),
+                    _ => text,
+                };
+                if result.is_error == Some(true) {
+                    Err(ToolError::new(ErrorKind::ExecutionFailed, text))
+                } else {
+                    Ok(text)
+                }
+            }
+            Err(e) => {
+                if !peer.is_transport_closed() {
+                    return Err(ToolError::new(ErrorKind::ExecutionFailed, e.to_string()));
+                }
+                let mut state = self.state.lock().await;
+                // Only the first caller to see this connection die marks it down.
+                if let State::Up {
+                    generation: current,
+                    restarts_left,
+                    ..
+                } = &*state
+                    && *current == generation
+                {
+                    *state = State::Down {
+                        restarts_left: *restarts_left,
+                    };
+                }
+                // The call may or may not have taken effect before the server died.
+                Err(ToolError::new(
+                    ErrorKind::OutcomeUnknown,
+                    format!("MCP server {} exited during the call: {e}", self.name),
+                ))
+            }
+        }
+    }
+
+    /// `Err(why)` once the server is gone for good.
+    fn available(&self) -> Result<(), String> {
+        match self.state.try_lock() {
+            Ok(state) => match &*state {
+                State::Gone(why) => Err(why.clone()),
+                State::Down { restarts_left: 0 } => Err(format!(
+                    "MCP server {} exited and was already restarted once",
+                    self.name
+                )),
+                _ => Ok(()),
+            },
+            // Busy with a call: it is there.
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// One tool of a server.
+struct McpTool {
+    server: Arc<Server>,
+    tool: String,
+    spec: ToolSpec,
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn available(&self) -> Result<(), String> {
+        self.server.available()
+    }
+
+    async fn call(&self, arguments: Value, _ctx: &ToolContext) -> Result<String, ToolError> {
+        self.server.call(&self.tool, arguments).await
+    }
+}
+
+/// Names the model sees keep to letters, digits, `_` and `-`.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The risk a tool's annotations claim.
+pub fn risk_of(def: &McpToolDef) -> Risk {
+    let Some(a) = &def.annotations else {
+        return Risk::External;
+    };
+    if a.read_only_hint == Some(true) {
+        Risk::Read
+    } else if a.destructive_hint == Some(true) {
+        Risk::Write
+    } else {
+        Risk::External
+    }
+}
+
+fn spec_of(server: &str, def: &McpToolDef) -> ToolSpec {
+    let risk = risk_of(def);
+    let mut spec = ToolSpec::new(
+        format!("mcp__{}__{}", sanitize(server), sanitize(&def.name)),
+        def.description.as_deref().unwrap_or_default(),
+        Value::Object(def.input_schema.as_ref().clone()),
+        risk,
+    );
+    spec.idempotent = risk == Risk::Read
+        || def
+            .annotations
+            .as_ref()
+            .and_then(|a| a.idempotent_hint)
+            .unwrap_or(false);
+    spec
+}
+
+/// Starts every configured server (in `cwd`) and returns their tools.
+pub async fn connect(config: &McpConfig, cwd: &Path) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    for (name, server_config) in &config.servers {
+        let start = |message: String| McpError::Start {
+            server: name.clone(),
+            message,
+        };
+        let client = Server::spawn(name, server_config, cwd)
+            .await
+            .map_err(start)?;
+        let defs = client
+            .list_all_tools()
+            .await
+            .map_err(|e| start(format!("listing its tools failed: {e}")))?;
+        let server = Arc::new(Server {
+            name: name.clone(),
+            config: server_config.clone(),
+            cwd: cwd.to_path_buf(),
+            state: Mutex::new(State::Up {
+                client,
+                restarts_left: 1,
+                generation: 0,
+            }),
+        });
+        for def in defs {
+            tools.push(Arc::new(McpTool {
+                server: Arc::clone(&server),
+                tool: def.name.to_string(),
+                spec: spec_of(name, &def),
+            }));
+        }
+    }
+    Ok(tools)
+}

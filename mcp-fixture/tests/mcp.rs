@@ -1,0 +1,228 @@
+//! agent-tools' MCP client against a real MCP server process (this crate's binary).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+
+use agent_core::*;
+use agent_tools::mcp::{McpConfig, McpError, connect};
+use agent_tools::{Gateway, Workspace};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn config(servers: serde_json::Value) -> McpConfig {
+    serde_json::from_value(json!({ "mcpServers": servers })).unwrap()
+}
+
+fn fixture() -> serde_json::Value {
+    json!({"fx": {"command": env!("CARGO_BIN_EXE_agent-mcp-fixture")}})
+}
+
+async fn gateway(dir: &std::path::Path) -> Gateway {
+    let tools = connect(&config(fixture()), dir).await.unwrap();
+    let mut g = Gateway::with_builtins(Workspace::new(dir).unwrap()).unwrap();
+    for t in tools {
+        g.register(t).unwrap();
+    }
+    g
+}
+
+fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
+    ToolCall::new(id, name, args)
+}
+
+#[tokio::test]
+async fn tools_are_listed_with_their_risk_from_annotations() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = gateway(dir.path()).await;
+    let specs: Vec<(String, Risk)> = g
+        .specs()
+        .into_iter()
+        .filter(|s| s.name.starts_with("mcp__"))
+        .map(|s| (s.name, s.risk))
+        .collect();
+    assert_eq!(
+        specs,
+        [
+            ("mcp__fx__crash".to_owned(), Risk::External),
+            ("mcp__fx__delete_item".to_owned(), Risk::Write),
+            ("mcp__fx__echo".to_owned(), Risk::External),
+            ("mcp__fx__meet".to_owned(), Risk::Read),
+        ]
+    );
+    let meet = g
+        .specs()
+        .into_iter()
+        .find(|s| s.name == "mcp__fx__meet")
+        .unwrap();
+    assert_eq!(meet.input_schema["required"], json!(["n", "tag"]));
+}
+
+#[tokio::test]
+async fn read_only_tools_run_in_parallel_and_destructive_ones_ask() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = gateway(dir.path()).await;
+    let verdicts = g
+        .check(
+            "run",
+            &[
+                call("a", "mcp__fx__meet", json!({"n": 3, "tag": "a"})),
+                call("d", "mcp__fx__delete_item", json!({"id": "42"})),
+                call("e", "mcp__fx__echo", json!({"text": "hi"})),
+                call("x", "mcp__fx__meet", json!({"n": "three", "tag": "x"})),
+            ],
+        )
+        .await;
+    assert_eq!(verdicts[0].1, Verdict::Allow);
+    assert!(matches!(&verdicts[1].1, Verdict::Ask { why } if why.contains("write")));
+    assert!(matches!(&verdicts[2].1, Verdict::Ask { why } if why.contains("external")));
+    assert!(matches!(&verdicts[3].1, Verdict::Invalid { message } if message.starts_with("/n")));
+
+    // The machine's scheduler puts the three reads in one group; the server answers
+    // "met" only if all three are in flight together.
+    let specs: std::collections::BTreeMap<String, ToolSpec> =
+        g.specs().into_iter().map(|s| (s.name.clone(), s)).collect();
+    let calls: Vec<ToolCall> = ["a", "b", "c"]
+        .iter()
+        .map(|t| call(t, "mcp__fx__meet", json!({"n": 3, "tag": t})))
+        .collect();
+    let groups = schedule(calls, &specs, "run", 1);
+    assert_eq!(groups.len(), 1);
+    let results = g.execute("run", groups, &CancellationToken::new()).await;
+    let texts: Vec<String> = results.iter().map(ToolResult::content).collect();
+    assert_eq!(texts, ["a met 3 calls", "b met 3 calls", "c met 3 calls"]);
+}
+
+#[tokio::test]
+async fn a_server_that_dies_is_restarted_once_then_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = gateway(dir.path()).await;
+    let run = |id: &str, name: &str, args: serde_json::Value| {
+        let groups = vec![vec![ScheduledCall {
+            call: call(id, name, args),
+            risk: Risk::External,
+            effect_key: None,
+        }]];
+        let g = &g;
+        async move {
+            g.execute("run", groups, &CancellationToken::new())
+                .await
+                .remove(0)
+        }
+    };
+    let crashed = run("c1", "mcp__fx__crash", json!({})).await;
+    assert_eq!(
+        crashed.error_kind(),
+        Some(ErrorKind::OutcomeUnknown),
+        "{crashed:?}"
+    );
+    // Restarted once: it works again.
+    let echoed = run("e1", "mcp__fx__echo", json!({"text": "back"})).await;
+    assert_eq!(echoed.content(), "back");
+    let crashed = run("c2", "mcp__fx__crash", json!({})).await;
+    assert_eq!(crashed.error_kind(), Some(ErrorKind::OutcomeUnknown));
+    // Gone for good: the gate says unavailable, which stops a run with tool_unavailable.
+    let verdicts = g
+        .check("run", &[call("e2", "mcp__fx__echo", json!({"text": "x"}))])
+        .await;
+    assert!(
+        matches!(&verdicts[0].1, Verdict::Unavailable { reason } if reason.contains("restarted once")),
+        "{verdicts:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_fails_to_start_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = connect(
+        &config(json!({"broken": {"command": "/no/such/server"}})),
+        dir.path(),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, McpError::Start { server, .. } if server == "broken"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("MCP server \"broken\" failed to start")
+    );
+    let err = connect(&config(json!({"mute": {"command": "true"}})), dir.path())
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("\"mute\""), "{err}");
+}
+
+#[tokio::test]
+async fn runs_use_mcp_tools_pause_on_a_crash_and_stop_when_the_server_is_gone() {
+    use agent_providers::ScriptModel;
+    use agent_runtime::{RunRequest, Runtime};
+    use agent_store::{MemoryStore, Store};
+
+    let dir = tempfile::tempdir().unwrap();
+    let g = Arc::new(gateway(dir.path()).await);
+    let store = Arc::new(MemoryStore::new());
+    let runtime = |script: serde_json::Value| {
+        let model = ScriptModel::from_json(&script.to_string()).unwrap();
+        Runtime::new(Arc::new(model), Arc::clone(&g), store.clone())
+    };
+
+    // A read-only MCP call runs; a crash of an external call pauses as outcome_unknown,
+    // naming the call, and is not run again.
+    let rt = runtime(json!({"turns": [
+        {"tool_calls": [{"id": "m1", "name": "mcp__fx__meet", "arguments": {"n": 1, "tag": "solo"}}]},
+        {"tool_calls": [{"id": "k1", "name": "mcp__fx__crash", "arguments": {}}]},
+        {"final": "never"}
+    ]}));
+    let paused = rt
+        .start(
+            RunRequest::new("r1", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        paused.outcome.reason,
+        TerminalReason::ApprovalRequired,
+        "external tools ask"
+    );
+    let report = rt
+        .approve("r1", vec![], CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::OutcomeUnknown);
+    assert!(report.outcome.message.contains("k1"));
+    let log = store.load("r1").unwrap();
+    assert!(
+        log.iter()
+            .any(|e| matches!(&e.event, Event::ToolFinished { result, .. }
+        if result.call_id.as_str() == "m1" && result.content() == "solo met 1 calls"))
+    );
+
+    // The server was restarted once; a second crash leaves it gone for good.
+    let crash = vec![vec![ScheduledCall {
+        call: call("k2", "mcp__fx__crash", json!({})),
+        risk: Risk::External,
+        effect_key: None,
+    }]];
+    g.execute("r1", crash, &CancellationToken::new()).await;
+    let rt = runtime(json!({"turns": [
+        {"tool_calls": [{"id": "m2", "name": "mcp__fx__meet", "arguments": {"n": 1, "tag": "x"}}]},
+        {"final": "never"}
+    ]}));
+    let report = rt
+        .start(
+            RunRequest::new("r2", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::ToolUnavailable);
+    assert!(
+        report.outcome.message.contains("mcp__fx__meet"),
+        "{}",
+        report.outcome.message
+    );
+}
