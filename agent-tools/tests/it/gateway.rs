@@ -272,3 +272,113 @@ async fn long_outputs_are_cut_to_the_tools_limit_with_a_marker() {
         &text[..80]
     );
 }
+
+/// Records how many calls are inside at once.
+struct Gauge {
+    inside: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Tool for Gauge {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("gauge", "gauge", json!({"type": "object"}), Risk::Read)
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        Ok("done".into())
+    }
+}
+
+#[tokio::test]
+async fn concurrency_within_a_group_is_bounded() {
+    let most = Arc::new(AtomicUsize::new(0));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Gateway::new(Workspace::new(dir.path()).unwrap()).with_concurrency(2);
+    g.register(Arc::new(Gauge {
+        inside: Arc::default(),
+        most: Arc::clone(&most),
+    }))
+    .unwrap();
+    let group: Vec<ScheduledCall> = (0..6)
+        .map(|i| scheduled(&format!("g{i}"), "gauge", i))
+        .collect();
+    let results = g
+        .execute("run", vec![group], &CancellationToken::new())
+        .await;
+    assert_eq!(results.len(), 6);
+    assert!(results.iter().all(ToolResult::is_ok));
+    assert_eq!(most.load(Ordering::SeqCst), 2);
+}
+
+/// Keeps blobs in memory and names them by number.
+#[derive(Default)]
+struct Blobs(std::sync::Mutex<Vec<String>>);
+
+impl agent_tools::BlobSink for Blobs {
+    fn put(&self, content: &str) -> Result<String, String> {
+        let mut blobs = self.0.lock().unwrap();
+        blobs.push(content.to_owned());
+        Ok(format!("blob:{}", blobs.len()))
+    }
+}
+
+/// Returns a long output or a long error.
+struct Loud;
+
+#[async_trait]
+impl Tool for Loud {
+    fn spec(&self) -> ToolSpec {
+        let mut s = ToolSpec::new("loud", "loud", json!({"type": "object"}), Risk::Read);
+        s.result_limit = 100;
+        s
+    }
+    async fn call(&self, args: Value, _: &ToolContext) -> Result<String, ToolError> {
+        let text = format!("START{}END", "x".repeat(1_000));
+        if args["fail"] == json!(true) {
+            Err(ToolError::new(ErrorKind::ExecutionFailed, text))
+        } else {
+            Ok(text)
+        }
+    }
+}
+
+#[tokio::test]
+async fn large_outputs_go_to_the_blob_sink_and_errors_keep_head_and_tail() {
+    let blobs = Arc::new(Blobs::default());
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Gateway::new(Workspace::new(dir.path()).unwrap()).with_blob_sink(blobs.clone());
+    g.register(Arc::new(Loud)).unwrap();
+    let call = |id: &str, fail: bool| ScheduledCall {
+        call: ToolCall::new(id, "loud", json!({ "fail": fail })),
+        risk: Risk::Read,
+        effect_key: None,
+    };
+    let results = g
+        .execute(
+            "run",
+            vec![vec![call("ok", false), call("bad", true)]],
+            &CancellationToken::new(),
+        )
+        .await;
+    let ok = results[0].content();
+    assert!(
+        ok.starts_with("[output cut: the first 100 of 1008 characters are shown; the whole output is stored as blob:1]"),
+        "{ok}"
+    );
+    assert_eq!(
+        blobs.0.lock().unwrap()[0].len(),
+        1008,
+        "the sink holds the whole output"
+    );
+    let bad = results[1].content();
+    assert!(
+        bad.contains("START") && bad.contains("END") && bad.contains("characters cut"),
+        "{bad}"
+    );
+}
