@@ -81,7 +81,12 @@ impl Builder {
                      give your final answer."
                 ));
             }
-            Event::ApprovalRequested { .. }
+            // Effects are bookkeeping; what the model learns of a call is its result.
+            Event::EffectDispatched { .. }
+            | Event::EffectReconciled { .. }
+            | Event::ResolutionRequested { .. }
+            | Event::EffectResolved { .. }
+            | Event::ApprovalRequested { .. }
             | Event::ApprovalGranted { .. }
             | Event::ApprovalDenied { .. }
             | Event::ModelFailed { .. }

@@ -7,6 +7,46 @@ use crate::decision::{CallId, Decision};
 use crate::reason::{Outcome, PendingCall};
 use crate::tool::ToolResult;
 
+/// What a tool found when it looked an effect up after a restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finding {
+    /// The effect is there; the receipt says how the tool knows.
+    Applied {
+        /// The tool's receipt.
+        receipt: String,
+    },
+    /// The effect is not there: running the call is safe.
+    NotApplied,
+}
+
+/// A person's word on a call whose outcome was unknown (`agent resolve --as`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    /// It took effect.
+    Committed,
+    /// It did not take effect; do not run it again.
+    Rejected,
+    /// It did not take effect; run it again.
+    Retry,
+}
+
+impl std::str::FromStr for Resolution {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "committed" => Ok(Resolution::Committed),
+            "rejected" => Ok(Resolution::Rejected),
+            "retry" => Ok(Resolution::Retry),
+            other => Err(format!(
+                "{other:?} is not a resolution; use committed, rejected or retry"
+            )),
+        }
+    }
+}
+
 /// The versions that shaped a run, recorded at its start (CONTRACT §7).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -120,6 +160,41 @@ pub enum Event {
         /// The person's reason, shown to the model.
         reason: String,
     },
+    /// Fact: a `write`/`external` call is about to be dispatched. Committed before the call
+    /// starts, so after a crash an effect without a result is known to be in doubt.
+    EffectDispatched {
+        /// The turn that proposed it.
+        turn: u32,
+        /// The call.
+        call_id: CallId,
+        /// The effect key (run id, turn, call id).
+        effect_key: String,
+        /// The tool.
+        tool: String,
+        /// SHA-256 of the canonical arguments.
+        arguments_digest: String,
+    },
+    /// Fact: after a restart, the tool looked the effect up.
+    EffectReconciled {
+        /// The call.
+        call_id: CallId,
+        /// Whether the effect is there (`applied`) or not (`not_applied`).
+        finding: Finding,
+    },
+    /// Fact: the outcome of these side effects is unknown; a person must settle them.
+    ResolutionRequested {
+        /// The turn that proposed them.
+        turn: u32,
+        /// The calls in doubt.
+        pending: Vec<PendingCall>,
+    },
+    /// Fact: a person settled a call whose outcome was unknown.
+    EffectResolved {
+        /// The call.
+        call_id: CallId,
+        /// The person's word.
+        resolution: Resolution,
+    },
     /// Fact: a call ran and this is its result.
     ToolFinished {
         /// The turn that proposed it.
@@ -150,6 +225,10 @@ impl Event {
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalGranted { .. } => "approval_granted",
             Event::ApprovalDenied { .. } => "approval_denied",
+            Event::EffectDispatched { .. } => "effect_dispatched",
+            Event::EffectReconciled { .. } => "effect_reconciled",
+            Event::ResolutionRequested { .. } => "resolution_requested",
+            Event::EffectResolved { .. } => "effect_resolved",
             Event::ToolFinished { .. } => "tool_finished",
             Event::RunEnded { .. } => "run_ended",
         }

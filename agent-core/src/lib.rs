@@ -62,7 +62,7 @@ pub use budget::{Budget, Usage};
 pub use decision::{CallId, Decision, DecisionProblem, InvalidReply, ModelReply, ToolCall};
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
-pub use event::{Entry, Event, Manifest};
+pub use event::{Entry, Event, Finding, Manifest, Resolution};
 pub use machine::{Command, Input, InputError, Machine, RunConfig, Verdict};
 pub use progress::{correction_message, fingerprint};
 pub use prompt::{Message, Part, Prompt, Role};

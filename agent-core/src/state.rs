@@ -1,7 +1,7 @@
 //! `RunState`: a pure fold over a run's committed events. Resume is this fold and nothing
 //! else, so it must reproduce exactly the state the live machine had.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
@@ -22,6 +22,13 @@ pub enum Status {
     Running,
     /// Calls wait for a person.
     AwaitingApproval(Approval),
+    /// Side effects of unknown outcome wait for a person's word.
+    AwaitingResolution {
+        /// The turn they belong to.
+        turn: u32,
+        /// The calls in doubt.
+        pending: Vec<PendingCall>,
+    },
     /// The run stopped.
     Ended(Outcome),
 }
@@ -116,6 +123,16 @@ pub struct RunState {
     pub last_results: Vec<ToolResult>,
     /// Repetition tracking.
     pub plan: PlanTrack,
+    /// Calls of the latest turn that have their answer (a result, a rejection, a
+    /// correction).
+    pub answered: BTreeSet<CallId>,
+    /// `write`/`external` calls of the latest turn recorded as dispatched, with their
+    /// effect keys.
+    pub dispatched: BTreeMap<CallId, String>,
+    /// Dispatched calls known not to have taken effect (reconciled, or a person said retry).
+    pub cleared: BTreeSet<CallId>,
+    /// Calls of the latest turn a person approved.
+    pub granted: BTreeSet<CallId>,
     last_results_turn: u32,
     tally: Tally,
     invalid_before: u32,
@@ -141,6 +158,10 @@ impl Default for RunState {
             turn_calls: Vec::new(),
             last_results: Vec::new(),
             plan: PlanTrack::default(),
+            answered: BTreeSet::new(),
+            dispatched: BTreeMap::new(),
+            cleared: BTreeSet::new(),
+            granted: BTreeSet::new(),
             last_results_turn: 0,
             tally: Tally::default(),
             invalid_before: 0,
@@ -184,6 +205,25 @@ impl RunState {
             .get(&call_signature(call))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Whether the latest turn still has calls without an answer while the run is running:
+    /// a crash interrupted it.
+    pub fn open_turn(&self) -> bool {
+        matches!(self.status, Status::Running)
+            && self.turn_calls.iter().any(|c| !self.answered.contains(&c.id))
+    }
+
+    /// Dispatched side effects with no result and no finding: their outcome is unknown.
+    pub fn in_doubt(&self) -> Vec<&ToolCall> {
+        self.turn_calls
+            .iter()
+            .filter(|c| {
+                self.dispatched.contains_key(&c.id)
+                    && !self.answered.contains(&c.id)
+                    && !self.cleared.contains(&c.id)
+            })
+            .collect()
     }
 
     /// The outcome, once the run has ended.
@@ -261,6 +301,7 @@ impl RunState {
                 self.begin_turn(*turn, &Usage::default());
             }
             Event::CallRejected { turn, result } => {
+                self.answered.insert(result.call_id.clone());
                 match result.error_kind() {
                     Some(ErrorKind::UnknownTool | ErrorKind::InvalidArguments) => {
                         self.tally.invalid += 1;
@@ -270,7 +311,47 @@ impl RunState {
                 }
                 self.record_result(*turn, result);
             }
-            Event::CorrectionIssued { .. } => self.plan.corrected = true,
+            Event::CorrectionIssued { call_ids, .. } => {
+                self.plan.corrected = true;
+                self.answered.extend(call_ids.iter().cloned());
+            }
+            Event::EffectDispatched {
+                call_id,
+                effect_key,
+                ..
+            } => {
+                self.dispatched.insert(call_id.clone(), effect_key.clone());
+                self.cleared.remove(call_id);
+            }
+            Event::EffectReconciled { call_id, finding } => {
+                if *finding == crate::event::Finding::NotApplied {
+                    self.cleared.insert(call_id.clone());
+                }
+            }
+            Event::ResolutionRequested { turn, pending } => {
+                self.status = Status::AwaitingResolution {
+                    turn: *turn,
+                    pending: pending.clone(),
+                };
+            }
+            Event::EffectResolved {
+                call_id,
+                resolution,
+            } => {
+                let Status::AwaitingResolution { pending, .. } = &mut self.status else {
+                    return Err(fail("no resolution was pending".into()));
+                };
+                let Some(pos) = pending.iter().position(|p| &p.call_id == call_id) else {
+                    return Err(fail(format!("call {call_id} was not in doubt")));
+                };
+                pending.remove(pos);
+                if *resolution == crate::event::Resolution::Retry {
+                    self.cleared.insert(call_id.clone());
+                }
+                if pending.is_empty() {
+                    self.status = Status::Running;
+                }
+            }
             Event::ApprovalRequested {
                 turn,
                 summary,
@@ -297,6 +378,7 @@ impl RunState {
                     approval.pending.remove(pos);
                     if granted {
                         approval.granted.push(id.clone());
+                        self.granted.insert(id.clone());
                     }
                 }
                 if approval.pending.is_empty() {
@@ -309,6 +391,7 @@ impl RunState {
                 effect_key,
             } => {
                 self.tool_calls += 1;
+                self.answered.insert(result.call_id.clone());
                 if effect_key.is_some() {
                     self.write_actions += 1;
                 }
@@ -330,6 +413,10 @@ impl RunState {
         self.tally = Tally::default();
         self.turn = turn;
         self.turn_calls.clear();
+        self.answered.clear();
+        self.dispatched.clear();
+        self.cleared.clear();
+        self.granted.clear();
         self.steps += 1;
         self.usage.add(usage);
     }

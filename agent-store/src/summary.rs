@@ -68,6 +68,18 @@ impl RunSummary {
                     self.reason = None;
                 }
             }
+            Event::ResolutionRequested { pending, .. } => {
+                self.pending = u32::try_from(pending.len()).unwrap_or(u32::MAX);
+                self.status = "paused".to_owned();
+                self.reason = Some(TerminalReason::OutcomeUnknown);
+            }
+            Event::EffectResolved { .. } => {
+                self.pending = self.pending.saturating_sub(1);
+                if self.pending == 0 {
+                    self.status = "running".to_owned();
+                    self.reason = None;
+                }
+            }
             Event::RunEnded { outcome } => {
                 self.status = outcome.reason.class().as_str().to_owned();
                 self.reason = Some(outcome.reason);
@@ -75,6 +87,8 @@ impl RunSummary {
             }
             Event::CallRejected { .. }
             | Event::CorrectionIssued { .. }
+            | Event::EffectDispatched { .. }
+            | Event::EffectReconciled { .. }
             | Event::ToolFinished { .. } => {}
         }
     }

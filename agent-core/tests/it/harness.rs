@@ -77,6 +77,8 @@ impl FakeTool {
 pub enum Person {
     Approve,
     Deny(&'static str),
+    /// Settles a call of unknown outcome.
+    Settle(Resolution),
     /// Nobody answers: the invocation ends paused.
     Away,
 }
@@ -94,6 +96,8 @@ pub struct World {
     pub fail_commit: Option<usize>,
     /// Cancel while the tools of this turn run.
     pub cancel_in_tools_of_turn: Option<u32>,
+    /// What tools find when asked to reconcile an effect after a restart.
+    pub reconcile: Option<Finding>,
     /// Bound on inputs fed, so a looping machine fails the test instead of hanging it.
     pub max_inputs: usize,
 }
@@ -111,6 +115,7 @@ pub fn world(script: Vec<Reply>) -> World {
         person: VecDeque::new(),
         fail_commit: None,
         cancel_in_tools_of_turn: None,
+        reconcile: None,
         max_inputs: 10_000,
     }
 }
@@ -290,64 +295,74 @@ pub fn run(world: World) -> Report {
                     .collect();
                 feed(&mut machine, Input::CallsChecked { verdicts });
             }
-            Command::ExecuteTools { turn, groups } => {
+            Command::ExecuteTools { turn, group } => {
                 let cancel = world.cancel_in_tools_of_turn == Some(turn);
-                let mut results = Vec::new();
-                for group in &groups {
-                    let start = clock;
-                    let mut finishing: Vec<(u64, ToolResult)> = Vec::new();
-                    for sc in group {
-                        let fake = &fakes[&sc.call.name];
-                        let end = start + fake.delay_ms;
-                        executed.push(Exec {
-                            turn,
-                            id: sc.call.id.clone(),
-                            name: sc.call.name.clone(),
-                            start,
-                            end,
-                        });
-                        let result = if cancel {
-                            ToolResult::error(
+                let start = clock;
+                let mut finishing: Vec<(u64, ToolResult)> = Vec::new();
+                for sc in &group {
+                    let fake = &fakes[&sc.call.name];
+                    let end = start + fake.delay_ms;
+                    executed.push(Exec {
+                        turn,
+                        id: sc.call.id.clone(),
+                        name: sc.call.name.clone(),
+                        start,
+                        end,
+                    });
+                    let result = if cancel {
+                        ToolResult::error(
+                            sc.call.id.clone(),
+                            sc.call.name.clone(),
+                            ToolError::new(ErrorKind::Cancelled, "cancelled"),
+                        )
+                    } else {
+                        match &fake.result {
+                            None => ToolResult::ok(
                                 sc.call.id.clone(),
                                 sc.call.name.clone(),
-                                ToolError::new(ErrorKind::Cancelled, "cancelled"),
-                            )
-                        } else {
-                            match &fake.result {
-                                None => ToolResult::ok(
-                                    sc.call.id.clone(),
-                                    sc.call.name.clone(),
-                                    format!("{} -> {}", sc.call.name, sc.call.arguments),
-                                ),
-                                Some(Ok(text)) => ToolResult::ok(
-                                    sc.call.id.clone(),
-                                    sc.call.name.clone(),
-                                    text.clone(),
-                                ),
-                                Some(Err(e)) => ToolResult::error(
-                                    sc.call.id.clone(),
-                                    sc.call.name.clone(),
-                                    e.clone(),
-                                ),
+                                format!("{} -> {}", sc.call.name, sc.call.arguments),
+                            ),
+                            Some(Ok(text)) => {
+                                ToolResult::ok(sc.call.id.clone(), sc.call.name.clone(), text.clone())
                             }
-                        };
-                        finishing.push((end, result));
-                    }
-                    // Results arrive in finishing order, not in the model's order.
-                    finishing.sort_by_key(|(end, _)| *end);
-                    clock = finishing.iter().map(|(end, _)| *end).max().unwrap_or(clock);
-                    results.extend(finishing.into_iter().map(|(_, r)| r));
-                    if cancel {
-                        // No new group starts after a cancel.
-                        break;
-                    }
+                            Some(Err(e)) => {
+                                ToolResult::error(sc.call.id.clone(), sc.call.name.clone(), e.clone())
+                            }
+                        }
+                    };
+                    finishing.push((end, result));
                 }
+                // Results arrive in finishing order, not in the model's order.
+                finishing.sort_by_key(|(end, _)| *end);
+                clock = finishing.iter().map(|(end, _)| *end).max().unwrap_or(clock);
+                let results = finishing.into_iter().map(|(_, r)| r).collect();
                 if cancel {
                     feed(&mut machine, Input::Cancel);
                 }
                 feed(&mut machine, Input::Tick(clock));
                 feed(&mut machine, Input::ToolsFinished { results });
             }
+            Command::ReconcileEffects { calls, .. } => {
+                let findings = calls
+                    .iter()
+                    .map(|c| (c.call.id.clone(), world.reconcile.clone()))
+                    .collect();
+                feed(&mut machine, Input::EffectsReconciled { findings });
+            }
+            Command::AwaitResolution { pending } => match person.pop_front() {
+                Some(Person::Settle(resolution)) => feed(
+                    &mut machine,
+                    Input::Resolved {
+                        call_id: pending[0].call_id.clone(),
+                        resolution,
+                    },
+                ),
+                _ => {
+                    let outcome = machine.outcome().expect("a paused run has an outcome");
+                    assert_eq!(outcome.reason, TerminalReason::OutcomeUnknown);
+                    return finish(machine, outcome, log, executed, model_calls, commands);
+                }
+            },
             Command::Commit {
                 expected_version,
                 entries,
@@ -395,7 +410,7 @@ pub fn run(world: World) -> Report {
                         reason: reason.into(),
                     },
                 ),
-                Person::Away => {
+                Person::Away | Person::Settle(_) => {
                     let outcome = machine.outcome().expect("a paused run has an outcome");
                     assert_eq!(outcome.reason, TerminalReason::ApprovalRequired);
                     return finish(machine, outcome, log, executed, model_calls, commands);
@@ -437,8 +452,9 @@ fn finish(
         assert_eq!(&before, machine.state());
     }
     // Every started call has exactly one result with its id in the log (none when its
-    // turn could not be committed).
+    // turn could not be committed, or while its outcome is in doubt).
     let lost = outcome.reason == TerminalReason::CheckpointFailed;
+    let in_doubt: Vec<CallId> = outcome.pending.iter().map(|p| p.call_id.clone()).collect();
     for exec in &executed {
         let n = log
             .iter()
@@ -447,8 +463,10 @@ fn finish(
                     if *turn == exec.turn && result.call_id == exec.id)
             })
             .count();
+        let doubtful =
+            outcome.reason == TerminalReason::OutcomeUnknown && in_doubt.contains(&exec.id);
         assert!(
-            n == 1 || (lost && n == 0),
+            n == 1 || (n == 0 && (lost || doubtful)),
             "call {} of turn {} has {n} results",
             exec.id,
             exec.turn
@@ -467,13 +485,12 @@ fn describe(command: &Command) -> String {
     match command {
         Command::CallModel { turn } => format!("call_model {turn}"),
         Command::CheckCalls { calls, .. } => format!("check_calls {}", calls.len()),
-        Command::ExecuteTools { groups, .. } => format!(
+        Command::ExecuteTools { group, .. } => format!(
             "execute_tools {:?}",
-            groups
-                .iter()
-                .map(|g| g.iter().map(|c| c.call.id.0.clone()).collect::<Vec<_>>())
-                .collect::<Vec<_>>()
+            group.iter().map(|c| c.call.id.0.clone()).collect::<Vec<_>>()
         ),
+        Command::ReconcileEffects { calls, .. } => format!("reconcile_effects {}", calls.len()),
+        Command::AwaitResolution { pending } => format!("await_resolution {}", pending.len()),
         Command::Commit { entries, .. } => format!(
             "commit {:?}",
             entries.iter().map(|e| e.event.name()).collect::<Vec<_>>()

@@ -4,5 +4,6 @@
 
 mod harness;
 mod props;
+mod recovery;
 mod scenarios;
 mod snapshots;

@@ -96,6 +96,10 @@ proptest! {
             TerminalReason::ApprovalRequired => {
                 prop_assert!(matches!(state.status, Status::AwaitingApproval(_)));
             }
+            TerminalReason::OutcomeUnknown => {
+                let paused = matches!(state.status, Status::AwaitingResolution { .. });
+                prop_assert!(paused, "a run in doubt waits for a resolution");
+            }
             reason => prop_assert_eq!(state.outcome().map(|o| o.reason), Some(reason)),
         }
         // Tool calls counted in the state are the calls that ran and were committed.

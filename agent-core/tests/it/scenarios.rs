@@ -70,7 +70,7 @@ fn parallel_reads_overlap_and_results_keep_the_models_order() {
     assert!(
         r.commands
             .iter()
-            .any(|c| c == "execute_tools [[\"s1\", \"r1\", \"r2\"]]")
+            .any(|c| c == "execute_tools [\"s1\", \"r1\", \"r2\"]")
     );
     // The log keeps the model's order although results arrived as r1, r2, s1.
     let ids: Vec<&str> = r.results().iter().map(|x| x.call_id.as_str()).collect();
@@ -90,10 +90,23 @@ fn writes_run_alone_in_declared_order() {
     ]);
     w.verdicts.clear();
     let r = check(w, TerminalReason::Completed);
-    assert!(
-        r.commands
-            .iter()
-            .any(|c| c == "execute_tools [[\"r1\"], [\"w1\"], [\"r2\"], [\"w2\"]]")
+    // Each side effect is recorded as dispatched, durably, before it starts.
+    let tools_and_commits: Vec<&str> = r
+        .commands
+        .iter()
+        .map(String::as_str)
+        .filter(|c| c.starts_with("execute_tools") || c.contains("effect_dispatched"))
+        .collect();
+    assert_eq!(
+        tools_and_commits,
+        [
+            "execute_tools [\"r1\"]",
+            "commit [\"decision_proposed\", \"tool_finished\", \"effect_dispatched\"]",
+            "execute_tools [\"w1\"]",
+            "execute_tools [\"r2\"]",
+            "commit [\"tool_finished\", \"tool_finished\", \"effect_dispatched\"]",
+            "execute_tools [\"w2\"]",
+        ]
     );
     // Each write started only after the previous group ended.
     let w1 = &r.executed[1];
@@ -683,15 +696,11 @@ fn resume_from_a_paused_log_continues_with_the_approval() {
         call_ids: vec![CallId::from("w1")],
     })
     .unwrap();
-    let Some(Command::ExecuteTools { groups, .. }) = m.poll_command() else {
-        panic!("approval runs the batch");
+    let Some(Command::ExecuteTools { group, .. }) = m.poll_command() else {
+        panic!("approval runs the batch, reads first");
     };
-    let ids: Vec<&str> = groups
-        .iter()
-        .flatten()
-        .map(|c| c.call.id.as_str())
-        .collect();
-    assert_eq!(ids, ["r1", "w1"]);
+    let ids: Vec<&str> = group.iter().map(|c| c.call.id.as_str()).collect();
+    assert_eq!(ids, ["r1"]);
     assert_eq!(
         m.handle(Input::ApprovalGranted { call_ids: vec![] })
             .unwrap_err(),

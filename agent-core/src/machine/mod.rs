@@ -1,0 +1,518 @@
+//! The sans-IO run machine. Inputs go in through [`Machine::handle`]; commands come out of
+//! [`Machine::poll_command`]. The machine never reads a clock or touches IO: time arrives as
+//! [`Input::Tick`], and every effect is a command the runtime carries out.
+//!
+//! Drain commands after every input. There is at most one command outstanding at a time;
+//! the runtime answers it with the matching input (`CallModel` → `ModelReplied` or
+//! `ModelFailed`, `CheckCalls` → `CallsChecked`, `ExecuteTools` → `ToolsFinished`,
+//! `Commit` → `Committed` or `CommitFailed`, `AwaitApproval` → `ApprovalGranted` or
+//! `ApprovalDenied`, `ReconcileEffects` → `EffectsReconciled`, `AwaitResolution` →
+//! `Resolved`), and may send `Tick` and `Cancel` at any time.
+//!
+//! Side effects are recorded before they start: a group with `write`/`external` calls is
+//! preceded by a commit of their `effect_dispatched` events, so a crash at any instant leaves
+//! either no trace of a call (it never started) or a dispatch record (its outcome must be
+//! reconciled or settled by a person, never guessed).
+
+mod commit;
+mod recovery;
+mod turn;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::budget::Budget;
+use crate::decision::{CallId, ModelReply, ToolCall};
+use crate::event::{Entry, Event, Finding, Manifest, Resolution};
+use crate::reason::{Outcome, PendingCall, TerminalReason};
+use crate::schedule::ScheduledCall;
+use crate::state::{FoldError, RunState};
+use crate::tool::{ErrorKind, ToolError, ToolResult, ToolSpec};
+
+/// What the gateway says about one call (existence is checked by the machine itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run it.
+    Allow,
+    /// Ask a person first.
+    Ask {
+        /// Why, for the person.
+        why: String,
+    },
+    /// Refuse it; the model sees a `denied` error with the reason.
+    Deny {
+        /// Why, for the model.
+        reason: String,
+    },
+    /// The arguments do not validate; the model sees an `invalid_arguments` error.
+    Invalid {
+        /// What is wrong, with the path inside the arguments.
+        message: String,
+    },
+    /// The tool is gone (its server died and did not restart): the run stops with
+    /// `tool_unavailable`.
+    Unavailable {
+        /// What happened to the tool.
+        reason: String,
+    },
+}
+
+/// Something that happened outside the machine.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// The time is now `ms` milliseconds since the epoch.
+    Tick(u64),
+    /// The model answered the outstanding `CallModel`.
+    ModelReplied(ModelReply),
+    /// The provider failed past its retry budget.
+    ModelFailed {
+        /// The provider's error.
+        message: String,
+    },
+    /// The gateway's verdicts for the outstanding `CheckCalls`.
+    CallsChecked {
+        /// One verdict per call id; a call without one is denied (fail closed).
+        verdicts: Vec<(CallId, Verdict)>,
+    },
+    /// The outstanding `ExecuteTools` finished; results in any order.
+    ToolsFinished {
+        /// The results, correlated by call id.
+        results: Vec<ToolResult>,
+    },
+    /// The outstanding `Commit` is durable at this version.
+    Committed {
+        /// The version the store now holds.
+        version: u64,
+    },
+    /// The outstanding `Commit` failed.
+    CommitFailed {
+        /// The store's error.
+        message: String,
+    },
+    /// A person approved pending calls (all of them when `call_ids` is empty).
+    ApprovalGranted {
+        /// The approved calls.
+        call_ids: Vec<CallId>,
+    },
+    /// A person denied pending calls (all of them when `call_ids` is empty).
+    ApprovalDenied {
+        /// The denied calls.
+        call_ids: Vec<CallId>,
+        /// Why, shown to the model.
+        reason: String,
+    },
+    /// What the tools found for the outstanding `ReconcileEffects`; a call without a
+    /// finding is unknown.
+    EffectsReconciled {
+        /// One finding per call id: `None` when the tool cannot tell.
+        findings: Vec<(CallId, Option<Finding>)>,
+    },
+    /// A person settled a call whose outcome was unknown.
+    Resolved {
+        /// The call.
+        call_id: CallId,
+        /// The person's word.
+        resolution: Resolution,
+    },
+    /// The caller cancelled the run.
+    Cancel,
+}
+
+impl Input {
+    fn name(&self) -> &'static str {
+        match self {
+            Input::Tick(_) => "Tick",
+            Input::ModelReplied(_) => "ModelReplied",
+            Input::ModelFailed { .. } => "ModelFailed",
+            Input::CallsChecked { .. } => "CallsChecked",
+            Input::ToolsFinished { .. } => "ToolsFinished",
+            Input::Committed { .. } => "Committed",
+            Input::CommitFailed { .. } => "CommitFailed",
+            Input::ApprovalGranted { .. } => "ApprovalGranted",
+            Input::ApprovalDenied { .. } => "ApprovalDenied",
+            Input::EffectsReconciled { .. } => "EffectsReconciled",
+            Input::Resolved { .. } => "Resolved",
+            Input::Cancel => "Cancel",
+        }
+    }
+}
+
+/// What the machine asks the runtime to do next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Build the context from the committed log and ask the model for one decision.
+    CallModel {
+        /// The model call's number (1-based).
+        turn: u32,
+    },
+    /// Validate these calls' arguments and ask policy and pre-call hooks about them.
+    CheckCalls {
+        /// The turn that proposed them.
+        turn: u32,
+        /// Calls to known tools, in the model's order.
+        calls: Vec<ToolCall>,
+    },
+    /// Run this group; its calls may run concurrently. The next group comes only after
+    /// its results.
+    ExecuteTools {
+        /// The turn that proposed them.
+        turn: u32,
+        /// The calls.
+        group: Vec<ScheduledCall>,
+    },
+    /// After a restart: ask each tool whether these dispatched effects took place.
+    ReconcileEffects {
+        /// The turn they belong to.
+        turn: u32,
+        /// The calls in doubt.
+        calls: Vec<ScheduledCall>,
+    },
+    /// Wait for a person to settle these calls of unknown outcome.
+    AwaitResolution {
+        /// The calls in doubt.
+        pending: Vec<PendingCall>,
+    },
+    /// Append these entries atomically if the log is at `expected_version`, durably.
+    Commit {
+        /// The version the log must be at.
+        expected_version: u64,
+        /// The entries, versions `expected_version + 1 ..`.
+        entries: Vec<Entry>,
+    },
+    /// Wait for a person to approve or deny these calls.
+    AwaitApproval {
+        /// The calls waiting (empty when the model asked about a plan without calls).
+        pending: Vec<PendingCall>,
+        /// The model's own summary, when it asked.
+        summary: Option<String>,
+    },
+    /// The run has stopped with this outcome; nothing more will be asked.
+    Finish(Outcome),
+}
+
+/// An input that does not fit where the machine is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// The input answers a command that is not outstanding.
+    #[error("{input} is not expected while the machine is {phase}")]
+    Unexpected {
+        /// The input's name.
+        input: &'static str,
+        /// The phase's name.
+        phase: &'static str,
+    },
+    /// An approval or resolution names a call that is not pending.
+    #[error("call {0} is not pending")]
+    NotPending(CallId),
+}
+
+/// What the machine waits for, named as rustls names handshake states.
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    AwaitingModel {
+        turn: u32,
+    },
+    AwaitingChecks {
+        turn: u32,
+        calls: Vec<ToolCall>,
+        asked_by_model: Option<String>,
+    },
+    AwaitingTools {
+        turn: u32,
+        calls: Vec<ScheduledCall>,
+    },
+    AwaitingReconcile {
+        turn: u32,
+        calls: Vec<ScheduledCall>,
+    },
+    AwaitingCommit,
+    AwaitingApproval,
+    AwaitingResolution,
+    Ended(Outcome),
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::AwaitingModel { .. } => "AwaitingModel",
+            Phase::AwaitingChecks { .. } => "AwaitingChecks",
+            Phase::AwaitingTools { .. } => "AwaitingTools",
+            Phase::AwaitingReconcile { .. } => "AwaitingReconcile",
+            Phase::AwaitingCommit => "AwaitingCommit",
+            Phase::AwaitingApproval => "AwaitingApproval",
+            Phase::AwaitingResolution => "AwaitingResolution",
+            Phase::Ended(_) => "Ended",
+        }
+    }
+}
+
+/// What a new run needs.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The run id (chosen by the caller: ids are inputs).
+    pub run_id: String,
+    /// The goal.
+    pub goal: String,
+    /// What shaped the run; its budget is the run's budget.
+    pub manifest: Manifest,
+    /// The tools the model may call.
+    pub tools: Vec<ToolSpec>,
+}
+
+/// The run state machine. See the module docs for the protocol.
+#[derive(Debug)]
+pub struct Machine {
+    tools: BTreeMap<String, ToolSpec>,
+    budget: Budget,
+    committed: RunState,
+    working: RunState,
+    staged: Vec<Entry>,
+    /// Result events of the turn, staged together in the model's call order.
+    held: Vec<Event>,
+    /// Groups of the current batch still to run, in order.
+    groups: VecDeque<Vec<ScheduledCall>>,
+    /// A group whose dispatch records are being committed; it runs once they are durable.
+    dispatching: Option<(u32, Vec<ScheduledCall>)>,
+    phase: Phase,
+    now_ms: u64,
+    stop: Option<Outcome>,
+    fault: Option<FoldError>,
+    commands: VecDeque<Command>,
+}
+
+impl Machine {
+    /// A new run. The first command commits `run_started`; the model is asked only after.
+    pub fn start(config: RunConfig, now_ms: u64) -> Machine {
+        let budget = config.manifest.budget.clone();
+        let mut machine = Machine::empty(config.tools, budget, RunState::default(), now_ms);
+        machine.stage(Event::RunStarted {
+            run_id: config.run_id,
+            goal: config.goal,
+            manifest: config.manifest,
+        });
+        machine.commit();
+        machine
+    }
+
+    /// A run rebuilt from its committed log, continuing where it stood. The budget is the
+    /// one recorded at the run's start.
+    pub fn resume(
+        tools: Vec<ToolSpec>,
+        entries: &[Entry],
+        now_ms: u64,
+    ) -> Result<Machine, FoldError> {
+        let state = RunState::fold(entries)?;
+        let Some(manifest) = &state.manifest else {
+            return Err(FoldError {
+                version: 0,
+                event: "run_started",
+                problem: "the log is empty".into(),
+            });
+        };
+        let budget = manifest.budget.clone();
+        let mut machine = Machine::empty(tools, budget, state, now_ms);
+        machine.after_commit();
+        Ok(machine)
+    }
+
+    fn empty(tools: Vec<ToolSpec>, budget: Budget, state: RunState, now_ms: u64) -> Machine {
+        Machine {
+            tools: tools.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            budget,
+            working: state.clone(),
+            committed: state,
+            staged: Vec::new(),
+            held: Vec::new(),
+            groups: VecDeque::new(),
+            dispatching: None,
+            phase: Phase::AwaitingCommit,
+            now_ms,
+            stop: None,
+            fault: None,
+            commands: VecDeque::new(),
+        }
+    }
+
+    /// The next command, if any. Drain after every input.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// The committed state: exactly the fold of the committed log.
+    pub fn state(&self) -> &RunState {
+        &self.committed
+    }
+
+    /// The run's budget.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// The tools the run may call.
+    pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.values()
+    }
+
+    /// Where the invocation stands if it stops now: the outcome once ended, or the pause
+    /// (`approval_required`, `outcome_unknown`) while calls wait for a person.
+    pub fn outcome(&self) -> Option<Outcome> {
+        match &self.phase {
+            Phase::Ended(outcome) => Some(outcome.clone()),
+            Phase::AwaitingApproval => Some(self.approval_outcome()),
+            Phase::AwaitingResolution => Some(self.resolution_outcome()),
+            _ => None,
+        }
+    }
+
+    /// Whether the run has stopped for good in this machine (late inputs change nothing).
+    pub fn is_ended(&self) -> bool {
+        matches!(self.phase, Phase::Ended(_))
+    }
+
+    /// Feeds one input. Inputs after the end are absorbed and change nothing.
+    pub fn handle(&mut self, input: Input) -> Result<(), InputError> {
+        if self.is_ended() {
+            return Ok(());
+        }
+        let phase = std::mem::replace(&mut self.phase, Phase::AwaitingCommit);
+        match (phase, input) {
+            (phase, Input::Tick(now)) => {
+                self.phase = phase;
+                self.now_ms = self.now_ms.max(now);
+                if self.deadline_passed() && self.stop.is_none() {
+                    self.interrupt(Outcome::stop(
+                        TerminalReason::DeadlineExceeded,
+                        self.deadline_message(),
+                    ));
+                }
+            }
+            (phase, Input::Cancel) => {
+                self.phase = phase;
+                let paused = matches!(
+                    self.phase,
+                    Phase::AwaitingApproval | Phase::AwaitingResolution
+                );
+                if self.stop.is_none() || paused {
+                    self.interrupt(Outcome::stop(
+                        TerminalReason::Cancelled,
+                        "the run was cancelled; no new action was started after that",
+                    ));
+                }
+            }
+            (Phase::AwaitingModel { turn }, Input::ModelReplied(reply)) => {
+                self.on_reply(turn, reply);
+            }
+            (Phase::AwaitingModel { turn }, Input::ModelFailed { message }) => {
+                self.stage(Event::ModelFailed {
+                    turn,
+                    message: message.clone(),
+                });
+                self.end(Outcome::stop(
+                    TerminalReason::ModelError,
+                    format!("the model provider failed: {message}"),
+                ));
+            }
+            (
+                Phase::AwaitingChecks {
+                    turn,
+                    calls,
+                    asked_by_model,
+                },
+                Input::CallsChecked { verdicts },
+            ) => self.on_verdicts(turn, calls, asked_by_model, verdicts),
+            (Phase::AwaitingReconcile { turn, calls }, Input::EffectsReconciled { findings }) => {
+                self.on_reconciled(turn, calls, findings);
+            }
+            (
+                Phase::AwaitingResolution,
+                Input::Resolved {
+                    call_id,
+                    resolution,
+                },
+            ) => {
+                self.phase = Phase::AwaitingResolution;
+                self.on_resolved(call_id, resolution)?;
+            }
+            (Phase::AwaitingTools { turn, calls }, Input::ToolsFinished { results }) => {
+                self.on_results(turn, calls, results);
+            }
+            (Phase::AwaitingCommit, Input::Committed { version }) => {
+                if version == self.working.version {
+                    // Fold the turn into the committed state rather than cloning the working
+                    // one: O(events of the turn), not O(history).
+                    for entry in std::mem::take(&mut self.staged) {
+                        if let Err(err) = self.committed.apply(&entry) {
+                            self.fault.get_or_insert(err);
+                        }
+                    }
+                    match (self.fault.take(), self.dispatching.take()) {
+                        (Some(fault), _) => {
+                            self.commit_failed(format!("internal error: {fault}"));
+                        }
+                        (None, Some((turn, group))) => self.run_group(turn, group),
+                        (None, None) => self.after_commit(),
+                    }
+                } else {
+                    let message = format!(
+                        "the store confirmed version {version}, expected {}",
+                        self.working.version
+                    );
+                    self.commit_failed(message);
+                }
+            }
+            (Phase::AwaitingCommit, Input::CommitFailed { message }) => self.commit_failed(message),
+            (Phase::AwaitingApproval, Input::ApprovalGranted { call_ids }) => {
+                self.phase = Phase::AwaitingApproval;
+                let ids = self.settle_ids(call_ids)?;
+                self.stage(Event::ApprovalGranted {
+                    call_ids: ids.clone(),
+                });
+                self.after_settlement();
+            }
+            (Phase::AwaitingApproval, Input::ApprovalDenied { call_ids, reason }) => {
+                self.phase = Phase::AwaitingApproval;
+                let ids = self.settle_ids(call_ids)?;
+                let reason = if reason.trim().is_empty() {
+                    "a person denied this call".to_owned()
+                } else {
+                    format!("a person denied this call: {reason}")
+                };
+                self.stage(Event::ApprovalDenied {
+                    call_ids: ids.clone(),
+                    reason: reason.clone(),
+                });
+                let turn = self.working.turn;
+                for id in ids {
+                    let name = self.call_name(&id);
+                    self.stage(Event::CallRejected {
+                        turn,
+                        result: ToolResult::error(
+                            id,
+                            name,
+                            ToolError::new(ErrorKind::Denied, reason.clone()),
+                        ),
+                    });
+                }
+                self.after_settlement();
+            }
+            (phase, input) => {
+                let err = InputError::Unexpected {
+                    input: input.name(),
+                    phase: phase.name(),
+                };
+                self.phase = phase;
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+}
+
+
+pub(crate) fn pending_call(call: &ToolCall, why: String) -> PendingCall {
+    PendingCall {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments: call.arguments.clone(),
+        why,
+    }
+}

@@ -1,0 +1,270 @@
+//! Crash at every commit boundary, resume from the committed log, and check that no side
+//! effect is lost or done twice: the pure-core twin of the `kill -9` harness.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use agent_core::*;
+use serde_json::json;
+
+use crate::harness::{T0, manifest};
+
+fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec::new("read", "r", json!({"type": "object"}), Risk::Read),
+        ToolSpec::new("append", "w", json!({"type": "object"}), Risk::Write),
+    ]
+}
+
+/// Turns: reads and appends mixed, then a final answer.
+fn script() -> Vec<Decision> {
+    let call = |id: &str, name: &str| ToolCall::new(id, name, json!({ "line": id }));
+    vec![
+        Decision::ToolCalls {
+            calls: vec![call("r1", "read"), call("a1", "append"), call("a2", "append")],
+        },
+        Decision::ToolCalls {
+            calls: vec![call("a3", "append"), call("r2", "read")],
+        },
+        Decision::ToolCalls {
+            calls: vec![call("a4", "append")],
+        },
+        Decision::Final {
+            answer: "done".into(),
+        },
+    ]
+}
+
+/// The outside world: how often each side effect really happened.
+#[derive(Default, Debug)]
+struct World {
+    effects: BTreeMap<CallId, u32>,
+}
+
+enum Reconciler {
+    /// Looks the effect up, like `write_file`'s content hash.
+    Perfect,
+    /// Cannot tell; a person settles from what really happened.
+    Person,
+}
+
+/// Drives `machine` until it finishes, pauses, or reaches the `crash_at`-th commit (which is
+/// then lost). Returns the outcome (None when it crashed).
+fn drive(
+    machine: &mut Machine,
+    log: &mut Vec<Entry>,
+    world: &mut World,
+    crash_at: Option<usize>,
+    reconciler: &Reconciler,
+) -> Option<Outcome> {
+    let mut commits = 0;
+    let mut script: VecDeque<Decision> = script().into();
+    let mut guard = 0;
+    loop {
+        guard += 1;
+        assert!(guard < 1_000, "the machine loops");
+        let command = machine.poll_command().expect("a command");
+        match command {
+            Command::CallModel { turn } => {
+                let decision = script.get((turn - 1) as usize).cloned().expect("scripted");
+                let reply = ModelReply::decision(decision, Usage::default());
+                machine.handle(Input::ModelReplied(reply)).unwrap();
+            }
+            Command::CheckCalls { calls, .. } => {
+                let verdicts = calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect();
+                machine.handle(Input::CallsChecked { verdicts }).unwrap();
+            }
+            Command::ExecuteTools { group, .. } => {
+                for sc in &group {
+                    if sc.effect_key.is_some() {
+                        // A side effect must have been recorded as dispatched before this.
+                        assert!(
+                            log.iter().any(|e| matches!(&e.event,
+                                Event::EffectDispatched { call_id, .. } if *call_id == sc.call.id)),
+                            "{} ran without a durable dispatch record",
+                            sc.call.id
+                        );
+                        *world.effects.entry(sc.call.id.clone()).or_default() += 1;
+                    }
+                }
+                let results = group
+                    .into_iter()
+                    .map(|sc| ToolResult::ok(sc.call.id, sc.call.name, "ok"))
+                    .collect();
+                machine.handle(Input::ToolsFinished { results }).unwrap();
+            }
+            Command::Commit {
+                expected_version,
+                entries,
+            } => {
+                commits += 1;
+                if crash_at == Some(commits) {
+                    return None;
+                }
+                assert_eq!(expected_version, log.len() as u64);
+                log.extend(entries);
+                machine
+                    .handle(Input::Committed {
+                        version: log.len() as u64,
+                    })
+                    .unwrap();
+            }
+            Command::ReconcileEffects { calls, .. } => {
+                let findings = calls
+                    .into_iter()
+                    .map(|sc| {
+                        let happened = world.effects.get(&sc.call.id).copied().unwrap_or(0) > 0;
+                        let finding = match reconciler {
+                            Reconciler::Perfect if happened => Some(Finding::Applied {
+                                receipt: "line found".into(),
+                            }),
+                            Reconciler::Perfect => Some(Finding::NotApplied),
+                            Reconciler::Person => None,
+                        };
+                        (sc.call.id, finding)
+                    })
+                    .collect();
+                machine.handle(Input::EffectsReconciled { findings }).unwrap();
+            }
+            Command::AwaitResolution { pending } => {
+                // The person looks at the world and says what happened.
+                let call = &pending[0].call_id;
+                let happened = world.effects.get(call).copied().unwrap_or(0) > 0;
+                let resolution = if happened {
+                    Resolution::Committed
+                } else {
+                    Resolution::Retry
+                };
+                machine
+                    .handle(Input::Resolved {
+                        call_id: call.clone(),
+                        resolution,
+                    })
+                    .unwrap();
+            }
+            Command::AwaitApproval { .. } => panic!("nothing asks here"),
+            Command::Finish(outcome) => return Some(outcome),
+        }
+    }
+}
+
+fn start() -> Machine {
+    let config = RunConfig {
+        run_id: "crashy".into(),
+        goal: "append lines".into(),
+        manifest: manifest(Budget::default()),
+        tools: tools(),
+    };
+    Machine::start(config, T0)
+}
+
+fn crash_everywhere(reconciler: Reconciler) -> usize {
+    // Count the commits of an uninterrupted run.
+    let mut log = Vec::new();
+    let mut world = World::default();
+    let outcome = drive(&mut start(), &mut log, &mut world, None, &reconciler).unwrap();
+    assert_eq!(outcome.reason, TerminalReason::Completed);
+    let clean_commits = {
+        let mut n = 0;
+        let mut m = start();
+        let mut w = World::default();
+        let mut l = Vec::new();
+        while drive(&mut m, &mut l, &mut w, Some(n + 1), &reconciler).is_none() {
+            n += 1;
+            m = start();
+            w = World::default();
+            l.clear();
+        }
+        n
+    };
+    assert!(clean_commits > 5);
+    let mut in_doubt_seen = 0;
+    for crash in 1..=clean_commits {
+        let mut log = Vec::new();
+        let mut world = World::default();
+        assert!(drive(&mut start(), &mut log, &mut world, Some(crash), &reconciler).is_none());
+        // Resume from whatever was durable, as often as it takes.
+        let mut outcome = None;
+        if log.is_empty() {
+            // Nothing was durable: the run never existed; start it again.
+            outcome = drive(&mut start(), &mut log, &mut world, None, &reconciler);
+        }
+        while outcome.is_none() {
+            let mut machine = Machine::resume(tools(), &log, T0 + 1).expect("the log folds");
+            let state = machine.state().clone();
+            in_doubt_seen += state.in_doubt().len();
+            outcome = drive(&mut machine, &mut log, &mut world, None, &reconciler);
+        }
+        let outcome = outcome.unwrap();
+        assert_eq!(outcome.reason, TerminalReason::Completed, "crash at commit {crash}");
+        for id in ["a1", "a2", "a3", "a4"] {
+            assert_eq!(
+                world.effects.get(&CallId::from(id)),
+                Some(&1),
+                "crash at commit {crash}: effect {id} happened {:?} times",
+                world.effects.get(&CallId::from(id))
+            );
+        }
+        let versions: Vec<u64> = log.iter().map(|e| e.version).collect();
+        assert_eq!(versions, (1..=log.len() as u64).collect::<Vec<_>>());
+        RunState::fold(&log).unwrap();
+    }
+    in_doubt_seen
+}
+
+#[test]
+fn crash_at_every_commit_with_a_tool_that_reconciles() {
+    let in_doubt = crash_everywhere(Reconciler::Perfect);
+    assert!(in_doubt > 0, "some crashes left effects in doubt");
+}
+
+#[test]
+fn crash_at_every_commit_with_a_person_settling_what_is_in_doubt() {
+    let in_doubt = crash_everywhere(Reconciler::Person);
+    assert!(in_doubt > 0, "some crashes left effects in doubt");
+}
+
+#[test]
+fn an_effect_in_doubt_pauses_naming_the_call_and_is_not_run_again() {
+    // Crash right after the first dispatch record is durable and the effect happened.
+    let mut log = Vec::new();
+    let mut world = World::default();
+    let mut m = start();
+    // Commit 1: run_started; 2: decision + read result + dispatch of a1; then a1 runs;
+    // commit 3 (dispatch of a2) is lost.
+    assert!(drive(&mut m, &mut log, &mut world, Some(3), &Reconciler::Person).is_none());
+    assert_eq!(world.effects.get(&CallId::from("a1")), Some(&1));
+    let mut resumed = Machine::resume(tools(), &log, T0).unwrap();
+    let Some(Command::ReconcileEffects { calls, .. }) = resumed.poll_command() else {
+        panic!("a dispatched effect without a result is reconciled first");
+    };
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].call.id.as_str(), "a1");
+    resumed
+        .handle(Input::EffectsReconciled {
+            findings: vec![(CallId::from("a1"), None)],
+        })
+        .unwrap();
+    let Some(Command::Commit { entries, .. }) = resumed.poll_command() else {
+        panic!()
+    };
+    assert_eq!(entries.last().unwrap().event.name(), "resolution_requested");
+    resumed
+        .handle(Input::Committed {
+            version: log.len() as u64 + entries.len() as u64,
+        })
+        .unwrap();
+    let Some(Command::AwaitResolution { pending }) = resumed.poll_command() else {
+        panic!()
+    };
+    assert_eq!(pending[0].call_id.as_str(), "a1");
+    let outcome = resumed.outcome().unwrap();
+    assert_eq!(outcome.reason, TerminalReason::OutcomeUnknown);
+    assert!(outcome.message.contains("a1") && outcome.message.contains("agent resolve"));
+    assert_eq!(
+        resumed.handle(Input::Resolved {
+            call_id: CallId::from("zz"),
+            resolution: Resolution::Committed
+        }),
+        Err(InputError::NotPending(CallId::from("zz")))
+    );
+}
