@@ -170,6 +170,25 @@ fn detail(event: &Event) -> String {
         }
         Event::ApprovalGranted { call_ids } => ids(call_ids),
         Event::ApprovalDenied { call_ids, reason } => format!("{} ({reason})", ids(call_ids)),
+        Event::EffectDispatched {
+            call_id,
+            tool,
+            effect_key,
+            ..
+        } => format!("{call_id} {tool} {effect_key}"),
+        Event::EffectReconciled { call_id, finding } => match finding {
+            agent_core::Finding::Applied { receipt } => format!("{call_id} applied: {receipt}"),
+            agent_core::Finding::NotApplied => format!("{call_id} not applied"),
+        },
+        Event::ResolutionRequested { pending, .. } => pending
+            .iter()
+            .map(|p| format!("{} {}", p.call_id, p.tool))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Event::EffectResolved {
+            call_id,
+            resolution,
+        } => format!("{call_id} as {}", format!("{resolution:?}").to_lowercase()),
         Event::RunEnded { outcome } => format!("{}: {}", outcome.reason, outcome.message),
     }
 }

@@ -77,10 +77,9 @@ fn run(turns: u32, calls_per_turn: usize) -> u64 {
             Command::CheckCalls { calls, .. } => Input::CallsChecked {
                 verdicts: calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect(),
             },
-            Command::ExecuteTools { groups, .. } => Input::ToolsFinished {
-                results: groups
+            Command::ExecuteTools { group, .. } => Input::ToolsFinished {
+                results: group
                     .into_iter()
-                    .flatten()
                     .map(|c| ToolResult::ok(c.call.id, c.call.name, "contents"))
                     .collect(),
             },
@@ -89,7 +88,9 @@ fn run(turns: u32, calls_per_turn: usize) -> u64 {
                 black_box(&entries);
                 Input::Committed { version }
             }
-            Command::AwaitApproval { .. } => unreachable!("reads never ask"),
+            Command::AwaitApproval { .. }
+            | Command::AwaitResolution { .. }
+            | Command::ReconcileEffects { .. } => unreachable!("reads never ask or doubt"),
             Command::Finish(outcome) => {
                 assert_eq!(outcome.reason, TerminalReason::Completed);
                 break;

@@ -211,7 +211,10 @@ impl RunState {
     /// a crash interrupted it.
     pub fn open_turn(&self) -> bool {
         matches!(self.status, Status::Running)
-            && self.turn_calls.iter().any(|c| !self.answered.contains(&c.id))
+            && self
+                .turn_calls
+                .iter()
+                .any(|c| !self.answered.contains(&c.id))
     }
 
     /// Dispatched side effects with no result and no finding: their outcome is unknown.

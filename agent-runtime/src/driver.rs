@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
 use agent_core::{
-    Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, RunConfig,
-    RunState, ScheduledCall, ToolSpec, canonical_json, sha256_hex,
+    Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, Resolution,
+    RunConfig, RunState, ScheduledCall, ToolSpec, canonical_json, sha256_hex,
 };
 use agent_providers::{Model, ModelRequest};
 use agent_store::{Store, StoreError};
@@ -14,6 +14,7 @@ use agent_tools::Gateway;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
+use crate::redact::Redactor;
 
 /// Called with each entry once it is durable (for `--events`).
 pub type EventSink = Arc<dyn Fn(&Entry) + Send + Sync>;
@@ -84,6 +85,7 @@ pub struct Runtime {
     clock: Arc<dyn Clock>,
     system: String,
     sink: Option<EventSink>,
+    redactor: Redactor,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -99,6 +101,8 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// A runtime with the system clock and the default system prompt.
     pub fn new(model: Arc<dyn Model>, gateway: Arc<Gateway>, store: Arc<dyn Store>) -> Runtime {
+        #[cfg(feature = "failpoints")]
+        crate::init_failpoints();
         Runtime {
             model,
             gateway,
@@ -106,7 +110,14 @@ impl Runtime {
             clock: Arc::new(SystemClock),
             system: DEFAULT_SYSTEM_PROMPT.to_owned(),
             sink: None,
+            redactor: Redactor::from_env(),
         }
+    }
+
+    /// Uses another redactor (the default takes secrets from the environment).
+    pub fn with_redactor(mut self, redactor: Redactor) -> Runtime {
+        self.redactor = redactor;
+        self
     }
 
     /// Uses another clock.
@@ -193,6 +204,44 @@ impl Runtime {
             .await
     }
 
+    /// Settles a call of unknown outcome by a person's word (`agent resolve`), then
+    /// continues the run.
+    pub async fn resolve(
+        &self,
+        run_id: &str,
+        call_id: CallId,
+        resolution: Resolution,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        self.settle(
+            run_id,
+            Input::Resolved {
+                call_id,
+                resolution,
+            },
+            cancel,
+        )
+        .await
+    }
+
+    /// Cancels a paused or interrupted run: `cancelled` is committed and nothing more runs.
+    pub async fn cancel(&self, run_id: &str) -> Result<Report, RuntimeError> {
+        let (mut machine, log) = self.load(run_id).await?;
+        match machine.poll_command() {
+            Some(Command::Finish(outcome)) => Err(RuntimeError::Refused(format!(
+                "run {run_id} already ended: {} ({})",
+                outcome.reason.class().as_str(),
+                outcome.reason
+            ))),
+            // Whatever the run would do next is not done.
+            _ => {
+                machine.handle(Input::Cancel)?;
+                self.drive(run_id.to_owned(), machine, log, CancellationToken::new())
+                    .await
+            }
+        }
+    }
+
     async fn settle(
         &self,
         run_id: &str,
@@ -200,17 +249,30 @@ impl Runtime {
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
         let (mut machine, log) = self.load(run_id).await?;
-        match machine.poll_command() {
-            Some(Command::AwaitApproval { .. }) => {}
-            _ => {
-                let status = match machine.state().outcome() {
-                    Some(o) => format!("{} ({})", o.reason.class().as_str(), o.reason),
-                    None => "running".to_owned(),
-                };
-                return Err(RuntimeError::Refused(format!(
-                    "run {run_id} is not waiting for approval; it is {status}"
-                )));
-            }
+        let waits_for = match machine.poll_command() {
+            Some(Command::AwaitApproval { .. }) => "approval",
+            Some(Command::AwaitResolution { .. }) => "resolution",
+            _ => "",
+        };
+        let fits = matches!(
+            (waits_for, &input),
+            (
+                "approval",
+                Input::ApprovalGranted { .. } | Input::ApprovalDenied { .. }
+            ) | ("resolution", Input::Resolved { .. })
+        );
+        if !fits {
+            let wanted = match input {
+                Input::Resolved { .. } => "a resolution (outcome_unknown)",
+                _ => "approval",
+            };
+            let status = match machine.state().outcome().cloned().or(machine.outcome()) {
+                Some(o) => format!("{} ({})", o.reason.class().as_str(), o.reason),
+                None => "running".to_owned(),
+            };
+            return Err(RuntimeError::Refused(format!(
+                "run {run_id} is not waiting for {wanted}; it is {status}"
+            )));
         }
         machine.handle(input).map_err(|e| match e {
             InputError::NotPending(id) => {
@@ -300,8 +362,21 @@ impl Runtime {
                     };
                     machine.handle(Input::CallsChecked { verdicts })?;
                 }
-                Command::ExecuteTools { groups, .. } => {
-                    let results = self.execute(&run_id, &machine, groups, &cancel).await;
+                Command::ExecuteTools { group, .. } => {
+                    if group.iter().any(|c| c.effect_key.is_some()) {
+                        // Crash point: the dispatch record is durable, the effect not done.
+                        fail::fail_point!("after_dispatch", |_| std::process::abort());
+                    }
+                    let results = self.execute(&run_id, &machine, group, &cancel).await;
+                    // Crash point: the tools ran, their results are not committed.
+                    fail::fail_point!("after_tools", |_| std::process::abort());
+                    let results = results
+                        .into_iter()
+                        .map(|mut r| {
+                            redact_result(&self.redactor, &mut r);
+                            r
+                        })
+                        .collect::<Vec<_>>();
                     if cancel.is_cancelled() {
                         machine.handle(Input::Cancel)?;
                     }
@@ -313,6 +388,7 @@ impl Runtime {
                     entries,
                 } => {
                     let run_id = run_id.clone();
+                    let entries = self.redactor.redact_entries(entries);
                     let store = Arc::clone(&self.store);
                     let (entries, result) = tokio::task::spawn_blocking(move || {
                         let result = store.append(&run_id, expected_version, &entries);
@@ -333,11 +409,15 @@ impl Runtime {
                         })?,
                     }
                 }
-                Command::AwaitApproval { .. } => {
+                Command::ReconcileEffects { calls, .. } => {
+                    let findings = self.gateway.reconcile(&calls).await;
+                    machine.handle(Input::EffectsReconciled { findings })?;
+                }
+                Command::AwaitApproval { .. } | Command::AwaitResolution { .. } => {
                     // No person is attached to this invocation: pause; `agent approve`
                     // continues later from the committed log.
                     let outcome = machine.outcome().ok_or(InputError::Unexpected {
-                        input: "AwaitApproval",
+                        input: "AwaitApproval or AwaitResolution",
                         phase: "not paused",
                     })?;
                     return Ok(report(&run_id, &machine, outcome));
@@ -352,11 +432,11 @@ impl Runtime {
         &self,
         run_id: &str,
         machine: &Machine,
-        groups: Vec<Vec<ScheduledCall>>,
+        group: Vec<ScheduledCall>,
         cancel: &CancellationToken,
     ) -> Vec<agent_core::ToolResult> {
         let token = cancel.child_token();
-        let run = self.gateway.execute(run_id, groups, &token);
+        let run = self.gateway.execute(run_id, vec![group], &token);
         tokio::pin!(run);
         tokio::select! {
             results = &mut run => results,
@@ -381,6 +461,14 @@ impl Runtime {
 
     fn tick(&self, machine: &mut Machine) -> Result<(), InputError> {
         machine.handle(Input::Tick(self.clock.now_ms()))
+    }
+}
+
+/// Tool output is what most often carries a secret (an `env` dump, a config file).
+fn redact_result(redactor: &Redactor, result: &mut agent_core::ToolResult) {
+    match &mut result.outcome {
+        agent_core::ToolOutcome::Output(text) => *text = redactor.redact_str(text),
+        agent_core::ToolOutcome::Error(e) => e.message = redactor.redact_str(&e.message),
     }
 }
 

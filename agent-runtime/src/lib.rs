@@ -23,9 +23,20 @@
 //! assert_eq!(store.load("r1").unwrap().len(), 3);
 //! ```
 
+mod blobs;
 mod clock;
 mod driver;
+mod redact;
 
+pub use blobs::StoreBlobs;
 pub use clock::{Clock, SystemClock};
 pub use driver::{EventSink, Report, RunRequest, Runtime, RuntimeError};
+pub use redact::Redactor;
+
+/// Reads `FAILPOINTS` once per process (test builds with the `failpoints` feature only).
+#[cfg(feature = "failpoints")]
+fn init_failpoints() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::mem::forget(fail::FailScenario::setup()));
+}
 pub use tokio_util::sync::CancellationToken;

@@ -12,6 +12,22 @@ pub fn check_all(store: &dyn Store) {
     a_batch_must_continue_the_log(store);
     unknown_runs_are_not_found(store);
     the_index_follows_the_log(store);
+    blobs_are_stored_once_by_content(store);
+}
+
+fn blobs_are_stored_once_by_content(store: &dyn Store) {
+    let big = "x".repeat(100_000);
+    let a = store.put_blob(big.as_bytes()).unwrap_or_default();
+    let b = store.put_blob(big.as_bytes()).unwrap_or_default();
+    assert_eq!(a, b, "equal contents have one handle");
+    assert!(a.starts_with("blob:sha256:"), "{a}");
+    assert_eq!(
+        store.get_blob(&a).ok().flatten().map(|v| v.len()),
+        Some(100_000),
+        "a blob reads back whole"
+    );
+    assert_ne!(store.put_blob(b"other").unwrap_or_default(), a);
+    assert_eq!(store.get_blob("blob:sha256:0000").ok(), Some(None));
 }
 
 /// A `run_started` entry at version 1 for `run_id`.

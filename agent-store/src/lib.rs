@@ -42,6 +42,17 @@ pub trait Store: Send + Sync {
 
     /// Every run's summary, by run id.
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
+
+    /// Stores `bytes` once, by content, durably; returns the handle (`blob:sha256:HEX`).
+    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError>;
+
+    /// The bytes of a blob, or `None` if the handle names no blob.
+    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
+/// The handle of a blob: its SHA-256, so equal contents are stored once.
+pub fn blob_handle(bytes: &[u8]) -> String {
+    format!("blob:sha256:{}", agent_core::sha256_hex(bytes))
 }
 
 /// Checks that a batch continues a log at `current` and was tagged with `expected`.

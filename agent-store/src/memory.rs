@@ -11,6 +11,7 @@ use crate::{RunSummary, Store, StoreError, check_batch};
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     runs: Mutex<BTreeMap<String, (Vec<Entry>, RunSummary)>>,
+    blobs: Mutex<BTreeMap<String, Vec<u8>>>,
 }
 
 impl MemoryStore {
@@ -55,5 +56,19 @@ impl Store for MemoryStore {
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
         Ok(self.lock().values().map(|(_, s)| s.clone()).collect())
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
+        let handle = crate::blob_handle(bytes);
+        let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        blobs
+            .entry(handle.clone())
+            .or_insert_with(|| bytes.to_vec());
+        Ok(handle)
+    }
+
+    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(blobs.get(handle).cloned())
     }
 }

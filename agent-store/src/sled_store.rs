@@ -3,6 +3,7 @@
 //! events and the summary, flushed to disk before it is confirmed.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use agent_core::Entry;
@@ -24,6 +25,54 @@ pub struct SledStore {
     db: sled::Db,
     events: sled::Tree,
     runs: sled::Tree,
+    blobs: sled::Tree,
+    flusher: GroupFlush,
+}
+
+/// Group commit: concurrent appends share flushes. Each append takes a ticket after its
+/// write is in memory; one flush started after that covers it, whoever starts it.
+#[derive(Debug, Default)]
+struct GroupFlush {
+    state: Mutex<FlushState>,
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct FlushState {
+    requested: u64,
+    flushed: u64,
+    flushing: bool,
+    failed: Option<String>,
+}
+
+impl GroupFlush {
+    /// Returns once a flush that began after this call has finished.
+    fn wait_durable(&self, db: &sled::Db) -> Result<(), StoreError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.requested += 1;
+        let ticket = st.requested;
+        loop {
+            if st.flushed >= ticket {
+                return match &st.failed {
+                    Some(e) => Err(StoreError::Engine(format!("flush failed: {e}"))),
+                    None => Ok(()),
+                };
+            }
+            if !st.flushing {
+                st.flushing = true;
+                let target = st.requested;
+                drop(st);
+                let result = db.flush();
+                st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.flushing = false;
+                st.flushed = target;
+                st.failed = result.err().map(|e| e.to_string());
+                self.done.notify_all();
+                continue;
+            }
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 impl SledStore {
@@ -58,6 +107,8 @@ impl SledStore {
         Ok(SledStore {
             events: db.open_tree("events")?,
             runs: db.open_tree("runs")?,
+            blobs: db.open_tree("blobs")?,
+            flusher: GroupFlush::default(),
             db,
             path,
         })
@@ -169,7 +220,7 @@ impl Store for SledStore {
                 TransactionError::Storage(err) => err.into(),
             })?;
         // The flush is the durability point: confirm nothing before it.
-        self.db.flush()?;
+        self.flusher.wait_durable(&self.db)?;
         Ok(version)
     }
 
@@ -218,5 +269,18 @@ impl Store for SledStore {
                 decode_summary(&String::from_utf8_lossy(&k), &v)
             })
             .collect()
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
+        let handle = crate::blob_handle(bytes);
+        if !self.blobs.contains_key(handle.as_bytes())? {
+            self.blobs.insert(handle.as_bytes(), bytes)?;
+            self.flusher.wait_durable(&self.db)?;
+        }
+        Ok(handle)
+    }
+
+    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.blobs.get(handle.as_bytes())?.map(|v| v.to_vec()))
     }
 }

@@ -225,6 +225,32 @@ impl Gateway {
         results
     }
 
+    /// After a crash: asks each call's tool whether its effect took place.
+    pub async fn reconcile(
+        &self,
+        calls: &[ScheduledCall],
+    ) -> Vec<(CallId, Option<agent_core::Finding>)> {
+        let looks = calls.iter().map(|scheduled| async move {
+            let finding = match self.tools.get(&scheduled.call.name) {
+                Some(registered) => {
+                    let ctx = ToolContext {
+                        workspace: Arc::clone(&self.workspace),
+                        cancel: CancellationToken::new(),
+                        call_id: scheduled.call.id.clone(),
+                        effect_key: scheduled.effect_key.clone(),
+                    };
+                    registered
+                        .tool
+                        .reconcile(&scheduled.call.arguments, &ctx)
+                        .await
+                }
+                None => None,
+            };
+            (scheduled.call.id.clone(), finding)
+        });
+        join_all(looks).await
+    }
+
     async fn run_one(
         &self,
         run_id: &str,

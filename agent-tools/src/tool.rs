@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agent_core::{CallId, ErrorKind, Risk, ToolError, ToolSpec};
+use agent_core::{CallId, ErrorKind, Finding, Risk, ToolError, ToolSpec};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -39,6 +39,12 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Runs one call with already-validated arguments. An `Err` is data for the model.
     async fn call(&self, arguments: Value, ctx: &ToolContext) -> Result<String, ToolError>;
+
+    /// After a crash: whether the effect of this call (identified by `ctx.effect_key`) took
+    /// place. `None` means the tool cannot tell, and a person will be asked.
+    async fn reconcile(&self, _arguments: &Value, _ctx: &ToolContext) -> Option<Finding> {
+        None
+    }
 }
 
 /// A tool whose arguments are a typed struct: its JSON Schema is generated from the struct,
@@ -61,6 +67,10 @@ pub trait TypedTool: Send + Sync + 'static {
     }
     /// Runs one call.
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
+    /// Looks an effect up after a crash (see [`Tool::reconcile`]).
+    async fn reconcile(&self, _args: Self::Args, _ctx: &ToolContext) -> Option<Finding> {
+        None
+    }
 }
 
 /// Adapter from [`TypedTool`] to [`Tool`].
@@ -79,5 +89,10 @@ impl<T: TypedTool> Tool for Typed<T> {
         let args: T::Args = serde_json::from_value(arguments)
             .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, e.to_string()))?;
         self.0.run(args, ctx).await
+    }
+
+    async fn reconcile(&self, arguments: &Value, ctx: &ToolContext) -> Option<Finding> {
+        let args: T::Args = serde_json::from_value(arguments.clone()).ok()?;
+        self.0.reconcile(args, ctx).await
     }
 }

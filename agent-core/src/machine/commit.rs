@@ -30,7 +30,8 @@ impl Machine {
                     return self.end(outcome);
                 }
                 self.phase = Phase::AwaitingResolution;
-                self.commands.push_back(Command::AwaitResolution { pending });
+                self.commands
+                    .push_back(Command::AwaitResolution { pending });
             }
             Status::Running if self.committed.open_turn() => self.recover(),
             Status::Running | Status::New => self.begin_turn(),

@@ -507,7 +507,6 @@ impl Machine {
     }
 }
 
-
 pub(crate) fn pending_call(call: &ToolCall, why: String) -> PendingCall {
     PendingCall {
         call_id: call.id.clone(),

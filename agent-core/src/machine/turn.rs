@@ -81,7 +81,12 @@ impl Machine {
     }
 
     /// Rejects calls to unknown tools, then asks the gateway about the rest.
-    pub(super) fn screen(&mut self, turn: u32, calls: Vec<ToolCall>, asked_by_model: Option<String>) {
+    pub(super) fn screen(
+        &mut self,
+        turn: u32,
+        calls: Vec<ToolCall>,
+        asked_by_model: Option<String>,
+    ) {
         let proposed = calls.len();
         let mut known = Vec::with_capacity(calls.len());
         for call in calls {
@@ -321,7 +326,12 @@ impl Machine {
         });
     }
 
-    pub(super) fn on_results(&mut self, turn: u32, calls: Vec<ScheduledCall>, results: Vec<ToolResult>) {
+    pub(super) fn on_results(
+        &mut self,
+        turn: u32,
+        calls: Vec<ScheduledCall>,
+        results: Vec<ToolResult>,
+    ) {
         let mut by_id: BTreeMap<CallId, ToolResult> = results
             .into_iter()
             .map(|r| (r.call_id.clone(), r))
@@ -355,7 +365,10 @@ impl Machine {
             {
                 // A side effect may or may not have happened: never guess, never repeat
                 // it. The call stays dispatched without a result until a person settles it.
-                in_doubt.push(pending_call(&call, format!("outcome unknown: {}", e.message)));
+                in_doubt.push(pending_call(
+                    &call,
+                    format!("outcome unknown: {}", e.message),
+                ));
                 continue;
             }
             self.stage(Event::ToolFinished {
@@ -422,5 +435,4 @@ impl Machine {
             }
         }
     }
-
 }

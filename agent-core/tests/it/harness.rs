@@ -322,12 +322,16 @@ pub fn run(world: World) -> Report {
                                 sc.call.name.clone(),
                                 format!("{} -> {}", sc.call.name, sc.call.arguments),
                             ),
-                            Some(Ok(text)) => {
-                                ToolResult::ok(sc.call.id.clone(), sc.call.name.clone(), text.clone())
-                            }
-                            Some(Err(e)) => {
-                                ToolResult::error(sc.call.id.clone(), sc.call.name.clone(), e.clone())
-                            }
+                            Some(Ok(text)) => ToolResult::ok(
+                                sc.call.id.clone(),
+                                sc.call.name.clone(),
+                                text.clone(),
+                            ),
+                            Some(Err(e)) => ToolResult::error(
+                                sc.call.id.clone(),
+                                sc.call.name.clone(),
+                                e.clone(),
+                            ),
                         }
                     };
                     finishing.push((end, result));
@@ -487,7 +491,10 @@ fn describe(command: &Command) -> String {
         Command::CheckCalls { calls, .. } => format!("check_calls {}", calls.len()),
         Command::ExecuteTools { group, .. } => format!(
             "execute_tools {:?}",
-            group.iter().map(|c| c.call.id.0.clone()).collect::<Vec<_>>()
+            group
+                .iter()
+                .map(|c| c.call.id.0.clone())
+                .collect::<Vec<_>>()
         ),
         Command::ReconcileEffects { calls, .. } => format!("reconcile_effects {}", calls.len()),
         Command::AwaitResolution { pending } => format!("await_resolution {}", pending.len()),

@@ -1,7 +1,7 @@
 //! Crash at every commit boundary, resume from the committed log, and check that no side
 //! effect is lost or done twice: the pure-core twin of the `kill -9` harness.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use agent_core::*;
 use serde_json::json;
@@ -20,7 +20,11 @@ fn script() -> Vec<Decision> {
     let call = |id: &str, name: &str| ToolCall::new(id, name, json!({ "line": id }));
     vec![
         Decision::ToolCalls {
-            calls: vec![call("r1", "read"), call("a1", "append"), call("a2", "append")],
+            calls: vec![
+                call("r1", "read"),
+                call("a1", "append"),
+                call("a2", "append"),
+            ],
         },
         Decision::ToolCalls {
             calls: vec![call("a3", "append"), call("r2", "read")],
@@ -57,7 +61,7 @@ fn drive(
     reconciler: &Reconciler,
 ) -> Option<Outcome> {
     let mut commits = 0;
-    let mut script: VecDeque<Decision> = script().into();
+    let script = script();
     let mut guard = 0;
     loop {
         guard += 1;
@@ -123,7 +127,9 @@ fn drive(
                         (sc.call.id, finding)
                     })
                     .collect();
-                machine.handle(Input::EffectsReconciled { findings }).unwrap();
+                machine
+                    .handle(Input::EffectsReconciled { findings })
+                    .unwrap();
             }
             Command::AwaitResolution { pending } => {
                 // The person looks at the world and says what happened.
@@ -195,7 +201,11 @@ fn crash_everywhere(reconciler: Reconciler) -> usize {
             outcome = drive(&mut machine, &mut log, &mut world, None, &reconciler);
         }
         let outcome = outcome.unwrap();
-        assert_eq!(outcome.reason, TerminalReason::Completed, "crash at commit {crash}");
+        assert_eq!(
+            outcome.reason,
+            TerminalReason::Completed,
+            "crash at commit {crash}"
+        );
         for id in ["a1", "a2", "a3", "a4"] {
             assert_eq!(
                 world.effects.get(&CallId::from(id)),

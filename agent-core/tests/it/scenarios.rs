@@ -778,3 +778,26 @@ fn a_batch_is_committed_in_the_models_order_whatever_happened_to_each_call() {
     let ids: Vec<&str> = r.results().iter().map(|x| x.call_id.as_str()).collect();
     assert_eq!(ids, ["c1", "c2", "c3", "c4"]);
 }
+
+#[test]
+fn unknown_outcome_settled_by_a_person_continues_without_running_it_again() {
+    let script = || {
+        vec![
+            Calls(vec![("p1", "pay", json!({"amount": 10}))]),
+            Final("paid"),
+        ]
+    };
+    let pay = || tool("pay", Risk::External).fails(ErrorKind::OutcomeUnknown, "connection reset");
+    let mut w = world(script());
+    w.tools.push(pay());
+    w.verdicts.insert("pay".into(), Verdict::Allow);
+    w.person.push_back(Person::Settle(Resolution::Committed));
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(
+        r.executed.len(),
+        1,
+        "the person's word, not a second payment"
+    );
+    assert!(r.result_of("p1").content().contains("a person confirmed"));
+    assert!(r.events().contains(&"effect_resolved"));
+}

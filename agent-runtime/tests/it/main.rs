@@ -63,6 +63,12 @@ impl<S: Store> Store for Watched<S> {
     fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
         self.inner.runs()
     }
+    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_blob(handle)
+    }
 }
 
 struct Setup {
@@ -394,4 +400,180 @@ async fn deny_tells_the_model_and_the_run_goes_on() {
         if content.contains("not on Fridays")),
         "{told:?}"
     );
+}
+
+#[tokio::test]
+async fn secrets_never_reach_the_log() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/env.txt"),
+        "API_TOKEN=tok-9f8e7d6c5b4a\n",
+    )
+    .unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "env.txt"}}]},
+        {"final": "the token is tok-9f8e7d6c5b4a"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt =
+        s.runtime(script, Arc::clone(&store), vec![])
+            .with_redactor(agent_runtime::Redactor::new([(
+                "API_TOKEN".to_owned(),
+                "tok-9f8e7d6c5b4a".to_owned(),
+            )]));
+    let report = rt
+        .start(
+            RunRequest::new("run-s", "find tok-9f8e7d6c5b4a", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let text = serde_json::to_string(&store.load("run-s").unwrap()).unwrap();
+    assert!(!text.contains("tok-9f8e7d6c5b4a"), "{text}");
+    assert!(text.contains("[REDACTED:API_TOKEN]"));
+    // The model never sees it again either.
+    let prompts = s.prompts.lock().unwrap();
+    assert!(
+        !serde_json::to_string(&prompts[1])
+            .unwrap()
+            .contains("tok-9f8e7d6c5b4a")
+    );
+}
+
+/// A payment that reports that its outcome is unknown the first time.
+struct Pay(Arc<std::sync::atomic::AtomicUsize>);
+
+#[async_trait]
+impl Tool for Pay {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("pay", "pays", json!({"type": "object"}), Risk::External)
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(ToolError::new(
+            ErrorKind::OutcomeUnknown,
+            "the bank timed out after the request was sent",
+        ))
+    }
+}
+
+#[tokio::test]
+async fn resolve_settles_an_unknown_outcome_and_cancel_ends_a_paused_run() {
+    let s = setup();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "p1", "name": "pay", "arguments": {"amount": 5}}]},
+        {"final": "paid"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s.runtime(
+        script.clone(),
+        Arc::clone(&store),
+        vec![Arc::new(Pay(Arc::clone(&calls)))],
+    );
+    rt.start(
+        RunRequest::new("run-p", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let paused = rt
+        .approve("run-p", vec![], CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(paused.outcome.reason, TerminalReason::OutcomeUnknown);
+    assert_eq!(paused.outcome.pending[0].call_id.as_str(), "p1");
+    let again = rt.resume("run-p", CancellationToken::new()).await.unwrap();
+    assert_eq!(
+        again.outcome.reason,
+        TerminalReason::OutcomeUnknown,
+        "resume never guesses"
+    );
+    let err = rt
+        .approve("run-p", vec![], CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not waiting for approval"),
+        "{err}"
+    );
+    let done = rt
+        .resolve(
+            "run-p",
+            CallId::from("p1"),
+            Resolution::Committed,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.outcome.reason, TerminalReason::Completed);
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "paid once"
+    );
+
+    // Cancel: a paused run ends `cancelled`; an ended one cannot be cancelled.
+    let rt = s.runtime(
+        script,
+        Arc::clone(&store),
+        vec![Arc::new(Pay(Arc::clone(&calls)))],
+    );
+    rt.start(
+        RunRequest::new("run-q", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let cancelled = rt.cancel("run-q").await.unwrap();
+    assert_eq!(cancelled.outcome.reason, TerminalReason::Cancelled);
+    let err = rt.cancel("run-q").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("already ended: stopped (cancelled)"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn large_outputs_are_kept_as_blobs_in_the_store() {
+    let s = setup();
+    std::fs::write(s.dir.path().join("ws/big.txt"), "line\n".repeat(20_000)).unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "big.txt", "limit": 20000}}]},
+        {"final": "big"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = ScriptModel::from_json(&script.to_string()).unwrap();
+    let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
+        .unwrap()
+        .with_blob_sink(Arc::new(agent_runtime::StoreBlobs(Arc::clone(&store))));
+    let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store));
+    rt.start(
+        RunRequest::new("run-b", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let log = store.load("run-b").unwrap();
+    let result = log
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } => Some(result.content()),
+            _ => None,
+        })
+        .unwrap();
+    let handle = result
+        .split("stored as ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap();
+    let blob = store.get_blob(handle).unwrap().unwrap();
+    assert!(
+        blob.len() > 100_000,
+        "the whole output: {} bytes",
+        blob.len()
+    );
+    assert!(result.len() < 51_000, "the log keeps a preview");
 }

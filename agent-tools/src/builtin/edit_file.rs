@@ -1,4 +1,4 @@
-use agent_core::{ErrorKind, Risk, ToolError};
+use agent_core::{ErrorKind, Finding, Risk, ToolError};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -72,5 +72,22 @@ impl TypedTool for EditFile {
             "edited {}: replaced 1 occurrence at line {line}",
             args.path
         ))
+    }
+
+    /// The edit took place if `new` is there and `old` is gone; it did not if `old` is
+    /// still there exactly once. Anything else cannot be told apart.
+    async fn reconcile(&self, args: EditFileArgs, ctx: &ToolContext) -> Option<Finding> {
+        let path = ctx.workspace.resolve(&args.path).ok()?;
+        let text = tokio::fs::read_to_string(&path).await.ok()?;
+        let old = text.matches(&args.old).count();
+        if old == 1 && !args.old.contains(&args.new) {
+            Some(Finding::NotApplied)
+        } else if old == 0 && text.contains(&args.new) {
+            Some(Finding::Applied {
+                receipt: format!("{} contains the replacement text", args.path),
+            })
+        } else {
+            None
+        }
     }
 }

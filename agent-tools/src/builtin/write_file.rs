@@ -1,4 +1,4 @@
-use agent_core::{ErrorKind, Risk, ToolError, sha256_hex};
+use agent_core::{ErrorKind, Finding, Risk, ToolError, sha256_hex};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -62,5 +62,19 @@ impl TypedTool for WriteFile {
             args.path,
             sha256_hex(args.content.as_bytes())
         ))
+    }
+
+    /// The write took place if the file holds exactly the content it meant to write.
+    async fn reconcile(&self, args: WriteFileArgs, ctx: &ToolContext) -> Option<Finding> {
+        let path = ctx.workspace.resolve_for_write(&args.path).ok()?;
+        let want = sha256_hex(args.content.as_bytes());
+        match tokio::fs::read(&path).await {
+            Ok(bytes) if sha256_hex(&bytes) == want => Some(Finding::Applied {
+                receipt: format!("{} holds the content written (sha256 {want})", args.path),
+            }),
+            Ok(_) => Some(Finding::NotApplied),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Finding::NotApplied),
+            Err(_) => None,
+        }
     }
 }
