@@ -36,7 +36,7 @@ impl Redactor {
             .filter(|(_, value)| value.len() >= MIN_SECRET_LEN)
             .collect();
         // Longest first, so a secret that contains another is replaced whole.
-        secrets.sort_by(|a, b| b.1.len().cmp(&a.1.len()));
+        secrets.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
         let patterns = [
             (
                 r#"(?i)\b((?:proxy-)?authorization)\s*[:=]\s*[^\s,;'"]+(?:\s+[^\s,;'"]+)?"#,
