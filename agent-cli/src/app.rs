@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::{Budget, CallId, Event};
-use agent_providers::{Model, ModelSpec, ScriptModel};
-use agent_runtime::{CancellationToken, EventSink, Report, RunRequest, Runtime, RuntimeError};
+use agent_core::{Budget, CallId, Event, ModelReply, Resolution};
+use agent_providers::{Model, ModelRequest, ModelSpec, ProviderError, ScriptModel};
+use agent_runtime::{
+    CancellationToken, EventSink, Report, RunRequest, Runtime, RuntimeError, StoreBlobs,
+};
 use agent_store::{SledStore, Store, StoreError};
 use agent_tools::mcp::{self, McpConfig};
 use agent_tools::{Action, CommandHook, Gateway, HookEvent, Policy, Workspace};
@@ -146,6 +148,17 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 Resume::Deny(calls, reason),
             )
         }
+        Commands::Resolve {
+            run,
+            call,
+            resolution,
+            setup,
+        } => {
+            let resolution = resolution.parse().map_err(usage)?;
+            let what = Resume::Resolve(CallId::from(call), resolution);
+            drive_existing(&settings, &store, json, &run, &setup, what)
+        }
+        Commands::Cancel { run } => cancel(&store, json, &run),
         Commands::Runs => runs(&store, json),
         Commands::Show { run } => show(&store, json, &run),
     }
@@ -287,6 +300,8 @@ fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
 
 fn runtime(model: Arc<dyn Model>, gateway: Gateway, store: SledStore, events: bool) -> Runtime {
     let store: Arc<dyn Store> = Arc::new(store);
+    // Outputs too large for the model are kept whole in the store.
+    let gateway = gateway.with_blob_sink(Arc::new(StoreBlobs(Arc::clone(&store))));
     let runtime = Runtime::new(model, Arc::new(gateway), store);
     if events {
         runtime.with_event_sink(event_printer())
@@ -322,6 +337,7 @@ enum Resume {
     Continue,
     Approve(Vec<CallId>),
     Deny(Vec<CallId>, String),
+    Resolve(CallId, Resolution),
 }
 
 fn drive_existing(
@@ -358,8 +374,38 @@ fn drive_existing(
             Resume::Continue => runtime.resume(run_id, cancel).await,
             Resume::Approve(calls) => runtime.approve(run_id, calls, cancel).await,
             Resume::Deny(calls, reason) => runtime.deny(run_id, calls, reason, cancel).await,
+            Resume::Resolve(call, resolution) => {
+                runtime.resolve(run_id, call, resolution, cancel).await
+            }
         }
     })?;
+    Ok(finish(&report, json))
+}
+
+/// Cancelling never asks a model; this one says so if it is asked anyway.
+struct NoModel;
+
+#[async_trait::async_trait]
+impl Model for NoModel {
+    fn provider(&self) -> &str {
+        "none"
+    }
+    fn model(&self) -> &str {
+        "none"
+    }
+    async fn decide(&self, _: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        Err(ProviderError::Failed(
+            "no model is attached to `agent cancel`".into(),
+        ))
+    }
+}
+
+fn cancel(store_dir: &Path, json: bool, run_id: &str) -> Result<u8, Failure> {
+    let store = open_existing(store_dir)?;
+    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+    let runtime = runtime(Arc::new(NoModel), Gateway::new(ws), store, false);
+    let rt = tokio()?;
+    let report = rt.block_on(runtime.cancel(run_id))?;
     Ok(finish(&report, json))
 }
 

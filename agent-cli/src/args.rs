@@ -63,6 +63,26 @@ pub enum Commands {
         #[command(flatten)]
         setup: Setup,
     },
+    /// Settle a call whose outcome is unknown, then continue the run.
+    Resolve {
+        /// The run id.
+        run: String,
+        /// The call in doubt.
+        #[arg(long = "call", value_name = "ID")]
+        call: String,
+        /// What really happened: committed (it took effect), rejected (it did not; do not
+        /// run it again) or retry (it did not; run it again).
+        #[arg(long = "as", value_name = "committed|rejected|retry")]
+        resolution: String,
+        /// Model, tools and policy.
+        #[command(flatten)]
+        setup: Setup,
+    },
+    /// Cancel a paused or interrupted run: it ends `cancelled`, nothing more runs.
+    Cancel {
+        /// The run id.
+        run: String,
+    },
     /// List runs: id, status, reason, steps, started.
     Runs,
     /// Show a run's timeline, one line per event.

@@ -56,11 +56,18 @@ pub fn outcome_text(report: &Report) -> String {
         );
     }
     if !o.pending.is_empty() {
-        let _ = write!(
-            out,
-            "\n  approve with `agent approve {id}` or deny with `agent deny {id} --reason TEXT`",
-            id = report.run_id
-        );
+        let hint = if o.reason == TerminalReason::OutcomeUnknown {
+            format!(
+                "check what happened, then `agent resolve {} --call ID --as committed|rejected|retry`",
+                report.run_id
+            )
+        } else {
+            format!(
+                "approve with `agent approve {id}` or deny with `agent deny {id} --reason TEXT`",
+                id = report.run_id
+            )
+        };
+        let _ = write!(out, "\n  {hint}");
     }
     out
 }

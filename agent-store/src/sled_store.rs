@@ -79,12 +79,18 @@ impl SledStore {
     /// Opens the store in `dir`, creating it if the directory is missing or empty.
     pub fn open(dir: impl AsRef<Path>) -> Result<SledStore, StoreError> {
         let path = dir.as_ref().to_path_buf();
-        let fresh = match std::fs::read_dir(&path) {
-            Ok(mut entries) => entries.next().is_none(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        let names: Vec<String> = match std::fs::read_dir(&path) {
+            Ok(entries) => entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(StoreError::Engine(format!("{}: {e}", path.display()))),
         };
-        if !fresh && !path.join("db").is_file() {
+        // Only sled's own files: a store, or one whose creation a crash interrupted.
+        let sled_owned =
+            |n: &String| matches!(n.as_str(), "conf" | "db" | "blobs") || n.starts_with("snap.");
+        if !names.iter().all(sled_owned) {
             return Err(StoreError::NotAStore(path));
         }
         let db = open_db(&path)?;
@@ -98,7 +104,7 @@ impl SledStore {
                     expected: FORMAT_VERSION,
                 });
             }
-            None if fresh => {
+            None if untouched(&db)? => {
                 meta.insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
                 db.flush()?;
             }
@@ -127,6 +133,20 @@ impl SledStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Whether a database holds nothing at all: new, or created by a process that crashed
+/// before writing the format.
+fn untouched(db: &sled::Db) -> Result<bool, StoreError> {
+    if !db.is_empty() {
+        return Ok(false);
+    }
+    for name in db.tree_names() {
+        if db.open_tree(&name)?.first()?.is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 fn open_db(path: &Path) -> Result<sled::Db, StoreError> {

@@ -134,3 +134,15 @@ fn opening_a_missing_store_read_only_creates_nothing() {
     assert!(SledStore::open_existing(&path).unwrap().is_none());
     assert!(!path.exists());
 }
+
+#[test]
+fn a_store_whose_creation_was_interrupted_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // A crash right after sled created its files, before the format was written.
+        let db = sled::open(dir.path()).unwrap();
+        db.flush().unwrap();
+    }
+    let store = SledStore::open(dir.path()).unwrap();
+    store.append("r1", 0, &[started("r1", 1)]).unwrap();
+}
