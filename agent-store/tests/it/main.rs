@@ -4,6 +4,22 @@
 use agent_store::conformance::{check_all, filler, started};
 use agent_store::{FORMAT_VERSION, MemoryStore, SledStore, Store, StoreError};
 
+/// sled itself, for writing what a foreign or damaged store holds. Like `SledStore::open`,
+/// it waits out the lock a just-dropped handle still holds for a moment.
+fn raw_sled(path: &std::path::Path) -> sled::Db {
+    let started = std::time::Instant::now();
+    loop {
+        match sled::open(path) {
+            Ok(db) => return db,
+            Err(e) if started.elapsed() < std::time::Duration::from_secs(2) => {
+                assert!(e.to_string().contains("could not acquire lock"), "{e}");
+                std::thread::yield_now();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 #[test]
 fn memory_store_conforms() {
     check_all(&MemoryStore::new());
@@ -76,7 +92,7 @@ fn a_directory_that_is_not_a_store_is_refused() {
 fn a_store_of_another_format_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         db.open_tree("meta")
             .unwrap()
             .insert("format", "99")
@@ -94,7 +110,7 @@ fn a_store_of_another_format_is_refused() {
 fn a_sled_database_without_our_format_is_not_a_store() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         db.insert("someone", "else").unwrap();
         db.flush().unwrap();
     }
@@ -114,7 +130,7 @@ fn a_garbled_record_is_an_error_not_a_panic() {
             .unwrap();
     }
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         let events = db.open_tree("events").unwrap();
         let mut key = b"r1\0".to_vec();
         key.extend_from_slice(&2u64.to_be_bytes());
@@ -140,7 +156,7 @@ fn a_store_whose_creation_was_interrupted_opens() {
     let dir = tempfile::tempdir().unwrap();
     {
         // A crash right after sled created its files, before the format was written.
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_sled(dir.path());
         db.flush().unwrap();
     }
     let store = SledStore::open(dir.path()).unwrap();
