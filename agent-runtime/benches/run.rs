@@ -3,7 +3,12 @@
 //! CPU time per turn and the bytes stored.
 //!
 //! Run with `cargo bench -p agent-runtime --bench run`.
-#![allow(missing_docs, clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    missing_docs,
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -71,11 +76,17 @@ fn main() {
         max_tool_calls: TURNS as u32,
         ..Budget::default()
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let cpu = cpu_seconds();
     let start = Instant::now();
     let report = rt
-        .block_on(runtime.start(RunRequest::new("bench", "read a lot", budget), CancellationToken::new()))
+        .block_on(runtime.start(
+            RunRequest::new("bench", "read a lot", budget),
+            CancellationToken::new(),
+        ))
         .unwrap();
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu;

@@ -5,7 +5,12 @@
 //! - bytes on disk per turn at 100, 1,000 and 10,000 turns.
 //!
 //! Run with `cargo bench -p agent-store --bench store`.
-#![allow(missing_docs, clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    missing_docs,
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::io::Write;
 use std::sync::Arc;
@@ -18,7 +23,11 @@ use serde_json::json;
 
 /// A realistic turn: the decision and a 2 KB tool result.
 fn turn(version: u64, turn: u32) -> Vec<Entry> {
-    let call = ToolCall::new(format!("c{turn}"), "read_file", json!({"path": format!("src/file{turn}.rs")}));
+    let call = ToolCall::new(
+        format!("c{turn}"),
+        "read_file",
+        json!({"path": format!("src/file{turn}.rs")}),
+    );
     vec![
         Entry {
             version,

@@ -162,3 +162,32 @@ fn a_store_whose_creation_was_interrupted_opens() {
     let store = SledStore::open(dir.path()).unwrap();
     store.append("r1", 0, &[started("r1", 1)]).unwrap();
 }
+
+#[test]
+fn concurrent_commits_sharing_flushes_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(SledStore::open(dir.path()).unwrap());
+    let threads: Vec<_> = (0..16)
+        .map(|r| {
+            let store = std::sync::Arc::clone(&store);
+            std::thread::spawn(move || {
+                let id = format!("run-{r}");
+                let mut version = store.append(&id, 0, &[started(&id, 1)]).unwrap();
+                for t in 1..=25u32 {
+                    version = store
+                        .append(&id, version, &[filler(version + 1, t)])
+                        .unwrap();
+                }
+                version
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 26);
+    }
+    drop(store);
+    let store = SledStore::open(dir.path()).unwrap();
+    for r in 0..16 {
+        assert_eq!(store.load(&format!("run-{r}")).unwrap().len(), 26);
+    }
+}
