@@ -196,6 +196,14 @@ fn detail(event: &Event) -> String {
             call_id,
             resolution,
         } => format!("{call_id} as {}", format!("{resolution:?}").to_lowercase()),
+        Event::ContextCompacted {
+            through_version,
+            tokens_before,
+            tokens_after,
+            ..
+        } => format!(
+            "history through v{through_version} summarized: {tokens_before} -> {tokens_after} tokens"
+        ),
         Event::RunEnded { outcome } => format!("{}: {}", outcome.reason, outcome.message),
     }
 }

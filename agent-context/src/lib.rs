@@ -1,10 +1,13 @@
-//! `agent-context` projects a run's event log into the provider-neutral [`Prompt`] the
-//! model is sent. The projection is a pure function of the log: the same log gives the same
-//! prompt, byte for byte, which is what makes `agent context` and replay trustworthy.
+//! `agent-context` projects a run's event log into the bounded, provider-neutral
+//! [`Prompt`] the model is sent (CONTRACT §9). The projection is a pure function of the log:
+//! the same log gives the same prompt, byte for byte, which is what makes `agent context`
+//! and replay trustworthy. It is incremental ([`Projector`]): the runtime keeps it between
+//! turns and applies only new events.
 //!
 //! Every tool call the model made is paired with a result part, even when the call never
-//! ran (rejected, not started, superseded by a correction), so no provider refuses the
-//! history for an unpaired call.
+//! ran. Older results are masked to their head and a handle; one turn's results stay under
+//! a budget; past a share of the context window the history is compacted into a summary
+//! ([`Summarizer`]) plus a facts block rebuilt from the log.
 //!
 //! ```
 //! use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
@@ -22,9 +25,15 @@
 //! assert_eq!(prompt.messages[0].role, Role::User);
 //! ```
 
+mod facts;
 mod project;
+mod summarize;
+mod tokens;
 
-pub use project::project;
+pub use facts::Facts;
+pub use project::{ContextConfig, Projector, SUMMARY_PREFIX, project};
+pub use summarize::{Extractive, SUMMARY_INSTRUCTION, Summarizer, extract};
+pub use tokens::{CharEstimate, DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter, context_window};
 
 pub use agent_core::Prompt;
 

@@ -1,73 +1,209 @@
-//! The projection itself.
+//! The projection: the log, applied event by event, into the prompt of the next model call.
+//!
+//! It is incremental: each event costs work in proportion to its own turn, and the prompt
+//! and its token estimate are kept up to date, so building a prompt never walks the history.
+//! Older tool results are shown masked (their head and a handle) once
+//! `recent_result_turns` newer turns exist; the log keeps them whole, and `read_result`
+//! reads them back. A `context_compacted` event replaces everything before it by the kept
+//! user messages, the summary and a facts block rebuilt from the log.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
 
 use agent_core::{
     CallId, Decision, Entry, Event, Message, Part, Prompt, Role, ToolCall, ToolResult, ToolSpec,
 };
 
-/// Builds the prompt for the next model call from the committed log.
-pub fn project(system: &str, entries: &[Entry], tools: Vec<ToolSpec>) -> Prompt {
-    let mut builder = Builder::default();
-    for entry in entries {
-        builder.apply(&entry.event);
-    }
-    builder.close_turn();
-    Prompt {
-        system: system.to_owned(),
-        messages: builder.messages,
-        tools,
+use crate::facts::Facts;
+use crate::tokens::{DEFAULT_CONTEXT_WINDOW, TokenCounter, Tiktoken};
+use crate::DEFAULT_SYSTEM_PROMPT;
+
+/// The fixed prefix of a compaction summary, telling the model what it reads.
+pub const SUMMARY_PREFIX: &str = "[Summary of earlier work. The conversation before this \
+point was compacted to stay within the context window; this summary and the runtime facts \
+below replace it. Results mentioned here can be read again with read_result.]";
+
+/// How the prompt is bounded.
+#[derive(Clone, Debug)]
+pub struct ContextConfig {
+    /// The system text.
+    pub system: String,
+    /// The model's context window, in tokens.
+    pub context_window: usize,
+    /// Compact when the estimate passes this share of the window.
+    pub compact_at: f64,
+    /// Turns whose results are shown whole; older results are masked.
+    pub recent_result_turns: usize,
+    /// Characters of a masked result still shown.
+    pub masked_result_chars: usize,
+    /// Characters all results of one turn may take together.
+    pub turn_result_budget: usize,
+    /// Bytes of a result kept when the turn budget cuts it.
+    pub preview_bytes: usize,
+    /// Tokens of the person's own messages kept verbatim through a compaction.
+    pub kept_user_tokens: usize,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            system: DEFAULT_SYSTEM_PROMPT.to_owned(),
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            compact_at: 0.8,
+            recent_result_turns: 3,
+            masked_result_chars: 300,
+            turn_result_budget: 200_000,
+            preview_bytes: 2_000,
+            kept_user_tokens: 20_000,
+        }
     }
 }
 
-#[derive(Default)]
-struct Builder {
-    messages: Vec<Message>,
-    /// Calls of the latest assistant message still waiting for a result part.
+/// A result message of a closed turn, with the log version of each result in it.
+struct ResultMessage {
+    index: usize,
+    versions: Vec<(CallId, u64)>,
+}
+
+/// The incremental projection of one run's log.
+pub struct Projector {
+    config: ContextConfig,
+    counter: Arc<dyn TokenCounter>,
+    prompt: Prompt,
+    message_tokens: Vec<usize>,
+    base_tokens: usize,
+    provisional: bool,
     open_calls: Vec<ToolCall>,
-    /// Result parts of the current turn, by call id.
-    results: Vec<(CallId, Part)>,
-    /// Text parts for the user message after the results.
+    results: Vec<(CallId, u64, Part)>,
     notes: Vec<String>,
+    result_messages: VecDeque<ResultMessage>,
+    facts: Facts,
+    user_texts: Vec<String>,
+    version: u64,
+    compacted_at: Option<u64>,
 }
 
-impl Builder {
-    fn apply(&mut self, event: &Event) {
-        match event {
-            Event::RunStarted { goal, .. } => self.messages.push(Message::user_text(goal.clone())),
+impl std::fmt::Debug for Projector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Projector")
+            .field("version", &self.version)
+            .field("messages", &self.prompt.messages.len())
+            .field("tokens", &self.tokens())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The prompt of a whole log, with the default bounds and the o200k tokenizer.
+pub fn project(system: &str, entries: &[Entry], tools: Vec<ToolSpec>) -> Prompt {
+    let config = ContextConfig {
+        system: system.to_owned(),
+        ..ContextConfig::default()
+    };
+    let mut projector = Projector::new(config, tools, Arc::new(Tiktoken));
+    for entry in entries {
+        projector.apply(entry);
+    }
+    projector.prompt().clone()
+}
+
+impl Projector {
+    /// An empty projection.
+    pub fn new(config: ContextConfig, tools: Vec<ToolSpec>, counter: Arc<dyn TokenCounter>) -> Self {
+        let tools_text = serde_json::to_string(&tools).unwrap_or_default();
+        let base_tokens = counter.count(&config.system) + counter.count(&tools_text);
+        Projector {
+            prompt: Prompt {
+                system: config.system.clone(),
+                messages: Vec::new(),
+                tools,
+            },
+            config,
+            counter,
+            message_tokens: Vec::new(),
+            base_tokens,
+            provisional: false,
+            open_calls: Vec::new(),
+            results: Vec::new(),
+            notes: Vec::new(),
+            result_messages: VecDeque::new(),
+            facts: Facts::default(),
+            user_texts: Vec::new(),
+            version: 0,
+            compacted_at: None,
+        }
+    }
+
+    /// The prompt the next model call gets.
+    pub fn prompt(&self) -> &Prompt {
+        &self.prompt
+    }
+
+    /// Its estimated size in tokens.
+    pub fn tokens(&self) -> usize {
+        self.base_tokens + self.message_tokens.iter().sum::<usize>()
+    }
+
+    /// The last version applied.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ContextConfig {
+        &self.config
+    }
+
+    /// The facts block as it stands.
+    pub fn facts(&self) -> String {
+        self.facts.render()
+    }
+
+    /// Whether the prompt passed the compaction threshold and has not just been compacted.
+    pub fn should_compact(&self) -> bool {
+        let threshold = self.config.context_window as f64 * self.config.compact_at;
+        self.tokens() as f64 > threshold && self.compacted_at != Some(self.version)
+    }
+
+    /// Applies the next committed entry.
+    pub fn apply(&mut self, entry: &Entry) {
+        self.drop_provisional();
+        self.version = entry.version;
+        self.facts.apply(entry);
+        match &entry.event {
+            Event::RunStarted { goal, .. } => {
+                self.user_texts.push(goal.clone());
+                self.push(Message::user_text(goal.clone()));
+            }
             Event::DecisionProposed { decision, .. } => {
                 self.close_turn();
                 self.assistant(decision);
             }
             Event::DecisionRejected { raw, problem, .. } => {
                 self.close_turn();
-                let raw = if raw.trim().is_empty() {
-                    "(empty reply)"
-                } else {
-                    raw
-                };
-                self.messages.push(Message::assistant_text(raw));
+                let raw = if raw.trim().is_empty() { "(empty reply)" } else { raw };
+                self.push(Message::assistant_text(raw));
                 self.notes.push(format!(
                     "Your reply was not a valid decision: {problem}. Reply with tool calls or a \
                      final answer."
                 ));
             }
+            Event::ModelFailed { .. } => self.close_turn(),
             Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => {
                 self.results
-                    .push((result.call_id.clone(), result_part(result)));
+                    .push((result.call_id.clone(), entry.version, result_part(result)));
             }
             Event::CorrectionIssued {
                 message, call_ids, ..
             } => {
                 for id in call_ids {
                     let name = self.call_name(id);
-                    self.results.push((
-                        id.clone(),
-                        Part::ToolResult {
-                            call_id: id.clone(),
-                            name,
-                            ok: false,
-                            content: "not run: this plan was repeated".to_owned(),
-                        },
-                    ));
+                    let part = Part::ToolResult {
+                        call_id: id.clone(),
+                        name,
+                        ok: false,
+                        content: "not run: this plan was repeated".to_owned(),
+                    };
+                    self.results.push((id.clone(), entry.version, part));
                 }
                 self.notes.push(message.clone());
             }
@@ -75,12 +211,17 @@ impl Builder {
                 self.notes
                     .push("A person approved your request. Go ahead.".to_owned());
             }
-            Event::ApprovalDenied { call_ids, reason } if call_ids.is_empty() => {
-                self.notes.push(format!(
-                    "A person did not approve your request ({reason}). Find another way or \
-                     give your final answer."
-                ));
+            Event::ApprovalDenied { call_ids, reason } => {
+                if call_ids.is_empty() {
+                    self.notes.push(format!(
+                        "A person did not approve your request ({reason}). Find another way or \
+                         give your final answer."
+                    ));
+                }
+                // The person's own words survive compactions.
+                self.user_texts.push(reason.clone());
             }
+            Event::ContextCompacted { summary, .. } => self.compact(summary),
             // Effects are bookkeeping; what the model learns of a call is its result.
             Event::EffectDispatched { .. }
             | Event::EffectReconciled { .. }
@@ -88,10 +229,9 @@ impl Builder {
             | Event::EffectResolved { .. }
             | Event::ApprovalRequested { .. }
             | Event::ApprovalGranted { .. }
-            | Event::ApprovalDenied { .. }
-            | Event::ModelFailed { .. }
             | Event::RunEnded { .. } => {}
         }
+        self.render_provisional();
     }
 
     fn assistant(&mut self, decision: &Decision) {
@@ -116,40 +256,200 @@ impl Builder {
             });
         }
         self.open_calls = decision.calls().to_vec();
-        self.messages.push(Message {
+        self.push(Message {
             role: Role::Assistant,
             parts,
         });
     }
 
-    /// Ends the current turn: one user message with a result part for every call of the
-    /// latest assistant message, in the model's order, then the notes.
-    fn close_turn(&mut self) {
+    /// The user message that answers the latest assistant message: a result part for
+    /// every call, in the model's order, then the notes. Returns the versions of results.
+    fn answer_parts(&self) -> (Vec<Part>, Vec<(CallId, u64)>) {
         let mut parts = Vec::new();
-        for call in std::mem::take(&mut self.open_calls) {
-            let part = match self.results.iter().position(|(id, _)| *id == call.id) {
-                Some(i) => self.results.remove(i).1,
-                None => Part::ToolResult {
+        let mut versions = Vec::new();
+        for call in &self.open_calls {
+            match self.results.iter().find(|(id, _, _)| *id == call.id) {
+                Some((id, version, part)) => {
+                    parts.push(part.clone());
+                    versions.push((id.clone(), *version));
+                }
+                None => parts.push(Part::ToolResult {
                     call_id: call.id.clone(),
                     name: call.name.clone(),
                     ok: false,
                     content: "not run: no result was recorded for this call".to_owned(),
-                },
+                }),
+            }
+        }
+        self.apply_turn_budget(&mut parts, &versions);
+        parts.extend(self.notes.iter().map(|text| Part::Text { text: text.clone() }));
+        (parts, versions)
+    }
+
+    /// Keeps one turn's results under the budget, cutting the largest first.
+    fn apply_turn_budget(&self, parts: &mut [Part], versions: &[(CallId, u64)]) {
+        let size = |p: &Part| match p {
+            Part::ToolResult { content, .. } => content.chars().count(),
+            _ => 0,
+        };
+        let mut total: usize = parts.iter().map(size).sum();
+        while total > self.config.turn_result_budget {
+            let Some((i, _)) = parts
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| size(p) > self.config.preview_bytes + 400)
+                .max_by_key(|(i, p)| (size(p), std::cmp::Reverse(*i)))
+            else {
+                break;
             };
-            parts.push(part);
+            if let Part::ToolResult {
+                call_id, content, ..
+            } = &mut parts[i]
+            {
+                let version = versions
+                    .iter()
+                    .find(|(id, _)| id == call_id)
+                    .map_or(0, |(_, v)| *v);
+                let before = content.chars().count();
+                let head = head_bytes(content, self.config.preview_bytes);
+                *content = format!(
+                    "{head}\n[{} characters of this result left out: one turn's results stay \
+                     under {} characters; read it whole with read_result handle \"log:{version}\"]",
+                    before - head.chars().count(),
+                    self.config.turn_result_budget
+                );
+                total = total - before + content.chars().count();
+            }
         }
+    }
+
+    fn close_turn(&mut self) {
+        if self.open_calls.is_empty() && self.notes.is_empty() {
+            self.results.clear();
+            return;
+        }
+        let (parts, versions) = self.answer_parts();
+        self.open_calls.clear();
         self.results.clear();
-        parts.extend(
-            std::mem::take(&mut self.notes)
-                .into_iter()
-                .map(|text| Part::Text { text }),
-        );
-        if !parts.is_empty() {
-            self.messages.push(Message {
-                role: Role::User,
-                parts,
-            });
+        self.notes.clear();
+        let index = self.prompt.messages.len();
+        self.push(Message {
+            role: Role::User,
+            parts,
+        });
+        if !versions.is_empty() {
+            self.result_messages.push_back(ResultMessage { index, versions });
         }
+        while self.result_messages.len() > self.config.recent_result_turns {
+            if let Some(old) = self.result_messages.pop_front() {
+                self.mask(&old);
+            }
+        }
+    }
+
+    /// Shows an older turn's long results by their head and a handle.
+    fn mask(&mut self, old: &ResultMessage) {
+        let keep = self.config.masked_result_chars;
+        let Some(message) = self.prompt.messages.get_mut(old.index) else {
+            return;
+        };
+        for part in &mut message.parts {
+            if let Part::ToolResult {
+                call_id, content, ..
+            } = part
+            {
+                let total = content.chars().count();
+                if total <= keep + 100 {
+                    continue;
+                }
+                let version = old
+                    .versions
+                    .iter()
+                    .find(|(id, _)| id == call_id)
+                    .map_or(0, |(_, v)| *v);
+                let head: String = content.chars().take(keep).collect();
+                *content = format!(
+                    "{head}\n[older result: {} characters hidden to keep the prompt small; read \
+                     it whole with read_result handle \"log:{version}\"]",
+                    total - keep
+                );
+            }
+        }
+        let tokens = message_tokens(self.counter.as_ref(), message);
+        self.message_tokens[old.index] = tokens;
+    }
+
+    fn render_provisional(&mut self) {
+        if self.open_calls.is_empty() && self.notes.is_empty() {
+            return;
+        }
+        let (parts, _) = self.answer_parts();
+        self.push(Message {
+            role: Role::User,
+            parts,
+        });
+        self.provisional = true;
+    }
+
+    fn drop_provisional(&mut self) {
+        if self.provisional {
+            self.prompt.messages.pop();
+            self.message_tokens.pop();
+            self.provisional = false;
+        }
+    }
+
+    fn push(&mut self, message: Message) {
+        self.message_tokens
+            .push(message_tokens(self.counter.as_ref(), &message));
+        self.prompt.messages.push(message);
+    }
+
+    /// The one message a compaction leaves: the person's messages (newest first within
+    /// the budget, the oldest kept one cut), the summary and the facts.
+    fn compacted_message(&self, summary: &str) -> Message {
+        let mut kept = Vec::new();
+        let mut budget = self.config.kept_user_tokens;
+        for text in self.user_texts.iter().rev() {
+            let tokens = self.counter.count(text);
+            if tokens <= budget {
+                kept.push(text.clone());
+                budget -= tokens;
+            } else {
+                let share = text.len() * budget / tokens.max(1);
+                kept.push(format!("{}…", head_bytes(text, share)));
+                break;
+            }
+        }
+        kept.reverse();
+        let mut parts: Vec<Part> = kept.into_iter().map(|text| Part::Text { text }).collect();
+        parts.push(Part::Text {
+            text: format!("{SUMMARY_PREFIX}\n{summary}"),
+        });
+        parts.push(Part::Text {
+            text: self.facts.render(),
+        });
+        Message {
+            role: Role::User,
+            parts,
+        }
+    }
+
+    /// The estimated prompt size if the history were compacted with `summary` now.
+    pub fn tokens_after_compaction(&self, summary: &str) -> usize {
+        self.base_tokens + message_tokens(self.counter.as_ref(), &self.compacted_message(summary))
+    }
+
+    fn compact(&mut self, summary: &str) {
+        let message = self.compacted_message(summary);
+        self.prompt.messages.clear();
+        self.message_tokens.clear();
+        self.result_messages.clear();
+        self.open_calls.clear();
+        self.results.clear();
+        self.notes.clear();
+        self.push(message);
+        self.compacted_at = Some(self.version);
     }
 
     fn call_name(&self, id: &CallId) -> String {
@@ -168,4 +468,28 @@ fn result_part(result: &ToolResult) -> Part {
         ok: result.is_ok(),
         content: result.content(),
     }
+}
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+fn head_bytes(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
+    let parts: usize = message
+        .parts
+        .iter()
+        .map(|part| match part {
+            Part::Text { text } => counter.count(text),
+            Part::ToolUse {
+                name, arguments, ..
+            } => counter.count(name) + counter.count(&arguments.to_string()) + 3,
+            Part::ToolResult { content, .. } => counter.count(content) + 3,
+        })
+        .sum();
+    parts + 4
 }

@@ -1,7 +1,9 @@
 //! Projections of hand-written logs: snapshots of the exact prompt, and pairing rules.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
+use agent_context::{
+    ContextConfig, DEFAULT_SYSTEM_PROMPT, Projector, SUMMARY_PREFIX, Tiktoken, extract, project,
+};
 use agent_core::*;
 use serde_json::json;
 
@@ -159,4 +161,188 @@ fn the_same_log_gives_the_same_prompt_byte_for_byte() {
     let a = serde_json::to_string(&project("s", &log.0, vec![])).unwrap();
     let b = serde_json::to_string(&project("s", &log.0, vec![])).unwrap();
     assert_eq!(a, b);
+}
+
+fn reads_log(turns: u32, result_chars: usize) -> Log {
+    let mut log = Log::new("Audit the repository");
+    for t in 1..=turns {
+        let id = format!("c{t}");
+        log.calls(t, vec![ToolCall::new(id.as_str(), "read_file", json!({"path": format!("f{t}.rs")}))])
+            .finished(t, ToolResult::ok(id.as_str().into(), "read_file", format!("{t}:{}", "x".repeat(result_chars))));
+    }
+    log
+}
+
+fn config() -> ContextConfig {
+    ContextConfig {
+        system: "sys".into(),
+        ..ContextConfig::default()
+    }
+}
+
+fn projector(entries: &[Entry], config: ContextConfig) -> Projector {
+    let mut p = Projector::new(config, vec![], std::sync::Arc::new(Tiktoken));
+    for e in entries {
+        p.apply(e);
+    }
+    p
+}
+
+fn results(prompt: &Prompt) -> Vec<(String, String)> {
+    prompt
+        .messages
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match p {
+            Part::ToolResult { call_id, content, .. } => Some((call_id.to_string(), content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn older_results_are_masked_with_a_handle_and_recent_ones_stay_whole() {
+    let log = reads_log(6, 2_000);
+    let p = projector(&log.0, config());
+    pairs_every_call(p.prompt());
+    let results = results(p.prompt());
+    assert_eq!(results.len(), 6);
+    // Turns 1-2 are masked (their results closed more than 3 turns ago); 3-6 are whole:
+    // 3-5 are closed and recent, 6 is the open turn.
+    for (id, content) in &results[..2] {
+        assert!(content.contains("characters hidden"), "{id}: {content}");
+        let version = log.0.iter().find(|e| matches!(&e.event,
+            Event::ToolFinished { result, .. } if result.call_id.as_str() == id)).unwrap().version;
+        assert!(content.contains(&format!("handle \"log:{version}\"")), "{content}");
+        assert!(content.len() < 500);
+    }
+    for (id, content) in &results[2..] {
+        assert_eq!(content.len(), 2_002, "{id} whole");
+    }
+}
+
+#[test]
+fn the_incremental_projection_equals_the_one_from_scratch_at_every_event() {
+    let log = reads_log(8, 700);
+    let mut incremental = Projector::new(config(), vec![], std::sync::Arc::new(Tiktoken));
+    for i in 0..log.0.len() {
+        incremental.apply(&log.0[i]);
+        let fresh = projector(&log.0[..=i], config());
+        assert_eq!(incremental.prompt(), fresh.prompt(), "after event {}", i + 1);
+        assert_eq!(incremental.tokens(), fresh.tokens());
+        pairs_every_call(incremental.prompt());
+    }
+}
+
+#[test]
+fn one_turns_results_stay_under_the_turn_budget_largest_cut_first() {
+    let mut log = Log::new("g");
+    log.calls(
+        1,
+        vec![
+            ToolCall::new("a", "read_file", json!({})),
+            ToolCall::new("b", "read_file", json!({})),
+            ToolCall::new("c", "read_file", json!({})),
+        ],
+    )
+    .finished(1, ToolResult::ok("a".into(), "read_file", "a".repeat(120_000)))
+    .finished(1, ToolResult::ok("b".into(), "read_file", "b".repeat(90_000)))
+    .finished(1, ToolResult::ok("c".into(), "read_file", "c".repeat(5_000)));
+    let p = projector(&log.0, config());
+    let results = results(p.prompt());
+    let total: usize = results.iter().map(|(_, c)| c.chars().count()).sum();
+    assert!(total <= 200_000, "{total}");
+    assert!(results[0].1.contains("left out"), "the largest is cut");
+    assert_eq!(results[1].1.len(), 90_000, "cutting the largest was enough");
+    assert_eq!(results[2].1.len(), 5_000);
+}
+
+fn write_log() -> Log {
+    let mut log = Log::new("Write the report");
+    for t in 1..=4u32 {
+        let id = format!("w{t}");
+        log.calls(t, vec![ToolCall::new(id.as_str(), "write_file", json!({"path": format!("out/part{t}.md"), "content": "x"}))])
+            .push(Event::ToolFinished {
+                turn: t,
+                result: ToolResult::ok(id.as_str().into(), "write_file", format!("wrote 1 bytes to out/part{t}.md (sha256 abc{t})")),
+                effect_key: Some(format!("eff_{t:032}")),
+            });
+        log.push(Event::ApprovalDenied {
+            call_ids: vec![],
+            reason: format!("note {t} from the person: {}", "keep it short ".repeat(20)),
+        });
+    }
+    log
+}
+
+#[test]
+fn compaction_keeps_the_facts_and_the_newest_user_messages() {
+    let mut log = write_log();
+    let before = projector(&log.0, config()).tokens();
+    log.push(Event::ContextCompacted {
+        summary: "Wrote parts 1 to 4 of the report.".into(),
+        through_version: log.0.len() as u64,
+        tokens_before: before as u64,
+        tokens_after: 0,
+    });
+    let small = ContextConfig {
+        kept_user_tokens: 250,
+        ..config()
+    };
+    let p = projector(&log.0, small);
+    assert_eq!(p.prompt().messages.len(), 1);
+    let texts: Vec<&str> = p.prompt().messages[0]
+        .parts
+        .iter()
+        .filter_map(|part| match part {
+            Part::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let facts = texts.last().unwrap();
+    for t in 1..=4 {
+        assert!(facts.contains(&format!("out/part{t}.md")), "file {t} named: {facts}");
+        assert!(facts.contains(&format!("eff_{t:032}")), "effect key {t} named");
+    }
+    assert!(facts.contains("Budgets left: 28 of 32 model calls"), "{facts}");
+    let summary = texts[texts.len() - 2];
+    assert!(summary.starts_with(SUMMARY_PREFIX));
+    // The newest notes are kept whole; older ones fall out or are cut.
+    let kept = &texts[..texts.len() - 2];
+    assert!(kept.last().unwrap().starts_with("note 4"), "{kept:?}");
+    assert!(!kept.iter().any(|t| t.starts_with("Write the report")), "the oldest fell out");
+    // Events after the compaction append as usual.
+    let mut more = log;
+    more.calls(5, vec![ToolCall::new("r9", "read_file", json!({"path": "a"}))])
+        .finished(5, ToolResult::ok("r9".into(), "read_file", "fresh"));
+    let p = projector(&more.0, config());
+    pairs_every_call(p.prompt());
+    assert_eq!(p.prompt().messages.len(), 3);
+}
+
+#[test]
+fn the_extractive_summary_is_deterministic_and_bounded() {
+    let log = reads_log(40, 500);
+    let a = extract(&log.0, 1_000);
+    assert_eq!(a, extract(&log.0, 1_000));
+    assert!(a.len() <= 1_100, "{}", a.len());
+    assert!(a.contains("earlier lines omitted"));
+    assert!(a.contains("c40"), "the newest turn is kept");
+}
+
+#[test]
+fn snapshot_of_masked_results_and_a_compaction() {
+    let log = reads_log(5, 400);
+    let p = projector(&log.0, config());
+    insta::assert_json_snapshot!("masked", p.prompt());
+    let mut log = log;
+    let before = p.tokens() as u64;
+    log.push(Event::ContextCompacted {
+        summary: extract(&log.0, 2_000),
+        through_version: log.0.len() as u64,
+        tokens_before: before,
+        tokens_after: 0,
+    });
+    let p = projector(&log.0, config());
+    insta::assert_json_snapshot!("compacted", p.prompt());
 }

@@ -205,6 +205,18 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         effect_key: Option<String>,
     },
+    /// Fact: the history up to `through_version` is replaced, in the prompt, by a summary.
+    /// Replaying the log reproduces the same prompt.
+    ContextCompacted {
+        /// The summary (the prompt adds the fixed prefix and the facts block).
+        summary: String,
+        /// The last version the summary covers.
+        through_version: u64,
+        /// Estimated prompt tokens before.
+        tokens_before: u64,
+        /// Estimated prompt tokens after.
+        tokens_after: u64,
+    },
     /// Fact: the run stopped with this outcome.
     RunEnded {
         /// The outcome.
@@ -230,6 +242,7 @@ impl Event {
             Event::ResolutionRequested { .. } => "resolution_requested",
             Event::EffectResolved { .. } => "effect_resolved",
             Event::ToolFinished { .. } => "tool_finished",
+            Event::ContextCompacted { .. } => "context_compacted",
             Event::RunEnded { .. } => "run_ended",
         }
     }

@@ -89,6 +89,7 @@ impl RunSummary {
             | Event::CorrectionIssued { .. }
             | Event::EffectDispatched { .. }
             | Event::EffectReconciled { .. }
+            | Event::ContextCompacted { .. }
             | Event::ToolFinished { .. } => {}
         }
     }

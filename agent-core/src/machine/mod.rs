@@ -113,6 +113,18 @@ pub enum Input {
         /// The person's word.
         resolution: Resolution,
     },
+    /// Before the outstanding `CallModel`: the runtime compacted the prompt; the machine
+    /// commits the compaction, then asks for the model call again.
+    ContextCompacted {
+        /// The summary.
+        summary: String,
+        /// The last version it covers.
+        through_version: u64,
+        /// Estimated prompt tokens before.
+        tokens_before: u64,
+        /// Estimated prompt tokens after.
+        tokens_after: u64,
+    },
     /// The caller cancelled the run.
     Cancel,
 }
@@ -131,6 +143,7 @@ impl Input {
             Input::ApprovalDenied { .. } => "ApprovalDenied",
             Input::EffectsReconciled { .. } => "EffectsReconciled",
             Input::Resolved { .. } => "Resolved",
+            Input::ContextCompacted { .. } => "ContextCompacted",
             Input::Cancel => "Cancel",
         }
     }
@@ -400,6 +413,24 @@ impl Machine {
             }
             (Phase::AwaitingModel { turn }, Input::ModelReplied(reply)) => {
                 self.on_reply(turn, reply);
+            }
+            (
+                Phase::AwaitingModel { .. },
+                Input::ContextCompacted {
+                    summary,
+                    through_version,
+                    tokens_before,
+                    tokens_after,
+                },
+            ) => {
+                // Not a step: after the commit the same turn asks the model again.
+                self.stage(Event::ContextCompacted {
+                    summary,
+                    through_version,
+                    tokens_before,
+                    tokens_after,
+                });
+                self.commit();
             }
             (Phase::AwaitingModel { turn }, Input::ModelFailed { message }) => {
                 self.stage(Event::ModelFailed {
