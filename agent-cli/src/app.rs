@@ -6,10 +6,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_context::ContextConfig;
 use agent_core::{Budget, CallId, Event, ModelReply, Resolution};
 use agent_providers::{Model, ModelRequest, ModelSpec, ProviderError, ScriptModel};
 use agent_runtime::{
-    CancellationToken, EventSink, Report, RunRequest, Runtime, RuntimeError, StoreBlobs,
+    CancellationToken, EventSink, ModelSummarizer, Report, RunRequest, Runtime, RuntimeError,
+    StoreBlobs,
 };
 use agent_store::{SledStore, Store, StoreError};
 use agent_tools::mcp::{self, McpConfig};
@@ -82,6 +84,13 @@ impl Settings {
                 base: PathBuf::new(),
             },
         })
+    }
+
+    fn none() -> Settings {
+        Settings {
+            config: Config::default(),
+            base: PathBuf::new(),
+        }
     }
 
     fn path(&self, p: &Path) -> PathBuf {
@@ -159,6 +168,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             drive_existing(&settings, &store, json, &run, &setup, what)
         }
         Commands::Cancel { run } => cancel(&store, json, &run),
+        Commands::Context { run, setup } => context(&settings, &store, json, &run, &setup),
         Commands::Runs => runs(&store, json),
         Commands::Show { run } => show(&store, json, &run),
     }
@@ -298,11 +308,31 @@ fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
     cancel
 }
 
-fn runtime(model: Arc<dyn Model>, gateway: Gateway, store: SledStore, events: bool) -> Runtime {
+fn runtime(
+    settings: &Settings,
+    model: Arc<dyn Model>,
+    gateway: Gateway,
+    store: SledStore,
+    events: bool,
+) -> Runtime {
     let store: Arc<dyn Store> = Arc::new(store);
-    // Outputs too large for the model are kept whole in the store.
-    let gateway = gateway.with_blob_sink(Arc::new(StoreBlobs(Arc::clone(&store))));
-    let runtime = Runtime::new(model, Arc::new(gateway), store);
+    // Outputs too large for the model are kept whole in the store, and read back with
+    // read_result, as are older results the prompt shows shortened.
+    let blobs = Arc::new(StoreBlobs(Arc::clone(&store)));
+    let gateway = gateway
+        .with_blob_sink(blobs.clone())
+        .with_result_source(blobs);
+    let real_model = model.provider() != "script";
+    let mut runtime = Runtime::new(Arc::clone(&model), Arc::new(gateway), store);
+    if real_model {
+        runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(model)));
+    }
+    if let Some(window) = settings.config.context_window {
+        runtime = runtime.with_context(ContextConfig {
+            context_window: window,
+            ..ContextConfig::default()
+        });
+    }
     if events {
         runtime.with_event_sink(event_printer())
     } else {
@@ -325,7 +355,7 @@ fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Resu
     let rt = tokio()?;
     let gateway = gateway(settings, &args.setup, &rt)?;
     let store = SledStore::open(store_dir)?;
-    let runtime = runtime(model, gateway, store, args.setup.events);
+    let runtime = runtime(settings, model, gateway, store, args.setup.events);
     let cancel = cancel_on_ctrl_c(&rt);
     let run_id = ulid::Ulid::generate().to_string();
     let report = rt.block_on(runtime.start(RunRequest::new(run_id, args.goal, budget), cancel))?;
@@ -367,7 +397,7 @@ fn drive_existing(
     };
     let rt = tokio()?;
     let gateway = gateway(settings, setup, &rt)?;
-    let runtime = runtime(model, gateway, store, setup.events);
+    let runtime = runtime(settings, model, gateway, store, setup.events);
     let cancel = cancel_on_ctrl_c(&rt);
     let report = rt.block_on(async {
         match what {
@@ -403,7 +433,13 @@ impl Model for NoModel {
 fn cancel(store_dir: &Path, json: bool, run_id: &str) -> Result<u8, Failure> {
     let store = open_existing(store_dir)?;
     let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
-    let runtime = runtime(Arc::new(NoModel), Gateway::new(ws), store, false);
+    let runtime = runtime(
+        &Settings::none(),
+        Arc::new(NoModel),
+        Gateway::new(ws),
+        store,
+        false,
+    );
     let rt = tokio()?;
     let report = rt.block_on(runtime.cancel(run_id))?;
     Ok(finish(&report, json))
@@ -428,6 +464,71 @@ fn open_existing(dir: &Path) -> Result<SledStore, Failure> {
             dir.display()
         ))
     })
+}
+
+fn context(
+    settings: &Settings,
+    store_dir: &Path,
+    json: bool,
+    run_id: &str,
+    setup: &Setup,
+) -> Result<u8, Failure> {
+    let store = open_existing(store_dir)?;
+    let log = store.load(run_id)?;
+    let model: Arc<dyn Model> = match settings.model(setup.model.as_deref()) {
+        Some(text) => load_model(&text)?,
+        None => Arc::new(ManifestModel::of(&log)),
+    };
+    let rt = tokio()?;
+    let gateway = gateway(settings, setup, &rt)?;
+    let runtime = runtime(settings, model, gateway, store, false);
+    let projector = runtime.projector(&log);
+    let prompt = projector.prompt();
+    let window = projector.config().context_window;
+    if json {
+        let value = serde_json::json!({
+            "run_id": run_id,
+            "system": prompt.system,
+            "messages": prompt.messages,
+            "tools": prompt.tools,
+            "estimated_tokens": projector.tokens(),
+            "context_window": window,
+        });
+        println!("{value}");
+    } else {
+        print!(
+            "{}",
+            render::prompt_text(prompt, projector.tokens(), window)
+        );
+    }
+    Ok(EXIT_OK)
+}
+
+/// Names the model a run recorded, so its context window applies; never called.
+struct ManifestModel(String);
+
+impl ManifestModel {
+    fn of(log: &[agent_core::Entry]) -> Self {
+        match log.first().map(|e| &e.event) {
+            Some(Event::RunStarted { manifest, .. }) => ManifestModel(manifest.model.clone()),
+            _ => ManifestModel(String::new()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Model for ManifestModel {
+    fn provider(&self) -> &str {
+        "script"
+    }
+    fn model(&self) -> &str {
+        &self.0
+    }
+    async fn decide(&self, _: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        Err(ProviderError::Failed(
+            "`agent context` does not call the model".into(),
+        ))
+    }
 }
 
 fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {

@@ -83,6 +83,14 @@ pub enum Commands {
         /// The run id.
         run: String,
     },
+    /// Print the exact prompt the run's next model call would get, with its token estimate.
+    Context {
+        /// The run id.
+        run: String,
+        /// Model, tools and policy (the tools shape the prompt).
+        #[command(flatten)]
+        setup: Setup,
+    },
     /// List runs: id, status, reason, steps, started.
     Runs,
     /// Show a run's timeline, one line per event.

@@ -22,6 +22,8 @@ pub struct Config {
     pub max_tool_calls: Option<u32>,
     /// `--timeout`, in seconds.
     pub timeout: Option<f64>,
+    /// The model's context window in tokens, when the built-in table is wrong for it.
+    pub context_window: Option<usize>,
     /// Policy rules.
     #[serde(default)]
     pub policy: PolicyConfig,

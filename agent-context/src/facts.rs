@@ -155,7 +155,10 @@ impl Facts {
             b.max_tool_calls
         ));
         if let Some(max) = b.max_tokens {
-            out.push_str(&format!(", {} of {max} tokens", max.saturating_sub(self.tokens)));
+            out.push_str(&format!(
+                ", {} of {max} tokens",
+                max.saturating_sub(self.tokens)
+            ));
         }
         out.push_str(".\n");
         if !self.last.is_empty() {

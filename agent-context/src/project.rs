@@ -8,15 +8,15 @@
 //! user messages, the summary and a facts block rebuilt from the log.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use agent_core::{
     CallId, Decision, Entry, Event, Message, Part, Prompt, Role, ToolCall, ToolResult, ToolSpec,
 };
 
-use crate::facts::Facts;
-use crate::tokens::{DEFAULT_CONTEXT_WINDOW, TokenCounter, Tiktoken};
 use crate::DEFAULT_SYSTEM_PROMPT;
+use crate::facts::Facts;
+use crate::tokens::{DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter};
 
 /// The fixed prefix of a compaction summary, telling the model what it reads.
 pub const SUMMARY_PREFIX: &str = "[Summary of earlier work. The conversation before this \
@@ -50,8 +50,8 @@ impl Default for ContextConfig {
             system: DEFAULT_SYSTEM_PROMPT.to_owned(),
             context_window: DEFAULT_CONTEXT_WINDOW,
             compact_at: 0.8,
-            recent_result_turns: 3,
-            masked_result_chars: 300,
+            recent_result_turns: 2,
+            masked_result_chars: 100,
             turn_result_budget: 200_000,
             preview_bytes: 2_000,
             kept_user_tokens: 20_000,
@@ -70,8 +70,14 @@ pub struct Projector {
     config: ContextConfig,
     counter: Arc<dyn TokenCounter>,
     prompt: Prompt,
-    message_tokens: Vec<usize>,
-    base_tokens: usize,
+    /// Bytes of each message: an upper bound of its tokens, kept eagerly.
+    message_bytes: Vec<usize>,
+    /// Tokens of each message, counted when first asked (the tokenizer is slow to load
+    /// and most prompts are far below any threshold).
+    message_tokens: Vec<OnceLock<usize>>,
+    base_bytes: usize,
+    base_tokens: OnceLock<usize>,
+    tools_text: String,
     provisional: bool,
     open_calls: Vec<ToolCall>,
     results: Vec<(CallId, u64, Part)>,
@@ -108,9 +114,13 @@ pub fn project(system: &str, entries: &[Entry], tools: Vec<ToolSpec>) -> Prompt 
 
 impl Projector {
     /// An empty projection.
-    pub fn new(config: ContextConfig, tools: Vec<ToolSpec>, counter: Arc<dyn TokenCounter>) -> Self {
+    pub fn new(
+        config: ContextConfig,
+        tools: Vec<ToolSpec>,
+        counter: Arc<dyn TokenCounter>,
+    ) -> Self {
         let tools_text = serde_json::to_string(&tools).unwrap_or_default();
-        let base_tokens = counter.count(&config.system) + counter.count(&tools_text);
+        let base_bytes = config.system.len() + tools_text.len();
         Projector {
             prompt: Prompt {
                 system: config.system.clone(),
@@ -119,8 +129,11 @@ impl Projector {
             },
             config,
             counter,
+            message_bytes: Vec::new(),
             message_tokens: Vec::new(),
-            base_tokens,
+            base_bytes,
+            base_tokens: OnceLock::new(),
+            tools_text,
             provisional: false,
             open_calls: Vec::new(),
             results: Vec::new(),
@@ -140,7 +153,27 @@ impl Projector {
 
     /// Its estimated size in tokens.
     pub fn tokens(&self) -> usize {
-        self.base_tokens + self.message_tokens.iter().sum::<usize>()
+        self.base_tokens()
+            + self
+                .message_tokens
+                .iter()
+                .zip(&self.prompt.messages)
+                .map(|(tokens, message)| {
+                    *tokens.get_or_init(|| message_tokens(self.counter.as_ref(), message))
+                })
+                .sum::<usize>()
+    }
+
+    /// Tokens of the system text and the tool specs.
+    fn base_tokens(&self) -> usize {
+        *self.base_tokens.get_or_init(|| {
+            self.counter.count(&self.config.system) + self.counter.count(&self.tools_text)
+        })
+    }
+
+    /// Its size in bytes, which no token count exceeds.
+    fn bytes(&self) -> usize {
+        self.base_bytes + self.message_bytes.iter().sum::<usize>()
     }
 
     /// The last version applied.
@@ -161,7 +194,9 @@ impl Projector {
     /// Whether the prompt passed the compaction threshold and has not just been compacted.
     pub fn should_compact(&self) -> bool {
         let threshold = self.config.context_window as f64 * self.config.compact_at;
-        self.tokens() as f64 > threshold && self.compacted_at != Some(self.version)
+        self.compacted_at != Some(self.version)
+            && self.bytes() as f64 > threshold
+            && self.tokens() as f64 > threshold
     }
 
     /// Applies the next committed entry.
@@ -180,7 +215,11 @@ impl Projector {
             }
             Event::DecisionRejected { raw, problem, .. } => {
                 self.close_turn();
-                let raw = if raw.trim().is_empty() { "(empty reply)" } else { raw };
+                let raw = if raw.trim().is_empty() {
+                    "(empty reply)"
+                } else {
+                    raw
+                };
                 self.push(Message::assistant_text(raw));
                 self.notes.push(format!(
                     "Your reply was not a valid decision: {problem}. Reply with tool calls or a \
@@ -282,7 +321,11 @@ impl Projector {
             }
         }
         self.apply_turn_budget(&mut parts, &versions);
-        parts.extend(self.notes.iter().map(|text| Part::Text { text: text.clone() }));
+        parts.extend(
+            self.notes
+                .iter()
+                .map(|text| Part::Text { text: text.clone() }),
+        );
         (parts, versions)
     }
 
@@ -338,7 +381,8 @@ impl Projector {
             parts,
         });
         if !versions.is_empty() {
-            self.result_messages.push_back(ResultMessage { index, versions });
+            self.result_messages
+                .push_back(ResultMessage { index, versions });
         }
         while self.result_messages.len() > self.config.recent_result_turns {
             if let Some(old) = self.result_messages.pop_front() {
@@ -369,14 +413,14 @@ impl Projector {
                     .map_or(0, |(_, v)| *v);
                 let head: String = content.chars().take(keep).collect();
                 *content = format!(
-                    "{head}\n[older result: {} characters hidden to keep the prompt small; read \
-                     it whole with read_result handle \"log:{version}\"]",
+                    "{head}…\n[older result, {} more characters: read_result handle \"log:{version}\"]",
                     total - keep
                 );
             }
         }
-        let tokens = message_tokens(self.counter.as_ref(), message);
-        self.message_tokens[old.index] = tokens;
+        let bytes = message_bytes(message);
+        self.message_bytes[old.index] = bytes;
+        self.message_tokens[old.index] = OnceLock::new();
     }
 
     fn render_provisional(&mut self) {
@@ -395,13 +439,14 @@ impl Projector {
         if self.provisional {
             self.prompt.messages.pop();
             self.message_tokens.pop();
+            self.message_bytes.pop();
             self.provisional = false;
         }
     }
 
     fn push(&mut self, message: Message) {
-        self.message_tokens
-            .push(message_tokens(self.counter.as_ref(), &message));
+        self.message_bytes.push(message_bytes(&message));
+        self.message_tokens.push(OnceLock::new());
         self.prompt.messages.push(message);
     }
 
@@ -437,13 +482,14 @@ impl Projector {
 
     /// The estimated prompt size if the history were compacted with `summary` now.
     pub fn tokens_after_compaction(&self, summary: &str) -> usize {
-        self.base_tokens + message_tokens(self.counter.as_ref(), &self.compacted_message(summary))
+        self.base_tokens() + message_tokens(self.counter.as_ref(), &self.compacted_message(summary))
     }
 
     fn compact(&mut self, summary: &str) {
         let message = self.compacted_message(summary);
         self.prompt.messages.clear();
         self.message_tokens.clear();
+        self.message_bytes.clear();
         self.result_messages.clear();
         self.open_calls.clear();
         self.results.clear();
@@ -477,6 +523,21 @@ fn head_bytes(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+fn message_bytes(message: &Message) -> usize {
+    let parts: usize = message
+        .parts
+        .iter()
+        .map(|part| match part {
+            Part::Text { text } => text.len(),
+            Part::ToolUse {
+                name, arguments, ..
+            } => name.len() + arguments.to_string().len() + 3,
+            Part::ToolResult { content, .. } => content.len() + 3,
+        })
+        .sum();
+    parts + 4
 }
 
 fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {

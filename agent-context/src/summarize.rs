@@ -56,7 +56,12 @@ pub fn extract(history: &[Entry], max_chars: usize) -> String {
                     "Turn {turn}: called {}",
                     calls
                         .iter()
-                        .map(|c| format!("{} {} {}", c.id, c.name, first_line(&canonical_json(&c.arguments), 120)))
+                        .map(|c| format!(
+                            "{} {} {}",
+                            c.id,
+                            c.name,
+                            first_line(&canonical_json(&c.arguments), 120)
+                        ))
                         .collect::<Vec<_>>()
                         .join("; ")
                 ),
@@ -94,7 +99,10 @@ pub fn extract(history: &[Entry], max_chars: usize) -> String {
         out.push_str(&format!("Earlier: {earlier}\n"));
     }
     if kept.len() < lines.len() {
-        out.push_str(&format!("({} earlier lines omitted)\n", lines.len() - kept.len()));
+        out.push_str(&format!(
+            "({} earlier lines omitted)\n",
+            lines.len() - kept.len()
+        ));
     }
     out.push_str(&kept.join("\n"));
     out

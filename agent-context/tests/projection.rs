@@ -167,8 +167,22 @@ fn reads_log(turns: u32, result_chars: usize) -> Log {
     let mut log = Log::new("Audit the repository");
     for t in 1..=turns {
         let id = format!("c{t}");
-        log.calls(t, vec![ToolCall::new(id.as_str(), "read_file", json!({"path": format!("f{t}.rs")}))])
-            .finished(t, ToolResult::ok(id.as_str().into(), "read_file", format!("{t}:{}", "x".repeat(result_chars))));
+        log.calls(
+            t,
+            vec![ToolCall::new(
+                id.as_str(),
+                "read_file",
+                json!({"path": format!("f{t}.rs")}),
+            )],
+        )
+        .finished(
+            t,
+            ToolResult::ok(
+                id.as_str().into(),
+                "read_file",
+                format!("{t}:{}", "x".repeat(result_chars)),
+            ),
+        );
     }
     log
 }
@@ -194,7 +208,9 @@ fn results(prompt: &Prompt) -> Vec<(String, String)> {
         .iter()
         .flat_map(|m| m.parts.iter())
         .filter_map(|p| match p {
-            Part::ToolResult { call_id, content, .. } => Some((call_id.to_string(), content.clone())),
+            Part::ToolResult {
+                call_id, content, ..
+            } => Some((call_id.to_string(), content.clone())),
             _ => None,
         })
         .collect()
@@ -207,16 +223,26 @@ fn older_results_are_masked_with_a_handle_and_recent_ones_stay_whole() {
     pairs_every_call(p.prompt());
     let results = results(p.prompt());
     assert_eq!(results.len(), 6);
-    // Turns 1-2 are masked (their results closed more than 3 turns ago); 3-6 are whole:
-    // 3-5 are closed and recent, 6 is the open turn.
-    for (id, content) in &results[..2] {
-        assert!(content.contains("characters hidden"), "{id}: {content}");
-        let version = log.0.iter().find(|e| matches!(&e.event,
-            Event::ToolFinished { result, .. } if result.call_id.as_str() == id)).unwrap().version;
-        assert!(content.contains(&format!("handle \"log:{version}\"")), "{content}");
+    // Turns 1-3 are masked (two newer turns closed since); 4-6 are whole: 4-5 are closed
+    // and recent, 6 is the open turn.
+    for (id, content) in &results[..3] {
+        assert!(content.contains("older result"), "{id}: {content}");
+        let version = log
+            .0
+            .iter()
+            .find(|e| {
+                matches!(&e.event,
+            Event::ToolFinished { result, .. } if result.call_id.as_str() == id)
+            })
+            .unwrap()
+            .version;
+        assert!(
+            content.contains(&format!("handle \"log:{version}\"")),
+            "{content}"
+        );
         assert!(content.len() < 500);
     }
-    for (id, content) in &results[2..] {
+    for (id, content) in &results[3..] {
         assert_eq!(content.len(), 2_002, "{id} whole");
     }
 }
@@ -228,7 +254,12 @@ fn the_incremental_projection_equals_the_one_from_scratch_at_every_event() {
     for i in 0..log.0.len() {
         incremental.apply(&log.0[i]);
         let fresh = projector(&log.0[..=i], config());
-        assert_eq!(incremental.prompt(), fresh.prompt(), "after event {}", i + 1);
+        assert_eq!(
+            incremental.prompt(),
+            fresh.prompt(),
+            "after event {}",
+            i + 1
+        );
         assert_eq!(incremental.tokens(), fresh.tokens());
         pairs_every_call(incremental.prompt());
     }
@@ -245,9 +276,18 @@ fn one_turns_results_stay_under_the_turn_budget_largest_cut_first() {
             ToolCall::new("c", "read_file", json!({})),
         ],
     )
-    .finished(1, ToolResult::ok("a".into(), "read_file", "a".repeat(120_000)))
-    .finished(1, ToolResult::ok("b".into(), "read_file", "b".repeat(90_000)))
-    .finished(1, ToolResult::ok("c".into(), "read_file", "c".repeat(5_000)));
+    .finished(
+        1,
+        ToolResult::ok("a".into(), "read_file", "a".repeat(120_000)),
+    )
+    .finished(
+        1,
+        ToolResult::ok("b".into(), "read_file", "b".repeat(90_000)),
+    )
+    .finished(
+        1,
+        ToolResult::ok("c".into(), "read_file", "c".repeat(5_000)),
+    );
     let p = projector(&log.0, config());
     let results = results(p.prompt());
     let total: usize = results.iter().map(|(_, c)| c.chars().count()).sum();
@@ -261,12 +301,23 @@ fn write_log() -> Log {
     let mut log = Log::new("Write the report");
     for t in 1..=4u32 {
         let id = format!("w{t}");
-        log.calls(t, vec![ToolCall::new(id.as_str(), "write_file", json!({"path": format!("out/part{t}.md"), "content": "x"}))])
-            .push(Event::ToolFinished {
-                turn: t,
-                result: ToolResult::ok(id.as_str().into(), "write_file", format!("wrote 1 bytes to out/part{t}.md (sha256 abc{t})")),
-                effect_key: Some(format!("eff_{t:032}")),
-            });
+        log.calls(
+            t,
+            vec![ToolCall::new(
+                id.as_str(),
+                "write_file",
+                json!({"path": format!("out/part{t}.md"), "content": "x"}),
+            )],
+        )
+        .push(Event::ToolFinished {
+            turn: t,
+            result: ToolResult::ok(
+                id.as_str().into(),
+                "write_file",
+                format!("wrote 1 bytes to out/part{t}.md (sha256 abc{t})"),
+            ),
+            effect_key: Some(format!("eff_{t:032}")),
+        });
         log.push(Event::ApprovalDenied {
             call_ids: vec![],
             reason: format!("note {t} from the person: {}", "keep it short ".repeat(20)),
@@ -301,20 +352,35 @@ fn compaction_keeps_the_facts_and_the_newest_user_messages() {
         .collect();
     let facts = texts.last().unwrap();
     for t in 1..=4 {
-        assert!(facts.contains(&format!("out/part{t}.md")), "file {t} named: {facts}");
-        assert!(facts.contains(&format!("eff_{t:032}")), "effect key {t} named");
+        assert!(
+            facts.contains(&format!("out/part{t}.md")),
+            "file {t} named: {facts}"
+        );
+        assert!(
+            facts.contains(&format!("eff_{t:032}")),
+            "effect key {t} named"
+        );
     }
-    assert!(facts.contains("Budgets left: 28 of 32 model calls"), "{facts}");
+    assert!(
+        facts.contains("Budgets left: 28 of 32 model calls"),
+        "{facts}"
+    );
     let summary = texts[texts.len() - 2];
     assert!(summary.starts_with(SUMMARY_PREFIX));
     // The newest notes are kept whole; older ones fall out or are cut.
     let kept = &texts[..texts.len() - 2];
     assert!(kept.last().unwrap().starts_with("note 4"), "{kept:?}");
-    assert!(!kept.iter().any(|t| t.starts_with("Write the report")), "the oldest fell out");
+    assert!(
+        !kept.iter().any(|t| t.starts_with("Write the report")),
+        "the oldest fell out"
+    );
     // Events after the compaction append as usual.
     let mut more = log;
-    more.calls(5, vec![ToolCall::new("r9", "read_file", json!({"path": "a"}))])
-        .finished(5, ToolResult::ok("r9".into(), "read_file", "fresh"));
+    more.calls(
+        5,
+        vec![ToolCall::new("r9", "read_file", json!({"path": "a"}))],
+    )
+    .finished(5, ToolResult::ok("r9".into(), "read_file", "fresh"));
     let p = projector(&more.0, config());
     pairs_every_call(p.prompt());
     assert_eq!(p.prompt().messages.len(), 3);

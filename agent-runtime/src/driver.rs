@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_context::{DEFAULT_SYSTEM_PROMPT, project};
+use agent_context::{
+    ContextConfig, Extractive, Projector, Summarizer, Tiktoken, TokenCounter, context_window,
+};
 use agent_core::{
     Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, Resolution,
     RunConfig, RunState, ScheduledCall, ToolSpec, canonical_json, sha256_hex,
@@ -83,7 +85,9 @@ pub struct Runtime {
     gateway: Arc<Gateway>,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    system: String,
+    context: ContextConfig,
+    counter: Arc<dyn TokenCounter>,
+    summarizer: Arc<dyn Summarizer>,
     sink: Option<EventSink>,
     redactor: Redactor,
 }
@@ -103,12 +107,18 @@ impl Runtime {
     pub fn new(model: Arc<dyn Model>, gateway: Arc<Gateway>, store: Arc<dyn Store>) -> Runtime {
         #[cfg(feature = "failpoints")]
         crate::init_failpoints();
+        let context = ContextConfig {
+            context_window: context_window(model.model()),
+            ..ContextConfig::default()
+        };
         Runtime {
             model,
             gateway,
             store,
             clock: Arc::new(SystemClock),
-            system: DEFAULT_SYSTEM_PROMPT.to_owned(),
+            context,
+            counter: Arc::new(Tiktoken),
+            summarizer: Arc::new(Extractive::default()),
             sink: None,
             redactor: Redactor::from_env(),
         }
@@ -128,8 +138,33 @@ impl Runtime {
 
     /// Uses another system prompt.
     pub fn with_system_prompt(mut self, system: impl Into<String>) -> Runtime {
-        self.system = system.into();
+        self.context.system = system.into();
         self
+    }
+
+    /// Bounds the prompt differently (window, compaction threshold, result budgets).
+    pub fn with_context(mut self, context: ContextConfig) -> Runtime {
+        self.context = context;
+        self
+    }
+
+    /// Writes compaction summaries with `summarizer` (default: the extractive one).
+    pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Runtime {
+        self.summarizer = summarizer;
+        self
+    }
+
+    /// The projection of a run's log: the exact prompt its next model call would get.
+    pub fn projector(&self, log: &[Entry]) -> Projector {
+        let mut projector = Projector::new(
+            self.context.clone(),
+            self.gateway.specs(),
+            Arc::clone(&self.counter),
+        );
+        for entry in log {
+            projector.apply(entry);
+        }
+        projector
     }
 
     /// Calls `sink` with every entry once it is durable.
@@ -146,7 +181,7 @@ impl Runtime {
             runtime_version: env!("CARGO_PKG_VERSION").to_owned(),
             provider: self.model.provider().to_owned(),
             model: self.model.model().to_owned(),
-            system_prompt_digest: sha256_hex(self.system.as_bytes()),
+            system_prompt_digest: sha256_hex(self.context.system.as_bytes()),
             tool_schema_digest: sha256_hex(canonical_json(&tools).as_bytes()),
             budget,
         }
@@ -318,6 +353,7 @@ impl Runtime {
         mut log: Vec<Entry>,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        let mut projector = self.projector(&log);
         loop {
             let Some(command) = machine.poll_command() else {
                 // The machine always queues a command unless it waits for a person.
@@ -329,12 +365,28 @@ impl Runtime {
             };
             match command {
                 Command::CallModel { .. } => {
-                    let prompt = project(&self.system, &log, machine.tools().cloned().collect());
+                    if projector.should_compact() {
+                        let before = projector.tokens();
+                        let summary = self
+                            .summarizer
+                            .summarize(&log, projector.prompt())
+                            .await
+                            .unwrap_or_else(|_| agent_context::extract(&log, 6_000));
+                        let after = projector.tokens_after_compaction(&summary);
+                        // Compact only when it helps; otherwise the model gets what there is.
+                        if after < before {
+                            machine.handle(Input::ContextCompacted {
+                                summary,
+                                through_version: projector.version(),
+                                tokens_before: before as u64,
+                                tokens_after: after as u64,
+                            })?;
+                            continue;
+                        }
+                    }
+                    let prompt = projector.prompt();
                     let step = machine.state().steps;
-                    let request = ModelRequest {
-                        prompt: &prompt,
-                        step,
-                    };
+                    let request = ModelRequest { prompt, step };
                     let answer = tokio::select! {
                         answer = self.model.decide(request) => Some(answer),
                         () = cancel.cancelled() => None,
@@ -401,6 +453,7 @@ impl Runtime {
                             if let Some(sink) = &self.sink {
                                 entries.iter().for_each(|e| sink(e));
                             }
+                            entries.iter().for_each(|e| projector.apply(e));
                             log.extend(entries);
                             machine.handle(Input::Committed { version })?;
                         }

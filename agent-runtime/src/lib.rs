@@ -27,11 +27,13 @@ mod blobs;
 mod clock;
 mod driver;
 mod redact;
+mod summarize;
 
 pub use blobs::StoreBlobs;
 pub use clock::{Clock, SystemClock};
 pub use driver::{EventSink, Report, RunRequest, Runtime, RuntimeError};
 pub use redact::Redactor;
+pub use summarize::ModelSummarizer;
 
 /// Reads `FAILPOINTS` once per process (test builds with the `failpoints` feature only).
 #[cfg(feature = "failpoints")]

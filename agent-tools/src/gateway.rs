@@ -24,6 +24,16 @@ pub trait BlobSink: Send + Sync {
     fn put(&self, content: &str) -> Result<String, String>;
 }
 
+/// Where `read_result` finds what a handle names: `blob:sha256:…` (a stored output) or
+/// `log:VERSION` (a result in the run's log). The runtime implements it over the store.
+pub trait ResultSource: Send + Sync {
+    /// The whole text behind `handle` in run `run_id`, or `None` if it names nothing.
+    fn fetch(&self, run_id: &str, handle: &str) -> Result<Option<String>, String>;
+}
+
+/// Bytes of an oversized output shown in its place (CONTRACT §9).
+pub const PREVIEW_BYTES: usize = 2_000;
+
 /// Calls of one parallel group running at once, at most.
 pub const DEFAULT_CONCURRENCY: usize = 8;
 
@@ -128,6 +138,14 @@ impl Gateway {
     /// Keeps whole outputs that are too large for the model in `sink`.
     pub fn with_blob_sink(mut self, sink: Arc<dyn BlobSink>) -> Gateway {
         self.blobs = Some(sink);
+        self
+    }
+
+    /// Lets `read_result` read stored outputs and logged results back.
+    pub fn with_result_source(mut self, source: Arc<dyn ResultSource>) -> Gateway {
+        let tool: Arc<dyn Tool> = Arc::new(crate::tool::Typed(crate::builtin::ReadResult(source)));
+        // Registering a built-in with its own schema cannot fail.
+        let _ = self.register(tool);
         self
     }
 
@@ -236,6 +254,7 @@ impl Gateway {
                     let ctx = ToolContext {
                         workspace: Arc::clone(&self.workspace),
                         cancel: CancellationToken::new(),
+                        run_id: String::new(),
                         call_id: scheduled.call.id.clone(),
                         effect_key: scheduled.effect_key.clone(),
                     };
@@ -280,6 +299,7 @@ impl Gateway {
         let ctx = ToolContext {
             workspace: Arc::clone(&self.workspace),
             cancel: cancel.child_token(),
+            run_id: run_id.to_owned(),
             call_id: call.id.clone(),
             effect_key,
         };
@@ -325,20 +345,36 @@ impl Gateway {
         result
     }
 
-    /// Cuts an output to `limit` characters, saying at the head how much was cut and, when
-    /// a blob sink is attached, where the whole output is kept.
+    /// An output over `limit` characters is stored whole in the blob sink and shown as its
+    /// first 2,000 bytes and the handle (CONTRACT §9). Without a sink it is cut to `limit`.
     fn shape_output(&self, output: String, limit: usize) -> String {
         let total = output.chars().count();
         if total <= limit {
             return output;
         }
-        let head: String = output.chars().take(limit).collect();
-        let kept = match self.blobs.as_ref().map(|b| b.put(&output)) {
-            Some(Ok(handle)) => format!("; the whole output is stored as {handle}"),
-            Some(Err(e)) => format!("; storing the whole output failed: {e}"),
-            None => String::new(),
-        };
-        format!("[output cut: the first {limit} of {total} characters are shown{kept}]\n{head}")
+        match self.blobs.as_ref().map(|b| b.put(&output)) {
+            Some(Ok(handle)) => {
+                let mut end = PREVIEW_BYTES.min(limit).min(output.len());
+                while !output.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!(
+                    "[output of {total} characters stored as {handle}; its first {end} bytes \
+                     follow; read the rest with read_result]\n{}",
+                    &output[..end]
+                )
+            }
+            failed => {
+                let why = match failed {
+                    Some(Err(e)) => format!("; storing the whole output failed: {e}"),
+                    _ => String::new(),
+                };
+                let head: String = output.chars().take(limit).collect();
+                format!(
+                    "[output cut: the first {limit} of {total} characters are shown{why}]\n{head}"
+                )
+            }
+        }
     }
 }
 

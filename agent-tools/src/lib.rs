@@ -30,7 +30,9 @@ mod schema;
 mod tool;
 mod workspace;
 
-pub use gateway::{BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError};
+pub use gateway::{
+    BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
+};
 pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError};
 pub use schema::provider_schema;

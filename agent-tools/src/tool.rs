@@ -18,6 +18,8 @@ pub struct ToolContext {
     pub workspace: Arc<Workspace>,
     /// Fired when the call must stop (run cancelled, or the call timed out).
     pub cancel: CancellationToken,
+    /// The run the call belongs to.
+    pub run_id: String,
     /// The call being answered.
     pub call_id: CallId,
     /// The effect key, for `write`/`external` calls.

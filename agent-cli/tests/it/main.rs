@@ -527,3 +527,49 @@ fn bad_settings_are_one_line_exit_2() {
         assert!(!env.store().exists());
     }
 }
+
+#[test]
+fn context_prints_the_exact_next_prompt() {
+    let env = Env::new();
+    let out = example(&env, &["--json"]);
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ctx = env.run(&["context", "--json", &id]);
+    assert_eq!(ctx.status.code(), Some(0), "{}", stderr(&ctx));
+    let v: Value = serde_json::from_slice(&ctx.stdout).unwrap();
+    let messages = v["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[0]["parts"][0]["text"],
+        "When and where is the launch meeting?"
+    );
+    assert_eq!(
+        messages.len(),
+        6,
+        "goal, 2 assistant+results pairs, final answer"
+    );
+    assert!(v["estimated_tokens"].as_u64().unwrap() > 100);
+    assert_eq!(v["context_window"], 128_000);
+    let tools: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"read_file") && tools.contains(&"read_result"),
+        "{tools:?}"
+    );
+    let text = stdout(&env.run(&["context", &id]));
+    assert!(text.starts_with("=== system\n"), "{text}");
+    assert!(text.contains("[tool result call_2, ok]"), "{text}");
+    assert!(text.contains("tokens of a 128000-token context window"));
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "context_window = 32000\n",
+    )
+    .unwrap();
+    let v: Value = serde_json::from_slice(&env.run(&["context", "--json", &id]).stdout).unwrap();
+    assert_eq!(v["context_window"], 32_000);
+}

@@ -567,7 +567,7 @@ async fn large_outputs_are_kept_as_blobs_in_the_store() {
     let handle = result
         .split("stored as ")
         .nth(1)
-        .and_then(|rest| rest.split(']').next())
+        .and_then(|rest| rest.split(';').next())
         .unwrap();
     let blob = store.get_blob(handle).unwrap().unwrap();
     assert!(
@@ -575,5 +575,133 @@ async fn large_outputs_are_kept_as_blobs_in_the_store() {
         "the whole output: {} bytes",
         blob.len()
     );
-    assert!(result.len() < 51_000, "the log keeps a preview");
+    assert!(
+        result.len() < 2_300,
+        "the log keeps a 2,000-byte preview: {}",
+        result.len()
+    );
+}
+
+#[tokio::test]
+async fn a_long_run_is_compacted_and_the_model_sees_the_summary_and_facts() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..12)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+            "arguments": {"path": "big.txt", "offset": i + 1}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "done"}));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s
+        .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
+        .with_context(agent_context::ContextConfig {
+            context_window: 6_000,
+            ..agent_context::ContextConfig::default()
+        });
+    let report = rt
+        .start(
+            RunRequest::new("run-c", "read the big file", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(report.state.steps, 13, "compaction is not a model call");
+    let log = store.load("run-c").unwrap();
+    let compactions: Vec<(u64, u64)> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ContextCompacted {
+                tokens_before,
+                tokens_after,
+                ..
+            } => Some((*tokens_before, *tokens_after)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !compactions.is_empty(),
+        "a 6,000-token window forces a compaction"
+    );
+    assert!(compactions.iter().all(|(before, after)| after < before));
+    // Every prompt the model got stayed under the window.
+    let prompts = s.prompts.lock().unwrap();
+    let counter = agent_context::Tiktoken;
+    use agent_context::TokenCounter;
+    for p in prompts.iter() {
+        let size = counter.count(&serde_json::to_string(p).unwrap());
+        assert!(size < 6_000 * 12 / 10, "prompt of {size} tokens");
+    }
+    let compacted = prompts.iter().find(|p| {
+        p.messages.first().is_some_and(|m| {
+            m.parts.iter().any(|part|
+            matches!(part, Part::Text { text } if text.starts_with(agent_context::SUMMARY_PREFIX)))
+        })
+    });
+    assert!(compacted.is_some(), "the model saw the summary");
+}
+
+#[tokio::test]
+async fn read_result_reads_back_a_masked_older_result() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/long.txt"),
+        format!("BEGIN {} END\n", "y".repeat(3_000)),
+    )
+    .unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "long.txt"}}]},
+        {"tool_calls": [{"id": "c2", "name": "list_dir", "arguments": {}}]},
+        {"tool_calls": [{"id": "c3", "name": "list_dir", "arguments": {"path": "."}}]},
+        {"tool_calls": [{"id": "c4", "name": "glob", "arguments": {"pattern": "*"}}]},
+        {"tool_calls": [{"id": "c5", "name": "read_result", "arguments": {"handle": "log:3"}}]},
+        {"final": "done"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = ScriptModel::from_json(&script.to_string()).unwrap();
+    let blobs = Arc::new(agent_runtime::StoreBlobs(Arc::clone(&store)));
+    let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
+        .unwrap()
+        .with_result_source(blobs);
+    let model = Recording {
+        inner: model,
+        trace: Arc::clone(&s.trace),
+        prompts: Arc::clone(&s.prompts),
+    };
+    let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store));
+    let report = rt
+        .start(
+            RunRequest::new("run-r", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let prompts = s.prompts.lock().unwrap();
+    let last = serde_json::to_string(prompts.last().unwrap()).unwrap();
+    assert!(
+        last.contains("read_result handle \\\"log:3\\\""),
+        "c1 is masked: {last}"
+    );
+    let log = store.load("run-r").unwrap();
+    let read_back = log
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } if result.call_id.as_str() == "c5" => {
+                Some(result.content())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        read_back.contains("BEGIN") && read_back.contains("END"),
+        "{}",
+        &read_back[..100]
+    );
 }

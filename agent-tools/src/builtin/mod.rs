@@ -6,6 +6,7 @@ mod glob;
 mod grep;
 mod list_dir;
 mod read_file;
+mod read_result;
 mod shell;
 mod write_file;
 
@@ -14,6 +15,7 @@ pub use glob::{Glob, GlobArgs};
 pub use grep::{Grep, GrepArgs};
 pub use list_dir::{ListDir, ListDirArgs};
 pub use read_file::{ReadFile, ReadFileArgs};
+pub use read_result::{ReadResult, ReadResultArgs};
 pub use shell::{Shell, ShellArgs};
 pub use write_file::{WriteFile, WriteFileArgs};
 

@@ -10,6 +10,7 @@ pub fn ctx(root: &std::path::Path) -> ToolContext {
     ToolContext {
         workspace: Arc::new(Workspace::new(root).unwrap()),
         cancel: CancellationToken::new(),
+        run_id: "run-1".into(),
         call_id: CallId::from("c1"),
         effect_key: None,
     }

@@ -368,9 +368,12 @@ async fn large_outputs_go_to_the_blob_sink_and_errors_keep_head_and_tail() {
         .await;
     let ok = results[0].content();
     assert!(
-        ok.starts_with("[output cut: the first 100 of 1008 characters are shown; the whole output is stored as blob:1]"),
+        ok.starts_with(
+            "[output of 1008 characters stored as blob:1; its first 100 bytes follow; read the rest with read_result]\nSTART"
+        ),
         "{ok}"
     );
+    assert!(!ok.contains("END"), "only the preview is shown");
     assert_eq!(
         blobs.0.lock().unwrap()[0].len(),
         1008,
