@@ -1,6 +1,6 @@
 //! The commands.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,14 +8,17 @@ use std::time::Duration;
 
 use agent_context::ContextConfig;
 use agent_core::{Budget, CallId, Event, ModelReply, Resolution};
-use agent_providers::{Model, ModelRequest, ModelSpec, ProviderError, ScriptModel};
+use agent_providers::{
+    Dialect, HttpModel, Model, ModelRequest, ModelSpec, Price, ProviderError, ReplayModel,
+    ScriptModel,
+};
 use agent_runtime::{
     CancellationToken, EventSink, ModelSummarizer, Report, RunRequest, Runtime, RuntimeError,
     StoreBlobs,
 };
 use agent_store::{SledStore, Store, StoreError};
 use agent_tools::mcp::{self, McpConfig};
-use agent_tools::{Action, CommandHook, Gateway, HookEvent, Policy, Workspace};
+use agent_tools::{Action, CommandHook, Gateway, HookEvent, Policy, ToolReplay, Workspace};
 
 use crate::args::{Cli, Commands, RunArgs, Setup};
 use crate::config::{self, Config, HookConfig};
@@ -174,10 +177,88 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-fn load_model(text: &str) -> Result<Arc<dyn Model>, Failure> {
-    match ModelSpec::parse(text).map_err(usage)? {
-        ModelSpec::Script(path) => Ok(Arc::new(ScriptModel::from_path(path).map_err(usage)?)),
+/// How a command reaches the store for recorded runs (replays).
+#[derive(Clone, Copy)]
+enum StoreAccess<'a> {
+    /// Not open yet: open it for the look-up only.
+    Dir(&'a Path),
+    /// Already open in this process (sled allows one handle).
+    Open(&'a SledStore),
+}
+
+fn load_run(access: StoreAccess<'_>, run: &str) -> Result<Vec<agent_core::Entry>, Failure> {
+    Ok(match access {
+        StoreAccess::Dir(dir) => open_existing(dir)?.load(run)?,
+        StoreAccess::Open(store) => store.load(run)?,
+    })
+}
+
+/// Builds the model a `--model` value names. Keys come from the environment and are
+/// checked here, before anything is written.
+fn load_model(
+    text: &str,
+    settings: &Settings,
+    setup: &Setup,
+    access: StoreAccess<'_>,
+    json: bool,
+) -> Result<Arc<dyn Model>, Failure> {
+    let base_url = setup.base_url.clone().or(settings.config.base_url.clone());
+    let key = |var: &str| std::env::var(var).ok().filter(|k| !k.trim().is_empty());
+    let (dialect, provider, model, url, api_key) = match ModelSpec::parse(text).map_err(usage)? {
+        ModelSpec::Script(path) => {
+            return Ok(Arc::new(ScriptModel::from_path(path).map_err(usage)?));
+        }
+        ModelSpec::Replay(run) => {
+            let log = load_run(access, &run)?;
+            return Ok(Arc::new(ReplayModel::from_log(&run, &log)));
+        }
+        ModelSpec::OpenAi(model) => {
+            let api_key = key("OPENAI_API_KEY").ok_or_else(|| {
+                usage(
+                    "OPENAI_API_KEY is not set; export your OpenAI key, or use --model script:PATH",
+                )
+            })?;
+            let url = base_url.unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+            (Dialect::OpenAi, "openai", model, url, Some(api_key))
+        }
+        ModelSpec::Anthropic(model) => {
+            let api_key = key("ANTHROPIC_API_KEY").ok_or_else(|| {
+                usage("ANTHROPIC_API_KEY is not set; export your Anthropic key, or use --model script:PATH")
+            })?;
+            let url = base_url.unwrap_or_else(|| "https://api.anthropic.com".to_owned());
+            (Dialect::Anthropic, "anthropic", model, url, Some(api_key))
+        }
+        ModelSpec::OpenAiCompat(model) => {
+            let url = base_url.ok_or_else(|| {
+                usage(format!(
+                    "--model openai-compat:{model} needs --base-url URL (Ollama: http://localhost:11434/v1)"
+                ))
+            })?;
+            (
+                Dialect::OpenAi,
+                "openai-compat",
+                model,
+                url,
+                key("OPENAI_API_KEY"),
+            )
+        }
+    };
+    let mut http = HttpModel::new(dialect, provider, &model, &url, api_key).map_err(usage)?;
+    if let Some(p) = settings.config.prices.get(&model) {
+        http = http.with_price(Price {
+            input_per_million: p.input,
+            output_per_million: p.output,
+        });
     }
+    if !json && std::io::stderr().is_terminal() {
+        // The answer appears as it is written.
+        http = http.with_text_sink(Arc::new(|text: &str| {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "{text}");
+            let _ = err.flush();
+        }));
+    }
+    Ok(Arc::new(http))
 }
 
 fn hook(event: HookEvent, h: &HookConfig, cwd: &Path) -> Result<CommandHook, Failure> {
@@ -202,6 +283,7 @@ fn gateway(
     settings: &Settings,
     setup: &Setup,
     rt: &tokio::runtime::Runtime,
+    access: StoreAccess<'_>,
 ) -> Result<Gateway, Failure> {
     let dir = match (&setup.workspace, &settings.config.workspace) {
         (Some(dir), _) => dir.clone(),
@@ -250,6 +332,15 @@ fn gateway(
             gateway.register(tool).map_err(usage)?;
         }
     }
+    if let Some(text) = &setup.tools {
+        let Some(run) = text.strip_prefix("replay:").filter(|r| !r.is_empty()) else {
+            return Err(usage(format!(
+                "--tools {text:?}: the only form is replay:RUN"
+            )));
+        };
+        let log = load_run(access, run)?;
+        gateway = gateway.with_replay(ToolReplay::from_log(run, &log));
+    }
     Ok(gateway)
 }
 
@@ -264,6 +355,13 @@ fn budget(settings: &Settings, args: &RunArgs) -> Result<Budget, Failure> {
     }
     if let Some(n) = args.max_tool_calls.or(c.max_tool_calls) {
         budget.max_tool_calls = n;
+    }
+    budget.max_tokens = c.max_tokens;
+    if let Some(usd) = c.max_cost_usd {
+        if !(usd.is_finite() && usd > 0.0) {
+            return Err(usage("max_cost_usd must be a positive number of dollars"));
+        }
+        budget.max_cost_usd = Some(usd);
     }
     if let Some(secs) = args.timeout.or(c.timeout) {
         if !(secs.is_finite() && secs > 0.0) {
@@ -350,10 +448,16 @@ fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Resu
     let model = settings.model(args.setup.model.as_deref()).ok_or_else(|| {
         usage("no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in agent.toml")
     })?;
-    let model = load_model(&model)?;
+    let model = load_model(
+        &model,
+        settings,
+        &args.setup,
+        StoreAccess::Dir(store_dir),
+        json,
+    )?;
     let budget = budget(settings, &args)?;
     let rt = tokio()?;
-    let gateway = gateway(settings, &args.setup, &rt)?;
+    let gateway = gateway(settings, &args.setup, &rt, StoreAccess::Dir(store_dir))?;
     let store = SledStore::open(store_dir)?;
     let runtime = runtime(settings, model, gateway, store, args.setup.events);
     let cancel = cancel_on_ctrl_c(&rt);
@@ -381,7 +485,7 @@ fn drive_existing(
     let store = open_existing(store_dir)?;
     let log = store.load(run_id)?;
     let model = match settings.model(setup.model.as_deref()) {
-        Some(text) => load_model(&text)?,
+        Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), json)?,
         None => {
             let Some(Event::RunStarted { manifest, .. }) = log.first().map(|e| &e.event) else {
                 return Err(usage(format!("run {run_id} has no start event")));
@@ -392,11 +496,12 @@ fn drive_existing(
                     manifest.provider, manifest.model
                 )));
             }
-            load_model(&format!("script:{}", manifest.model))?
+            let script = format!("script:{}", manifest.model);
+            load_model(&script, settings, setup, StoreAccess::Open(&store), json)?
         }
     };
     let rt = tokio()?;
-    let gateway = gateway(settings, setup, &rt)?;
+    let gateway = gateway(settings, setup, &rt, StoreAccess::Open(&store))?;
     let runtime = runtime(settings, model, gateway, store, setup.events);
     let cancel = cancel_on_ctrl_c(&rt);
     let report = rt.block_on(async {
@@ -476,11 +581,11 @@ fn context(
     let store = open_existing(store_dir)?;
     let log = store.load(run_id)?;
     let model: Arc<dyn Model> = match settings.model(setup.model.as_deref()) {
-        Some(text) => load_model(&text)?,
+        Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), true)?,
         None => Arc::new(ManifestModel::of(&log)),
     };
     let rt = tokio()?;
-    let gateway = gateway(settings, setup, &rt)?;
+    let gateway = gateway(settings, setup, &rt, StoreAccess::Open(&store))?;
     let runtime = runtime(settings, model, gateway, store, false);
     let projector = runtime.projector(&log);
     let prompt = projector.prompt();

@@ -103,9 +103,16 @@ pub enum Commands {
 /// What every command that drives a run needs: model, workspace, policy, MCP servers.
 #[derive(Debug, Args)]
 pub struct Setup {
-    /// The model: script:PATH (offline). Resuming a script run defaults to its script.
+    /// The model: openai:MODEL, anthropic:MODEL, openai-compat:MODEL (with --base-url),
+    /// script:PATH (offline) or replay:RUN. Resuming a script run defaults to its script.
     #[arg(long, value_name = "PROVIDER:MODEL")]
     pub model: Option<String>,
+    /// The API's base URL (required for openai-compat, e.g. http://localhost:11434/v1).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Answer every tool call from a recorded run instead of running it: replay:RUN.
+    #[arg(long, value_name = "replay:RUN")]
+    pub tools: Option<String>,
     /// Root the file and shell tools are confined to (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,

@@ -24,12 +24,31 @@ pub struct Config {
     pub timeout: Option<f64>,
     /// The model's context window in tokens, when the built-in table is wrong for it.
     pub context_window: Option<usize>,
+    /// `--base-url`.
+    pub base_url: Option<String>,
+    /// Token budget (input + output, all model calls).
+    pub max_tokens: Option<u64>,
+    /// Money budget in US dollars (needs a price for the model).
+    pub max_cost_usd: Option<f64>,
+    /// Prices per million tokens, by model name.
+    #[serde(default)]
+    pub prices: std::collections::BTreeMap<String, PriceConfig>,
     /// Policy rules.
     #[serde(default)]
     pub policy: PolicyConfig,
     /// Hooks.
     #[serde(default)]
     pub hooks: HooksConfig,
+}
+
+/// `[prices."MODEL"]`: US dollars per million tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// Input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
 }
 
 /// `[policy]`.

@@ -143,16 +143,20 @@ fn detail(event: &Event) -> String {
         }
         Event::DecisionRejected { turn, problem, .. } => format!("turn {turn}: {problem}"),
         Event::ModelFailed { turn, message } => format!("turn {turn}: {message}"),
+        Event::ModelRetried { turn, retry } => format!(
+            "turn {turn}: attempt {} failed ({}); retried after {} ms",
+            retry.attempt, retry.reason, retry.wait_ms
+        ),
         Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => {
-            let status = match result.error_kind() {
-                None => "ok".to_owned(),
-                Some(kind) => kind.as_str().to_owned(),
+            let (status, text) = match &result.outcome {
+                agent_core::ToolOutcome::Output(text) => ("ok", text.as_str()),
+                agent_core::ToolOutcome::Error(e) => (e.kind.as_str(), e.message.as_str()),
             };
             format!(
                 "{} {} {status}: {}",
                 result.call_id,
                 result.name,
-                cut(&result.content(), 100)
+                cut(text, 100)
             )
         }
         Event::CorrectionIssued { call_ids, .. } => format!(

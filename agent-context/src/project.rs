@@ -266,6 +266,7 @@ impl Projector {
             | Event::EffectReconciled { .. }
             | Event::ResolutionRequested { .. }
             | Event::EffectResolved { .. }
+            | Event::ModelRetried { .. }
             | Event::ApprovalRequested { .. }
             | Event::ApprovalGranted { .. }
             | Event::RunEnded { .. } => {}

@@ -201,6 +201,17 @@ pub struct InvalidReply {
     pub problem: String,
 }
 
+/// One retried attempt of a model call, recorded in the log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retry {
+    /// The attempt that failed (1-based).
+    pub attempt: u32,
+    /// Why (status code, connection error, cut stream).
+    pub reason: String,
+    /// How long the provider waited before the next attempt.
+    pub wait_ms: u64,
+}
+
 /// What a provider hands the runtime for one model call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelReply {
@@ -208,6 +219,8 @@ pub struct ModelReply {
     pub decision: Result<Decision, InvalidReply>,
     /// Tokens (and money) the call used.
     pub usage: Usage,
+    /// Attempts that failed before this reply.
+    pub retries: Vec<Retry>,
 }
 
 impl ModelReply {
@@ -216,6 +229,7 @@ impl ModelReply {
         ModelReply {
             decision: Ok(decision),
             usage,
+            retries: Vec::new(),
         }
     }
 
@@ -227,6 +241,7 @@ impl ModelReply {
                 problem: problem.into(),
             }),
             usage,
+            retries: Vec::new(),
         }
     }
 }

@@ -110,6 +110,13 @@ pub enum Event {
         /// What the call used.
         usage: Usage,
     },
+    /// Fact: a model call attempt failed and was retried.
+    ModelRetried {
+        /// The model call (1-based).
+        turn: u32,
+        /// The attempt and why it failed.
+        retry: crate::decision::Retry,
+    },
     /// Fact: the provider failed past its retry budget.
     ModelFailed {
         /// The model call (1-based).
@@ -231,6 +238,7 @@ impl Event {
             Event::RunStarted { .. } => "run_started",
             Event::DecisionProposed { .. } => "decision_proposed",
             Event::DecisionRejected { .. } => "decision_rejected",
+            Event::ModelRetried { .. } => "model_retried",
             Event::ModelFailed { .. } => "model_failed",
             Event::CallRejected { .. } => "call_rejected",
             Event::CorrectionIssued { .. } => "correction_issued",

@@ -55,11 +55,12 @@ mod progress;
 mod prompt;
 mod reason;
 mod schedule;
+mod schema;
 mod state;
 mod tool;
 
 pub use budget::{Budget, Usage};
-pub use decision::{CallId, Decision, DecisionProblem, InvalidReply, ModelReply, ToolCall};
+pub use decision::{CallId, Decision, DecisionProblem, InvalidReply, ModelReply, Retry, ToolCall};
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
 pub use event::{Entry, Event, Finding, Manifest, Resolution};
@@ -68,6 +69,7 @@ pub use progress::{correction_message, fingerprint};
 pub use prompt::{Message, Part, Prompt, Role};
 pub use reason::{Outcome, PendingCall, ReasonClass, TerminalReason, UnknownReason};
 pub use schedule::{ScheduledCall, schedule};
+pub use schema::provider_schema;
 pub use state::{Approval, FoldError, PlanTrack, RunState, Status};
 pub use tool::{
     DEFAULT_RESULT_LIMIT, DEFAULT_TOOL_TIMEOUT_MS, ErrorKind, Risk, ToolError, ToolOutcome,

@@ -403,7 +403,7 @@ impl RunState {
                 }
                 self.record_result(*turn, result);
             }
-            Event::ContextCompacted { .. } => {}
+            Event::ContextCompacted { .. } | Event::ModelRetried { .. } => {}
             Event::RunEnded { outcome } => self.status = Status::Ended(outcome.clone()),
         }
         self.version = entry.version;

@@ -13,9 +13,15 @@
 //! assert_eq!(reply.decision, Ok(Decision::Final { answer: "hello".into() }));
 //! ```
 
+mod http;
+mod replay;
 mod script;
 mod spec;
+pub mod testing;
+pub mod wire;
 
+pub use http::{Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after};
+pub use replay::ReplayModel;
 pub use script::{ScriptError, ScriptModel};
 pub use spec::{ModelSpec, SpecError};
 

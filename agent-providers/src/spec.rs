@@ -7,6 +7,14 @@ use std::path::PathBuf;
 pub enum ModelSpec {
     /// `script:PATH`: the offline script model.
     Script(PathBuf),
+    /// `openai:MODEL`, key from `OPENAI_API_KEY`.
+    OpenAi(String),
+    /// `anthropic:MODEL`, key from `ANTHROPIC_API_KEY`.
+    Anthropic(String),
+    /// `openai-compat:MODEL` with `--base-url` (Ollama, vLLM, llama.cpp); key optional.
+    OpenAiCompat(String),
+    /// `replay:RUN`: the decisions a recorded run got.
+    Replay(String),
 }
 
 /// A `--model` value this version cannot use.
@@ -17,9 +25,7 @@ pub enum SpecError {
         "--model {0:?} is not of the form PROVIDER:MODEL (for example script:examples/hello/script.json)"
     )]
     Malformed(String),
-    /// A provider the contract names that this version does not have yet.
-    #[error("--model {0}: the {1} provider is not available in this version; use script:PATH")]
-    NotAvailable(String, String),
+
     /// A provider nobody knows.
     #[error(
         "--model {0}: unknown provider {1:?}; known: script, openai, anthropic, openai-compat, replay"
@@ -38,10 +44,10 @@ impl ModelSpec {
         }
         match provider {
             "script" => Ok(ModelSpec::Script(PathBuf::from(model))),
-            "openai" | "anthropic" | "openai-compat" | "replay" => Err(SpecError::NotAvailable(
-                text.to_owned(),
-                provider.to_owned(),
-            )),
+            "openai" => Ok(ModelSpec::OpenAi(model.to_owned())),
+            "anthropic" => Ok(ModelSpec::Anthropic(model.to_owned())),
+            "openai-compat" => Ok(ModelSpec::OpenAiCompat(model.to_owned())),
+            "replay" => Ok(ModelSpec::Replay(model.to_owned())),
             other => Err(SpecError::UnknownProvider(
                 text.to_owned(),
                 other.to_owned(),
@@ -68,10 +74,18 @@ mod tests {
             ModelSpec::parse("script:"),
             Err(SpecError::Malformed(_))
         ));
-        assert!(matches!(
+        assert_eq!(
             ModelSpec::parse("openai:gpt-4o"),
-            Err(SpecError::NotAvailable(..))
-        ));
+            Ok(ModelSpec::OpenAi("gpt-4o".into()))
+        );
+        assert_eq!(
+            ModelSpec::parse("openai-compat:llama3.1:8b"),
+            Ok(ModelSpec::OpenAiCompat("llama3.1:8b".into()))
+        );
+        assert_eq!(
+            ModelSpec::parse("replay:01ABC"),
+            Ok(ModelSpec::Replay("01ABC".into()))
+        );
         assert!(matches!(
             ModelSpec::parse("foo:bar"),
             Err(SpecError::UnknownProvider(..))

@@ -90,6 +90,7 @@ impl RunSummary {
             | Event::EffectDispatched { .. }
             | Event::EffectReconciled { .. }
             | Event::ContextCompacted { .. }
+            | Event::ModelRetried { .. }
             | Event::ToolFinished { .. } => {}
         }
     }

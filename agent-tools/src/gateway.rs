@@ -65,6 +65,7 @@ pub struct Gateway {
     policy: Policy,
     hooks: Vec<Arc<dyn Hook>>,
     blobs: Option<Arc<dyn BlobSink>>,
+    replay: Option<Arc<crate::replay::ToolReplay>>,
     workspace: Arc<Workspace>,
     concurrency: usize,
 }
@@ -86,6 +87,7 @@ impl Gateway {
             policy: Policy::default(),
             hooks: Vec::new(),
             blobs: None,
+            replay: None,
             workspace: Arc::new(workspace),
             concurrency: DEFAULT_CONCURRENCY,
         }
@@ -146,6 +148,12 @@ impl Gateway {
         let tool: Arc<dyn Tool> = Arc::new(crate::tool::Typed(crate::builtin::ReadResult(source)));
         // Registering a built-in with its own schema cannot fail.
         let _ = self.register(tool);
+        self
+    }
+
+    /// Answers every call from a recorded run instead of running it.
+    pub fn with_replay(mut self, replay: crate::replay::ToolReplay) -> Gateway {
+        self.replay = Some(Arc::new(replay));
         self
     }
 
@@ -287,6 +295,10 @@ impl Gateway {
                 ToolError::new(kind, message),
             )
         };
+        if let Some(replay) = &self.replay {
+            // Nothing runs: the recorded run answers.
+            return replay.answer(&call);
+        }
         let Some(registered) = self.tools.get(&call.name) else {
             return fail(
                 ErrorKind::UnknownTool,

@@ -26,15 +26,16 @@ mod gateway;
 mod hooks;
 pub mod mcp;
 mod policy;
-mod schema;
+mod replay;
 mod tool;
 mod workspace;
 
+pub use agent_core::provider_schema;
 pub use gateway::{
     BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
 };
 pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError};
-pub use schema::provider_schema;
+pub use replay::ToolReplay;
 pub use tool::{Tool, ToolContext, Typed, TypedTool};
 pub use workspace::Workspace;

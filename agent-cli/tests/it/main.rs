@@ -9,6 +9,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{Value, json};
 
 mod crash;
+mod providers;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -15,7 +15,14 @@ use crate::tool::{ErrorKind, ToolError, ToolOutcome, ToolResult, ToolSpec};
 
 impl Machine {
     pub(super) fn on_reply(&mut self, turn: u32, reply: ModelReply) {
-        let ModelReply { decision, usage } = reply;
+        let ModelReply {
+            decision,
+            usage,
+            retries,
+        } = reply;
+        for retry in retries {
+            self.stage(Event::ModelRetried { turn, retry });
+        }
         let checked = decision.and_then(|d| match d.check() {
             Ok(()) => Ok(d),
             Err(problem) => Err(InvalidReply {

@@ -1,133 +1,36 @@
-//! The script model: every turn shape of CONTRACT §10, and clear errors for bad files.
+//! The adapters: the script model, the wire translators on recorded provider traffic, and
+//! the HTTP transport against a real server on 127.0.0.1.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use agent_core::{Decision, ModelReply, Prompt, ToolCall, Usage};
-use agent_providers::{Model, ModelRequest, ProviderError, ScriptModel};
-use serde_json::json;
+mod http;
+mod script;
+mod wire;
 
-fn prompt() -> Prompt {
-    Prompt {
-        system: String::new(),
-        messages: vec![],
-        tools: vec![],
-    }
+/// A recorded provider stream from `tests/fixtures`, framed as a server sends it: some
+/// recordings were saved without the blank line that ends their last event.
+pub fn fixture(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    format!("{}\n\n", text.trim_end())
 }
 
-async fn answer(model: &ScriptModel, step: u32) -> Result<ModelReply, ProviderError> {
-    model
-        .decide(ModelRequest {
-            prompt: &prompt(),
-            step,
+/// `(event, data)` pairs of an SSE text, as a server sends them.
+pub fn sse(text: &str) -> Vec<(String, String)> {
+    text.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let mut event = "message".to_owned();
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event = e.trim().to_owned();
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push(d.trim_start().to_owned());
+                }
+            }
+            (event, data.join("\n"))
         })
-        .await
-}
-
-#[tokio::test]
-async fn every_turn_shape_becomes_its_decision() {
-    let script = json!({"turns": [
-        {"final": "text"},
-        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a.txt"}}]},
-        {"request_approval": {"summary": "may I?"}},
-        {"request_approval": {"summary": "this?", "calls": [{"id": "w", "name": "write_file"}]}},
-        {"clarification": "which?"},
-        {"cannot_continue": "stuck"},
-        {"invalid": "{half"},
-        {"error": "503 from upstream"},
-        {"final": "with usage", "usage": {"input_tokens": 12, "output_tokens": 3}}
-    ]});
-    let model = ScriptModel::from_json(&script.to_string()).unwrap();
-    assert_eq!(model.len(), 9);
-    assert_eq!(
-        answer(&model, 0).await.unwrap().decision,
-        Ok(Decision::Final {
-            answer: "text".into()
-        })
-    );
-    assert_eq!(
-        answer(&model, 1).await.unwrap().decision,
-        Ok(Decision::ToolCalls {
-            calls: vec![ToolCall::new("c1", "read_file", json!({"path": "a.txt"}))]
-        })
-    );
-    assert_eq!(
-        answer(&model, 2).await.unwrap().decision,
-        Ok(Decision::RequestApproval {
-            summary: "may I?".into(),
-            calls: vec![]
-        })
-    );
-    assert_eq!(
-        answer(&model, 3).await.unwrap().decision,
-        Ok(Decision::RequestApproval {
-            summary: "this?".into(),
-            calls: vec![ToolCall::new("w", "write_file", json!({}))]
-        })
-    );
-    assert_eq!(
-        answer(&model, 4).await.unwrap().decision,
-        Ok(Decision::Clarification {
-            question: "which?".into()
-        })
-    );
-    assert_eq!(
-        answer(&model, 5).await.unwrap().decision,
-        Ok(Decision::CannotContinue {
-            reason: "stuck".into()
-        })
-    );
-    let invalid = answer(&model, 6).await.unwrap().decision.unwrap_err();
-    assert_eq!(invalid.raw, "{half");
-    assert_eq!(
-        answer(&model, 7).await.unwrap_err(),
-        ProviderError::Failed("503 from upstream".into())
-    );
-    assert_eq!(answer(&model, 8).await.unwrap().usage, Usage::tokens(12, 3));
-    let exhausted = answer(&model, 9).await.unwrap_err();
-    assert_eq!(exhausted, ProviderError::ScriptExhausted { turns: 9 });
-    assert!(exhausted.to_string().contains("9 turn(s)"));
-}
-
-#[tokio::test(start_paused = true)]
-async fn delay_ms_simulates_latency_on_the_runtime_clock() {
-    let model = ScriptModel::from_json(r#"{"turns": [{"final": "x", "delay_ms": 1500}]}"#).unwrap();
-    let before = tokio::time::Instant::now();
-    answer(&model, 0).await.unwrap();
-    assert_eq!(before.elapsed().as_millis(), 1500);
-}
-
-#[test]
-fn bad_files_get_one_clear_line() {
-    let cases = [
-        ("not json", "not a script"),
-        (r#"{"steps": []}"#, "unknown field `steps`"),
-        (r#"{"turns": [42]}"#, "turn 1: a turn is an object"),
-        (
-            r#"{"turns": [{"final": "a"}, {"finl": "b"}]}"#,
-            "turn 2: unknown field `finl`",
-        ),
-        (
-            r#"{"turns": [{"final": "a", "error": "b"}]}"#,
-            "exactly one of",
-        ),
-        (r#"{"turns": [{"delay_ms": 5}]}"#, "has 0"),
-        (
-            r#"{"turns": [{"tool_calls": [{"name": "x"}]}]}"#,
-            "missing field `id`",
-        ),
-        (r#"{"turns": [{"final": 3}]}"#, "invalid type"),
-    ];
-    for (text, expected) in cases {
-        let err = ScriptModel::from_json(text).unwrap_err().to_string();
-        assert!(err.contains(expected), "{text}: {err}");
-        assert!(!err.contains('\n'), "one line: {err}");
-    }
-}
-
-#[test]
-fn a_missing_file_names_the_path() {
-    let err = ScriptModel::from_path("/nonexistent/script.json").unwrap_err();
-    assert!(
-        err.to_string()
-            .starts_with("script /nonexistent/script.json: cannot read it")
-    );
+        .collect()
 }

@@ -1,0 +1,252 @@
+//! The `agent` binary against real wire formats served on 127.0.0.1, and replays.
+
+use agent_providers::testing::{Reply, Server};
+use serde_json::{Value, json};
+
+use super::{Env, stderr};
+
+fn fixture(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../agent-providers/tests/fixtures")
+        .join(name);
+    format!("{}\n\n", std::fs::read_to_string(path).unwrap().trim_end())
+}
+
+/// An OpenAI stream that calls `list_dir` once.
+fn list_dir_call() -> String {
+    [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"list_dir","arguments":""}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":7}}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect::<String>()
+        + "data: [DONE]\n\n"
+}
+
+fn run_json(env: &Env, args: &[&str], key: Option<(&str, &str)>) -> (Option<i32>, Value, String) {
+    let mut cmd = env.cmd();
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY");
+    if let Some((var, value)) = key {
+        cmd.env(var, value);
+    }
+    let out = cmd.args(args).output().unwrap();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), v, stderr(&out))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_run_end_to_end_with_tool_results_paired() {
+    let server = Server::start(vec![
+        Reply::stream(list_dir_call()),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("hello.txt"), "hi").unwrap();
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "openai:gpt-4o",
+            "--base-url",
+            &server.url,
+            "what is here?",
+        ],
+        Some(("OPENAI_API_KEY", "sk-test-1234567890")),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["reason"], "completed");
+    assert!(v["usage"]["input_tokens"].as_u64().unwrap() >= 50);
+    let got = server.received();
+    assert_eq!(got.len(), 2);
+    let messages = got[1].body["messages"].as_array().unwrap();
+    let tool = messages.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool["tool_call_id"], "call_1");
+    assert!(tool["content"].as_str().unwrap().contains("hello.txt"));
+    // The key is sent, and never stored.
+    assert_eq!(
+        got[0].header("authorization"),
+        Some("Bearer sk-test-1234567890")
+    );
+    let id = v["run_id"].as_str().unwrap();
+    let log = String::from_utf8_lossy(&env.run(&["show", "--json", id]).stdout).into_owned();
+    assert!(!log.contains("sk-test-1234567890"));
+    assert!(log.contains("\"provider\":\"openai\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_run_and_a_rejected_key() {
+    let server = Server::start(vec![
+        Reply::stream(fixture("anthropic/basic_response.txt")),
+        Reply::status(401, r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let args = [
+        "run",
+        "--json",
+        "--model",
+        "anthropic:claude-sonnet-4-5",
+        "--base-url",
+        &server.url,
+        "hi",
+    ];
+    let (code, v, err) = run_json(&env, &args, Some(("ANTHROPIC_API_KEY", "k-1")));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(v["answer"].as_str().is_some());
+    let (code, v, _) = run_json(&env, &args, Some(("ANTHROPIC_API_KEY", "k-1")));
+    assert_eq!(code, Some(5));
+    assert_eq!(v["reason"], "model_error");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("check ANTHROPIC_API_KEY"),
+        "{v}"
+    );
+    assert_eq!(server.received().len(), 2, "401 is not retried");
+}
+
+#[test]
+fn missing_keys_and_base_urls_are_usage_errors_before_anything_is_written() {
+    let env = Env::new();
+    for (args, expected) in [
+        (
+            vec!["run", "--model", "openai:gpt-4o", "g"],
+            "OPENAI_API_KEY is not set",
+        ),
+        (
+            vec!["run", "--model", "anthropic:claude-sonnet-4-5", "g"],
+            "ANTHROPIC_API_KEY is not set",
+        ),
+        (
+            vec!["run", "--model", "openai-compat:llama3.1", "g"],
+            "needs --base-url",
+        ),
+        (vec!["run", "--model", "replay:NOPE", "g"], "no store at"),
+        (
+            vec!["run", "--model", "x:y", "--tools", "record:x", "g"],
+            "unknown provider",
+        ),
+    ] {
+        let (code, _, err) = run_json(&env, &args, None);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!env.store().exists());
+    }
+}
+
+#[test]
+fn replay_reproduces_a_run_and_tool_replay_answers_from_the_log() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("notes.txt"), "the answer is 42\n").unwrap();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"final": "42"}
+    ]));
+    let (code, v, err) = run_json(&env, &["run", "--json", "--model", &model, "g"], None);
+    assert_eq!(code, Some(0), "{err}");
+    let id = v["run_id"].as_str().unwrap().to_owned();
+
+    // Model replay: the same decisions, tools for real.
+    let (code, v, err) = run_json(
+        &env,
+        &["run", "--json", "--model", &format!("replay:{id}"), "g"],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["answer"], "42");
+    assert_eq!(v["tool_calls"], 1);
+
+    // Tool replay: the file is gone, yet the read answers from the recorded run.
+    std::fs::remove_file(env.dir.path().join("notes.txt")).unwrap();
+    let other = env.script(json!([
+        {"tool_calls": [
+            {"id": "x1", "name": "read_file", "arguments": {"path": "notes.txt"}},
+            {"id": "x2", "name": "read_file", "arguments": {"path": "other.txt"}}
+        ]},
+        {"final": "done"}
+    ]));
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            &other,
+            "--tools",
+            &format!("replay:{id}"),
+            "g",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let show: Value = serde_json::from_slice(
+        &env.run(&["show", "--json", v["run_id"].as_str().unwrap()])
+            .stdout,
+    )
+    .unwrap();
+    let results: Vec<&Value> = show["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "tool_finished")
+        .map(|e| &e["result"])
+        .collect();
+    assert!(
+        results[0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("the answer is 42")
+    );
+    assert!(
+        results[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has no result for read_file")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_priced_model_stops_at_the_cost_budget() {
+    let server = Server::start(vec![
+        Reply::stream(list_dir_call()),
+        Reply::stream(list_dir_call()),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "max_cost_usd = 0.0001\n[prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
+    )
+    .unwrap();
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "openai:gpt-4o",
+            "--base-url",
+            &server.url,
+            "g",
+        ],
+        Some(("OPENAI_API_KEY", "sk-x")),
+    );
+    assert_eq!(code, Some(4), "{err}");
+    assert_eq!(v["reason"], "cost_budget_exceeded");
+    assert_eq!(
+        server.received().len(),
+        1,
+        "50 tokens at $2.50/M is past $0.0001 after one call"
+    );
+}

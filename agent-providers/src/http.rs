@@ -1,0 +1,368 @@
+//! The HTTP transport: one streamed request per model call, retried with backoff when the
+//! failure is worth retrying, never when it is not.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agent_core::{ModelReply, Retry};
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::wire::{self, Assembled};
+use crate::{Model, ModelRequest, ProviderError};
+
+/// Which wire format a server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI Chat Completions (also Ollama, vLLM, llama.cpp, LM Studio).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// When and how long to retry.
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The first backoff; each next one doubles.
+    pub base: Duration,
+    /// Longest single wait (a longer `Retry-After` is cut to it).
+    pub max_wait: Duration,
+    /// Longest total wait over all retries of one call.
+    pub max_total_wait: Duration,
+    /// Whether to randomize waits (between half and all of the backoff).
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            base: Duration::from_millis(500),
+            max_wait: Duration::from_secs(30),
+            max_total_wait: Duration::from_secs(60),
+            jitter: true,
+        }
+    }
+}
+
+/// Price per million tokens, in US dollars.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Price {
+    /// Input tokens.
+    pub input_per_million: f64,
+    /// Output tokens.
+    pub output_per_million: f64,
+}
+
+/// Receives answer text as it is written.
+pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A model behind an HTTP API.
+pub struct HttpModel {
+    dialect: Dialect,
+    provider: String,
+    model: String,
+    base_url: String,
+    api_key: Option<String>,
+    client: reqwest::Client,
+    retry: RetryPolicy,
+    price: Option<Price>,
+    idle_timeout: Duration,
+    max_tokens: u32,
+    on_text: Option<TextSink>,
+}
+
+impl std::fmt::Debug for HttpModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("HttpModel")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Failure {
+    Retryable {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Fatal(String),
+}
+
+/// Installs the TLS provider (ring) once per process.
+fn tls() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Fails only if another provider was installed first, which is fine too.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+impl HttpModel {
+    /// A model of `provider` (`openai`, `anthropic`, `openai-compat`) at `base_url`.
+    pub fn new(
+        dialect: Dialect,
+        provider: &str,
+        model: &str,
+        base_url: &str,
+        api_key: Option<String>,
+    ) -> Result<HttpModel, ProviderError> {
+        tls();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| ProviderError::Failed(format!("cannot build the HTTP client: {e}")))?;
+        Ok(HttpModel {
+            dialect,
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+            client,
+            retry: RetryPolicy::default(),
+            price: None,
+            idle_timeout: Duration::from_secs(120),
+            max_tokens: wire::anthropic::DEFAULT_MAX_TOKENS,
+            on_text: None,
+        })
+    }
+
+    /// Retries by `policy`.
+    pub fn with_retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Prices usage, so the cost budget applies.
+    pub fn with_price(mut self, price: Price) -> Self {
+        self.price = Some(price);
+        self
+    }
+
+    /// Gives up on a stream silent for this long (retryable).
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Calls `sink` with answer text as it streams in.
+    pub fn with_text_sink(mut self, sink: TextSink) -> Self {
+        self.on_text = Some(sink);
+        self
+    }
+
+    fn endpoint(&self) -> String {
+        match self.dialect {
+            Dialect::OpenAi => format!("{}/chat/completions", self.base_url),
+            Dialect::Anthropic => format!("{}/v1/messages", self.base_url),
+        }
+    }
+
+    fn hint(&self, status: u16, body: &str) -> String {
+        let body: String = body.chars().take(300).collect();
+        let key_var = match self.dialect {
+            Dialect::Anthropic => "ANTHROPIC_API_KEY",
+            Dialect::OpenAi => "OPENAI_API_KEY",
+        };
+        match status {
+            401 | 403 => format!(
+                "{} refused the API key (HTTP {status}); check {key_var}: {body}",
+                self.provider
+            ),
+            404 => format!(
+                "{} has no model {:?} at {} (HTTP 404); check the model name and the base URL: {body}",
+                self.provider, self.model, self.base_url
+            ),
+            _ => format!(
+                "{} rejected the request (HTTP {status}): {body}",
+                self.provider
+            ),
+        }
+    }
+
+    async fn attempt(&self, body: &Value) -> Result<Assembled, Failure> {
+        let mut request = self
+            .client
+            .post(self.endpoint())
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        match (self.dialect, &self.api_key) {
+            (Dialect::OpenAi, Some(key)) => request = request.bearer_auth(key),
+            (Dialect::Anthropic, Some(key)) => request = request.header("x-api-key", key),
+            (_, None) => {}
+        }
+        if self.dialect == Dialect::Anthropic {
+            request = request.header("anthropic-version", "2023-06-01");
+        }
+        let response = request.send().await.map_err(|e| Failure::Retryable {
+            reason: format!("connection error: {e}"),
+            retry_after: None,
+        })?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let retry_after = retry_after(response.headers());
+            let text = response.text().await.unwrap_or_default();
+            return Err(match status {
+                408 | 409 | 429 | 500..=599 => Failure::Retryable {
+                    reason: format!(
+                        "HTTP {status}: {}",
+                        text.chars().take(200).collect::<String>()
+                    ),
+                    retry_after,
+                },
+                _ => Failure::Fatal(self.hint(status, &text)),
+            });
+        }
+        let mut events = response.bytes_stream().eventsource();
+        let mut openai = wire::openai::Stream::default();
+        let mut anthropic = wire::anthropic::Stream::default();
+        loop {
+            let next = match tokio::time::timeout(self.idle_timeout, events.next()).await {
+                Err(_) => {
+                    return Err(Failure::Retryable {
+                        reason: format!(
+                            "the stream was silent for {} s",
+                            self.idle_timeout.as_secs()
+                        ),
+                        retry_after: None,
+                    });
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err(Failure::Retryable {
+                        reason: format!("the stream broke: {e}"),
+                        retry_after: None,
+                    });
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            let pushed = match self.dialect {
+                Dialect::OpenAi => openai.push(&next.data),
+                Dialect::Anthropic => anthropic.push(&next.event, &next.data),
+            };
+            match pushed {
+                Ok(Some(text)) => {
+                    if let Some(sink) = &self.on_text {
+                        sink(&text);
+                    }
+                }
+                Ok(None) => {}
+                Err(message) if message.contains("overloaded") || message.contains("api_error") => {
+                    return Err(Failure::Retryable {
+                        reason: message,
+                        retry_after: None,
+                    });
+                }
+                Err(message) => return Err(Failure::Fatal(message)),
+            }
+        }
+        let (done, assembled) = match self.dialect {
+            Dialect::OpenAi => (openai.is_done(), openai.finish()),
+            Dialect::Anthropic => (anthropic.is_done(), anthropic.finish()),
+        };
+        if !done {
+            return Err(Failure::Retryable {
+                reason: "the stream ended before its end marker".to_owned(),
+                retry_after: None,
+            });
+        }
+        Ok(assembled)
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self.retry.base.saturating_mul(1 << (attempt - 1).min(16));
+        let wait = exp.min(self.retry.max_wait);
+        if self.retry.jitter {
+            // Between half and all of the backoff, so many clients do not retry in step.
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let share = 0.5 + f64::from(nanos % 1_000) / 2_000.0;
+            wait.mul_f64(share)
+        } else {
+            wait
+        }
+    }
+}
+
+/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    get("retry-after")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|secs| Duration::from_secs_f64(secs.max(0.0)))
+}
+
+#[async_trait]
+impl Model for HttpModel {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        let body = match self.dialect {
+            Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, true),
+            Dialect::Anthropic => {
+                wire::anthropic::request_body(request.prompt, &self.model, self.max_tokens, true)
+            }
+        };
+        let mut retries = Vec::new();
+        let mut waited = Duration::ZERO;
+        for attempt in 1..=self.retry.max_attempts.max(1) {
+            match self.attempt(&body).await {
+                Ok(assembled) => {
+                    let mut reply = assembled.decide();
+                    if let Some(price) = self.price {
+                        reply.usage.cost_usd =
+                            reply.usage.input_tokens as f64 * price.input_per_million / 1e6
+                                + reply.usage.output_tokens as f64 * price.output_per_million / 1e6;
+                    }
+                    reply.retries = retries;
+                    return Ok(reply);
+                }
+                Err(Failure::Fatal(message)) => return Err(ProviderError::Failed(message)),
+                Err(Failure::Retryable {
+                    reason,
+                    retry_after,
+                }) => {
+                    if attempt >= self.retry.max_attempts {
+                        return Err(ProviderError::Failed(format!(
+                            "{reason} (gave up after {attempt} attempts)"
+                        )));
+                    }
+                    let wait = retry_after
+                        .unwrap_or_else(|| self.backoff(attempt))
+                        .min(self.retry.max_wait);
+                    if waited + wait > self.retry.max_total_wait {
+                        return Err(ProviderError::Failed(format!(
+                            "{reason} (gave up: retrying would wait past {} s in all)",
+                            self.retry.max_total_wait.as_secs()
+                        )));
+                    }
+                    tokio::time::sleep(wait).await;
+                    waited += wait;
+                    retries.push(Retry {
+                        attempt,
+                        reason,
+                        wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+            }
+        }
+        Err(ProviderError::Failed("no attempt was made".to_owned()))
+    }
+}

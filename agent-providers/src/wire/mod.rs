@@ -1,0 +1,113 @@
+//! Pure translators between the provider-neutral prompt and each provider's wire format.
+//! No network here: request bodies out, response bodies or stream events in, one decision
+//! out.
+
+pub mod anthropic;
+pub mod openai;
+
+use agent_core::{Decision, ModelReply, ToolCall, Usage};
+use serde_json::{Value, json};
+
+/// How a reply ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// The model ended its turn (or asked for tools).
+    Done,
+    /// The output limit cut the reply (`length`, `max_tokens`).
+    Truncated,
+    /// The stream ended without its end marker: the reply is incomplete.
+    Cut,
+}
+
+/// A tool call as it came over the wire, arguments still text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WireCall {
+    /// The call id.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The arguments as JSON text.
+    pub arguments: String,
+}
+
+/// Everything a reply said, assembled from a response or a stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Assembled {
+    /// Answer text.
+    pub text: String,
+    /// A refusal, when the provider reports one.
+    pub refusal: Option<String>,
+    /// Tool calls in order.
+    pub calls: Vec<WireCall>,
+    /// Whether the output limit cut it.
+    pub truncated: bool,
+    /// Tokens used.
+    pub usage: Usage,
+}
+
+impl Assembled {
+    /// Turns what the model said into exactly one decision (CONTRACT §2).
+    pub fn decide(self) -> ModelReply {
+        let usage = self.usage;
+        let raw = || {
+            json!({
+                "text": self.text,
+                "tool_calls": self.calls.iter().map(|c| json!({"id": c.id, "name": c.name, "arguments": c.arguments})).collect::<Vec<_>>(),
+            })
+            .to_string()
+        };
+        if let Some(reason) = &self.refusal {
+            return ModelReply::decision(
+                Decision::CannotContinue {
+                    reason: reason.clone(),
+                },
+                usage,
+            );
+        }
+        if !self.calls.is_empty() {
+            if self.truncated {
+                return ModelReply::invalid(
+                    raw(),
+                    "the reply hit the output limit in the middle of a tool call; propose \
+                     smaller calls (for example write a file in parts)",
+                    usage,
+                );
+            }
+            let mut calls = Vec::with_capacity(self.calls.len());
+            for c in &self.calls {
+                let arguments = if c.arguments.trim().is_empty() {
+                    Value::Object(serde_json::Map::new())
+                } else {
+                    match serde_json::from_str::<Value>(&c.arguments) {
+                        Ok(v) if v.is_object() => v,
+                        Ok(_) => {
+                            return ModelReply::invalid(
+                                raw(),
+                                format!("the arguments of call {} are not a JSON object", c.id),
+                                usage,
+                            );
+                        }
+                        Err(e) => {
+                            return ModelReply::invalid(
+                                raw(),
+                                format!("the arguments of call {} are not valid JSON: {e}", c.id),
+                                usage,
+                            );
+                        }
+                    }
+                };
+                calls.push(ToolCall::new(c.id.clone(), c.name.clone(), arguments));
+            }
+            return ModelReply::decision(Decision::ToolCalls { calls }, usage);
+        }
+        if self.text.trim().is_empty() {
+            let problem = if self.truncated {
+                "the reply hit the output limit before saying anything"
+            } else {
+                "the reply is empty"
+            };
+            return ModelReply::invalid(raw(), problem, usage);
+        }
+        ModelReply::decision(Decision::Final { answer: self.text }, usage)
+    }
+}

@@ -1,0 +1,221 @@
+//! OpenAI Chat Completions (and the servers that copy it: Ollama, vLLM, llama.cpp).
+
+use std::collections::BTreeMap;
+
+use agent_core::{Part, Prompt, Role, Usage, provider_schema};
+use serde_json::{Value, json};
+
+use super::{Assembled, WireCall};
+
+/// The request body for `POST /chat/completions`.
+pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": prompt.system})];
+    for message in &prompt.messages {
+        match message.role {
+            Role::Assistant => {
+                let text: Vec<&str> = message
+                    .parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let calls: Vec<Value> = message
+                    .parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::ToolUse {
+                            call_id,
+                            name,
+                            arguments,
+                        } => Some(json!({
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": arguments.to_string()},
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                let mut m = json!({"role": "assistant"});
+                m["content"] = if text.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(text.join("\n"))
+                };
+                if !calls.is_empty() {
+                    m["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(m);
+            }
+            Role::User => {
+                // Tool results answer the assistant message right before them, so they come
+                // first, one `tool` message each; the user's text follows.
+                let mut texts = Vec::new();
+                for part in &message.parts {
+                    match part {
+                        Part::ToolResult {
+                            call_id, content, ..
+                        } => messages.push(json!({
+                            "role": "tool",
+                            "tool_call_id": call_id,
+                            "content": content,
+                        })),
+                        Part::Text { text } => texts.push(text.as_str()),
+                        Part::ToolUse { .. } => {}
+                    }
+                }
+                if !texts.is_empty() {
+                    messages.push(json!({"role": "user", "content": texts.join("\n\n")}));
+                }
+            }
+        }
+    }
+    let mut body = json!({"model": model, "messages": messages});
+    if !prompt.tools.is_empty() {
+        body["tools"] = prompt
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": provider_schema(&t.input_schema),
+                }})
+            })
+            .collect();
+    }
+    if stream {
+        body["stream"] = Value::Bool(true);
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+fn usage_of(v: &Value) -> Option<Usage> {
+    let u = v.get("usage")?;
+    Some(Usage::tokens(
+        u.get("prompt_tokens")?.as_u64()?,
+        u.get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    ))
+}
+
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// A whole (non-streamed) response.
+pub fn parse_response(body: &Value) -> Assembled {
+    let choice = &body["choices"][0];
+    let message = &choice["message"];
+    let calls = message["tool_calls"]
+        .as_array()
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| WireCall {
+                    id: c["id"].as_str().unwrap_or_default().to_owned(),
+                    name: c["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    arguments: match &c["function"]["arguments"] {
+                        Value::String(s) => s.clone(),
+                        Value::Null => String::new(),
+                        other => other.to_string(),
+                    },
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Assembled {
+        text: text_of(&message["content"]).unwrap_or_default(),
+        refusal: text_of(&message["refusal"]),
+        calls,
+        truncated: choice["finish_reason"] == "length",
+        usage: usage_of(body).unwrap_or_default(),
+    }
+}
+
+/// Assembles a streamed response chunk by chunk.
+#[derive(Debug, Default)]
+pub struct Stream {
+    text: String,
+    refusal: Option<String>,
+    calls: BTreeMap<u64, WireCall>,
+    truncated: bool,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl Stream {
+    /// Takes one `data:` payload; returns the text delta, if any, for live display.
+    pub fn push(&mut self, data: &str) -> Result<Option<String>, String> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(None);
+        }
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|e| format!("a stream chunk is not JSON: {e}"))?;
+        if let Some(error) = chunk.get("error") {
+            return Err(format!(
+                "the provider reported an error mid-stream: {error}"
+            ));
+        }
+        if let Some(usage) = usage_of(&chunk) {
+            self.usage = Some(usage);
+        }
+        let mut delta_text = None;
+        for choice in chunk["choices"].as_array().into_iter().flatten() {
+            let delta = &choice["delta"];
+            if let Some(t) = text_of(&delta["content"]) {
+                self.text.push_str(&t);
+                delta_text = Some(t);
+            }
+            if let Some(r) = text_of(&delta["refusal"]) {
+                self.refusal.get_or_insert_with(String::new).push_str(&r);
+            }
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
+                let entry = self.calls.entry(index).or_default();
+                if let Some(id) = call["id"].as_str() {
+                    entry.id = id.to_owned();
+                }
+                if let Some(name) = call["function"]["name"].as_str() {
+                    entry.name.push_str(name);
+                }
+                match &call["function"]["arguments"] {
+                    Value::String(s) => entry.arguments.push_str(s),
+                    // Some servers send the arguments as an object, whole.
+                    Value::Object(_) => entry.arguments = call["function"]["arguments"].to_string(),
+                    _ => {}
+                }
+            }
+            if choice["finish_reason"] == "length" {
+                self.truncated = true;
+            }
+        }
+        Ok(delta_text)
+    }
+
+    /// Whether the end marker came.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// What the stream said.
+    pub fn finish(self) -> Assembled {
+        Assembled {
+            text: self.text,
+            refusal: self.refusal,
+            calls: self.calls.into_values().collect(),
+            truncated: self.truncated,
+            usage: self.usage.unwrap_or_default(),
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The transport against a real HTTP server on 127.0.0.1 serving recorded streams.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_core::*;
+use agent_providers::testing::{Reply, Server};
+use agent_providers::{Dialect, HttpModel, Model, ModelRequest, Price, RetryPolicy};
+use serde_json::json;
+
+use crate::fixture;
+
+fn prompt() -> Prompt {
+    Prompt {
+        system: "sys".into(),
+        messages: vec![Message::user_text("weather in Paris?")],
+        tools: vec![ToolSpec::new(
+            "get_weather",
+            "weather",
+            json!({"type": "object"}),
+            Risk::Read,
+        )],
+    }
+}
+
+fn quick() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 4,
+        base: Duration::from_millis(10),
+        max_wait: Duration::from_millis(200),
+        max_total_wait: Duration::from_secs(5),
+        jitter: false,
+    }
+}
+
+async fn model(dialect: Dialect, replies: Vec<Reply>) -> (Server, HttpModel) {
+    let server = Server::start(replies).await.unwrap();
+    let provider = match dialect {
+        Dialect::OpenAi => "openai",
+        Dialect::Anthropic => "anthropic",
+    };
+    let model = HttpModel::new(
+        dialect,
+        provider,
+        "test-model",
+        &server.url,
+        Some("sk-test".into()),
+    )
+    .unwrap()
+    .with_retry(quick());
+    (server, model)
+}
+
+async fn ask(model: &HttpModel) -> Result<ModelReply, agent_providers::ProviderError> {
+    model
+        .decide(ModelRequest {
+            prompt: &prompt(),
+            step: 0,
+        })
+        .await
+}
+
+#[tokio::test]
+async fn openai_streams_a_tool_call_and_sends_what_the_api_expects() {
+    let (server, model) = model(
+        Dialect::OpenAi,
+        vec![Reply::stream(fixture("openai/single_tool.sse"))],
+    )
+    .await;
+    let reply = ask(&model).await.unwrap();
+    assert!(matches!(reply.decision, Ok(Decision::ToolCalls { .. })));
+    let got = server.received();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].path, "/chat/completions");
+    assert_eq!(got[0].header("authorization"), Some("Bearer sk-test"));
+    assert_eq!(got[0].body["model"], "test-model");
+    assert_eq!(got[0].body["stream"], true);
+    assert_eq!(got[0].body["stream_options"]["include_usage"], true);
+    assert_eq!(got[0].body["tools"][0]["function"]["name"], "get_weather");
+}
+
+#[tokio::test]
+async fn anthropic_streams_and_sends_its_headers() {
+    let (server, model) = model(
+        Dialect::Anthropic,
+        vec![Reply::stream(fixture("anthropic/tool_use_response.txt"))],
+    )
+    .await;
+    let reply = ask(&model).await.unwrap();
+    assert!(matches!(reply.decision, Ok(Decision::ToolCalls { .. })));
+    assert_eq!(reply.usage.input_tokens, 377);
+    let got = server.received();
+    assert_eq!(got[0].path, "/v1/messages");
+    assert_eq!(got[0].header("x-api-key"), Some("sk-test"));
+    assert_eq!(got[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(got[0].body["system"], "sys");
+}
+
+#[tokio::test]
+async fn retryable_statuses_are_retried_honouring_retry_after() {
+    let (server, model) = model(
+        Dialect::OpenAi,
+        vec![
+            Reply::status(429, r#"{"error":{"message":"slow down"}}"#)
+                .header("retry-after-ms", "30"),
+            Reply::status(503, r#"{"error":{"message":"unavailable"}}"#),
+            Reply::stream(fixture("openai/text_only.sse")),
+        ],
+    )
+    .await;
+    let reply = ask(&model).await.unwrap();
+    assert!(matches!(reply.decision, Ok(Decision::Final { .. })));
+    assert_eq!(server.received().len(), 3);
+    let waits: Vec<(u32, u64)> = reply
+        .retries
+        .iter()
+        .map(|r| (r.attempt, r.wait_ms))
+        .collect();
+    assert_eq!(
+        waits,
+        [(1, 30), (2, 20)],
+        "Retry-After, then the doubled backoff"
+    );
+    assert!(reply.retries[0].reason.starts_with("HTTP 429"));
+}
+
+#[tokio::test]
+async fn anthropic_overloaded_529_and_mid_stream_errors_are_retried() {
+    let overloaded_mid_stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
+    let (server, model) = model(
+        Dialect::Anthropic,
+        vec![
+            Reply::status(
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+            ),
+            Reply::stream(overloaded_mid_stream),
+            Reply::stream(fixture("anthropic/basic_response.txt")),
+        ],
+    )
+    .await;
+    let reply = ask(&model).await.unwrap();
+    assert!(matches!(reply.decision, Ok(Decision::Final { .. })));
+    assert_eq!(server.received().len(), 3);
+    assert_eq!(reply.retries.len(), 2);
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_retried() {
+    let full = fixture("openai/text_only.sse");
+    let cut: String = full.chars().take(full.len() / 2).collect();
+    let (server, model) = model(
+        Dialect::OpenAi,
+        vec![Reply::stream(cut), Reply::stream(full)],
+    )
+    .await;
+    let reply = ask(&model).await.unwrap();
+    assert!(matches!(reply.decision, Ok(Decision::Final { .. })));
+    assert_eq!(server.received().len(), 2);
+    assert!(
+        reply.retries[0].reason.contains("end marker"),
+        "{}",
+        reply.retries[0].reason
+    );
+}
+
+#[tokio::test]
+async fn client_errors_are_not_retried_and_say_what_to_check() {
+    for (status, expected) in [
+        (401, "check OPENAI_API_KEY"),
+        (403, "check OPENAI_API_KEY"),
+        (404, "check the model name and the base URL"),
+        (400, "rejected the request (HTTP 400)"),
+        (422, "rejected the request (HTTP 422)"),
+    ] {
+        let (server, model) = model(
+            Dialect::OpenAi,
+            vec![Reply::status(status, r#"{"error":"no"}"#)],
+        )
+        .await;
+        let err = ask(&model).await.unwrap_err().to_string();
+        assert!(err.contains(expected), "{status}: {err}");
+        assert_eq!(server.received().len(), 1, "{status} is not retried");
+    }
+}
+
+#[tokio::test]
+async fn retries_stop_at_the_attempt_limit() {
+    let (server, model) = model(Dialect::OpenAi, vec![Reply::status(500, "{}"); 6]).await;
+    let err = ask(&model).await.unwrap_err().to_string();
+    assert!(err.contains("gave up after 4 attempts"), "{err}");
+    assert_eq!(server.received().len(), 4);
+}
+
+#[tokio::test]
+async fn usage_is_priced_and_text_streams_to_the_sink() {
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&seen);
+    let (_server, model) = model(
+        Dialect::Anthropic,
+        vec![Reply::stream(fixture("anthropic/basic_response.txt"))],
+    )
+    .await;
+    let model = model
+        .with_price(Price {
+            input_per_million: 3.0,
+            output_per_million: 15.0,
+        })
+        .with_text_sink(Arc::new(move |t: &str| sink.lock().unwrap().push_str(t)));
+    let reply = ask(&model).await.unwrap();
+    let Ok(Decision::Final { answer }) = &reply.decision else {
+        panic!()
+    };
+    assert_eq!(
+        &*seen.lock().unwrap(),
+        answer,
+        "every delta reached the sink"
+    );
+    let u = reply.usage;
+    let expected = u.input_tokens as f64 * 3.0 / 1e6 + u.output_tokens as f64 * 15.0 / 1e6;
+    assert!((u.cost_usd - expected).abs() < 1e-12 && u.cost_usd > 0.0);
+}
+
+#[tokio::test]
+async fn a_server_that_is_not_there_is_a_retried_connection_error() {
+    let model = HttpModel::new(
+        Dialect::OpenAi,
+        "openai-compat",
+        "m",
+        "http://127.0.0.1:9",
+        None,
+    )
+    .unwrap()
+    .with_retry(RetryPolicy {
+        max_attempts: 2,
+        ..quick()
+    });
+    let err = ask(&model).await.unwrap_err().to_string();
+    assert!(
+        err.contains("connection error") && err.contains("2 attempts"),
+        "{err}"
+    );
+}
+
+#[test]
+fn retry_after_reads_both_headers() {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert("retry-after", "2".parse().unwrap());
+    assert_eq!(
+        agent_providers::retry_after(&h),
+        Some(Duration::from_secs(2))
+    );
+    h.insert("retry-after-ms", "150".parse().unwrap());
+    assert_eq!(
+        agent_providers::retry_after(&h),
+        Some(Duration::from_millis(150))
+    );
+}

@@ -1,0 +1,289 @@
+//! The translators on recorded traffic of the real APIs, no network.
+
+use agent_core::*;
+use agent_providers::wire::{anthropic, openai};
+use serde_json::json;
+
+use crate::{fixture, sse};
+
+fn openai_stream(name: &str) -> ModelReply {
+    let mut s = openai::Stream::default();
+    for (_, data) in sse(&fixture(name)) {
+        s.push(&data).unwrap();
+    }
+    assert!(s.is_done(), "{name} ends with [DONE]");
+    s.finish().decide()
+}
+
+fn anthropic_stream(name: &str) -> (ModelReply, bool) {
+    let mut s = anthropic::Stream::default();
+    for (event, data) in sse(&fixture(name)) {
+        s.push(&event, &data).unwrap();
+    }
+    let done = s.is_done();
+    (s.finish().decide(), done)
+}
+
+#[test]
+fn openai_single_tool_call_from_fragments() {
+    let reply = openai_stream("openai/single_tool.sse");
+    let Ok(Decision::ToolCalls { calls }) = reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].id.as_str(), "call_c91SqDXlYFuETYv8mUHzz6pp");
+    assert_eq!(calls[0].name, "GetWeatherArgs");
+    assert_eq!(calls[0].arguments["city"], "Edinburgh");
+}
+
+#[test]
+fn openai_parallel_tool_calls_by_index() {
+    let reply = openai_stream("openai/parallel_tools.sse");
+    let Ok(Decision::ToolCalls { calls }) = reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(calls.len(), 2);
+    assert_ne!(calls[0].id, calls[1].id);
+    assert!(calls.iter().all(|c| c.arguments.is_object()));
+}
+
+#[test]
+fn openai_text_only_is_a_final_answer_and_strict_tools_parse() {
+    let reply = openai_stream("openai/text_only.sse");
+    let Ok(Decision::Final { answer }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert!(!answer.is_empty());
+    for name in ["openai/strict_tool.sse", "openai/nonstrict_tool.sse"] {
+        assert!(
+            matches!(openai_stream(name).decision, Ok(Decision::ToolCalls { .. })),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn anthropic_tool_use_with_json_fragments_and_usage() {
+    let (reply, done) = anthropic_stream("anthropic/tool_use_response.txt");
+    assert!(done);
+    let Ok(Decision::ToolCalls { calls }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(calls[0].id.as_str(), "toolu_01NRLabsLyVHZPKxbKvkfSMn");
+    assert_eq!(calls[0].name, "get_weather");
+    assert_eq!(calls[0].arguments["location"], "Paris");
+    assert_eq!(reply.usage.input_tokens, 377);
+    assert!(
+        reply.usage.output_tokens > 1,
+        "message_delta updates the output tokens"
+    );
+}
+
+#[test]
+fn anthropic_text_only_is_final() {
+    let (reply, done) = anthropic_stream("anthropic/basic_response.txt");
+    assert!(done);
+    assert!(
+        matches!(reply.decision, Ok(Decision::Final { .. })),
+        "{:?}",
+        reply.decision
+    );
+}
+
+#[test]
+fn anthropic_max_tokens_inside_a_tool_call_is_invalid_not_truncated() {
+    let (reply, _) = anthropic_stream("anthropic/incomplete_partial_json_response.txt");
+    let Err(invalid) = reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert!(
+        invalid.problem.contains("output limit"),
+        "{}",
+        invalid.problem
+    );
+}
+
+#[test]
+fn anthropic_invalid_tool_json_is_invalid_with_the_raw_text_kept() {
+    let (reply, _) = anthropic_stream("anthropic/tool_use_invalid_json_response.txt");
+    let Err(invalid) = reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert!(
+        invalid.problem.contains("not valid JSON"),
+        "{}",
+        invalid.problem
+    );
+    assert!(!invalid.raw.is_empty());
+}
+
+#[test]
+fn anthropic_block_out_of_order_does_not_break_assembly() {
+    let (reply, done) = anthropic_stream("anthropic/out_of_order_response.txt");
+    assert!(done);
+    // A lone empty text block at index 1: an empty reply, which is an invalid decision
+    // the model is asked to repair, not a crash.
+    let Err(invalid) = reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(invalid.problem, "the reply is empty");
+    assert_eq!(reply.usage.input_tokens, 11);
+    let mut s = anthropic::Stream::default();
+    assert!(s.push("ping", "{}").unwrap().is_none());
+    assert!(
+        s.push("brand_new_event", "not json").unwrap().is_none(),
+        "unknown events are ignored"
+    );
+    let err = s
+        .push(
+            "error",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        )
+        .unwrap_err();
+    assert!(err.contains("overloaded_error"));
+}
+
+#[test]
+fn openai_compatible_quirks() {
+    // Ollama: a tool call whole in one chunk; llama.cpp: ids without `call_`, arguments in the
+    // first chunk.
+    let mut s = openai::Stream::default();
+    s.push(r#"{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"7","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]}}]}"#).unwrap();
+    s.push(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#)
+        .unwrap();
+    s.push("[DONE]").unwrap();
+    let Ok(Decision::ToolCalls { calls }) = s.finish().decide().decision else {
+        panic!()
+    };
+    assert_eq!(
+        (calls[0].id.as_str(), calls[0].arguments["path"].as_str()),
+        ("7", Some("a.txt"))
+    );
+    // `length` with tool calls present: the call is cut, so the reply is invalid.
+    let mut s = openai::Stream::default();
+    s.push(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"x","function":{"name":"write_file","arguments":"{\"path\":\"a\",\"content\":\"lo"}}]},"finish_reason":"length"}]}"#).unwrap();
+    s.push("[DONE]").unwrap();
+    let Err(invalid) = s.finish().decide().decision else {
+        panic!()
+    };
+    assert!(invalid.problem.contains("output limit"));
+    // Usage arrives in a last chunk with no choices.
+    let mut s = openai::Stream::default();
+    s.push(r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#)
+        .unwrap();
+    s.push(r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3}}"#)
+        .unwrap();
+    assert_eq!(s.finish().decide().usage, Usage::tokens(12, 3));
+}
+
+#[test]
+fn a_refusal_is_cannot_continue() {
+    let reply = openai::parse_response(&json!({
+        "choices": [{"message": {"content": null, "refusal": "I can't help with that."}, "finish_reason": "stop"}]
+    }))
+    .decide();
+    assert_eq!(
+        reply.decision,
+        Ok(Decision::CannotContinue {
+            reason: "I can't help with that.".into()
+        })
+    );
+}
+
+fn prompt() -> Prompt {
+    let mut schema = json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Args",
+        "type": "object", "properties": {"path": {"type": "string"}, "n": {"type": "integer", "format": "uint"}}});
+    schema["required"] = json!(["path"]);
+    Prompt {
+        system: "be brief".into(),
+        messages: vec![
+            Message::user_text("read a.txt"),
+            Message {
+                role: Role::Assistant,
+                parts: vec![
+                    Part::Text {
+                        text: "Reading.".into(),
+                    },
+                    Part::ToolUse {
+                        call_id: "c1".into(),
+                        name: "read_file".into(),
+                        arguments: json!({"path": "a.txt"}),
+                    },
+                    Part::ToolUse {
+                        call_id: "c2".into(),
+                        name: "read_file".into(),
+                        arguments: json!({"path": "b.txt"}),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                parts: vec![
+                    Part::ToolResult {
+                        call_id: "c1".into(),
+                        name: "read_file".into(),
+                        ok: true,
+                        content: "hello".into(),
+                    },
+                    Part::ToolResult {
+                        call_id: "c2".into(),
+                        name: "read_file".into(),
+                        ok: false,
+                        content: "execution_failed: missing".into(),
+                    },
+                    Part::Text {
+                        text: "A note.".into(),
+                    },
+                ],
+            },
+        ],
+        tools: vec![ToolSpec::new("read_file", "reads", schema, Risk::Read)],
+    }
+}
+
+#[test]
+fn openai_request_pairs_results_and_cleans_schemas() {
+    let body = openai::request_body(&prompt(), "gpt-4o", true);
+    let roles: Vec<&str> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "tool", "user"]
+    );
+    assert_eq!(body["messages"][2]["tool_calls"][1]["id"], "c2");
+    assert_eq!(
+        body["messages"][2]["tool_calls"][0]["function"]["arguments"],
+        "{\"path\":\"a.txt\"}"
+    );
+    assert_eq!(body["messages"][4]["tool_call_id"], "c2");
+    let params = &body["tools"][0]["function"]["parameters"];
+    assert!(params.get("$schema").is_none() && params.get("title").is_none());
+    assert!(params["properties"]["n"].get("format").is_none());
+    assert_eq!(params["required"], json!(["path"]));
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"]["include_usage"], true);
+}
+
+#[test]
+fn anthropic_request_puts_results_first_with_is_error() {
+    let body = anthropic::request_body(&prompt(), "claude-sonnet-4-5", 1024, true);
+    assert_eq!(body["system"], "be brief");
+    assert_eq!(body["max_tokens"], 1024);
+    let user = &body["messages"][2];
+    assert_eq!(user["role"], "user");
+    let kinds: Vec<&str> = user["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["tool_result", "tool_result", "text"]);
+    assert_eq!(user["content"][1]["is_error"], true);
+    assert_eq!(user["content"][1]["tool_use_id"], "c2");
+    assert_eq!(body["messages"][1]["content"][1]["type"], "tool_use");
+    assert!(body["tools"][0]["input_schema"].get("$schema").is_none());
+}
