@@ -10,7 +10,7 @@ use agent_context::ContextConfig;
 use agent_core::{Budget, CallId, Event, ModelReply, Resolution};
 use agent_providers::{
     Dialect, HttpModel, Model, ModelRequest, ModelSpec, Price, ProviderError, ReplayModel,
-    ScriptModel,
+    RetryPolicy, ScriptModel,
 };
 use agent_runtime::{
     CancellationToken, EventSink, ModelSummarizer, Report, RunRequest, Runtime, RuntimeError,
@@ -244,6 +244,22 @@ fn load_model(
         }
     };
     let mut http = HttpModel::new(dialect, provider, &model, &url, api_key).map_err(usage)?;
+    if let Some(stream) = settings.config.stream {
+        http = http.with_streaming(stream);
+    }
+    if let Some(r) = &settings.config.retry {
+        let mut policy = RetryPolicy::default();
+        if let Some(n) = r.max_attempts {
+            policy.max_attempts = n.max(1);
+        }
+        if let Some(ms) = r.base_ms {
+            policy.base = std::time::Duration::from_millis(ms);
+        }
+        if let Some(secs) = r.max_total_wait_secs {
+            policy.max_total_wait = std::time::Duration::from_secs(secs);
+        }
+        http = http.with_retry(policy);
+    }
     if let Some(p) = settings.config.prices.get(&model) {
         http = http.with_price(Price {
             input_per_million: p.input,

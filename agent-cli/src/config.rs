@@ -30,6 +30,10 @@ pub struct Config {
     pub max_tokens: Option<u64>,
     /// Money budget in US dollars (needs a price for the model).
     pub max_cost_usd: Option<f64>,
+    /// Whether to stream model replies (default true).
+    pub stream: Option<bool>,
+    /// Retries of model calls.
+    pub retry: Option<RetryConfig>,
     /// Prices per million tokens, by model name.
     #[serde(default)]
     pub prices: std::collections::BTreeMap<String, PriceConfig>,
@@ -39,6 +43,18 @@ pub struct Config {
     /// Hooks.
     #[serde(default)]
     pub hooks: HooksConfig,
+}
+
+/// `[retry]`: how model calls are retried (408, 409, 429, 5xx, cut streams).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Attempts in all (default 4).
+    pub max_attempts: Option<u32>,
+    /// First backoff in milliseconds (default 500; doubles each time).
+    pub base_ms: Option<u64>,
+    /// Longest total wait in seconds (default 60).
+    pub max_total_wait_secs: Option<u64>,
 }
 
 /// `[prices."MODEL"]`: US dollars per million tokens.

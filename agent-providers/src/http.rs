@@ -73,6 +73,7 @@ pub struct HttpModel {
     price: Option<Price>,
     idle_timeout: Duration,
     max_tokens: u32,
+    stream: bool,
     on_text: Option<TextSink>,
 }
 
@@ -129,6 +130,7 @@ impl HttpModel {
             price: None,
             idle_timeout: Duration::from_secs(120),
             max_tokens: wire::anthropic::DEFAULT_MAX_TOKENS,
+            stream: true,
             on_text: None,
         })
     }
@@ -148,6 +150,12 @@ impl HttpModel {
     /// Gives up on a stream silent for this long (retryable).
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Asks for whole responses instead of streams (some servers stream badly).
+    pub fn with_streaming(mut self, stream: bool) -> Self {
+        self.stream = stream;
         self
     }
 
@@ -217,6 +225,22 @@ impl HttpModel {
                     retry_after,
                 },
                 _ => Failure::Fatal(self.hint(status, &text)),
+            });
+        }
+        if !self.stream {
+            let text = response.text().await.map_err(|e| Failure::Retryable {
+                reason: format!("the response broke: {e}"),
+                retry_after: None,
+            })?;
+            let body: Value = serde_json::from_str(&text).map_err(|e| {
+                Failure::Fatal(format!(
+                    "{} answered something that is not JSON: {e}",
+                    self.provider
+                ))
+            })?;
+            return Ok(match self.dialect {
+                Dialect::OpenAi => wire::openai::parse_response(&body),
+                Dialect::Anthropic => wire::anthropic::parse_response(&body),
             });
         }
         let mut events = response.bytes_stream().eventsource();
@@ -315,10 +339,13 @@ impl Model for HttpModel {
 
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let body = match self.dialect {
-            Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, true),
-            Dialect::Anthropic => {
-                wire::anthropic::request_body(request.prompt, &self.model, self.max_tokens, true)
-            }
+            Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, self.stream),
+            Dialect::Anthropic => wire::anthropic::request_body(
+                request.prompt,
+                &self.model,
+                self.max_tokens,
+                self.stream,
+            ),
         };
         let mut retries = Vec::new();
         let mut waited = Duration::ZERO;

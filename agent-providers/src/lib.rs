@@ -1,6 +1,8 @@
 //! `agent-providers` turns whatever a model says into exactly one typed decision
-//! (CONTRACT §2). This version has the [`Model`] trait and the offline [`ScriptModel`] of
-//! CONTRACT §10, which answers the Nth model call of a run with the Nth turn of a JSON file.
+//! (CONTRACT §2): [`HttpModel`] speaks OpenAI Chat Completions (and compatible servers)
+//! and Anthropic Messages, streamed or not, with retries; [`ScriptModel`] plays the offline
+//! script of CONTRACT §10; [`ReplayModel`] answers with a recorded run's decisions. The
+//! translators in [`wire`] are pure and tested without a network.
 //!
 //! ```
 //! use agent_core::{Decision, Prompt};

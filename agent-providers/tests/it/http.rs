@@ -256,3 +256,44 @@ fn retry_after_reads_both_headers() {
         Some(Duration::from_millis(150))
     );
 }
+
+#[tokio::test]
+async fn whole_responses_work_too() {
+    let openai_body = json!({
+        "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}
+        ]}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 9}
+    });
+    let (server, m) = model(
+        Dialect::OpenAi,
+        vec![Reply::status(200, openai_body.to_string())],
+    )
+    .await;
+    let reply = ask(&m.with_streaming(false)).await.unwrap();
+    let Ok(Decision::ToolCalls { calls }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(calls[0].arguments["city"], "Oslo");
+    assert_eq!(reply.usage, Usage::tokens(20, 9));
+    assert!(server.received()[0].body.get("stream").is_none());
+
+    let anthropic_body = json!({
+        "content": [{"type": "text", "text": "It is sunny."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 30, "output_tokens": 5}
+    });
+    let (_server, m) = model(
+        Dialect::Anthropic,
+        vec![Reply::status(200, anthropic_body.to_string())],
+    )
+    .await;
+    let reply = ask(&m.with_streaming(false)).await.unwrap();
+    assert_eq!(
+        reply.decision,
+        Ok(Decision::Final {
+            answer: "It is sunny.".into()
+        })
+    );
+    assert_eq!(reply.usage, Usage::tokens(30, 5));
+}
