@@ -320,16 +320,15 @@ impl Machine {
             .stop
             .as_ref()
             .map_or("interrupted", |s| s.reason.as_str());
+        let message = format!("not started: the run stopped ({reason})");
+        self.reject(turn, call, ErrorKind::Cancelled, message);
+    }
+
+    /// Answers a call that did not run with an error result.
+    fn reject(&mut self, turn: u32, call: ToolCall, kind: ErrorKind, message: String) {
         self.stage(Event::CallRejected {
             turn,
-            result: ToolResult::error(
-                call.id,
-                call.name,
-                ToolError::new(
-                    ErrorKind::Cancelled,
-                    format!("not started: the run stopped ({reason})"),
-                ),
-            ),
+            result: ToolResult::error(call.id, call.name, ToolError::new(kind, message)),
         });
     }
 
@@ -352,17 +351,8 @@ impl Machine {
                 if self.stop.is_some() {
                     self.not_started(turn, call);
                 } else {
-                    self.stage(Event::CallRejected {
-                        turn,
-                        result: ToolResult::error(
-                            call.id,
-                            call.name,
-                            ToolError::new(
-                                ErrorKind::ExecutionFailed,
-                                "the tool gateway returned no result for this call",
-                            ),
-                        ),
-                    });
+                    let message = "the tool gateway returned no result for this call".to_owned();
+                    self.reject(turn, call, ErrorKind::ExecutionFailed, message);
                 }
                 continue;
             };
