@@ -412,3 +412,27 @@ fn snapshot_of_masked_results_and_a_compaction() {
     let p = projector(&log.0, config());
     insta::assert_json_snapshot!("compacted", p.prompt());
 }
+
+#[test]
+fn snapshot_of_an_oversized_result_replaced_by_its_preview_and_handle() {
+    let mut log = Log::new("Inspect the logs");
+    log.calls(
+        1,
+        vec![
+            ToolCall::new("big", "read_file", json!({"path": "app.log"})),
+            ToolCall::new("small", "read_file", json!({"path": "notes.txt"})),
+        ],
+    )
+    .finished(
+        1,
+        ToolResult::ok("big".into(), "read_file", "ERROR disk full\n".repeat(300)),
+    )
+    .finished(1, ToolResult::ok("small".into(), "read_file", "all good"));
+    let small_budget = ContextConfig {
+        turn_result_budget: 1_500,
+        preview_bytes: 320,
+        ..config()
+    };
+    let p = projector(&log.0, small_budget);
+    insta::assert_json_snapshot!("oversized", p.prompt());
+}

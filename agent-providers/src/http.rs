@@ -353,6 +353,7 @@ impl Model for HttpModel {
             match self.attempt(&body).await {
                 Ok(assembled) => {
                     let mut reply = assembled.decide();
+                    wire::restore_names(&mut reply, &request.prompt.tools);
                     if let Some(price) = self.price {
                         reply.usage.cost_usd =
                             reply.usage.input_tokens as f64 * price.input_per_million / 1e6

@@ -66,3 +66,101 @@ impl Summarizer for ModelSummarizer {
         Ok(extract(history, self.fallback.max_chars))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use agent_core::{ModelReply, Usage};
+    use agent_providers::ProviderError;
+
+    use super::*;
+
+    /// Answers with a fixed summary, or fails; records the size of each request.
+    struct Fake {
+        name: &'static str,
+        answer: Option<&'static str>,
+        seen: Mutex<Vec<usize>>,
+    }
+
+    #[async_trait]
+    impl Model for Fake {
+        fn provider(&self) -> &str {
+            "fake"
+        }
+        fn model(&self) -> &str {
+            self.name
+        }
+        async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+            self.seen
+                .lock()
+                .unwrap()
+                .push(request.prompt.messages.len());
+            match self.answer {
+                Some(a) => Ok(ModelReply::decision(
+                    Decision::Final { answer: a.into() },
+                    Usage::default(),
+                )),
+                None => Err(ProviderError::Failed("down".into())),
+            }
+        }
+    }
+
+    fn prompt(messages: usize, each: usize) -> Prompt {
+        Prompt {
+            system: String::new(),
+            messages: (0..messages)
+                .map(|i| Message::user_text(format!("{i} {}", "x".repeat(each))))
+                .collect(),
+            tools: Vec::new(),
+        }
+    }
+
+    fn fake(name: &'static str, answer: Option<&'static str>) -> Arc<Fake> {
+        Arc::new(Fake {
+            name,
+            answer,
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+
+    #[tokio::test]
+    async fn the_model_writes_the_summary_with_the_fixed_instruction() {
+        let model = fake("gpt-4o", Some("we read three files"));
+        let s = ModelSummarizer::new(model.clone());
+        let summary = s.summarize(&[], &prompt(4, 10)).await.unwrap();
+        assert_eq!(summary, "we read three files");
+        assert_eq!(
+            *model.seen.lock().unwrap(),
+            [5],
+            "the history and the instruction"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_model_falls_back_to_the_extractive_summary() {
+        let s = ModelSummarizer::new(fake("gpt-4o", None));
+        let summary = s.summarize(&[], &prompt(2, 10)).await.unwrap();
+        assert_eq!(summary, extract(&[], 6_000));
+    }
+
+    #[tokio::test]
+    async fn a_request_too_large_drops_the_oldest_material_a_bounded_number_of_times() {
+        // gpt-4: an 8,192-token window; 40 messages of 2,000 characters do not fit.
+        let model = fake("gpt-4", Some("short"));
+        let s = ModelSummarizer::new(model.clone());
+        assert_eq!(s.summarize(&[], &prompt(40, 2_000)).await.unwrap(), "short");
+        let seen = model.seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0] <= 11, "the oldest halves were dropped: {seen:?}");
+        // Far too large: after the bounded attempts, the extractive summary.
+        let model = fake("gpt-4", Some("never"));
+        let s = ModelSummarizer::new(model.clone());
+        let summary = s.summarize(&[], &prompt(400, 4_000)).await.unwrap();
+        assert_eq!(summary, extract(&[], 6_000));
+        assert!(
+            model.seen.lock().unwrap().is_empty(),
+            "never asked with a request that does not fit"
+        );
+    }
+}

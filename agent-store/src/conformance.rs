@@ -30,6 +30,40 @@ fn blobs_are_stored_once_by_content(store: &dyn Store) {
     assert_eq!(store.get_blob("blob:sha256:0000").ok(), Some(None));
 }
 
+/// For durable backends: what one handle committed, the next handle (opened after the
+/// first is dropped) reads back, and appends continue where they stopped. `open` opens the
+/// same store each time.
+pub fn check_reopen(open: &dyn Fn() -> Box<dyn Store>) {
+    let run = "conf-reopen";
+    {
+        let store = open();
+        store.append(run, 0, &[started(run, 1)]).ok();
+        store.append(run, 1, &[filler(2, 1), filler(3, 2)]).ok();
+        store.put_blob(b"kept across handles").ok();
+    }
+    let store = open();
+    let log = store.load(run).unwrap_or_default();
+    assert_eq!(log.len(), 3, "a reopened store holds every committed entry");
+    assert_eq!(log[2], filler(3, 2));
+    assert_eq!(
+        store.append(run, 3, &[filler(4, 3)]).ok(),
+        Some(4),
+        "appends continue"
+    );
+    let handle = crate::blob_handle(b"kept across handles");
+    assert!(
+        store.get_blob(&handle).ok().flatten().is_some(),
+        "blobs survive reopening"
+    );
+    assert!(
+        store
+            .runs()
+            .unwrap_or_default()
+            .iter()
+            .any(|s| s.run_id == run)
+    );
+}
+
 /// A `run_started` entry at version 1 for `run_id`.
 pub fn started(run_id: &str, at_ms: u64) -> Entry {
     Entry {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use agent_core::{Part, Prompt, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
-use super::{Assembled, WireCall};
+use super::{Assembled, WireCall, wire_name};
 
 /// Output tokens asked for when nothing else is configured.
 pub const DEFAULT_MAX_TOKENS: u32 = 8_192;
@@ -30,7 +30,7 @@ pub fn request_body(prompt: &Prompt, model: &str, max_tokens: u32, stream: bool)
                         call_id,
                         name,
                         arguments,
-                    } => others.push(json!({"type": "tool_use", "id": call_id, "name": name, "input": arguments})),
+                    } => others.push(json!({"type": "tool_use", "id": call_id, "name": wire_name(name), "input": arguments})),
                     Part::ToolResult {
                         call_id,
                         ok,
@@ -60,7 +60,7 @@ pub fn request_body(prompt: &Prompt, model: &str, max_tokens: u32, stream: bool)
             .iter()
             .map(|t| {
                 json!({
-                    "name": t.name,
+                    "name": wire_name(&t.name),
                     "description": t.description,
                     "input_schema": provider_schema(&t.input_schema),
                 })

@@ -8,15 +8,39 @@ pub mod openai;
 use agent_core::{Decision, ModelReply, ToolCall, Usage};
 use serde_json::{Value, json};
 
-/// How a reply ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finish {
-    /// The model ended its turn (or asked for tools).
-    Done,
-    /// The output limit cut the reply (`length`, `max_tokens`).
-    Truncated,
-    /// The stream ended without its end marker: the reply is incomplete.
-    Cut,
+/// Longest tool name both APIs accept (OpenAI: 64 of `[A-Za-z0-9_-]`).
+pub const MAX_NAME: usize = 64;
+
+/// A tool name as sent on the wire: within the providers' pattern and length. Long names
+/// keep their start and gain a short hash, so they stay distinct.
+pub fn wire_name(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean.len() <= MAX_NAME && clean == name {
+        return clean;
+    }
+    let hash = agent_core::sha256_hex(name.as_bytes());
+    let keep: String = clean.chars().take(MAX_NAME - 9).collect();
+    format!("{keep}_{}", &hash[..8])
+}
+
+/// Puts back the tool names `wire_name` changed in the calls of a reply.
+pub fn restore_names(reply: &mut ModelReply, tools: &[agent_core::ToolSpec]) {
+    if let Ok(Decision::ToolCalls { calls }) = &mut reply.decision {
+        for call in calls {
+            if let Some(tool) = tools.iter().find(|t| wire_name(&t.name) == call.name) {
+                call.name.clone_from(&tool.name);
+            }
+        }
+    }
 }
 
 /// A tool call as it came over the wire, arguments still text.

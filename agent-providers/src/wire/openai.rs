@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use agent_core::{Part, Prompt, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
-use super::{Assembled, WireCall};
+use super::{Assembled, WireCall, wire_name};
 
 /// The request body for `POST /chat/completions`.
 pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
@@ -32,7 +32,7 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                         } => Some(json!({
                             "id": call_id,
                             "type": "function",
-                            "function": {"name": name, "arguments": arguments.to_string()},
+                            "function": {"name": wire_name(name), "arguments": arguments.to_string()},
                         })),
                         _ => None,
                     })
@@ -78,7 +78,7 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
             .iter()
             .map(|t| {
                 json!({"type": "function", "function": {
-                    "name": t.name,
+                    "name": wire_name(&t.name),
                     "description": t.description,
                     "parameters": provider_schema(&t.input_schema),
                 }})

@@ -287,3 +287,47 @@ fn anthropic_request_puts_results_first_with_is_error() {
     assert_eq!(body["messages"][1]["content"][1]["type"], "tool_use");
     assert!(body["tools"][0]["input_schema"].get("$schema").is_none());
 }
+
+#[test]
+fn long_tool_names_fit_the_providers_and_come_back_whole() {
+    let long = format!(
+        "mcp__{}__{}",
+        "a_very_long_server_name".repeat(2),
+        "and_a_long_tool_name_too"
+    );
+    assert!(long.len() > 64);
+    let mut p = prompt();
+    p.tools.push(ToolSpec::new(
+        long.clone(),
+        "long",
+        json!({"type": "object"}),
+        Risk::External,
+    ));
+    let body = openai::request_body(&p, "gpt-4o", false);
+    let sent = body["tools"][1]["function"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        sent.len() <= 64
+            && sent
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    );
+    assert_eq!(
+        anthropic::request_body(&p, "m", 10, false)["tools"][1]["name"],
+        sent.as_str()
+    );
+    let mut reply = ModelReply::decision(
+        Decision::ToolCalls {
+            calls: vec![ToolCall::new("c1", sent.as_str(), json!({}))],
+        },
+        Usage::default(),
+    );
+    agent_providers::wire::restore_names(&mut reply, &p.tools);
+    let Ok(Decision::ToolCalls { calls }) = reply.decision else {
+        panic!()
+    };
+    assert_eq!(calls[0].name, long);
+    assert_eq!(agent_providers::wire::wire_name("read_file"), "read_file");
+}

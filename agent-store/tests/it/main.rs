@@ -32,6 +32,13 @@ fn sled_store_conforms() {
 }
 
 #[test]
+fn sled_store_passes_the_reopen_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    agent_store::conformance::check_reopen(&|| Box::new(SledStore::open(&path).unwrap()));
+}
+
+#[test]
 fn sled_store_keeps_everything_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(".agent");
