@@ -439,12 +439,18 @@ fn runtime(
     let real_model = model.provider() != "script";
     let mut runtime = Runtime::new(Arc::clone(&model), Arc::new(gateway), store);
     if real_model {
-        runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(model)));
+        runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(Arc::clone(&model))));
     }
-    if let Some(window) = settings.config.context_window {
-        runtime = runtime.with_context(ContextConfig {
-            context_window: window,
+    let c = &settings.config;
+    if c.context_window.is_some() || c.compact_at.is_some() {
+        let defaults = ContextConfig {
+            context_window: agent_context::context_window(model.model()),
             ..ContextConfig::default()
+        };
+        runtime = runtime.with_context(ContextConfig {
+            context_window: c.context_window.unwrap_or(defaults.context_window),
+            compact_at: c.compact_at.unwrap_or(defaults.compact_at),
+            ..defaults
         });
     }
     if events {

@@ -24,6 +24,8 @@ pub struct Config {
     pub timeout: Option<f64>,
     /// The model's context window in tokens, when the built-in table is wrong for it.
     pub context_window: Option<usize>,
+    /// Share of the window past which the history is compacted (default 0.8).
+    pub compact_at: Option<f64>,
     /// `--base-url`.
     pub base_url: Option<String>,
     /// Token budget (input + output, all model calls).

@@ -368,18 +368,22 @@ impl Model for HttpModel {
                     retry_after,
                 }) => {
                     if attempt >= self.retry.max_attempts {
-                        return Err(ProviderError::Failed(format!(
-                            "{reason} (gave up after {attempt} attempts)"
-                        )));
+                        return Err(ProviderError::GaveUp {
+                            message: format!("{reason} (gave up after {attempt} attempts)"),
+                            retries,
+                        });
                     }
                     let wait = retry_after
                         .unwrap_or_else(|| self.backoff(attempt))
                         .min(self.retry.max_wait);
                     if waited + wait > self.retry.max_total_wait {
-                        return Err(ProviderError::Failed(format!(
-                            "{reason} (gave up: retrying would wait past {} s in all)",
-                            self.retry.max_total_wait.as_secs()
-                        )));
+                        return Err(ProviderError::GaveUp {
+                            message: format!(
+                                "{reason} (gave up: retrying would wait past {} s in all)",
+                                self.retry.max_total_wait.as_secs()
+                            ),
+                            retries,
+                        });
                     }
                     tokio::time::sleep(wait).await;
                     waited += wait;

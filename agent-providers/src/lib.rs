@@ -45,6 +45,14 @@ pub enum ProviderError {
     /// The provider answered with an error.
     #[error("{0}")]
     Failed(String),
+    /// The provider failed on every attempt the retry budget allowed.
+    #[error("{message}")]
+    GaveUp {
+        /// The last failure, and how many attempts were made.
+        message: String,
+        /// The attempts before the last one.
+        retries: Vec<agent_core::Retry>,
+    },
     /// A script has no turn for this call.
     #[error(
         "the script has {turns} turn(s) and all were used; add a turn or end with a final answer"

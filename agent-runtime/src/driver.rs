@@ -395,9 +395,18 @@ impl Runtime {
                     self.tick(&mut machine)?;
                     match answer {
                         Some(Ok(reply)) => machine.handle(Input::ModelReplied(reply))?,
-                        Some(Err(e)) => machine.handle(Input::ModelFailed {
-                            message: e.to_string(),
-                        })?,
+                        Some(Err(e)) => {
+                            let retries = match &e {
+                                agent_providers::ProviderError::GaveUp { retries, .. } => {
+                                    retries.clone()
+                                }
+                                _ => Vec::new(),
+                            };
+                            machine.handle(Input::ModelFailed {
+                                message: e.to_string(),
+                                retries,
+                            })?
+                        }
                         None if cancel.is_cancelled() => machine.handle(Input::Cancel)?,
                         // The deadline passed: the tick above already stopped the run.
                         None => {}

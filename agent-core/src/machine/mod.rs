@@ -67,6 +67,8 @@ pub enum Input {
     ModelFailed {
         /// The provider's error.
         message: String,
+        /// The attempts that failed before the last one.
+        retries: Vec<crate::decision::Retry>,
     },
     /// The gateway's verdicts for the outstanding `CheckCalls`.
     CallsChecked {
@@ -432,7 +434,10 @@ impl Machine {
                 });
                 self.commit();
             }
-            (Phase::AwaitingModel { turn }, Input::ModelFailed { message }) => {
+            (Phase::AwaitingModel { turn }, Input::ModelFailed { message, retries }) => {
+                for retry in retries {
+                    self.stage(Event::ModelRetried { turn, retry });
+                }
                 self.stage(Event::ModelFailed {
                     turn,
                     message: message.clone(),

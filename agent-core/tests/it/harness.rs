@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use agent_core::*;
+
 use serde_json::{Value, json};
 
 /// What the scripted model answers on one call.
@@ -199,6 +200,11 @@ fn model_reply(turn: &Turn) -> Input {
         }
         Reply::Fail(msg) => {
             return Input::ModelFailed {
+                retries: vec![Retry {
+                    attempt: 1,
+                    reason: "HTTP 503".into(),
+                    wait_ms: 500,
+                }],
                 message: (*msg).into(),
             };
         }

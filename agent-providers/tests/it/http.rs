@@ -187,9 +187,16 @@ async fn client_errors_are_not_retried_and_say_what_to_check() {
 #[tokio::test]
 async fn retries_stop_at_the_attempt_limit() {
     let (server, model) = model(Dialect::OpenAi, vec![Reply::status(500, "{}"); 6]).await;
-    let err = ask(&model).await.unwrap_err().to_string();
-    assert!(err.contains("gave up after 4 attempts"), "{err}");
+    let err = ask(&model).await.unwrap_err();
+    assert!(
+        err.to_string().contains("gave up after 4 attempts"),
+        "{err}"
+    );
     assert_eq!(server.received().len(), 4);
+    let agent_providers::ProviderError::GaveUp { retries, .. } = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(retries.len(), 3, "each retry is reported, for the log");
 }
 
 #[tokio::test]
