@@ -128,38 +128,24 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let json = cli.json;
     let settings = Settings::load(cli.config.as_deref())?;
     let store = settings.store(cli.store.as_deref());
-    match cli.command {
-        Commands::Run(args) => run(&settings, &store, json, args),
-        Commands::Resume { run, setup } => {
-            drive_existing(&settings, &store, json, &run, &setup, Resume::Continue)
+    let ids = |calls: Vec<String>| calls.into_iter().map(CallId::from).collect();
+    // The commands that continue an existing run differ only in what they do first.
+    let (run_id, setup, what) = match cli.command {
+        Commands::Run(args) => return run(&settings, &store, json, args),
+        Commands::Cancel { run } => return cancel(&store, json, &run),
+        Commands::Context { run, setup } => {
+            return context(&settings, &store, json, &run, &setup);
         }
-        Commands::Approve { run, calls, setup } => {
-            let calls = calls.into_iter().map(CallId::from).collect();
-            drive_existing(
-                &settings,
-                &store,
-                json,
-                &run,
-                &setup,
-                Resume::Approve(calls),
-            )
-        }
+        Commands::Runs => return runs(&store, json),
+        Commands::Show { run } => return show(&store, json, &run),
+        Commands::Resume { run, setup } => (run, setup, Resume::Continue),
+        Commands::Approve { run, calls, setup } => (run, setup, Resume::Approve(ids(calls))),
         Commands::Deny {
             run,
             calls,
             reason,
             setup,
-        } => {
-            let calls = calls.into_iter().map(CallId::from).collect();
-            drive_existing(
-                &settings,
-                &store,
-                json,
-                &run,
-                &setup,
-                Resume::Deny(calls, reason),
-            )
-        }
+        } => (run, setup, Resume::Deny(ids(calls), reason)),
         Commands::Resolve {
             run,
             call,
@@ -167,14 +153,10 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             setup,
         } => {
             let resolution = resolution.parse().map_err(usage)?;
-            let what = Resume::Resolve(CallId::from(call), resolution);
-            drive_existing(&settings, &store, json, &run, &setup, what)
+            (run, setup, Resume::Resolve(CallId::from(call), resolution))
         }
-        Commands::Cancel { run } => cancel(&store, json, &run),
-        Commands::Context { run, setup } => context(&settings, &store, json, &run, &setup),
-        Commands::Runs => runs(&store, json),
-        Commands::Show { run } => show(&store, json, &run),
-    }
+    };
+    drive_existing(&settings, &store, json, &run_id, &setup, what)
 }
 
 /// How a command reaches the store for recorded runs (replays).
