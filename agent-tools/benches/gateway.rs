@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent_core::*;
-use agent_tools::{Action, Gateway, Hook, HookDecision, Policy, Tool, ToolContext, Workspace};
+use agent_tools::{
+    Action, Gateway, Hook, HookCall, HookDecision, Policy, Tool, ToolContext, Workspace,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -46,8 +48,8 @@ impl Hook for Audit {
     fn name(&self) -> String {
         "audit".into()
     }
-    async fn before(&self, _: &str, call: &ToolCall) -> HookDecision {
-        if call.arguments["path"]
+    async fn before(&self, _: &str, call: &HookCall<'_>) -> HookDecision {
+        if call.call.arguments["path"]
             .as_str()
             .is_some_and(|p| p.starts_with("secret"))
         {

@@ -12,10 +12,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::builtin::head_tail;
-use crate::hooks::{Hook, HookDecision};
-use crate::policy::Policy;
+use crate::hooks::{Hook, HookCall, HookDecision};
+use crate::policy::{Policy, Subject};
 use crate::tool::{Tool, ToolContext};
 use crate::workspace::Workspace;
+use serde_json::Value;
 
 /// Where the whole of an output too large for the model is kept; the result keeps the
 /// handle. The store implements it.
@@ -209,13 +210,32 @@ impl Gateway {
                 message: problems.join("; "),
             };
         }
-        let verdict = self.policy.verdict(&registered.spec, call);
+        let subject = match self.subject(&registered.spec, call) {
+            Ok(subject) => subject,
+            Err(refused) => return refused,
+        };
+        let verdict = self.policy.judge(&registered.spec, &subject);
         if matches!(verdict, Verdict::Deny { .. }) {
             return verdict;
         }
+        // Hooks judge the path the tool would touch, and see the spelling too.
+        let resolved = match (&subject, registered.spec.main_argument.as_deref()) {
+            (Subject::Path { resolved, .. }, Some(arg)) => {
+                let mut view = call.clone();
+                if let Some(map) = view.arguments.as_object_mut() {
+                    map.insert(arg.to_owned(), Value::String(resolved.clone()));
+                }
+                Some(view)
+            }
+            _ => None,
+        };
+        let view = HookCall {
+            call: resolved.as_ref().unwrap_or(call),
+            proposed: call,
+        };
         let mut allowed_by_hook = false;
         for hook in self.hooks.iter().filter(|h| h.applies_to(&call.name)) {
-            match hook.before(run_id, call).await {
+            match hook.before(run_id, &view).await {
                 HookDecision::NoObjection => {}
                 HookDecision::Allow => allowed_by_hook = true,
                 HookDecision::Ask(why) => return Verdict::Ask { why },
@@ -225,6 +245,29 @@ impl Gateway {
         match verdict {
             Verdict::Ask { .. } if allowed_by_hook => Verdict::Allow,
             other => other,
+        }
+    }
+
+    /// What the call's main argument means: a path resolved in the workspace (an escape is
+    /// refused here, as a denial), a command line analysed, or text.
+    fn subject(&self, spec: &ToolSpec, call: &ToolCall) -> Result<Subject, Verdict> {
+        match Subject::of(spec, call) {
+            Subject::Path { given, .. } => {
+                let raw = spec
+                    .main_argument
+                    .as_deref()
+                    .and_then(|arg| call.arguments.get(arg))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                match self.workspace.resolve(raw) {
+                    Ok(resolved) => Ok(Subject::Path {
+                        resolved: resolved.display(),
+                        given,
+                    }),
+                    Err(e) => Err(Verdict::Deny { reason: e.message }),
+                }
+            }
+            other => Ok(other),
         }
     }
 
@@ -305,6 +348,20 @@ impl Gateway {
                 format!("no tool is named {:?}", call.name),
             );
         };
+        // The tree may have changed since the check (or the check ran in another process,
+        // before an approval): a path that now resolves somewhere policy denies is refused.
+        if let Subject::Path { .. } = Subject::of(&registered.spec, &call) {
+            match self.subject(&registered.spec, &call) {
+                Err(Verdict::Deny { reason }) => return fail(ErrorKind::Denied, reason),
+                Ok(subject) => {
+                    if let Verdict::Deny { reason } = self.policy.judge(&registered.spec, &subject)
+                    {
+                        return fail(ErrorKind::Denied, reason);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
         let Ok(_permit) = limit.acquire_owned().await else {
             return fail(ErrorKind::ExecutionFailed, "the executor shut down".into());
         };

@@ -32,6 +32,16 @@ pub enum HookDecision {
     Deny(String),
 }
 
+/// A call as a pre-call hook sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct HookCall<'a> {
+    /// The call with its path argument replaced by the workspace-relative path it really
+    /// touches (links, `..` and absolute spellings resolved); other calls as proposed.
+    pub call: &'a ToolCall,
+    /// The call exactly as the model proposed it.
+    pub proposed: &'a ToolCall,
+}
+
 /// A hook around tool calls.
 #[async_trait]
 pub trait Hook: Send + Sync {
@@ -42,7 +52,7 @@ pub trait Hook: Send + Sync {
         true
     }
     /// Before a call whose arguments validated and that policy did not deny.
-    async fn before(&self, _run_id: &str, _call: &ToolCall) -> HookDecision {
+    async fn before(&self, _run_id: &str, _call: &HookCall<'_>) -> HookDecision {
         HookDecision::NoObjection
     }
     /// After a call; a returned note is appended to the result the model sees.
@@ -183,12 +193,16 @@ impl Hook for CommandHook {
         self.matcher.as_ref().is_none_or(|m| m.is_match(tool))
     }
 
-    async fn before(&self, run_id: &str, call: &ToolCall) -> HookDecision {
+    async fn before(&self, run_id: &str, call: &HookCall<'_>) -> HookDecision {
         if self.event != HookEvent::PreToolUse {
             return HookDecision::NoObjection;
         }
         let name = self.name();
-        match self.ask(self.input(run_id, call, None)).await {
+        let mut input = self.input(run_id, call.call, None);
+        if call.call.arguments != call.proposed.arguments {
+            input["raw_tool_input"] = call.proposed.arguments.clone();
+        }
+        match self.ask(input).await {
             Answer::Failed(why) => HookDecision::Deny(format!("hook {name} {why}")),
             Answer::Exited {
                 code: Some(2),

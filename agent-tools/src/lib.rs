@@ -22,6 +22,7 @@
 //! ```
 
 pub mod builtin;
+pub mod command_line;
 mod gateway;
 mod hooks;
 pub mod mcp;
@@ -34,8 +35,8 @@ pub use agent_core::provider_schema;
 pub use gateway::{
     BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
 };
-pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookDecision, HookEvent};
-pub use policy::{Action, Policy, Rule, RuleError};
+pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
+pub use policy::{Action, Policy, Rule, RuleError, Subject};
 pub use replay::ToolReplay;
 pub use tool::{Tool, ToolContext, Typed, TypedTool};
-pub use workspace::Workspace;
+pub use workspace::{Resolved, Workspace};

@@ -4,11 +4,85 @@
 //! `mcp__github__*` works too) and optionally a pattern on the tool's main argument:
 //! `write_file(src/**)`, `shell(git status*)`. Deny beats ask beats allow. Calls no rule
 //! matches get the default of their risk: `read` is allowed, `write` and `external` ask.
+//!
+//! Patterns match what a call would really do ([`Subject`]): a path pattern matches the
+//! workspace-relative path the tool would open (every spelling and link resolved), and a
+//! command pattern matches one simple command of the command line. A compound command is
+//! allowed only when each of its simple commands is allowed and none is denied; what a
+//! matcher cannot see through (substitutions, `eval`, `sh -c`, output to a file) asks.
 
 use std::fmt;
 
 use agent_core::{Risk, ToolCall, ToolSpec, Verdict};
 use globset::{GlobBuilder, GlobMatcher};
+
+use crate::command_line::{Analysis, analyze};
+
+/// What a rule's pattern is matched against: the meaning of the call's main argument.
+#[derive(Clone, Debug)]
+pub enum Subject {
+    /// The tool has no main argument, or the call does not give it as a string.
+    Nothing,
+    /// A path: where it resolves in the workspace (`.`, `..`, links and absolute spellings
+    /// resolved, `/`-separated, `.` for the root), and the spelling the model gave.
+    Path {
+        /// The workspace-relative path the tool would touch.
+        resolved: String,
+        /// The path as proposed, with `./` and repeated slashes dropped.
+        given: String,
+    },
+    /// A shell command line and what it runs.
+    Command {
+        /// The line as proposed.
+        line: String,
+        /// Its simple commands and what is opaque in it.
+        analysis: Analysis,
+    },
+    /// Any other main argument, matched as written.
+    Text(String),
+}
+
+impl Subject {
+    /// The subject of `call` without a workspace to resolve paths in: paths are matched as
+    /// spelled (lexically cleaned). The gateway resolves them for real.
+    pub fn of(spec: &ToolSpec, call: &ToolCall) -> Subject {
+        let Some(arg) = spec.main_argument.as_deref() else {
+            return Subject::Nothing;
+        };
+        let Some(value) = call.arguments.get(arg).and_then(|v| v.as_str()) else {
+            return Subject::Nothing;
+        };
+        match arg {
+            "command" => Subject::command(value),
+            "path" => Subject::Path {
+                resolved: clean(value),
+                given: clean(value),
+            },
+            _ => Subject::Text(value.trim_start_matches("./").to_owned()),
+        }
+    }
+
+    /// The subject of a command line.
+    pub fn command(line: &str) -> Subject {
+        Subject::Command {
+            line: line.to_owned(),
+            analysis: analyze(line),
+        }
+    }
+}
+
+/// A path spelling without `./` and repeated slashes (for matching as given).
+pub(crate) fn clean(path: &str) -> String {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    if parts.is_empty() {
+        ".".to_owned()
+    } else {
+        parts.join("/")
+    }
+}
 
 /// What a rule does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,6 +123,8 @@ pub struct Rule {
     tool: GlobMatcher,
     /// The pattern compiled for paths (`*` stops at `/`) and for commands.
     pattern: Option<(GlobMatcher, GlobMatcher)>,
+    /// For a command pattern ending in ` *` (`rm *`), the command alone (`rm`) too.
+    bare_command: Option<GlobMatcher>,
 }
 
 impl Rule {
@@ -86,6 +162,10 @@ impl Rule {
                 .map(|g| g.compile_matcher())
                 .map_err(|e| fail(&e.to_string()))
         };
+        let bare_command = match pattern.as_deref().and_then(|p| p.strip_suffix(" *")) {
+            Some(head) if !head.trim().is_empty() => Some(compile(head, false)?),
+            _ => None,
+        };
         let pattern = match pattern {
             Some(p) => Some((compile(&p, true)?, compile(&p, false)?)),
             None => None,
@@ -95,33 +175,41 @@ impl Rule {
             text: text.to_owned(),
             tool,
             pattern,
+            bare_command,
         })
     }
 
-    fn matches(&self, spec: &ToolSpec, call: &ToolCall) -> bool {
-        if !self.tool.is_match(&call.name) {
-            return false;
-        }
+    fn applies_to(&self, tool: &str) -> bool {
+        self.tool.is_match(tool)
+    }
+
+    /// Whether this rule matches the whole call: it has no pattern, or its pattern matches
+    /// the subject (for a command line: the whole line or any of its commands, direct or
+    /// hidden; for a path: where it resolves, or, when `spelling_too`, how it was spelled).
+    fn matches_any(&self, subject: &Subject, spelling_too: bool) -> bool {
         let Some((path_glob, command_glob)) = &self.pattern else {
             return true;
         };
-        let Some(arg) = spec.main_argument.as_deref() else {
-            return false;
-        };
-        let Some(value) = call.arguments.get(arg).and_then(|v| v.as_str()) else {
-            return false;
-        };
-        // Commands match across `/`; paths do not (`src/*` is one level, `src/**` all).
-        let is_path = arg != "command";
-        let value = if is_path {
-            value.trim_start_matches("./")
-        } else {
-            value
-        };
-        if is_path {
-            path_glob.is_match(value)
-        } else {
-            command_glob.is_match(value)
+        match subject {
+            Subject::Nothing => false,
+            Subject::Path { resolved, given } => {
+                path_glob.is_match(resolved) || (spelling_too && path_glob.is_match(given))
+            }
+            Subject::Text(text) => path_glob.is_match(text),
+            Subject::Command { line, analysis } => {
+                command_glob.is_match(line) || analysis.all_texts().any(|t| self.matches_command(t))
+            }
+        }
+    }
+
+    /// Whether this rule's pattern matches one simple command's text.
+    fn matches_command(&self, text: &str) -> bool {
+        match &self.pattern {
+            None => true,
+            Some((_, command_glob)) => {
+                command_glob.is_match(text)
+                    || self.bare_command.as_ref().is_some_and(|g| g.is_match(text))
+            }
         }
     }
 }
@@ -150,35 +238,88 @@ impl Policy {
         Ok(self)
     }
 
-    /// The verdict for one call whose arguments already validated.
+    /// The verdict for one call whose arguments already validated, its paths matched as
+    /// spelled. The gateway calls [`Policy::judge`] with paths resolved in the workspace.
     pub fn verdict(&self, spec: &ToolSpec, call: &ToolCall) -> Verdict {
-        let strongest = self
+        self.judge(spec, &Subject::of(spec, call))
+    }
+
+    /// The verdict for a call of `spec` whose main argument means `subject`.
+    pub fn judge(&self, spec: &ToolSpec, subject: &Subject) -> Verdict {
+        let rules: Vec<&Rule> = self
             .rules
             .iter()
-            .filter(|r| r.matches(spec, call))
-            .max_by_key(|r| r.action);
-        match strongest {
-            Some(rule) => match rule.action {
-                Action::Allow => Verdict::Allow,
-                Action::Ask => Verdict::Ask {
-                    why: format!("policy rule `{rule}` asks"),
-                },
-                Action::Deny => Verdict::Deny {
-                    reason: format!("denied by policy rule `{rule}`"),
-                },
-            },
-            None => match spec.risk {
-                Risk::Read => Verdict::Allow,
-                risk => Verdict::Ask {
-                    why: format!(
-                        "{} is a {} tool, which asks by default (allow it with --allow {})",
-                        spec.name,
-                        risk.as_str(),
-                        spec.name
-                    ),
-                },
+            .filter(|r| r.applies_to(&spec.name))
+            .collect();
+        let of = |action: Action| rules.iter().copied().filter(move |r| r.action == action);
+        // Deny wins for every alias and every command of the line, however hidden.
+        if let Some(rule) = of(Action::Deny).find(|r| r.matches_any(subject, true)) {
+            return Verdict::Deny {
+                reason: format!("denied by policy rule `{rule}`"),
+            };
+        }
+        if let Some(rule) = of(Action::Ask).find(|r| r.matches_any(subject, true)) {
+            return Verdict::Ask {
+                why: format!("policy rule `{rule}` asks"),
+            };
+        }
+        if of(Action::Allow).any(|r| r.pattern.is_none()) {
+            return Verdict::Allow;
+        }
+        let allows: Vec<&Rule> = of(Action::Allow).collect();
+        if !allows.is_empty() {
+            match subject {
+                Subject::Command { analysis, .. } => {
+                    if let Some(verdict) = command_allowed(&allows, analysis) {
+                        return verdict;
+                    }
+                }
+                other => {
+                    if allows.iter().any(|r| r.matches_any(other, false)) {
+                        return Verdict::Allow;
+                    }
+                }
+            }
+        }
+        match spec.risk {
+            Risk::Read => Verdict::Allow,
+            risk => Verdict::Ask {
+                why: format!(
+                    "{} is a {} tool, which asks by default (allow it with --allow {})",
+                    spec.name,
+                    risk.as_str(),
+                    spec.name
+                ),
             },
         }
+    }
+}
+
+/// Allow rules with patterns against a command line: allowed when every simple command is
+/// allowed and nothing is opaque; `None` when no rule matches any of its commands (the
+/// default applies).
+fn command_allowed(allows: &[&Rule], analysis: &Analysis) -> Option<Verdict> {
+    let allowed = |text: &str| allows.iter().any(|r| r.matches_command(text));
+    let matched = analysis
+        .commands
+        .iter()
+        .filter(|c| allowed(&c.text))
+        .count();
+    if matched == 0 {
+        return None;
+    }
+    if let Some(why) = analysis.opaque.first() {
+        return Some(Verdict::Ask {
+            why: format!(
+                "the command cannot be checked against the rules ({why}); a person must approve it"
+            ),
+        });
+    }
+    match analysis.commands.iter().find(|c| !allowed(&c.text)) {
+        None => Some(Verdict::Allow),
+        Some(c) => Some(Verdict::Ask {
+            why: format!("`{}` is not allowed by any rule", c.text),
+        }),
     }
 }
 

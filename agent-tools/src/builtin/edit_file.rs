@@ -3,7 +3,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{io_error, write_atomically};
+use super::{blocking, io_error, read_bytes};
 use crate::tool::{ToolContext, TypedTool};
 
 /// `edit_file`: replaces one exact, unique piece of text in a file.
@@ -42,10 +42,20 @@ impl TypedTool for EditFile {
                 "old is empty; give the exact text to replace",
             ));
         }
-        let path = ctx.workspace.resolve(&args.path)?;
-        let text = tokio::fs::read_to_string(&path)
-            .await
-            .map_err(|e| io_error(&args.path, &e))?;
+        let workspace = ctx.workspace.clone();
+        let given = args.path.clone();
+        let (resolved, bytes) = blocking(move || {
+            let resolved = workspace.resolve_existing(&given)?;
+            let bytes = read_bytes(&workspace, &resolved, &given)?;
+            Ok((resolved, bytes))
+        })
+        .await?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            fail(format!(
+                "{} is not UTF-8 text; edit_file only edits text files",
+                args.path
+            ))
+        })?;
         let count = text.matches(&args.old).count();
         let Some(at) = text.find(&args.old) else {
             return Err(fail(format!(
@@ -64,9 +74,14 @@ impl TypedTool for EditFile {
         edited.push_str(&text[..at]);
         edited.push_str(&args.new);
         edited.push_str(&text[at + args.old.len()..]);
-        write_atomically(&path, edited.as_bytes())
-            .await
-            .map_err(|e| io_error(&args.path, &e))?;
+        let workspace = ctx.workspace.clone();
+        let given = args.path.clone();
+        blocking(move || {
+            workspace
+                .write_atomic(&resolved, edited.as_bytes())
+                .map_err(|e| io_error(&given, &e))
+        })
+        .await?;
         let line = text[..at].matches('\n').count() + 1;
         Ok(format!(
             "edited {}: replaced 1 occurrence at line {line}",
@@ -77,8 +92,15 @@ impl TypedTool for EditFile {
     /// The edit took place if `new` is there and `old` is gone; it did not if `old` is
     /// still there exactly once. Anything else cannot be told apart.
     async fn reconcile(&self, args: EditFileArgs, ctx: &ToolContext) -> Option<Finding> {
-        let path = ctx.workspace.resolve(&args.path).ok()?;
-        let text = tokio::fs::read_to_string(&path).await.ok()?;
+        let workspace = ctx.workspace.clone();
+        let given = args.path.clone();
+        let bytes = blocking(move || {
+            let resolved = workspace.resolve_existing(&given)?;
+            read_bytes(&workspace, &resolved, &given)
+        })
+        .await
+        .ok()?;
+        let text = String::from_utf8(bytes).ok()?;
         let old = text.matches(&args.old).count();
         if old == 1 && !args.old.contains(&args.new) {
             Some(Finding::NotApplied)

@@ -5,8 +5,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{SNIFF, walk};
+use super::{SNIFF, blocking, read_bytes, walk};
 use crate::tool::{ToolContext, TypedTool};
+use crate::workspace::{Resolved, Workspace};
 
 /// Matching lines listed at most.
 const MAX_MATCHES: usize = 500;
@@ -43,11 +44,13 @@ impl TypedTool for Grep {
     async fn run(&self, args: GrepArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let regex = regex::Regex::new(&args.pattern)
             .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, format!("pattern: {e}")))?;
-        let start = ctx.workspace.resolve(args.path.as_deref().unwrap_or("."))?;
-        let root = ctx.workspace.root().to_path_buf();
-        let (lines, total) = tokio::task::spawn_blocking(move || search(&root, &start, &regex))
-            .await
-            .map_err(|e| ToolError::new(ErrorKind::ExecutionFailed, e.to_string()))?;
+        let workspace = ctx.workspace.clone();
+        let given = args.path.clone().unwrap_or_else(|| ".".to_owned());
+        let (lines, total) = blocking(move || {
+            let start = workspace.resolve_existing(&given)?;
+            Ok(search(&workspace, &start, &regex))
+        })
+        .await?;
         if lines.is_empty() {
             return Ok(format!("no line matches {}", args.pattern));
         }
@@ -62,25 +65,28 @@ impl TypedTool for Grep {
     }
 }
 
-fn search(
-    root: &std::path::Path,
-    start: &std::path::Path,
-    regex: &regex::Regex,
-) -> (Vec<String>, usize) {
+fn search(workspace: &Workspace, start: &Resolved, regex: &regex::Regex) -> (Vec<String>, usize) {
     let mut lines = Vec::new();
     let mut total = 0;
-    let files: Vec<std::path::PathBuf> = if start.is_file() {
-        vec![start.strip_prefix(root).unwrap_or(start).to_path_buf()]
+    let is_file = workspace.metadata(start).is_ok_and(|m| m.is_file());
+    let files: Vec<std::path::PathBuf> = if is_file {
+        vec![start.rel().to_path_buf()]
     } else {
-        let mut files: Vec<_> = walk(start)
-            .map(|rel| start.join(rel))
-            .map(|p| p.strip_prefix(root).map(|r| r.to_path_buf()).unwrap_or(p))
-            .collect();
+        let base = workspace.root().join(start.rel());
+        let mut files: Vec<_> = walk(&base).map(|rel| start.rel().join(rel)).collect();
         files.sort();
         files
     };
     for rel in files {
-        let Ok(bytes) = std::fs::read(root.join(&rel)) else {
+        // Read through the workspace capability: a file swapped for a link since the walk
+        // is refused, not followed.
+        let Some(rel_str) = rel.to_str() else {
+            continue;
+        };
+        let Ok(resolved) = workspace.resolve_existing(rel_str) else {
+            continue;
+        };
+        let Ok(bytes) = read_bytes(workspace, &resolved, rel_str) else {
             continue;
         };
         if bytes[..bytes.len().min(SNIFF)].contains(&0) {

@@ -3,7 +3,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::io_error;
+use super::{blocking, io_error};
 use crate::tool::{ToolContext, TypedTool};
 
 /// Entries listed at most; the rest are counted.
@@ -34,25 +34,23 @@ impl TypedTool for ListDir {
 
     async fn run(&self, args: ListDirArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let given = args.path.unwrap_or_else(|| ".".to_owned());
-        let dir = ctx.workspace.resolve(&given)?;
-        let mut reader = tokio::fs::read_dir(&dir)
-            .await
-            .map_err(|e| io_error(&given, &e))?;
-        let mut names = Vec::new();
-        while let Some(entry) = reader
-            .next_entry()
-            .await
-            .map_err(|e| io_error(&given, &e))?
-        {
-            let mut name = entry.file_name().to_string_lossy().into_owned();
-            if entry.file_type().await.is_ok_and(|t| t.is_dir()) {
-                name.push('/');
-            }
-            names.push(name);
-        }
+        let workspace = ctx.workspace.clone();
+        let path = given.clone();
+        let (shown, entries) = blocking(move || {
+            let resolved = workspace.resolve_existing(&path)?;
+            let entries = workspace
+                .entries(&resolved)
+                .map_err(|e| io_error(&path, &e))?;
+            Ok((resolved.display(), entries))
+        })
+        .await?;
+        let mut names: Vec<String> = entries
+            .into_iter()
+            .map(|(name, is_dir)| if is_dir { format!("{name}/") } else { name })
+            .collect();
         names.sort();
         if names.is_empty() {
-            return Ok(format!("{} is empty", ctx.workspace.display(&dir)));
+            return Ok(format!("{shown} is empty"));
         }
         let more = names.len().saturating_sub(MAX_ENTRIES);
         names.truncate(MAX_ENTRIES);

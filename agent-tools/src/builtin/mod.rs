@@ -20,6 +20,7 @@ pub use shell::{Shell, ShellArgs};
 pub use write_file::{WriteFile, WriteFileArgs};
 
 use std::path::{Path, PathBuf};
+
 use std::sync::Arc;
 
 use crate::tool::{Tool, Typed};
@@ -47,20 +48,43 @@ fn io_error(path: &str, err: &std::io::Error) -> agent_core::ToolError {
     )
 }
 
-/// Writes through a temporary file in the same directory and a rename, so a crash never
-/// leaves a half-written file.
-async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.agent-tmp"));
-    tokio::fs::write(&tmp, bytes).await?;
-    if let Err(e) = tokio::fs::rename(&tmp, path).await {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(e);
+/// Runs blocking file work off the async threads; a panic in it is a failed call.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, agent_core::ToolError> + Send + 'static,
+) -> Result<T, agent_core::ToolError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        agent_core::ToolError::new(agent_core::ErrorKind::ExecutionFailed, e.to_string())
+    })?
+}
+
+/// Reads a resolved file whole, through the workspace capability. Only regular files:
+/// a FIFO or a device would block or never end.
+fn read_bytes(
+    workspace: &crate::Workspace,
+    resolved: &crate::workspace::Resolved,
+    given: &str,
+) -> Result<Vec<u8>, agent_core::ToolError> {
+    use std::io::Read;
+    let meta = workspace
+        .metadata(resolved)
+        .map_err(|e| io_error(given, &e))?;
+    if meta.is_dir() {
+        return Err(agent_core::ToolError::new(
+            agent_core::ErrorKind::ExecutionFailed,
+            format!("{given} is a directory; use list_dir"),
+        ));
     }
-    Ok(())
+    if !meta.is_file() {
+        return Err(agent_core::ToolError::new(
+            agent_core::ErrorKind::ExecutionFailed,
+            format!("{given} is not a regular file (a pipe, socket or device); it cannot be read"),
+        ));
+    }
+    let mut file = workspace.open(resolved).map_err(|e| io_error(given, &e))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| io_error(given, &e))?;
+    Ok(bytes)
 }
 
 /// Files under `dir` (relative to it), skipping what `.gitignore` and hidden-file rules

@@ -3,7 +3,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{SNIFF, io_error};
+use super::{SNIFF, blocking, read_bytes};
 use crate::tool::{ToolContext, TypedTool};
 
 /// Lines returned when the model gives no `limit`.
@@ -42,16 +42,13 @@ impl TypedTool for ReadFile {
     }
 
     async fn run(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
-        let path = ctx.workspace.resolve(&args.path)?;
-        if path.is_dir() {
-            return Err(ToolError::new(
-                ErrorKind::ExecutionFailed,
-                format!("{} is a directory; use list_dir", args.path),
-            ));
-        }
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| io_error(&args.path, &e))?;
+        let workspace = ctx.workspace.clone();
+        let given = args.path.clone();
+        let bytes = blocking(move || {
+            let resolved = workspace.resolve_existing(&given)?;
+            read_bytes(&workspace, &resolved, &given)
+        })
+        .await?;
         if bytes[..bytes.len().min(SNIFF)].contains(&0) {
             return Err(ToolError::new(
                 ErrorKind::ExecutionFailed,

@@ -1,9 +1,9 @@
-use agent_core::{ErrorKind, Finding, Risk, ToolError, sha256_hex};
+use agent_core::{Finding, Risk, ToolError, sha256_hex};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{io_error, write_atomically};
+use super::{blocking, io_error, read_bytes};
 use crate::tool::{ToolContext, TypedTool};
 
 /// `write_file`: creates or replaces a file, creating its parent directories.
@@ -39,21 +39,16 @@ impl TypedTool for WriteFile {
     }
 
     async fn run(&self, args: WriteFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
-        let path = ctx.workspace.resolve_for_write(&args.path)?;
-        if path.is_dir() {
-            return Err(ToolError::new(
-                ErrorKind::ExecutionFailed,
-                format!("{} is a directory", args.path),
-            ));
-        }
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_error(&args.path, &e))?;
-        }
-        write_atomically(&path, args.content.as_bytes())
-            .await
-            .map_err(|e| io_error(&args.path, &e))?;
+        let workspace = ctx.workspace.clone();
+        let given = args.path.clone();
+        let content = args.content.clone();
+        blocking(move || {
+            let resolved = workspace.resolve(&given)?;
+            workspace
+                .write_atomic(&resolved, content.as_bytes())
+                .map_err(|e| io_error(&given, &e))
+        })
+        .await?;
         // The receipt names the content hash, so recovery can tell whether this write
         // landed by hashing the file.
         Ok(format!(
@@ -66,14 +61,22 @@ impl TypedTool for WriteFile {
 
     /// The write took place if the file holds exactly the content it meant to write.
     async fn reconcile(&self, args: WriteFileArgs, ctx: &ToolContext) -> Option<Finding> {
-        let path = ctx.workspace.resolve_for_write(&args.path).ok()?;
+        let workspace = ctx.workspace.clone();
+        let given = args.path.clone();
+        let read = blocking(move || {
+            let resolved = workspace.resolve(&given)?;
+            if !resolved.exists() {
+                return Ok(None);
+            }
+            read_bytes(&workspace, &resolved, &given).map(Some)
+        })
+        .await;
         let want = sha256_hex(args.content.as_bytes());
-        match tokio::fs::read(&path).await {
-            Ok(bytes) if sha256_hex(&bytes) == want => Some(Finding::Applied {
+        match read {
+            Ok(Some(bytes)) if sha256_hex(&bytes) == want => Some(Finding::Applied {
                 receipt: format!("{} holds the content written (sha256 {want})", args.path),
             }),
             Ok(_) => Some(Finding::NotApplied),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Finding::NotApplied),
             Err(_) => None,
         }
     }

@@ -6,3 +6,4 @@ mod confinement;
 mod gateway;
 mod hooks;
 mod more_builtins;
+mod trust;

@@ -1,0 +1,579 @@
+//! The trust boundary, attacked: planted links, aliases of denied paths, compound shell
+//! commands, and races between the check and the use. Every case is a row of a table; the
+//! spellings of paths are also generated (property test) against a tree with links inside
+//! and outside.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agent_core::{ErrorKind, Risk, ScheduledCall, ToolCall, ToolOutcome, Verdict};
+use agent_tools::{Action, CommandHook, Gateway, HookEvent, Policy, Workspace};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// `outer/ws` is the workspace; `outer/outside` is what must never be touched.
+struct Tree {
+    _outer: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+}
+
+fn tree() -> Tree {
+    let outer = tempfile::tempdir().unwrap();
+    let ws = outer.path().join("ws");
+    let outside = outer.path().join("outside");
+    for dir in ["secrets", "notes", "src", "a/b", "c"] {
+        std::fs::create_dir_all(ws.join(dir)).unwrap();
+    }
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(ws.join("secrets/key.txt"), "KEY\n").unwrap();
+    std::fs::write(ws.join("notes/a.txt"), "note\n").unwrap();
+    std::fs::write(ws.join("src/lib.rs"), "fn x() {}\n").unwrap();
+    std::fs::write(ws.join("Cargo.toml"), "[package]\n").unwrap();
+    std::fs::write(ws.join("a/b/secret.txt"), "SECRET\n").unwrap();
+    std::fs::write(ws.join("c/plain.txt"), "plain\n").unwrap();
+    std::fs::write(outside.join("bashrc"), "OUTSIDE\n").unwrap();
+    let link = |target: &str, at: &str| std::os::unix::fs::symlink(target, ws.join(at)).unwrap();
+    link("secrets", "s");
+    link("../Cargo.toml", "src/manifest");
+    link("../outside", "out");
+    link("a", "l1");
+    link("a/b", "l3");
+    link("../a/b/secret.txt", "c/to_secret");
+    std::os::unix::fs::symlink(&outside, ws.join("abs_out")).unwrap();
+    let ws = ws.canonicalize().unwrap();
+    Tree {
+        _outer: outer,
+        ws,
+        outside,
+    }
+}
+
+fn gateway(ws: &Path, rules: &[(Action, &str)]) -> Gateway {
+    let mut policy = Policy::new();
+    for (action, rule) in rules {
+        policy.add(*action, rule).unwrap();
+    }
+    Gateway::with_builtins(Workspace::new(ws).unwrap())
+        .unwrap()
+        .with_policy(policy)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn verdict(g: &Gateway, tool: &str, args: Value) -> Verdict {
+    let call = ToolCall::new("c1", tool, args);
+    g.check("run-1", &[call]).await.remove(0).1
+}
+
+async fn run(g: &Gateway, tool: &str, args: Value) -> Result<String, agent_core::ToolError> {
+    let risk = if matches!(tool, "write_file" | "edit_file") {
+        Risk::Write
+    } else {
+        Risk::Read
+    };
+    let call = ScheduledCall {
+        call: ToolCall::new("c1", tool, args),
+        risk,
+        effect_key: None,
+    };
+    let mut results = g
+        .execute("run-1", vec![vec![call]], &CancellationToken::new())
+        .await;
+    match results.remove(0).outcome {
+        ToolOutcome::Output(text) => Ok(text),
+        ToolOutcome::Error(e) => Err(e),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum V {
+    Allow,
+    Ask,
+    Deny,
+}
+
+fn kind(v: &Verdict) -> V {
+    match v {
+        Verdict::Allow => V::Allow,
+        Verdict::Ask { .. } => V::Ask,
+        Verdict::Deny { .. } => V::Deny,
+        other => panic!("unexpected verdict {other:?}"),
+    }
+}
+
+#[test]
+fn a_planted_temp_file_link_is_never_written_through() {
+    let t = tree();
+    let target = t.outside.join("bashrc");
+    // What the old writer used as its temporary name, planted by a cloned repository.
+    std::os::unix::fs::symlink("../outside/bashrc", t.ws.join(".config.json.agent-tmp")).unwrap();
+    std::os::unix::fs::symlink("../outside/bashrc", t.ws.join(".lib.rs.agent-tmp")).unwrap();
+    let g = gateway(&t.ws, &[]);
+    rt().block_on(async {
+        run(
+            &g,
+            "write_file",
+            json!({"path": "config.json", "content": "{}"}),
+        )
+        .await
+        .unwrap();
+        run(
+            &g,
+            "edit_file",
+            json!({"path": "src/lib.rs", "old": "fn x", "new": "fn y"}),
+        )
+        .await
+        .unwrap();
+    });
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "OUTSIDE\n");
+    let written = t.ws.join("config.json");
+    assert!(!written.symlink_metadata().unwrap().is_symlink());
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "{}");
+    assert_eq!(
+        std::fs::read_to_string(t.ws.join("src/lib.rs")).unwrap(),
+        "fn y() {}\n"
+    );
+}
+
+#[test]
+fn writes_through_links_out_are_refused_and_links_inside_write_their_target() {
+    let t = tree();
+    let g = gateway(&t.ws, &[]);
+    rt().block_on(async {
+        for path in ["out/bashrc", "abs_out/bashrc", "out/new.txt", "out"] {
+            let err = run(&g, "write_file", json!({"path": path, "content": "X"}))
+                .await
+                .unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Denied, "{path}: {err:?}");
+        }
+        // A link inside the workspace: the file it names is written, the link stays.
+        run(
+            &g,
+            "write_file",
+            json!({"path": "src/manifest", "content": "[x]\n"}),
+        )
+        .await
+        .unwrap();
+    });
+    assert_eq!(
+        std::fs::read_to_string(t.outside.join("bashrc")).unwrap(),
+        "OUTSIDE\n"
+    );
+    assert!(!t.outside.join("new.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(t.ws.join("Cargo.toml")).unwrap(),
+        "[x]\n"
+    );
+    assert!(
+        t.ws.join("src/manifest")
+            .symlink_metadata()
+            .unwrap()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn path_rules_judge_every_alias() {
+    let t = tree();
+    let abs_key = format!("{}/secrets/key.txt", t.ws.display());
+    let abs_toml = format!("{}/src/../Cargo.toml", t.ws.display());
+    use Action::*;
+    let deny_secrets: &[(Action, &str)] = &[(Deny, "read_file(secrets/**)")];
+    let allow_src: &[(Action, &str)] = &[(Allow, "write_file(src/**)")];
+    type Rules<'a> = &'a [(Action, &'a str)];
+    let table: Vec<(Rules, &str, Value, V)> = vec![
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "secrets/key.txt"}),
+            V::Deny,
+        ),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "notes/../secrets/key.txt"}),
+            V::Deny,
+        ),
+        (deny_secrets, "read_file", json!({"path": abs_key}), V::Deny),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "s/key.txt"}),
+            V::Deny,
+        ),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "./secrets//key.txt"}),
+            V::Deny,
+        ),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "s/../s/./key.txt"}),
+            V::Deny,
+        ),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "notes/a.txt"}),
+            V::Allow,
+        ),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "../outside/bashrc"}),
+            V::Deny,
+        ),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "out/bashrc"}),
+            V::Deny,
+        ),
+        (
+            deny_secrets,
+            "read_file",
+            json!({"path": "/etc/passwd"}),
+            V::Deny,
+        ),
+        (
+            allow_src,
+            "write_file",
+            json!({"path": "src/lib.rs", "content": ""}),
+            V::Allow,
+        ),
+        (
+            allow_src,
+            "write_file",
+            json!({"path": "src/new/mod.rs", "content": ""}),
+            V::Allow,
+        ),
+        (
+            allow_src,
+            "write_file",
+            json!({"path": "src/../Cargo.toml", "content": ""}),
+            V::Ask,
+        ),
+        (
+            allow_src,
+            "write_file",
+            json!({"path": abs_toml, "content": ""}),
+            V::Ask,
+        ),
+        (
+            allow_src,
+            "write_file",
+            json!({"path": "src/manifest", "content": ""}),
+            V::Ask,
+        ),
+        (
+            allow_src,
+            "edit_file",
+            json!({"path": "src/lib.rs", "old": "a", "new": "b"}),
+            V::Ask,
+        ),
+        (
+            allow_src,
+            "write_file",
+            json!({"path": "out/x", "content": ""}),
+            V::Deny,
+        ),
+    ];
+    rt().block_on(async {
+        for (rules, tool, args, want) in table {
+            let g = gateway(&t.ws, rules);
+            let got = verdict(&g, tool, args.clone()).await;
+            assert_eq!(kind(&got), want, "{rules:?} {tool} {args}: {got:?}");
+        }
+    });
+}
+
+#[test]
+fn a_directory_swapped_for_a_link_after_the_check_is_refused() {
+    let t = tree();
+    std::fs::create_dir_all(t.ws.join("work")).unwrap();
+    let g = gateway(&t.ws, &[(Action::Allow, "write_file(work/**)")]);
+    rt().block_on(async {
+        let v = verdict(
+            &g,
+            "write_file",
+            json!({"path": "work/bashrc", "content": "X"}),
+        )
+        .await;
+        assert_eq!(v, Verdict::Allow);
+        // Between the check and the run, `work` becomes a link out of the workspace.
+        std::fs::remove_dir(t.ws.join("work")).unwrap();
+        std::os::unix::fs::symlink("../outside", t.ws.join("work")).unwrap();
+        let err = run(
+            &g,
+            "write_file",
+            json!({"path": "work/bashrc", "content": "X"}),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+    });
+    assert_eq!(
+        std::fs::read_to_string(t.outside.join("bashrc")).unwrap(),
+        "OUTSIDE\n"
+    );
+}
+
+#[test]
+fn the_capability_refuses_even_a_path_resolved_before_the_swap() {
+    let t = tree();
+    std::fs::create_dir_all(t.ws.join("work")).unwrap();
+    let ws = Workspace::new(&t.ws).unwrap();
+    let resolved = ws.resolve("work/bashrc").unwrap();
+    std::fs::remove_dir(t.ws.join("work")).unwrap();
+    std::os::unix::fs::symlink(&t.outside, t.ws.join("work")).unwrap();
+    assert!(ws.write_atomic(&resolved, b"X").is_err());
+    let read = ws.resolve("c/plain.txt").unwrap();
+    std::fs::remove_file(t.ws.join("c/plain.txt")).unwrap();
+    std::os::unix::fs::symlink(t.outside.join("bashrc"), t.ws.join("c/plain.txt")).unwrap();
+    assert!(
+        ws.open(&read).is_err(),
+        "a file swapped for a link out is not opened"
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.outside.join("bashrc")).unwrap(),
+        "OUTSIDE\n"
+    );
+}
+
+#[test]
+fn a_deny_rule_applies_when_a_link_changes_after_the_check() {
+    let t = tree();
+    std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
+    let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
+    rt().block_on(async {
+        assert_eq!(
+            verdict(&g, "read_file", json!({"path": "docs/a.txt"})).await,
+            Verdict::Allow
+        );
+        std::fs::remove_file(t.ws.join("docs")).unwrap();
+        std::fs::create_dir(t.ws.join("tmp")).unwrap();
+        std::os::unix::fs::symlink("secrets", t.ws.join("docs")).unwrap();
+        std::fs::copy(t.ws.join("secrets/key.txt"), t.ws.join("secrets/a.txt")).unwrap();
+        let err = run(&g, "read_file", json!({"path": "docs/a.txt"}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+    });
+}
+
+#[test]
+fn hooks_see_the_resolved_path_and_the_spelling() {
+    let t = tree();
+    let seen = t.ws.join("../hook-input.json");
+    let hook = CommandHook::new(
+        HookEvent::PreToolUse,
+        format!("cat > {}", seen.display()),
+        None,
+        &t.ws,
+    )
+    .unwrap();
+    let g = gateway(&t.ws, &[]).with_hook(Arc::new(hook));
+    rt().block_on(async {
+        verdict(&g, "read_file", json!({"path": "notes/../s/key.txt"})).await;
+    });
+    let input: Value = serde_json::from_str(&std::fs::read_to_string(seen).unwrap()).unwrap();
+    assert_eq!(input["tool_input"]["path"], "secrets/key.txt");
+    assert_eq!(input["raw_tool_input"]["path"], "notes/../s/key.txt");
+}
+
+/// The shell-policy table: chaining, pipes, newlines, substitutions, redirections and
+/// quoting tricks, against the README's own kind of rules.
+#[test]
+fn shell_policy_table() {
+    use Action::*;
+    let rules: &[(Action, &str)] = &[
+        (Allow, "shell(git status*)"),
+        (Allow, "shell(git diff*)"),
+        (Allow, "shell(ls*)"),
+        (Allow, "shell(cargo test*)"),
+        (Allow, "shell(echo *)"),
+        (Allow, "shell(grep *)"),
+        (Allow, "shell(wc *)"),
+        (Ask, "shell(git commit*)"),
+        (Deny, "shell(rm *)"),
+        (Deny, "shell(git push*)"),
+        (Deny, "shell(curl *)"),
+    ];
+    let table: &[(&str, V)] = &[
+        // Plain commands.
+        ("git status", V::Allow),
+        ("git status --short", V::Allow),
+        ("ls -la src", V::Allow),
+        ("cargo test -p agent-core", V::Allow),
+        ("git log", V::Ask),
+        ("git commit -m x", V::Ask),
+        ("rm -rf target", V::Deny),
+        ("git push origin main", V::Deny),
+        // Chaining: every command must be allowed, any deny wins.
+        ("git status; echo X > ../outside/file", V::Ask),
+        ("git status && ls", V::Allow),
+        ("git status || echo failed", V::Allow),
+        ("git status; rm -rf /", V::Deny),
+        ("ls && git push", V::Deny),
+        ("git status &\nls", V::Allow),
+        ("git status\nrm -rf x", V::Deny),
+        ("git status\nmake install", V::Ask),
+        ("git status & make", V::Ask),
+        // Pipes.
+        ("git diff | grep foo", V::Allow),
+        ("git diff | wc -l", V::Allow),
+        ("git diff | sh", V::Ask),
+        ("ls | xargs rm", V::Deny),
+        ("ls | xargs cat", V::Ask),
+        // Subshells, groups, control flow.
+        ("(git status; ls)", V::Allow),
+        ("{ git status; make; }", V::Ask),
+        ("if git status; then rm -rf x; fi", V::Deny),
+        ("for f in a b; do echo $f; done", V::Allow),
+        ("while true; do make; done", V::Ask),
+        // Substitutions and what runs other commands.
+        ("echo $(whoami)", V::Ask),
+        ("echo `id`", V::Ask),
+        ("echo $(rm -rf x)", V::Deny),
+        ("cat <(ls)", V::Ask),
+        ("eval git status", V::Ask),
+        ("eval 'rm -rf x'", V::Deny),
+        ("sh -c 'git status'", V::Ask),
+        ("bash -c 'rm -rf ~'", V::Deny),
+        ("bash -lc 'rm -rf ~'", V::Deny),
+        ("sudo rm -rf /", V::Deny),
+        ("env rm -rf x", V::Deny),
+        ("$CMD status", V::Ask),
+        ("git status --porcelain=$(touch pwned)", V::Ask),
+        // Redirections.
+        ("git status > status.txt", V::Ask),
+        ("git status >> ../outside/log", V::Ask),
+        ("git status &> out.log", V::Ask),
+        ("git status 2>/dev/null", V::Allow),
+        ("git status 2>&1", V::Allow),
+        ("echo hi >&2", V::Allow),
+        // Quoting tricks.
+        ("'rm' -rf x", V::Deny),
+        ("r\"m\" -rf x", V::Deny),
+        ("\\rm -rf x", V::Deny),
+        ("/bin/rm -rf x", V::Deny),
+        ("git   status", V::Allow),
+        ("'git status'", V::Allow),
+        ("ls | xargs", V::Ask),
+        ("git status ';' rm -rf x", V::Allow),
+        ("echo 'a; rm -rf x'", V::Allow),
+        ("echo \"$(rm x)\"", V::Deny),
+        ("FOO=1 git status", V::Ask),
+        ("PATH=./bin:$PATH; git status", V::Ask),
+        ("git status # ; rm -rf x", V::Allow),
+        // Does not parse: asks.
+        ("git status; (", V::Ask),
+    ];
+    assert!(table.len() >= 40);
+    let t = tree();
+    let g = gateway(&t.ws, rules);
+    rt().block_on(async {
+        let mut wrong = Vec::new();
+        for (command, want) in table {
+            let got = verdict(&g, "shell", json!({ "command": command })).await;
+            if kind(&got) != *want {
+                wrong.push(format!("{command:?}: want {want:?}, got {got:?}"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    });
+}
+
+#[test]
+fn a_bare_allow_allows_every_command_but_denials_still_win() {
+    let t = tree();
+    let g = gateway(
+        &t.ws,
+        &[(Action::Allow, "shell"), (Action::Deny, "shell(rm *)")],
+    );
+    rt().block_on(async {
+        assert_eq!(
+            verdict(&g, "shell", json!({"command": "echo $(id) > x"})).await,
+            Verdict::Allow
+        );
+        let v = verdict(&g, "shell", json!({"command": "echo $(rm -rf x)"})).await;
+        assert_eq!(kind(&v), V::Deny);
+    });
+}
+
+/// One segment of a generated path.
+fn segment() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        ".",
+        "..",
+        "",
+        "a",
+        "b",
+        "c",
+        "l1",
+        "l3",
+        "out",
+        "abs_out",
+        "secret.txt",
+        "plain.txt",
+        "to_secret",
+        "bashrc",
+        "secrets",
+        "key.txt",
+        "s",
+        "notes",
+    ])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Every spelling: the resolver agrees with the kernel, escapes are refused, and a deny
+    /// rule on a directory applies to every spelling that reaches a file in it.
+    #[test]
+    fn generated_spellings(parts in prop::collection::vec(segment(), 1..7), absolute in any::<bool>()) {
+        let t = tree();
+        let spelled = parts.join("/");
+        let spelled = if absolute { format!("{}/{spelled}", t.ws.display()) } else { spelled };
+        let ws = Workspace::new(&t.ws).unwrap();
+        let resolved = ws.resolve(&spelled);
+        // The kernel is the oracle for paths that exist.
+        let on_disk = if absolute { PathBuf::from(&spelled) } else { t.ws.join(&spelled) };
+        if let Ok(real) = on_disk.canonicalize() {
+            match real.strip_prefix(&t.ws) {
+                // No segment names the workspace itself, so nothing climbs out and back in.
+                Ok(rel) => {
+                    let r = resolved.as_ref().map_err(|e| e.message.clone());
+                    prop_assert!(r.is_ok(), "{spelled}: {r:?}");
+                    let r = r.unwrap();
+                    let want = if rel.as_os_str().is_empty() { ".".to_owned() } else { rel.display().to_string() };
+                    prop_assert_eq!(r.display(), want, "{}", spelled);
+                }
+                Err(_) => prop_assert!(resolved.is_err(), "{spelled} leaves the workspace: {resolved:?}"),
+            }
+        }
+        if let Ok(r) = &resolved {
+            prop_assert!(!r.display().starts_with(".."));
+        }
+        // Through the gateway: never the outside file, never the denied one.
+        let g = gateway(&t.ws, &[(Action::Deny, "read_file(a/b/**)"), (Action::Deny, "read_file(secrets/**)")]);
+        let (v, out) = rt().block_on(async {
+            let v = verdict(&g, "read_file", json!({"path": spelled})).await;
+            let out = if v == Verdict::Allow { run(&g, "read_file", json!({"path": spelled})).await.ok() } else { None };
+            (v, out)
+        });
+        if let Some(text) = out {
+            prop_assert!(!text.contains("OUTSIDE"), "{spelled} read outside");
+            prop_assert!(!text.contains("SECRET") && !text.contains("KEY"), "{spelled} read a denied file: {v:?}");
+        }
+    }
+}
