@@ -414,7 +414,7 @@ fn runtime(
     let store: Arc<dyn Store> = Arc::new(store);
     // Outputs too large for the model are kept whole in the store, and read back with
     // read_result, as are older results the prompt shows shortened.
-    let blobs = Arc::new(StoreBlobs(Arc::clone(&store)));
+    let blobs = Arc::new(StoreBlobs::new(Arc::clone(&store)));
     let gateway = gateway
         .with_blob_sink(blobs.clone())
         .with_result_source(blobs);

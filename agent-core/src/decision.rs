@@ -47,6 +47,11 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments; must be a JSON object.
     pub arguments: Value,
+    /// Where known secret values stood in the arguments as proposed: the log keeps a
+    /// reference to the variable, and the runtime expands it again before the call runs
+    /// (CONTRACT §7). Empty for almost every call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretRef>,
 }
 
 impl ToolCall {
@@ -56,8 +61,28 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments,
+            secrets: Vec::new(),
         }
     }
+}
+
+/// A known secret value inside a proposed call, logged as a reference: the string at
+/// `pointer` (a JSON pointer into the arguments; the member's name itself when `in_key`)
+/// holds the placeholder `[secret:$VAR]` at byte `at`, `len` bytes long, where the call
+/// as proposed held the value of the variable `var`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretRef {
+    /// JSON pointer to the string (or, with `in_key`, to the member whose name it is).
+    pub pointer: String,
+    /// Whether the placeholder is in the member's name rather than in a string value.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_key: bool,
+    /// Byte offset of the placeholder.
+    pub at: usize,
+    /// Length of the placeholder in bytes.
+    pub len: usize,
+    /// The variable whose value stood there.
+    pub var: String,
 }
 
 /// What the model decided this turn.

@@ -60,7 +60,9 @@ mod state;
 mod tool;
 
 pub use budget::{Budget, Usage};
-pub use decision::{CallId, Decision, DecisionProblem, InvalidReply, ModelReply, Retry, ToolCall};
+pub use decision::{
+    CallId, Decision, DecisionProblem, InvalidReply, ModelReply, Retry, SecretRef, ToolCall,
+};
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
 pub use event::{Entry, Event, Finding, Manifest, Resolution};

@@ -6,22 +6,66 @@ use agent_core::Event;
 use agent_store::Store;
 use agent_tools::{BlobSink, ResultSource};
 
-/// Keeps whole tool outputs in the run store's content-addressed blobs, and reads them, or
-/// results of the log, back for `read_result`.
-pub struct StoreBlobs(pub Arc<dyn Store>);
+use crate::redact::Redactor;
+
+/// Keeps whole tool outputs in the run store's content-addressed blobs (secrets redacted
+/// first, like everything else bound for the disk), and reads them, or results of the
+/// log, back for `read_result`.
+///
+/// A run reads only what its own log handed out: a `blob:` handle must appear in one of
+/// its own results (blobs are shared by content, so the scope is the log, not the blob),
+/// and a `log:N` handle names an entry of its own log.
+pub struct StoreBlobs {
+    store: Arc<dyn Store>,
+    redactor: Redactor,
+}
+
+impl StoreBlobs {
+    /// Blobs in `store`, with the environment's secrets redacted.
+    pub fn new(store: Arc<dyn Store>) -> StoreBlobs {
+        StoreBlobs {
+            store,
+            redactor: Redactor::from_env(),
+        }
+    }
+
+    /// Uses another redactor (the runtime's, with MCP servers' secrets too).
+    pub fn with_redactor(mut self, redactor: Redactor) -> StoreBlobs {
+        self.redactor = redactor;
+        self
+    }
+}
 
 impl BlobSink for StoreBlobs {
     fn put(&self, content: &str) -> Result<String, String> {
-        self.0
+        let content = self.redactor.redact_str(content);
+        self.store
             .put_blob(content.as_bytes())
             .map_err(|e| e.to_string())
     }
 }
 
+/// The words the gateway puts before a handle it hands out (see `Gateway::shape_output`).
+fn handed_out(content: &str, handle: &str) -> bool {
+    content.contains(&format!("stored as {handle};"))
+}
+
 impl ResultSource for StoreBlobs {
     fn fetch(&self, run_id: &str, handle: &str) -> Result<Option<String>, String> {
+        let log = self.store.load(run_id).map_err(|e| e.to_string())?;
+        let results = || {
+            log.iter().filter_map(|e| match &e.event {
+                Event::ToolFinished { result, .. } | Event::CallRejected { result, .. } => {
+                    Some((e.version, result))
+                }
+                _ => None,
+            })
+        };
         if handle.starts_with("blob:") {
-            let bytes = self.0.get_blob(handle).map_err(|e| e.to_string())?;
+            if !results().any(|(_, r)| handed_out(&r.content(), handle)) {
+                return Ok(None);
+            }
+            let bytes = self.store.get_blob(handle).map_err(|e| e.to_string())?;
             return Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()));
         }
         let Some(version) = handle
@@ -30,15 +74,8 @@ impl ResultSource for StoreBlobs {
         else {
             return Ok(None);
         };
-        let log = self.0.load(run_id).map_err(|e| e.to_string())?;
-        Ok(log
-            .into_iter()
-            .find(|e| e.version == version)
-            .and_then(|e| match e.event {
-                Event::ToolFinished { result, .. } | Event::CallRejected { result, .. } => {
-                    Some(result.content())
-                }
-                _ => None,
-            }))
+        Ok(results()
+            .find(|(v, _)| *v == version)
+            .map(|(_, r)| r.content()))
     }
 }

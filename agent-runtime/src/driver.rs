@@ -8,7 +8,7 @@ use agent_context::{
 };
 use agent_core::{
     Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, Resolution,
-    RunConfig, RunState, ScheduledCall, ToolSpec, canonical_json, sha256_hex,
+    RunConfig, RunState, ScheduledCall, ToolCall, ToolSpec, Verdict, canonical_json, sha256_hex,
 };
 use agent_providers::{Model, ModelRequest};
 use agent_store::{Store, StoreError};
@@ -196,7 +196,7 @@ impl Runtime {
         let run_id = request.run_id;
         let config = RunConfig {
             run_id: run_id.clone(),
-            goal: request.goal,
+            goal: self.redactor.redact_str(&request.goal),
             manifest: self.manifest(request.budget),
             tools: self.gateway.specs(),
         };
@@ -394,16 +394,24 @@ impl Runtime {
                     };
                     self.tick(&mut machine)?;
                     match answer {
-                        Some(Ok(reply)) => machine.handle(Input::ModelReplied(reply))?,
+                        Some(Ok(mut reply)) => {
+                            // The machine only ever holds what the log may hold: secret
+                            // values in calls become references, expanded again to run.
+                            self.redactor.redact_reply(&mut reply);
+                            machine.handle(Input::ModelReplied(reply))?
+                        }
                         Some(Err(e)) => {
-                            let retries = match &e {
+                            let mut retries = match &e {
                                 agent_providers::ProviderError::GaveUp { retries, .. } => {
                                     retries.clone()
                                 }
                                 _ => Vec::new(),
                             };
+                            for retry in &mut retries {
+                                retry.reason = self.redactor.redact_str(&retry.reason);
+                            }
                             machine.handle(Input::ModelFailed {
-                                message: e.to_string(),
+                                message: self.redactor.redact_str(&e.to_string()),
                                 retries,
                             })?
                         }
@@ -414,7 +422,7 @@ impl Runtime {
                 }
                 Command::CheckCalls { calls, .. } => {
                     let verdicts = tokio::select! {
-                        verdicts = self.gateway.check(&run_id, &calls) => Some(verdicts),
+                        verdicts = self.check(&run_id, &calls) => Some(verdicts),
                         () = cancel.cancelled() => None,
                     };
                     let Some(verdicts) = verdicts else {
@@ -434,7 +442,7 @@ impl Runtime {
                     let results = results
                         .into_iter()
                         .map(|mut r| {
-                            redact_result(&self.redactor, &mut r);
+                            self.redactor.redact_result(&mut r);
                             r
                         })
                         .collect::<Vec<_>>();
@@ -472,7 +480,7 @@ impl Runtime {
                     }
                 }
                 Command::ReconcileEffects { calls, .. } => {
-                    let findings = self.gateway.reconcile(&calls).await;
+                    let findings = self.reconcile(calls).await;
                     machine.handle(Input::EffectsReconciled { findings })?;
                 }
                 Command::AwaitApproval { .. } | Command::AwaitResolution { .. } => {
@@ -489,7 +497,68 @@ impl Runtime {
         }
     }
 
-    /// Runs the tools; a passed deadline cancels them like the caller would.
+    /// Checks the calls as the model proposed them (secret references expanded); a call
+    /// whose secret this process does not have is refused, with the reason.
+    async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
+        let mut expanded = Vec::new();
+        let mut missing = Vec::new();
+        for call in calls {
+            match self.redactor.expand_call(call) {
+                Ok(call) => expanded.push(call),
+                Err(e) => missing.push((call.id.clone(), e.to_string())),
+            }
+        }
+        let mut checked = self.gateway.check(run_id, &expanded).await;
+        checked.extend(
+            missing
+                .into_iter()
+                .map(|(id, reason)| (id, Verdict::Deny { reason })),
+        );
+        // Hooks saw the real values; what they say goes to the log.
+        let redact = |text: &mut String| *text = self.redactor.redact_str(text);
+        for (_, verdict) in &mut checked {
+            match verdict {
+                Verdict::Ask { why } => redact(why),
+                Verdict::Deny { reason } => redact(reason),
+                Verdict::Invalid { message } => redact(message),
+                Verdict::Unavailable { reason } => redact(reason),
+                Verdict::Allow => {}
+            }
+        }
+        // In the model's order.
+        calls
+            .iter()
+            .filter_map(|c| {
+                let at = checked.iter().position(|(id, _)| *id == c.id)?;
+                Some(checked.swap_remove(at))
+            })
+            .collect()
+    }
+
+    /// Asks the tools whether effects in doubt took place, with the calls as proposed.
+    async fn reconcile(
+        &self,
+        calls: Vec<ScheduledCall>,
+    ) -> Vec<(CallId, Option<agent_core::Finding>)> {
+        let mut expanded = Vec::new();
+        let mut unknown = Vec::new();
+        for mut scheduled in calls {
+            match self.redactor.expand_call(&scheduled.call) {
+                Ok(call) => {
+                    scheduled.call = call;
+                    expanded.push(scheduled);
+                }
+                // Without the value, no look-up can tell: a person will be asked.
+                Err(_) => unknown.push((scheduled.call.id.clone(), None)),
+            }
+        }
+        let mut findings = self.gateway.reconcile(&expanded).await;
+        findings.extend(unknown);
+        findings
+    }
+
+    /// Runs the tools with the calls as proposed (secret references expanded); a passed
+    /// deadline cancels them like the caller would.
     async fn execute(
         &self,
         run_id: &str,
@@ -497,16 +566,43 @@ impl Runtime {
         group: Vec<ScheduledCall>,
         cancel: &CancellationToken,
     ) -> Vec<agent_core::ToolResult> {
+        let order: Vec<CallId> = group.iter().map(|s| s.call.id.clone()).collect();
+        let mut runnable = Vec::new();
+        let mut refused = Vec::new();
+        for mut scheduled in group {
+            match self.redactor.expand_call(&scheduled.call) {
+                Ok(call) => {
+                    scheduled.call = call;
+                    runnable.push(scheduled);
+                }
+                Err(e) => refused.push(agent_core::ToolResult::error(
+                    scheduled.call.id.clone(),
+                    scheduled.call.name.clone(),
+                    agent_core::ToolError::new(
+                        agent_core::ErrorKind::ExecutionFailed,
+                        format!("not run: {e}"),
+                    ),
+                )),
+            }
+        }
         let token = cancel.child_token();
-        let run = self.gateway.execute(run_id, vec![group], &token);
+        let run = self.gateway.execute(run_id, vec![runnable], &token);
         tokio::pin!(run);
-        tokio::select! {
+        let mut results = tokio::select! {
             results = &mut run => results,
             () = self.deadline(machine) => {
                 token.cancel();
                 run.await
             }
-        }
+        };
+        results.extend(refused);
+        order
+            .iter()
+            .filter_map(|id| {
+                let at = results.iter().position(|r| r.call_id == *id)?;
+                Some(results.swap_remove(at))
+            })
+            .collect()
     }
 
     /// Resolves when the run's wall-clock budget is spent; never if it has none.
@@ -523,14 +619,6 @@ impl Runtime {
 
     fn tick(&self, machine: &mut Machine) -> Result<(), InputError> {
         machine.handle(Input::Tick(self.clock.now_ms()))
-    }
-}
-
-/// Tool output is what most often carries a secret (an `env` dump, a config file).
-fn redact_result(redactor: &Redactor, result: &mut agent_core::ToolResult) {
-    match &mut result.outcome {
-        agent_core::ToolOutcome::Output(text) => *text = redactor.redact_str(text),
-        agent_core::ToolOutcome::Error(e) => e.message = redactor.redact_str(&e.message),
     }
 }
 

@@ -32,7 +32,7 @@ mod summarize;
 pub use blobs::StoreBlobs;
 pub use clock::{Clock, SystemClock};
 pub use driver::{EventSink, Report, RunRequest, Runtime, RuntimeError};
-pub use redact::Redactor;
+pub use redact::{MissingSecret, Redactor};
 pub use summarize::ModelSummarizer;
 
 /// Reads `FAILPOINTS` once per process (test builds with the `failpoints` feature only).

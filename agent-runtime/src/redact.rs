@@ -1,60 +1,83 @@
-//! Secrets never reach the log (CONTRACT §7): values of environment variables named like
-//! secrets, `Authorization` headers and bearer tokens are replaced before events are
-//! committed.
+//! Secrets never reach the log, and redaction never changes what runs (CONTRACT §7).
+//!
+//! Two kinds of secret are known:
+//!
+//! - **Exact values**: the values of the process's environment variables named like
+//!   secrets (`*KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`) and every value of an MCP
+//!   server's `env` block. Anywhere they appear in text bound for the log or a blob, they
+//!   become `[REDACTED:NAME]`. Inside a *proposed call* they become a reference,
+//!   `[secret:$NAME]`, recorded in the call's [`SecretRef`]s and expanded back to the
+//!   variable's value before the call is checked or run: the call executed after an
+//!   approval, a resume or a recovery is byte for byte the call the model proposed.
+//! - **Credential formats**, anchored on their real prefixes: OpenAI (`sk-`, `sk-proj-`),
+//!   Anthropic (`sk-ant-`), GitHub (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`,
+//!   `github_pat_`), AWS access key ids (`AKIA`, `ASIA`), Slack (`xoxb-`, `xoxp-`, …),
+//!   `Bearer` tokens and `Authorization:` header values, and the password of a URL
+//!   (`scheme://user:password@host`). These patterns apply to results, errors, answers,
+//!   summaries and blobs, never to calls. A candidate token must contain a digit, so
+//!   ordinary identifiers (`sk-learn-style-names`, `pk_sequence_generator_name`) and source
+//!   text are left alone.
 
-use regex::Regex;
+use regex::{Captures, Regex};
 use serde_json::Value;
 
-use agent_core::Entry;
+use agent_core::{Decision, Entry, ModelReply, SecretRef, ToolCall, ToolResult};
 
 /// Values shorter than this are too likely to appear by chance to be worth replacing.
-const MIN_SECRET_LEN: usize = 6;
+const MIN_SECRET_LEN: usize = 8;
 
-/// Replaces secrets in the text of events.
+/// Words that make an environment variable's value a secret.
+const SECRET_WORDS: [&str; 4] = ["KEY", "TOKEN", "SECRET", "PASSWORD"];
+
+/// A variable's value could not be put back into a call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the call uses the value of {var}, which this process does not have; set {var} \
+     (or the MCP server's env entry) and resume the run"
+)]
+pub struct MissingSecret {
+    /// The variable the call referred to.
+    pub var: String,
+}
+
+/// Replaces secrets in text bound for the log, and references them in calls.
 #[derive(Clone, Debug)]
 pub struct Redactor {
+    /// `(name, value)`, longest value first.
     secrets: Vec<(String, String)>,
-    patterns: Vec<(Regex, &'static str)>,
+    patterns: Vec<Pattern>,
+}
+
+#[derive(Clone, Debug)]
+struct Pattern {
+    regex: Regex,
+    /// The capture group holding the secret part (0: the whole match).
+    group: usize,
 }
 
 impl Redactor {
-    /// Secrets from the environment: every variable whose name contains `KEY`, `TOKEN`,
-    /// `SECRET` or `PASSWORD`.
+    /// Secrets from this process's environment: every variable whose name contains `KEY`,
+    /// `TOKEN`, `SECRET` or `PASSWORD`.
     pub fn from_env() -> Redactor {
-        Redactor::new(std::env::vars().filter(|(name, _)| {
+        Redactor::from_vars(std::env::vars())
+    }
+
+    /// Secrets from the given environment: the variables named like secrets.
+    pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Redactor {
+        Redactor::new(vars.into_iter().filter(|(name, _)| {
             let upper = name.to_ascii_uppercase();
-            ["KEY", "TOKEN", "SECRET", "PASSWORD"]
-                .iter()
-                .any(|word| upper.contains(word))
+            SECRET_WORDS.iter().any(|word| upper.contains(word))
         }))
     }
 
-    /// Secrets given as `(name, value)` pairs.
+    /// Secrets given as `(name, value)` pairs, and the credential formats.
     pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Redactor {
-        let mut secrets: Vec<(String, String)> = secrets
-            .into_iter()
-            .filter(|(_, value)| value.len() >= MIN_SECRET_LEN)
-            .collect();
-        // Longest first, so a secret that contains another is replaced whole.
-        secrets.sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
-        let patterns = [
-            (
-                r#"(?i)\b((?:proxy-)?authorization)\s*[:=]\s*[^\s,;'"]+(?:\s+[^\s,;'"]+)?"#,
-                "$1: [REDACTED]",
-            ),
-            (
-                r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}",
-                "Bearer [REDACTED]",
-            ),
-            (
-                r"\b(?:sk|pk|ghp|gho|xox[abp])-?[A-Za-z0-9_-]{16,}",
-                "[REDACTED]",
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(re, with)| Regex::new(re).ok().map(|re| (re, with)))
-        .collect();
-        Redactor { secrets, patterns }
+        let mut redactor = Redactor {
+            secrets: Vec::new(),
+            patterns: patterns(),
+        };
+        redactor.add(secrets);
+        redactor
     }
 
     /// A redactor that changes nothing.
@@ -65,23 +88,243 @@ impl Redactor {
         }
     }
 
-    /// `text` with every secret replaced.
-    pub fn redact_str(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for (name, value) in &self.secrets {
-            if out.contains(value.as_str()) {
-                out = out.replace(value.as_str(), &format!("[REDACTED:{name}]"));
+    /// Adds exact values (for example every value of an MCP server's `env` block, named
+    /// `SERVER.VAR`).
+    pub fn with_secrets(mut self, secrets: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.add(secrets);
+        self
+    }
+
+    fn add(&mut self, secrets: impl IntoIterator<Item = (String, String)>) {
+        for (name, value) in secrets {
+            if value.len() >= MIN_SECRET_LEN && !self.secrets.iter().any(|(n, _)| *n == name) {
+                self.secrets.push((name, value));
             }
         }
-        for (re, with) in &self.patterns {
-            if re.is_match(&out) {
-                out = re.replace_all(&out, *with).into_owned();
+        // Longest first, so a secret that contains another is replaced whole.
+        self.secrets
+            .sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+    }
+
+    /// `text` with every known value and credential format replaced.
+    pub fn redact_str(&self, text: &str) -> String {
+        let mut out = self.replace_values(text, |name| format!("[REDACTED:{name}]"), |_, _| {});
+        for pattern in &self.patterns {
+            if !pattern.regex.is_match(&out) {
+                continue;
+            }
+            out = pattern
+                .regex
+                .replace_all(&out, |caps: &Captures| {
+                    let whole = caps.get(0).map_or("", |m| m.as_str());
+                    let Some(secret) = caps.get(pattern.group) else {
+                        return whole.to_owned();
+                    };
+                    if !secret.as_str().chars().any(|c| c.is_ascii_digit()) {
+                        return whole.to_owned();
+                    }
+                    let start = secret.start() - caps.get(0).map_or(0, |m| m.start());
+                    let end = start + secret.len();
+                    format!("{}[REDACTED]{}", &whole[..start], &whole[end..])
+                })
+                .into_owned();
+        }
+        out
+    }
+
+    /// Replaces each known value in `text` by `mark(name)`, calling `found(at, mark)` with
+    /// the byte offset of each replacement in the output.
+    fn replace_values(
+        &self,
+        text: &str,
+        mark: impl Fn(&str) -> String,
+        mut found: impl FnMut(usize, &str),
+    ) -> String {
+        if self.secrets.is_empty() || !self.secrets.iter().any(|(_, v)| text.contains(v)) {
+            return text.to_owned();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        'scan: while let Some(c) = rest.chars().next() {
+            for (name, value) in &self.secrets {
+                if rest.starts_with(value.as_str()) {
+                    let placeholder = mark(name);
+                    found(out.len(), name);
+                    out.push_str(&placeholder);
+                    rest = &rest[value.len()..];
+                    continue 'scan;
+                }
+            }
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+        out
+    }
+
+    /// The call with every known secret value replaced by a reference to its variable,
+    /// recorded in `call.secrets`. Credential patterns never apply to calls.
+    pub fn reference_call(&self, call: &mut ToolCall) {
+        if self.secrets.is_empty() {
+            return;
+        }
+        let mut refs = Vec::new();
+        let arguments = std::mem::take(&mut call.arguments);
+        call.arguments = self.reference_value(arguments, "", &mut refs);
+        call.secrets.extend(refs);
+    }
+
+    fn reference_value(&self, value: Value, pointer: &str, refs: &mut Vec<SecretRef>) -> Value {
+        match value {
+            Value::String(text) => Value::String(self.reference_text(&text, pointer, false, refs)),
+            Value::Array(items) => Value::Array(
+                items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, v)| self.reference_value(v, &format!("{pointer}/{i}"), refs))
+                    .collect(),
+            ),
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .map(|(key, v)| {
+                        let mut key_refs = Vec::new();
+                        // The member's name, as logged, names it in the pointer.
+                        let logged = self.reference_text(&key, "", true, &mut key_refs);
+                        let child = format!("{pointer}/{}", escape_pointer(&logged));
+                        refs.extend(key_refs.into_iter().map(|mut r| {
+                            r.pointer.clone_from(&child);
+                            r
+                        }));
+                        let v = self.reference_value(v, &child, refs);
+                        (logged, v)
+                    })
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    fn reference_text(
+        &self,
+        text: &str,
+        pointer: &str,
+        in_key: bool,
+        refs: &mut Vec<SecretRef>,
+    ) -> String {
+        self.replace_values(
+            text,
+            |name| format!("[secret:${name}]"),
+            |at, name| {
+                refs.push(SecretRef {
+                    pointer: pointer.to_owned(),
+                    in_key,
+                    at,
+                    len: format!("[secret:${name}]").len(),
+                    var: name.to_owned(),
+                })
+            },
+        )
+    }
+
+    /// The call as the model proposed it: every reference expanded to its variable's value.
+    pub fn expand_call(&self, call: &ToolCall) -> Result<ToolCall, MissingSecret> {
+        if call.secrets.is_empty() {
+            return Ok(call.clone());
+        }
+        for r in &call.secrets {
+            if self.value(&r.var).is_none() {
+                return Err(MissingSecret { var: r.var.clone() });
+            }
+        }
+        let arguments = self.expand_value(&call.arguments, "", &call.secrets);
+        Ok(ToolCall::new(call.id.clone(), call.name.clone(), arguments))
+    }
+
+    fn value(&self, var: &str) -> Option<&str> {
+        self.secrets
+            .iter()
+            .find(|(name, _)| name == var)
+            .map(|(_, value)| value.as_str())
+    }
+
+    fn expand_value(&self, value: &Value, pointer: &str, refs: &[SecretRef]) -> Value {
+        match value {
+            Value::String(text) => Value::String(self.expand_text(text, pointer, false, refs)),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| self.expand_value(v, &format!("{pointer}/{i}"), refs))
+                    .collect(),
+            ),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, v)| {
+                        let child = format!("{pointer}/{}", escape_pointer(key));
+                        let v = self.expand_value(v, &child, refs);
+                        (self.expand_text(key, &child, true, refs), v)
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    fn expand_text(&self, text: &str, pointer: &str, in_key: bool, refs: &[SecretRef]) -> String {
+        let mut here: Vec<&SecretRef> = refs
+            .iter()
+            .filter(|r| r.pointer == pointer && r.in_key == in_key)
+            .collect();
+        if here.is_empty() {
+            return text.to_owned();
+        }
+        // From the end, so earlier offsets stay valid.
+        here.sort_by_key(|r| std::cmp::Reverse(r.at));
+        let mut out = text.to_owned();
+        for r in here {
+            let (Some(value), Some(end)) = (self.value(&r.var), r.at.checked_add(r.len)) else {
+                continue;
+            };
+            if out.get(r.at..end).is_some() {
+                out.replace_range(r.at..end, value);
             }
         }
         out
     }
 
-    /// The entries with every string in them redacted.
+    /// A model's reply made fit for the log: references in its calls, everything else
+    /// redacted. The machine only ever holds this form, so live state and log agree.
+    pub fn redact_reply(&self, reply: &mut ModelReply) {
+        match &mut reply.decision {
+            Ok(Decision::Final { answer }) => *answer = self.redact_str(answer),
+            Ok(Decision::ToolCalls { calls }) => {
+                calls.iter_mut().for_each(|c| self.reference_call(c));
+            }
+            Ok(Decision::RequestApproval { summary, calls }) => {
+                *summary = self.redact_str(summary);
+                calls.iter_mut().for_each(|c| self.reference_call(c));
+            }
+            Ok(Decision::Clarification { question }) => *question = self.redact_str(question),
+            Ok(Decision::CannotContinue { reason }) => *reason = self.redact_str(reason),
+            Err(invalid) => {
+                invalid.raw = self.redact_str(&invalid.raw);
+                invalid.problem = self.redact_str(&invalid.problem);
+            }
+        }
+        for retry in &mut reply.retries {
+            retry.reason = self.redact_str(&retry.reason);
+        }
+    }
+
+    /// A tool result made fit for the log.
+    pub fn redact_result(&self, result: &mut ToolResult) {
+        match &mut result.outcome {
+            agent_core::ToolOutcome::Output(text) => *text = self.redact_str(text),
+            agent_core::ToolOutcome::Error(e) => e.message = self.redact_str(&e.message),
+        }
+    }
+
+    /// The last net before the log: every string redacted except call arguments (which
+    /// already hold references, and must stay byte for byte what runs).
     pub fn redact_entries(&self, entries: Vec<Entry>) -> Vec<Entry> {
         if self.secrets.is_empty() && self.patterns.is_empty() {
             return entries;
@@ -102,35 +345,83 @@ impl Redactor {
         match value {
             Value::String(s) => *s = self.redact_str(s),
             Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
-            Value::Object(map) => map.values_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => map
+                .iter_mut()
+                .filter(|(key, _)| !matches!(key.as_str(), "arguments" | "secrets"))
+                .for_each(|(_, v)| self.redact_value(v)),
             _ => {}
         }
     }
 }
 
+/// JSON pointer escaping of one member name (RFC 6901).
+fn escape_pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn patterns() -> Vec<Pattern> {
+    [
+        // OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-api03-…) keys.
+        (r"\bsk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", 0),
+        // GitHub tokens.
+        (r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{30,}", 0),
+        (r"\bgithub_pat_[A-Za-z0-9_]{22,}", 0),
+        // AWS access key ids.
+        (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", 0),
+        // Slack tokens.
+        (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", 0),
+        // Authorization header values, with or without a scheme.
+        (
+            r"(?i)\b(?:proxy-)?authorization:[ \t]*(?:(?:bearer|basic|token|digest)[ \t]+)?([A-Za-z0-9._~+/-]{8,}=*)",
+            1,
+        ),
+        // Bearer tokens anywhere.
+        (r"(?i)\bbearer[ \t]+([A-Za-z0-9._~+/-]{16,}=*)", 1),
+        // The password of a URL.
+        (r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]+:([^\s/?#@]+)@", 1),
+    ]
+    .into_iter()
+    .filter_map(|(re, group)| Regex::new(re).ok().map(|regex| Pattern { regex, group }))
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
-    fn replaces_env_secrets_headers_and_tokens() {
-        let r = Redactor::new([
-            ("OPENAI_API_KEY".to_owned(), "abc123secretvalue".to_owned()),
-            ("SHORT_KEY".to_owned(), "x".to_owned()),
-        ]);
+    fn replaces_known_values_and_formats() {
+        let r = Redactor::new([("OPENAI_API_KEY".to_owned(), "abc123secretvalue".to_owned())]);
         assert_eq!(
             r.redact_str("key=abc123secretvalue and x"),
             "key=[REDACTED:OPENAI_API_KEY] and x"
         );
+        let bearer = format!("Bearer tok_{}9", "a".repeat(12));
         assert_eq!(
-            r.redact_str("curl -H 'Authorization: Bearer tok_abcdefgh12345' url"),
-            "curl -H 'Authorization: [REDACTED]' url"
+            r.redact_str(&format!("curl -H 'Authorization: {bearer}' url")),
+            "curl -H 'Authorization: Bearer [REDACTED]' url"
         );
-        assert_eq!(
-            r.redact_str("use bearer abcdefghijklmnop"),
-            "use Bearer [REDACTED]"
-        );
-        assert_eq!(r.redact_str("sk-proj1234567890abcdefXYZ"), "[REDACTED]");
         assert_eq!(r.redact_str("nothing here"), "nothing here");
+    }
+
+    #[test]
+    fn a_call_keeps_a_reference_and_expands_byte_for_byte() {
+        let r = Redactor::new([("API_TOKEN".to_owned(), "tok-9f8e7d6c5b4a".to_owned())]);
+        let proposed = ToolCall::new(
+            "c1",
+            "shell",
+            json!({"command": "curl -H 'X: tok-9f8e7d6c5b4a' u?t=tok-9f8e7d6c5b4a",
+                   "tok-9f8e7d6c5b4a": ["tok-9f8e7d6c5b4a"]}),
+        );
+        let mut logged = proposed.clone();
+        r.reference_call(&mut logged);
+        let text = serde_json::to_string(&logged).unwrap();
+        assert!(!text.contains("tok-9f8e7d6c5b4a"), "{text}");
+        assert!(text.contains("[secret:$API_TOKEN]"), "{text}");
+        let back: ToolCall = serde_json::from_str(&text).unwrap();
+        assert_eq!(r.expand_call(&back).unwrap(), proposed);
+        let err = Redactor::none().expand_call(&back).unwrap_err();
+        assert_eq!(err.var, "API_TOKEN");
     }
 }

@@ -71,10 +71,8 @@ async fn openai_run_end_to_end_with_tool_results_paired() {
     assert_eq!(tool["tool_call_id"], "call_1");
     assert!(tool["content"].as_str().unwrap().contains("hello.txt"));
     // The key is sent, and never stored.
-    assert_eq!(
-        got[0].header("authorization"),
-        Some("Bearer sk-test-1234567890")
-    );
+    let sent = format!("Bearer {}", "sk-test-1234567890");
+    assert_eq!(got[0].header("authorization"), Some(sent.as_str()));
     let id = v["run_id"].as_str().unwrap();
     let log = String::from_utf8_lossy(&env.run(&["show", "--json", id]).stdout).into_owned();
     assert!(!log.contains("sk-test-1234567890"));

@@ -13,6 +13,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+mod redaction;
+
 type Trace = Arc<Mutex<Vec<String>>>;
 
 /// Records every prompt and the order of calls.
@@ -548,7 +550,7 @@ async fn large_outputs_are_kept_as_blobs_in_the_store() {
     let model = ScriptModel::from_json(&script.to_string()).unwrap();
     let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
         .unwrap()
-        .with_blob_sink(Arc::new(agent_runtime::StoreBlobs(Arc::clone(&store))));
+        .with_blob_sink(Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store))));
     let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store));
     rt.start(
         RunRequest::new("run-b", "g", Budget::default()),
@@ -665,7 +667,7 @@ async fn read_result_reads_back_a_masked_older_result() {
     ]});
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let model = ScriptModel::from_json(&script.to_string()).unwrap();
-    let blobs = Arc::new(agent_runtime::StoreBlobs(Arc::clone(&store)));
+    let blobs = Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store)));
     let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
         .unwrap()
         .with_result_source(blobs);
