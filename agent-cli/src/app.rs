@@ -13,8 +13,8 @@ use agent_providers::{
     RetryPolicy, ScriptModel,
 };
 use agent_runtime::{
-    CancellationToken, EventSink, ModelSummarizer, Report, RunRequest, Runtime, RuntimeError,
-    StoreBlobs,
+    CancellationToken, EventSink, ModelSummarizer, Redactor, Report, RunRequest, Runtime,
+    RuntimeError, StoreBlobs,
 };
 use agent_store::{SledStore, Store, StoreError};
 use agent_tools::mcp::{self, McpConfig};
@@ -24,6 +24,7 @@ use crate::args::{Cli, Commands, RunArgs, Setup};
 use crate::config::{self, Config, HookConfig};
 use crate::exit::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code};
 use crate::render;
+use crate::trust;
 
 /// A command that could not run, with its exit code.
 struct Failure {
@@ -73,6 +74,10 @@ pub fn main(cli: Cli) -> ExitCode {
 struct Settings {
     config: Config,
     base: PathBuf,
+    /// The file read, if any.
+    file: Option<PathBuf>,
+    /// Whether the command line named it (`--config`): then it is trusted as given.
+    explicit: bool,
 }
 
 impl Settings {
@@ -81,11 +86,10 @@ impl Settings {
             Some((path, config)) => Settings {
                 config,
                 base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+                file: Some(path),
+                explicit: explicit.is_some(),
             },
-            None => Settings {
-                config: Config::default(),
-                base: PathBuf::new(),
-            },
+            None => Settings::none(),
         })
     }
 
@@ -93,6 +97,17 @@ impl Settings {
         Settings {
             config: Config::default(),
             base: PathBuf::new(),
+            file: None,
+            explicit: false,
+        }
+    }
+
+    /// The workspace directory the flags and the file name.
+    fn workspace(&self, flag: Option<&Path>) -> PathBuf {
+        match (flag, &self.config.workspace) {
+            (Some(dir), _) => dir.to_path_buf(),
+            (None, Some(dir)) => self.path(dir),
+            (None, None) => PathBuf::from("."),
         }
     }
 
@@ -137,7 +152,10 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             return context(&settings, &store, json, &run, &setup);
         }
         Commands::Runs => return runs(&store, json),
-        Commands::Show { run } => return show(&store, json, &run),
+        Commands::Trust { path, workspace } => {
+            return trust_command(&settings, json, path.as_deref(), workspace.as_deref());
+        }
+        Commands::Show { run, call } => return show(&store, json, &run, call.as_deref()),
         Commands::Resume { run, setup } => (run, setup, Resume::Continue),
         Commands::Approve { run, calls, setup } => (run, setup, Resume::Approve(ids(calls))),
         Commands::Deny {
@@ -283,14 +301,14 @@ fn gateway(
     rt: &tokio::runtime::Runtime,
     access: StoreAccess<'_>,
 ) -> Result<Gateway, Failure> {
-    let dir = match (&setup.workspace, &settings.config.workspace) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(dir)) => settings.path(dir),
-        (None, None) => PathBuf::from("."),
-    };
+    let dir = settings.workspace(setup.workspace.as_deref());
     let ws =
         Workspace::new(&dir).map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
     let root = ws.root().to_path_buf();
+    // Nothing a project file brings is used, or started, before a person trusted it.
+    let interactive =
+        !setup.no_input && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    ensure_trusted(&untrusted_parts(settings, setup, &root)?, interactive)?;
     let mut policy = Policy::new();
     let p = &settings.config.policy;
     let rules = [
@@ -319,12 +337,7 @@ fn gateway(
     for h in &hooks.post_tool_use {
         gateway = gateway.with_hook(Arc::new(hook(HookEvent::PostToolUse, h, &root)?));
     }
-    let mcp = match (&setup.mcp_config, &settings.config.mcp_config) {
-        (Some(path), _) => Some(path.clone()),
-        (None, Some(path)) => Some(settings.path(path)),
-        (None, None) => Some(root.join(".mcp.json")).filter(|p| p.is_file()),
-    };
-    if let Some(path) = mcp {
+    if let Some(path) = mcp_path(settings, setup, &root) {
         let config = McpConfig::from_path(&path).map_err(usage)?;
         for tool in rt.block_on(mcp::connect(&config, &root)).map_err(usage)? {
             gateway.register(tool).map_err(usage)?;
@@ -340,6 +353,168 @@ fn gateway(
         gateway = gateway.with_replay(ToolReplay::from_log(run, &log));
     }
     Ok(gateway)
+}
+
+/// The MCP configuration in use: `--mcp-config`, the settings file's, or the workspace's
+/// `.mcp.json`.
+fn mcp_path(settings: &Settings, setup: &Setup, root: &Path) -> Option<PathBuf> {
+    match (&setup.mcp_config, &settings.config.mcp_config) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(path)) => Some(settings.path(path)),
+        (None, None) => Some(root.join(".mcp.json")).filter(|p| p.is_file()),
+    }
+}
+
+/// The project files in use that bring something needing trust, and what they bring.
+fn untrusted_parts(
+    settings: &Settings,
+    setup: &Setup,
+    root: &Path,
+) -> Result<Vec<trust::ProjectFile>, Failure> {
+    let mut files = Vec::new();
+    if let (Some(path), false) = (&settings.file, settings.explicit) {
+        let c = &settings.config;
+        let mut brings = Vec::new();
+        if !c.policy.allow.is_empty() {
+            brings.push(format!("allow rules {}", c.policy.allow.join(", ")));
+        }
+        let hooks: Vec<&str> = c
+            .hooks
+            .pre_tool_use
+            .iter()
+            .chain(&c.hooks.post_tool_use)
+            .map(|h| h.command.as_str())
+            .collect();
+        if !hooks.is_empty() {
+            brings.push(format!("hook commands {}", hooks.join(", ")));
+        }
+        if let (Some(mcp), None) = (&c.mcp_config, &setup.mcp_config) {
+            brings.push(format!("the MCP servers of {}", mcp.display()));
+        }
+        if let (Some(ws), None) = (&c.workspace, &setup.workspace) {
+            brings.push(format!("the workspace {}", ws.display()));
+        }
+        if let (Some(url), None) = (&c.base_url, &setup.base_url) {
+            brings.push(format!("base_url {url} (where your API key is sent)"));
+        }
+        if !brings.is_empty() {
+            let (mut file, _) = trust::ProjectFile::read(path).map_err(usage)?;
+            file.brings = brings;
+            files.push(file);
+        }
+    }
+    if setup.mcp_config.is_none() && settings.config.mcp_config.is_none() {
+        let path = root.join(".mcp.json");
+        if path.is_file() {
+            let config = McpConfig::from_path(&path).map_err(usage)?;
+            if !config.servers.is_empty() {
+                let (mut file, _) = trust::ProjectFile::read(&path).map_err(usage)?;
+                file.brings = config
+                    .servers
+                    .iter()
+                    .map(|(name, s)| {
+                        let mut line = vec![s.command.clone()];
+                        line.extend(s.args.iter().cloned());
+                        format!("MCP server {name} (runs {})", line.join(" "))
+                    })
+                    .collect();
+                files.push(file);
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// Refuses, or on a terminal asks once, for project files not trusted as they are now.
+fn ensure_trusted(files: &[trust::ProjectFile], interactive: bool) -> Result<(), Failure> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let mut trusted = trust::Trusted::load().map_err(usage)?;
+    for file in files {
+        if trusted.trusts(file) {
+            continue;
+        }
+        let path = file.path.display();
+        if !interactive {
+            return Err(usage(format!(
+                "{path} is not trusted: it brings {}; read it, then run `agent trust {path}` \
+                 (or name it with --config / --mcp-config to use it as given)",
+                file.brings.join("; ")
+            )));
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "agent: {path} is not trusted yet. It brings:");
+        for what in &file.brings {
+            let _ = writeln!(err, "  - {}", render::escape(what));
+        }
+        let _ = write!(err, "Trust this file as it is now? [y/N] ");
+        let _ = err.flush();
+        drop(err);
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            return Err(usage(format!(
+                "{path} was not trusted; nothing was run (trust it later with `agent trust {path}`)"
+            )));
+        }
+        trusted.trust(file).map_err(usage)?;
+    }
+    Ok(())
+}
+
+/// `agent trust [PATH]`.
+fn trust_command(
+    settings: &Settings,
+    json: bool,
+    path: Option<&Path>,
+    workspace: Option<&Path>,
+) -> Result<u8, Failure> {
+    let candidates: Vec<PathBuf> = match path {
+        Some(p) if p.is_dir() => vec![p.join("agent.toml"), p.join(".mcp.json")],
+        Some(p) => {
+            if !p.is_file() {
+                return Err(usage(format!(
+                    "{}: no such file; give an agent.toml, a .mcp.json or their directory",
+                    p.display()
+                )));
+            }
+            vec![p.to_path_buf()]
+        }
+        None => {
+            let mut v: Vec<PathBuf> = settings.file.iter().cloned().collect();
+            v.push(settings.workspace(workspace).join(".mcp.json"));
+            if let Some(mcp) = &settings.config.mcp_config {
+                v.push(settings.path(mcp));
+            }
+            v
+        }
+    };
+    let files: Vec<&PathBuf> = candidates.iter().filter(|p| p.is_file()).collect();
+    if files.is_empty() {
+        return Err(usage(
+            "no agent.toml or .mcp.json here; give the file or its directory: agent trust PATH",
+        ));
+    }
+    let mut trusted = trust::Trusted::load().map_err(usage)?;
+    let mut done = Vec::new();
+    for path in files {
+        let (file, _) = trust::ProjectFile::read(path).map_err(usage)?;
+        trusted.trust(&file).map_err(usage)?;
+        done.push(file);
+    }
+    if json {
+        let list: Vec<serde_json::Value> = done
+            .iter()
+            .map(|f| serde_json::json!({"path": f.path, "sha256": f.hash}))
+            .collect();
+        println!("{}", serde_json::Value::Array(list));
+    } else {
+        for f in &done {
+            println!("trusted {} (sha256 {})", f.path.display(), &f.hash[..16]);
+        }
+    }
+    Ok(EXIT_OK)
 }
 
 fn budget(settings: &Settings, args: &RunArgs) -> Result<Budget, Failure> {
@@ -404,22 +579,40 @@ fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
     cancel
 }
 
+/// The secrets to keep out of the log: the environment's secret-named variables and every
+/// value of the `env` block of the MCP servers in use (where MCP configs keep tokens).
+fn redactor(settings: &Settings, setup: Option<&Setup>) -> Redactor {
+    let redactor = Redactor::from_env();
+    let Some(setup) = setup else {
+        return redactor;
+    };
+    let root = settings.workspace(setup.workspace.as_deref());
+    let root = root.canonicalize().unwrap_or(root);
+    let Some(config) = mcp_path(settings, setup, &root).and_then(|p| McpConfig::from_path(&p).ok())
+    else {
+        return redactor;
+    };
+    redactor.with_secrets(config.secrets())
+}
+
 fn runtime(
     settings: &Settings,
     model: Arc<dyn Model>,
     gateway: Gateway,
     store: SledStore,
     events: bool,
+    redactor: Redactor,
 ) -> Runtime {
     let store: Arc<dyn Store> = Arc::new(store);
     // Outputs too large for the model are kept whole in the store, and read back with
     // read_result, as are older results the prompt shows shortened.
-    let blobs = Arc::new(StoreBlobs::new(Arc::clone(&store)));
+    let blobs = Arc::new(StoreBlobs::new(Arc::clone(&store)).with_redactor(redactor.clone()));
     let gateway = gateway
         .with_blob_sink(blobs.clone())
         .with_result_source(blobs);
     let real_model = model.provider() != "script";
-    let mut runtime = Runtime::new(Arc::clone(&model), Arc::new(gateway), store);
+    let mut runtime =
+        Runtime::new(Arc::clone(&model), Arc::new(gateway), store).with_redactor(redactor);
     if real_model {
         runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(Arc::clone(&model))));
     }
@@ -463,7 +656,8 @@ fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Resu
     let rt = tokio()?;
     let gateway = gateway(settings, &args.setup, &rt, StoreAccess::Dir(store_dir))?;
     let store = SledStore::open(store_dir)?;
-    let runtime = runtime(settings, model, gateway, store, args.setup.events);
+    let redactor = redactor(settings, Some(&args.setup));
+    let runtime = runtime(settings, model, gateway, store, args.setup.events, redactor);
     let cancel = cancel_on_ctrl_c(&rt);
     let run_id = ulid::Ulid::generate().to_string();
     let report = rt.block_on(runtime.start(RunRequest::new(run_id, args.goal, budget), cancel))?;
@@ -506,7 +700,8 @@ fn drive_existing(
     };
     let rt = tokio()?;
     let gateway = gateway(settings, setup, &rt, StoreAccess::Open(&store))?;
-    let runtime = runtime(settings, model, gateway, store, setup.events);
+    let redactor = redactor(settings, Some(setup));
+    let runtime = runtime(settings, model, gateway, store, setup.events, redactor);
     let cancel = cancel_on_ctrl_c(&rt);
     let report = rt.block_on(async {
         match what {
@@ -548,6 +743,7 @@ fn cancel(store_dir: &Path, json: bool, run_id: &str) -> Result<u8, Failure> {
         Gateway::new(ws),
         store,
         false,
+        Redactor::from_env(),
     );
     let rt = tokio()?;
     let report = rt.block_on(runtime.cancel(run_id))?;
@@ -588,10 +784,23 @@ fn context(
         Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), true)?,
         None => Arc::new(ManifestModel::of(&log)),
     };
-    let rt = tokio()?;
-    let gateway = gateway(settings, setup, &rt, StoreAccess::Open(&store))?;
-    let runtime = runtime(settings, model, gateway, store, false);
-    let projector = runtime.projector(&log);
+    // A command that only reads starts nothing: no MCP server, no hook. The tools are the
+    // ones the run recorded at its start.
+    let recorded = match log.first().map(|e| &e.event) {
+        Some(Event::RunStarted { manifest, .. }) => manifest.tools.clone(),
+        _ => Vec::new(),
+    };
+    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+    let gateway = Gateway::with_builtins(ws).map_err(|e| Failure {
+        code: EXIT_FAILED,
+        message: e.to_string(),
+    })?;
+    let runtime = runtime(settings, model, gateway, store, false, Redactor::from_env());
+    let projector = if recorded.is_empty() {
+        runtime.projector(&log)
+    } else {
+        runtime.projector_with(recorded, &log)
+    };
     let prompt = projector.prompt();
     let window = projector.config().context_window;
     if json {
@@ -654,14 +863,58 @@ fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {
     Ok(EXIT_OK)
 }
 
-fn show(store_dir: &Path, json: bool, run_id: &str) -> Result<u8, Failure> {
+fn show(store_dir: &Path, json: bool, run_id: &str, call: Option<&str>) -> Result<u8, Failure> {
     let store = open_existing(store_dir)?;
     let entries = store.load(run_id)?;
+    if let Some(id) = call {
+        // Every proposal of that call id (a model may reuse ids across turns).
+        let found: Vec<serde_json::Value> = entries
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::DecisionProposed { turn, decision, .. } => Some((*turn, decision)),
+                _ => None,
+            })
+            .flat_map(|(turn, decision)| {
+                let calls = match decision {
+                    agent_core::Decision::ToolCalls { calls }
+                    | agent_core::Decision::RequestApproval { calls, .. } => calls.as_slice(),
+                    _ => &[],
+                };
+                calls
+                    .iter()
+                    .filter(|c| c.id.as_str() == id)
+                    .map(move |c| {
+                        serde_json::json!({
+                            "turn": turn,
+                            "call_id": c.id,
+                            "tool": c.name,
+                            "arguments": c.arguments,
+                        })
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if found.is_empty() {
+            return Err(usage(format!(
+                "run {run_id} has no call {id:?}; `agent show {run_id}` lists its calls"
+            )));
+        }
+        let value = serde_json::Value::Array(found);
+        if json {
+            println!("{value}");
+        } else {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            );
+        }
+        return Ok(EXIT_OK);
+    }
     if json {
         let value = serde_json::json!({ "run_id": run_id, "events": entries });
         println!("{value}");
     } else {
-        print!("{}", render::timeline(&entries));
+        print!("{}", render::timeline(run_id, &entries));
     }
     Ok(EXIT_OK)
 }

@@ -93,10 +93,23 @@ pub enum Commands {
     },
     /// List runs: id, status, reason, steps, started.
     Runs,
+    /// Trust the project's agent.toml / .mcp.json as they are now, so the commands, hooks
+    /// and allow rules they bring are used (a changed file must be trusted again).
+    Trust {
+        /// A file, or a directory whose agent.toml and .mcp.json are trusted (default: the
+        /// settings file and the workspace's .mcp.json).
+        path: Option<PathBuf>,
+        /// The workspace whose .mcp.json is trusted (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
     /// Show a run's timeline, one line per event.
     Show {
         /// The run id.
         run: String,
+        /// Print this call whole (its arguments as JSON) instead of the timeline.
+        #[arg(long = "call", value_name = "ID")]
+        call: Option<String>,
     },
 }
 
@@ -131,6 +144,9 @@ pub struct Setup {
     /// Print each committed event as a JSON line while running.
     #[arg(long)]
     pub events: bool,
+    /// Never ask on the terminal: an untrusted project file is an error, as when piped.
+    #[arg(long)]
+    pub no_input: bool,
 }
 
 /// Options of `agent run`.

@@ -9,6 +9,7 @@ mod args;
 mod config;
 mod exit;
 mod render;
+mod trust;
 
 pub use app::main;
 pub use args::{Cli, Commands};

@@ -48,10 +48,9 @@ pub fn outcome_text(report: &Report) -> String {
     for p in &o.pending {
         let _ = write!(
             out,
-            "\n  waiting: {} {} {} ({})",
+            "\n  waiting: {} {} ({})",
             p.call_id,
-            p.tool,
-            compact(&p.arguments, 120),
+            call_text(&p.tool, &p.arguments, &report.run_id, p.call_id.as_str()),
             p.why
         );
     }
@@ -96,8 +95,8 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
     out
 }
 
-/// `agent show` as one line per event.
-pub fn timeline(entries: &[Entry]) -> String {
+/// `agent show` as one line per event (calls whole, control characters escaped).
+pub fn timeline(run_id: &str, entries: &[Entry]) -> String {
     let mut out = String::new();
     for e in entries {
         let _ = writeln!(
@@ -106,13 +105,80 @@ pub fn timeline(entries: &[Entry]) -> String {
             e.version,
             time(e.at_ms),
             e.event.name(),
-            detail(&e.event)
+            detail(run_id, &e.event)
         );
     }
     out
 }
 
-fn detail(event: &Event) -> String {
+/// Characters of a bulky argument (a file body) shown before it is folded.
+pub const FOLD_AT: usize = 2_000;
+
+/// One call as a person judges it: the tool, then each argument. The main arguments
+/// (`command`, `path`) and every argument up to [`FOLD_AT`] characters are shown whole;
+/// a longer one is folded with the count of what is not shown and the command that shows
+/// it all. Control characters and bidirectional overrides are escaped, so what is shown
+/// is what runs.
+pub fn call_text(tool: &str, arguments: &Value, run_id: &str, call_id: &str) -> String {
+    let mut out = escape(tool);
+    let Value::Object(map) = arguments else {
+        let _ = write!(out, " {arguments}");
+        return out;
+    };
+    for (key, value) in map {
+        let _ = write!(out, " {}=", escape(key));
+        match value {
+            Value::String(text) => {
+                let total = text.chars().count();
+                let main = matches!(key.as_str(), "command" | "path");
+                if main || total <= FOLD_AT {
+                    let _ = write!(out, "\"{}\"", escape(text));
+                } else {
+                    let head: String = text.chars().take(FOLD_AT).collect();
+                    let _ = write!(
+                        out,
+                        "\"{}\"… {} more characters (all of it: agent show {run_id} --call {call_id})",
+                        escape(&head),
+                        total - FOLD_AT
+                    );
+                }
+            }
+            other => {
+                let _ = write!(out, "{other}");
+            }
+        }
+    }
+    out
+}
+
+/// `text` with control characters, bidirectional overrides and invisible separators
+/// written as escapes, and `"` and `\\` escaped.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() || is_invisible(c) => {
+                let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Characters that change how text around them looks without showing themselves.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+        | '\u{061c}' | '\u{00ad}')
+}
+
+fn detail(run_id: &str, event: &Event) -> String {
     match event {
         Event::RunStarted {
             run_id,
@@ -129,9 +195,15 @@ fn detail(event: &Event) -> String {
         } => {
             let what = match decision {
                 Decision::Final { answer } => format!("final {}", cut(answer, 100)),
-                Decision::ToolCalls { calls } => format!("tool_calls {}", calls_text(calls)),
+                Decision::ToolCalls { calls } => {
+                    format!("tool_calls {}", calls_text(run_id, calls))
+                }
                 Decision::RequestApproval { summary, calls } => {
-                    format!("request_approval {:?} {}", summary, calls_text(calls))
+                    format!(
+                        "request_approval {:?} {}",
+                        summary,
+                        calls_text(run_id, calls)
+                    )
                 }
                 Decision::Clarification { question } => format!("clarification {question:?}"),
                 Decision::CannotContinue { reason } => format!("cannot_continue {reason:?}"),
@@ -172,7 +244,14 @@ fn detail(event: &Event) -> String {
         } => {
             let calls: Vec<String> = pending
                 .iter()
-                .map(|p| format!("{} {}", p.call_id, p.tool))
+                .map(|p| {
+                    format!(
+                        "{} {} ({})",
+                        p.call_id,
+                        call_text(&p.tool, &p.arguments, run_id, p.call_id.as_str()),
+                        p.why
+                    )
+                })
                 .collect();
             match summary {
                 Some(s) => format!("{s:?} {}", calls.join(", ")),
@@ -219,16 +298,18 @@ fn ids(ids: &[agent_core::CallId]) -> String {
         .join(", ")
 }
 
-fn calls_text(calls: &[ToolCall]) -> String {
+fn calls_text(run_id: &str, calls: &[ToolCall]) -> String {
     calls
         .iter()
-        .map(|c| format!("{} {} {}", c.id, c.name, compact(&c.arguments, 60)))
+        .map(|c| {
+            format!(
+                "{} {}",
+                c.id,
+                call_text(&c.name, &c.arguments, run_id, c.id.as_str())
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-fn compact(value: &Value, max: usize) -> String {
-    cut(&value.to_string(), max)
 }
 
 /// The first line of `text`, at most `max` characters.
@@ -304,6 +385,34 @@ mod tests {
         assert_eq!(cut("short", 10), "short");
         assert_eq!(cut("one\ntwo", 10), "one…");
         assert_eq!(cut("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn calls_are_shown_whole_and_escaped() {
+        let hidden = format!("git status{}; echo PWNED", " ".repeat(120));
+        let shown = call_text("shell", &json!({ "command": hidden }), "r", "c1");
+        assert!(shown.ends_with("; echo PWNED\""), "{shown}");
+        let tricky = call_text(
+            "shell",
+            &json!({"command": "ls\n\u{1b}[2Arm -rf x \u{202e}"}),
+            "r",
+            "c1",
+        );
+        assert_eq!(
+            tricky,
+            "shell command=\"ls\\n\\u{001b}[2Arm -rf x \\u{202e}\""
+        );
+        let body = "x".repeat(FOLD_AT + 5);
+        let folded = call_text(
+            "write_file",
+            &json!({"path": "a", "content": body}),
+            "r",
+            "c1",
+        );
+        assert!(
+            folded.contains("\"… 5 more characters (all of it: agent show r --call c1) path=\"a\""),
+            "{folded}"
+        );
     }
 
     #[test]

@@ -36,6 +36,7 @@ fn run_log(turns: u32, size: usize) -> Vec<Entry> {
         system_prompt_digest: String::new(),
         tool_schema_digest: String::new(),
         budget: Budget::default(),
+        tools: Vec::new(),
     };
     let mut log = vec![entry(
         1,

@@ -17,6 +17,7 @@
 //!     runtime_version: "0.1.0".into(), provider: "script".into(), model: "m".into(),
 //!     system_prompt_digest: String::new(), tool_schema_digest: String::new(),
 //!     budget: Budget::default(),
+//!     tools: Vec::new(),
 //! };
 //! let log = [Entry { version: 1, at_ms: 0, event: Event::RunStarted {
 //!     run_id: "r1".into(), goal: "Summarize notes.txt".into(), manifest } }];

@@ -22,6 +22,7 @@ impl Log {
                 system_prompt_digest: String::new(),
                 tool_schema_digest: String::new(),
                 budget: Budget::default(),
+                tools: Vec::new(),
             },
         });
         log

@@ -28,6 +28,7 @@ fn manifest(max_steps: u32) -> Manifest {
             max_tool_calls: u32::MAX,
             ..Budget::default()
         },
+        tools: Vec::new(),
     }
 }
 

@@ -62,6 +62,10 @@ pub struct Manifest {
     pub tool_schema_digest: String,
     /// The run's budgets.
     pub budget: Budget,
+    /// The tools offered at the start, whole: `agent context` rebuilds the prompt from
+    /// them without starting any server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<crate::tool::ToolSpec>,
 }
 
 /// One entry of a run's log: its version (1-based, contiguous), the time it was made and

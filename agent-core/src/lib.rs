@@ -25,6 +25,7 @@
 //!     system_prompt_digest: String::new(),
 //!     tool_schema_digest: String::new(),
 //!     budget: Budget::default(),
+//!     tools: Vec::new(),
 //! };
 //! let config = RunConfig { run_id: "r1".into(), goal: "say hi".into(), manifest, tools: vec![] };
 //! let mut machine = Machine::start(config, 0);

@@ -156,11 +156,13 @@ impl Runtime {
 
     /// The projection of a run's log: the exact prompt its next model call would get.
     pub fn projector(&self, log: &[Entry]) -> Projector {
-        let mut projector = Projector::new(
-            self.context.clone(),
-            self.gateway.specs(),
-            Arc::clone(&self.counter),
-        );
+        self.projector_with(self.gateway.specs(), log)
+    }
+
+    /// The projection of a run's log with the given tools offered (for example the ones
+    /// the run recorded at its start, without starting their servers).
+    pub fn projector_with(&self, tools: Vec<ToolSpec>, log: &[Entry]) -> Projector {
+        let mut projector = Projector::new(self.context.clone(), tools, Arc::clone(&self.counter));
         for entry in log {
             projector.apply(entry);
         }
@@ -184,6 +186,7 @@ impl Runtime {
             system_prompt_digest: sha256_hex(self.context.system.as_bytes()),
             tool_schema_digest: sha256_hex(canonical_json(&tools).as_bytes()),
             budget,
+            tools: specs,
         }
     }
 

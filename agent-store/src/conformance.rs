@@ -79,6 +79,7 @@ pub fn started(run_id: &str, at_ms: u64) -> Entry {
                 system_prompt_digest: String::new(),
                 tool_schema_digest: String::new(),
                 budget: Budget::default(),
+                tools: Vec::new(),
             },
         },
     }

@@ -67,6 +67,20 @@ pub enum McpError {
 
 impl McpConfig {
     /// Reads and parses a config file.
+    /// Every value of every server's `env` block, named `SERVER.VAR`: MCP configurations
+    /// keep their tokens there, so the runtime keeps these values out of the log.
+    pub fn secrets(&self) -> Vec<(String, String)> {
+        self.servers
+            .iter()
+            .flat_map(|(server, s)| {
+                s.env
+                    .iter()
+                    .map(move |(name, value)| (format!("{server}.{name}"), value.clone()))
+            })
+            .collect()
+    }
+
+    /// Reads a configuration file.
     pub fn from_path(path: &Path) -> Result<McpConfig, McpError> {
         let fail = |message: String| McpError::Config {
             path: path.display().to_string(),

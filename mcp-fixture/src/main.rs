@@ -46,6 +46,12 @@ struct EchoArgs {
     text: String,
 }
 
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct EnvArgs {
+    /// The variable's name.
+    name: String,
+}
+
 #[tool_router]
 impl Fixture {
     fn new() -> Self {
@@ -93,6 +99,18 @@ impl Fixture {
     #[tool(description = "Echoes its text")]
     async fn echo(&self, Parameters(args): Parameters<EchoArgs>) -> String {
         args.text
+    }
+
+    #[tool(
+        description = "Prints the value of one of the server's environment variables",
+        annotations(read_only_hint = true)
+    )]
+    async fn env(&self, Parameters(args): Parameters<EnvArgs>) -> String {
+        format!(
+            "{}={}",
+            args.name,
+            std::env::var(&args.name).unwrap_or_default()
+        )
     }
 
     #[tool(description = "Exits the server process at once")]

@@ -46,6 +46,7 @@ async fn tools_are_listed_with_their_risk_from_annotations() {
             ("mcp__fx__crash".to_owned(), Risk::External),
             ("mcp__fx__delete_item".to_owned(), Risk::Write),
             ("mcp__fx__echo".to_owned(), Risk::External),
+            ("mcp__fx__env".to_owned(), Risk::Read),
             ("mcp__fx__meet".to_owned(), Risk::Read),
         ]
     );
@@ -225,4 +226,46 @@ async fn runs_use_mcp_tools_pause_on_a_crash_and_stop_when_the_server_is_gone() 
         "{}",
         report.outcome.message
     );
+}
+
+/// A server's `env` block holds its token: the token never reaches the log, even when the
+/// server prints it.
+#[tokio::test]
+async fn the_values_of_a_servers_env_block_are_kept_out_of_the_log() {
+    use agent_providers::ScriptModel;
+    use agent_runtime::{Redactor, RunRequest, Runtime};
+    use agent_store::{MemoryStore, Store};
+
+    let token = "fx-token-7d3a9c1e5b";
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(json!({"fx": {
+        "command": env!("CARGO_BIN_EXE_agent-mcp-fixture"),
+        "env": {"FX_TOKEN": token}
+    }}));
+    let mut g = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
+    for tool in connect(&config, dir.path()).await.unwrap() {
+        g.register(tool).unwrap();
+    }
+    let store = Arc::new(MemoryStore::new());
+    let model = ScriptModel::from_json(
+        &json!({"turns": [
+            {"tool_calls": [{"id": "e1", "name": "mcp__fx__env", "arguments": {"name": "FX_TOKEN"}}]},
+            {"final": format!("the token is {token}")}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let rt = Runtime::new(Arc::new(model), Arc::new(g), store.clone())
+        .with_redactor(Redactor::new([]).with_secrets(config.secrets()));
+    let report = rt
+        .start(
+            RunRequest::new("r1", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let log = serde_json::to_string(&store.load("r1").unwrap()).unwrap();
+    assert!(!log.contains(token), "{log}");
+    assert!(log.contains("FX_TOKEN=[REDACTED:fx.FX_TOKEN]"), "{log}");
 }

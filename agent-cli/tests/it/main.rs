@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 mod crash;
 mod providers;
+mod trust;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -35,7 +36,9 @@ impl Env {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
         // Tests never reach a real provider, whatever the environment holds.
         cmd.env_remove("OPENAI_API_KEY")
-            .env_remove("ANTHROPIC_API_KEY");
+            .env_remove("ANTHROPIC_API_KEY")
+            // Trust decisions go to the test's own config directory, never the user's.
+            .env("AGENT_CONFIG_DIR", self.dir.path().join("config"));
         cmd.current_dir(self.dir.path())
             .arg("--store")
             .arg(self.store());
@@ -467,11 +470,11 @@ fn allow_and_deny_flags_decide_without_asking() {
 }
 
 #[test]
-fn agent_toml_sets_policy_hooks_and_budgets() {
+fn agent_toml_sets_policy_hooks_and_budgets_once_trusted() {
     let env = Env::new();
     let model = env.script(json!([
-        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "echo hi > made.txt"}}]},
-        {"tool_calls": [{"id": "s2", "name": "shell", "arguments": {"command": "echo blocked > no.txt"}}]},
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "touch made.txt"}}]},
+        {"tool_calls": [{"id": "s2", "name": "shell", "arguments": {"command": "touch no.txt"}}]},
         {"final": "done"}
     ]));
     let hook = env.dir.path().join("gate.sh");
@@ -480,15 +483,26 @@ fn agent_toml_sets_policy_hooks_and_budgets() {
         "#!/bin/sh\nif grep -q no.txt; then echo 'no.txt is reserved' >&2; exit 2; fi\n",
     )
     .unwrap();
-    std::fs::write(
-        env.dir.path().join("agent.toml"),
-        format!(
-            "model = {model:?}\nmax_steps = 5\n[policy]\nallow = [\"shell(echo *)\"]\n\
-             [[hooks.pre_tool_use]]\ncommand = \"sh {}\"\nmatcher = \"shell\"\n",
-            hook.display()
-        ),
-    )
-    .unwrap();
+    let toml = format!(
+        "model = {model:?}\nmax_steps = 5\n[policy]\nallow = [\"shell(touch *)\"]\n\
+         [[hooks.pre_tool_use]]\ncommand = \"sh {}\"\nmatcher = \"shell\"\n",
+        hook.display()
+    );
+    std::fs::write(env.dir.path().join("agent.toml"), &toml).unwrap();
+    // A project file that brings rules and commands is not used before a person trusts it.
+    let out = env.run(&["run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not trusted") && err.contains("agent trust"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!env.store().exists(), "nothing is written");
+    let trusted = env.run(&["trust"]);
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    assert!(stdout(&trusted).contains("agent.toml"));
+
     let out = env.run(&["run", "--json", "g"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(env.dir.path().join("made.txt").exists());
@@ -496,6 +510,31 @@ fn agent_toml_sets_policy_hooks_and_budgets() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let show = stdout(&env.run(&["show", v["run_id"].as_str().unwrap()]));
     assert!(show.contains("no.txt is reserved"), "{show}");
+
+    // A changed file must be trusted again.
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        toml.replace("touch *", "*"),
+    )
+    .unwrap();
+    let out = env.run(&["run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // Named on the command line, the file is the person's choice.
+    let out = env.run(&["--config", "agent.toml", "run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_project_file_that_only_narrows_needs_no_trust() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "ok"}]));
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        format!("model = {model:?}\nmax_steps = 3\n[policy]\ndeny = [\"shell(rm *)\"]\n"),
+    )
+    .unwrap();
+    let out = env.run(&["run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 #[test]

@@ -222,6 +222,7 @@ pub fn manifest(budget: Budget) -> Manifest {
         system_prompt_digest: "sys".into(),
         tool_schema_digest: "tools".into(),
         budget,
+        tools: Vec::new(),
     }
 }
 

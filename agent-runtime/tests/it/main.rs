@@ -707,3 +707,83 @@ async fn read_result_reads_back_a_masked_older_result() {
         &read_back[..100]
     );
 }
+
+#[tokio::test]
+async fn read_result_reads_only_handles_its_own_run_handed_out() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        format!("PRIVATE {}\n", "z".repeat(60_000)),
+    )
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let blobs = Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store)));
+    let runtime = |script: Value| {
+        let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
+            .unwrap()
+            .with_blob_sink(blobs.clone())
+            .with_result_source(blobs.clone());
+        let model = ScriptModel::from_json(&script.to_string()).unwrap();
+        Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store))
+    };
+    let result_of = |run: &str, call: &str| {
+        store
+            .load(run)
+            .unwrap()
+            .iter()
+            .find_map(|e| match &e.event {
+                Event::ToolFinished { result, .. } if result.call_id.as_str() == call => {
+                    Some(result.content())
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    runtime(json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "big.txt"}}]},
+        {"final": "read"}
+    ]}))
+    .start(
+        RunRequest::new("run-a", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let shown = result_of("run-a", "c1");
+    let handle = shown
+        .split("stored as ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap()
+        .to_owned();
+    // Its own run reads it back; another run that learned the handle cannot.
+    for (run, turns) in [
+        (
+            "run-a2",
+            vec![
+                json!({"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "big.txt"}}]}),
+            ],
+        ),
+        (
+            "run-b",
+            vec![json!({"tool_calls": [{"id": "l1", "name": "list_dir", "arguments": {}}]})],
+        ),
+    ] {
+        let mut turns = turns;
+        turns.push(json!({"tool_calls": [{"id": "r1", "name": "read_result", "arguments": {"handle": handle}}]}));
+        turns.push(json!({"final": "done"}));
+        runtime(json!({ "turns": turns }))
+            .start(
+                RunRequest::new(run, "g", Budget::default()),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+    }
+    assert!(result_of("run-a2", "r1").contains("PRIVATE"));
+    let refused = result_of("run-b", "r1");
+    assert!(
+        !refused.contains("PRIVATE") && refused.contains("no stored result"),
+        "{refused}"
+    );
+}

@@ -1,0 +1,113 @@
+//! Project files are not trusted blindly (CONTRACT §5).
+//!
+//! A cloned repository can ship an `agent.toml` or a workspace `.mcp.json` that starts
+//! commands (MCP servers, hooks), widens the policy (`allow` rules, another `workspace`) or
+//! sends the API key elsewhere (`base_url`). What such a file brings is used only once a
+//! person trusted the file's current content: `agent trust`, or a question on a terminal.
+//! Trust is kept in the user's config directory, keyed by the file's absolute path and the
+//! SHA-256 of its content, so a changed file must be trusted again. Files named on the
+//! command line (`--config`, `--mcp-config`) are trusted: the person chose them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use agent_core::sha256_hex;
+use serde::{Deserialize, Serialize};
+
+/// The file in the config directory that holds the trusted hashes.
+const FILE: &str = "trusted.json";
+
+/// Where trust is kept: `$AGENT_CONFIG_DIR`, else `$XDG_CONFIG_HOME/agent-loop`, else
+/// `$HOME/.config/agent-loop`.
+pub fn config_dir() -> Result<PathBuf, String> {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("AGENT_CONFIG_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    if let Some(dir) = var("XDG_CONFIG_HOME") {
+        return Ok(PathBuf::from(dir).join("agent-loop"));
+    }
+    if let Some(home) = var("HOME") {
+        return Ok(PathBuf::from(home).join(".config/agent-loop"));
+    }
+    Err(
+        "cannot tell where your config directory is; set HOME, XDG_CONFIG_HOME or \
+         AGENT_CONFIG_DIR"
+            .to_owned(),
+    )
+}
+
+/// The trusted files and their content hashes.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Trusted {
+    /// Absolute path → SHA-256 of the content trusted.
+    files: BTreeMap<String, String>,
+}
+
+/// A project file and what it brings that needs trust.
+#[derive(Debug, Clone)]
+pub struct ProjectFile {
+    /// Its absolute path.
+    pub path: PathBuf,
+    /// The SHA-256 of its content now.
+    pub hash: String,
+    /// What in it needs trust, in words (`allow rules shell, git*`, `MCP server github`).
+    pub brings: Vec<String>,
+}
+
+impl ProjectFile {
+    /// Reads `path` now; `brings` is filled by the caller.
+    pub fn read(path: &Path) -> Result<(ProjectFile, Vec<u8>), String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let path = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok((
+            ProjectFile {
+                path,
+                hash: sha256_hex(&bytes),
+                brings: Vec::new(),
+            },
+            bytes,
+        ))
+    }
+}
+
+impl Trusted {
+    fn path() -> Result<PathBuf, String> {
+        Ok(config_dir()?.join(FILE))
+    }
+
+    /// The trust file, or nothing trusted when there is none yet.
+    pub fn load() -> Result<Trusted, String> {
+        let path = Trusted::path()?;
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                format!(
+                    "{} is damaged ({e}); delete it and trust your projects again",
+                    path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Trusted::default()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Whether this file, with this content, was trusted.
+    pub fn trusts(&self, file: &ProjectFile) -> bool {
+        self.files
+            .get(&file.path.to_string_lossy().into_owned())
+            .is_some_and(|hash| *hash == file.hash)
+    }
+
+    /// Trusts the file's current content and saves (atomically).
+    pub fn trust(&mut self, file: &ProjectFile) -> Result<(), String> {
+        self.files
+            .insert(file.path.to_string_lossy().into_owned(), file.hash.clone());
+        let path = Trusted::path()?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        let tmp = dir.join(format!(".{FILE}.{}", std::process::id()));
+        std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
