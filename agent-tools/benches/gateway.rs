@@ -76,7 +76,44 @@ fn time<F: FnMut()>(label: &str, n: u32, mut f: F) {
     );
 }
 
+/// Twenty rules of the kinds people write: paths and commands, allow, ask and deny.
+fn twenty_rules() -> Policy {
+    let mut p = Policy::new();
+    for (action, rule) in [
+        (Action::Deny, "read_file(secrets/**)"),
+        (Action::Deny, "read_file(**/.env)"),
+        (Action::Deny, "write_file(.git/**)"),
+        (Action::Deny, "shell(rm *)"),
+        (Action::Deny, "shell(git push*)"),
+        (Action::Deny, "shell(curl *)"),
+        (Action::Deny, "shell(sudo *)"),
+        (Action::Ask, "shell(git commit*)"),
+        (Action::Ask, "write_file(Cargo.toml)"),
+        (Action::Ask, "edit_file(Cargo.toml)"),
+        (Action::Allow, "write_file(src/**)"),
+        (Action::Allow, "edit_file(src/**)"),
+        (Action::Allow, "write_file(tests/**)"),
+        (Action::Allow, "shell(git status*)"),
+        (Action::Allow, "shell(git diff*)"),
+        (Action::Allow, "shell(git log*)"),
+        (Action::Allow, "shell(cargo test*)"),
+        (Action::Allow, "shell(cargo build*)"),
+        (Action::Allow, "shell(ls*)"),
+        (Action::Allow, "shell(grep *)"),
+    ] {
+        p.add(action, rule).unwrap();
+    }
+    p
+}
+
 fn main() {
+    // The parser's first use in the process, before anything warmed it.
+    let start = Instant::now();
+    black_box(agent_tools::command_line::analyze("git status && ls"));
+    println!(
+        "gateway: first command-line parse in the process: {:.1} us",
+        start.elapsed().as_secs_f64() * 1e6
+    );
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -110,6 +147,44 @@ fn main() {
     time("check (schema + 3 rules + 1 in-process hook)", N, || {
         black_box(rt.block_on(guarded.check("run", &calls)));
     });
+    std::fs::create_dir_all(dir.path().join("src/deep")).unwrap();
+    let ruled = Gateway::with_builtins(Workspace::new(dir.path()).unwrap())
+        .unwrap()
+        .with_policy(twenty_rules());
+    let read = [ToolCall::new(
+        "c1",
+        "read_file",
+        json!({"path": "./src/../src/deep/lib.rs"}),
+    )];
+    time(
+        "check read_file (path resolved in the workspace + 20 rules)",
+        N,
+        || {
+            black_box(rt.block_on(ruled.check("run", &read)));
+        },
+    );
+    let shell = [ToolCall::new(
+        "c1",
+        "shell",
+        json!({"command": "git status --short && cargo test -p agent-core 2>&1 | grep -v warning"}),
+    )];
+    time("check shell (parse 3 commands + 20 rules)", N, || {
+        black_box(rt.block_on(ruled.check("run", &shell)));
+    });
+    let policy = twenty_rules();
+    let spec = agent_tools::builtin::all()
+        .into_iter()
+        .map(|t| t.spec())
+        .find(|s| s.name == "shell")
+        .unwrap();
+    let subject = agent_tools::Subject::command("git status --short && cargo test && ls -la");
+    time(
+        "policy alone: 20 rules against a parsed 3-command line",
+        N,
+        || {
+            black_box(policy.judge(&spec, &subject));
+        },
+    );
     let cancel = CancellationToken::new();
     time(
         "execute (spawn, timeout, result shaping) of a no-op tool",

@@ -577,3 +577,32 @@ proptest! {
         }
     }
 }
+
+/// The README's table of rules and commands, as written there.
+#[test]
+fn the_readme_examples_hold() {
+    use Action::*;
+    let status: &[(Action, &str)] = &[(Allow, "shell(git status*)")];
+    let status_log: &[(Action, &str)] =
+        &[(Allow, "shell(git status*)"), (Allow, "shell(git log*)")];
+    let all_but_rm: &[(Action, &str)] = &[(Allow, "shell"), (Deny, "shell(rm *)")];
+    let echo: &[(Action, &str)] = &[(Allow, "shell(echo *)")];
+    let table: &[(&[(Action, &str)], &str, V)] = &[
+        (status, "git status --short", V::Allow),
+        (status, "git status; echo X > ../f", V::Ask),
+        (status, "git status && git log", V::Ask),
+        (status_log, "git status && git log | head", V::Ask),
+        (all_but_rm, "ls && 'r'm -rf x", V::Deny),
+        (all_but_rm, "echo $(rm -rf x)", V::Deny),
+        (echo, "echo $(whoami)", V::Ask),
+        (echo, "sh -c 'echo hi'", V::Ask),
+    ];
+    let t = tree();
+    rt().block_on(async {
+        for (rules, command, want) in table {
+            let g = gateway(&t.ws, rules);
+            let got = verdict(&g, "shell", json!({ "command": command })).await;
+            assert_eq!(kind(&got), *want, "{rules:?} {command}: {got:?}");
+        }
+    });
+}
