@@ -587,7 +587,8 @@ fn the_readme_examples_hold() {
         &[(Allow, "shell(git status*)"), (Allow, "shell(git log*)")];
     let all_but_rm: &[(Action, &str)] = &[(Allow, "shell"), (Deny, "shell(rm *)")];
     let echo: &[(Action, &str)] = &[(Allow, "shell(echo *)")];
-    let table: &[(&[(Action, &str)], &str, V)] = &[
+    type Rules<'a> = &'a [(Action, &'a str)];
+    let table: &[(Rules, &str, V)] = &[
         (status, "git status --short", V::Allow),
         (status, "git status; echo X > ../f", V::Ask),
         (status, "git status && git log", V::Ask),
