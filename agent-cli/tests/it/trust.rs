@@ -223,3 +223,75 @@ fn on_a_terminal_the_person_is_asked_once() {
     assert_eq!(code, Some(2), "{screen}");
     assert!(!screen.contains("[y/N]"), "{screen}");
 }
+
+/// A minimal MCP server over stdio (JSON-RPC lines), in Python: one tool that prints an
+/// environment variable of the server.
+const PY_SERVER: &str = r#"
+import json, os, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, mid = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "py", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "env", "description": "prints a variable",
+                             "inputSchema": {"type": "object",
+                                             "properties": {"name": {"type": "string"}}},
+                             "annotations": {"readOnlyHint": True}}]}
+    elif method == "tools/call":
+        name = msg["params"]["arguments"]["name"]
+        text = name + "=" + os.environ.get(name, "")
+        result = {"content": [{"type": "text", "text": text}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+#[test]
+fn the_token_in_an_mcp_servers_env_block_never_reaches_the_log() {
+    let env = Env::new();
+    let token = "py-token-4c1d8e2a9f";
+    std::fs::write(env.dir.path().join("server.py"), PY_SERVER).unwrap();
+    std::fs::write(
+        env.dir.path().join("mcp.json"),
+        json!({"mcpServers": {"py": {
+            "command": "python3",
+            "args": ["server.py"],
+            "env": {"SERVICE_AUTH": token}
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "e1", "name": "mcp__py__env", "arguments": {"name": "SERVICE_AUTH"}}]},
+        {"final": format!("it is {token}")}
+    ]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--mcp-config",
+        "mcp.json",
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stdout(&out).contains(token));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for args in [vec!["show", "--json", &id], vec!["context", &id]] {
+        let shown = stdout(&env.run(&args));
+        assert!(!shown.contains(token), "{args:?}: {shown}");
+        assert!(
+            shown.contains("[REDACTED:py.SERVICE_AUTH]"),
+            "{args:?}: {shown}"
+        );
+    }
+}
