@@ -340,3 +340,57 @@ fn cancel_ends_a_paused_run() {
         "a cancelled run stays cancelled"
     );
 }
+
+/// Recovery looks the effect up with the call as proposed: a secret in it is expanded
+/// again, so the content hash matches and nothing runs twice; the log never holds it.
+#[test]
+fn a_write_holding_a_secret_is_reconciled_with_the_call_as_proposed() {
+    let env = Env::new();
+    let secret = "tok-5e1f0c2b9a7d";
+    let content = format!("token = {secret}\n");
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": content}}]},
+        {"final": "done"}
+    ]));
+    let agent = |args: &[&str], failpoint: bool| {
+        let mut cmd = env.cmd();
+        cmd.env("DEPLOY_TOKEN", secret);
+        if failpoint {
+            cmd.env("FAILPOINTS", "after_tools=return");
+        }
+        cmd.args(args).output().unwrap()
+    };
+    let crashed = agent(
+        &[
+            "run",
+            "--json",
+            "--allow",
+            "write_file",
+            "--model",
+            &model,
+            "g",
+        ],
+        true,
+    );
+    assert!(
+        !crashed.status.success(),
+        "the crash point aborted the process"
+    );
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let resumed = agent(&["resume", "--json", "--allow", "write_file", &id], false);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let show = String::from_utf8_lossy(&env.run(&["show", "--json", &id]).stdout).into_owned();
+    assert!(show.contains(r#""finding":{"applied""#), "{show}");
+    assert!(!show.contains(secret), "{show}");
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("out.txt")).unwrap(),
+        content
+    );
+    check_log(&env, &id);
+}

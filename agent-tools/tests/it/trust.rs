@@ -531,7 +531,35 @@ fn segment() -> impl Strategy<Value = &'static str> {
         "key.txt",
         "s",
         "notes",
+        "r1",
+        "r2",
+        "r3",
     ])
+}
+
+/// Where a generated link is placed, and what it points to (`@OUT` and `@WS` stand for the
+/// absolute paths of the outside directory and of the workspace).
+fn planted_link() -> impl Strategy<Value = (&'static str, &'static str)> {
+    (
+        prop::sample::select(vec!["", "a/", "c/", "a/b/"]),
+        prop::sample::select(vec![
+            "a",
+            "a/b",
+            "..",
+            ".",
+            "../outside",
+            "../..",
+            "c/../a",
+            "@OUT",
+            "@WS/secrets",
+            "@WS/a/b/secret.txt",
+            "r1",
+            "r2",
+            "../r3",
+            "secrets/key.txt",
+            "nowhere",
+        ]),
+    )
 }
 
 proptest! {
@@ -540,8 +568,20 @@ proptest! {
     /// Every spelling: the resolver agrees with the kernel, escapes are refused, and a deny
     /// rule on a directory applies to every spelling that reaches a file in it.
     #[test]
-    fn generated_spellings(parts in prop::collection::vec(segment(), 1..7), absolute in any::<bool>()) {
+    fn generated_spellings(
+        parts in prop::collection::vec(segment(), 1..7),
+        absolute in any::<bool>(),
+        links in prop::collection::vec(planted_link(), 3),
+    ) {
         let t = tree();
+        // A random part of the tree: three more links, inside and outside, loops allowed.
+        for (i, (place, target)) in links.iter().enumerate() {
+            let target = target
+                .replace("@OUT", &t.outside.display().to_string())
+                .replace("@WS", &t.ws.display().to_string());
+            let at = t.ws.join(format!("{place}r{}", i + 1));
+            std::os::unix::fs::symlink(&target, at).unwrap();
+        }
         let spelled = parts.join("/");
         let spelled = if absolute { format!("{}/{spelled}", t.ws.display()) } else { spelled };
         let ws = Workspace::new(&t.ws).unwrap();
