@@ -59,12 +59,25 @@ impl From<RuntimeError> for Failure {
     }
 }
 
+/// Writes to standard output; a reader that went away (`agent context RUN | head -1`) is
+/// not an error of ours, so a broken pipe ends the printing quietly.
+fn say(text: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{text}").and_then(|()| out.flush());
+}
+
+/// Writes to standard error, the same way.
+fn tell(text: impl std::fmt::Display) {
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{text}").and_then(|()| err.flush());
+}
+
 /// Runs a parsed command line and returns the process's exit code.
 pub fn main(cli: Cli) -> ExitCode {
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("agent: {}", failure.message);
+            tell(format_args!("agent: {}\n", failure.message));
             ExitCode::from(failure.code)
         }
     }
@@ -281,12 +294,8 @@ fn hook(event: HookEvent, h: &HookConfig, cwd: &Path) -> Result<CommandHook, Fai
     let mut hook = CommandHook::new(event, h.command.clone(), h.matcher.as_deref(), cwd)
         .map_err(|e| usage(format!("hook {:?}: matcher: {e}", h.command)))?;
     if let Some(secs) = h.timeout_secs {
-        if !(secs.is_finite() && secs > 0.0) {
-            return Err(usage(format!(
-                "hook {:?}: timeout_secs must be a positive number",
-                h.command
-            )));
-        }
+        let secs = config::check_seconds("timeout_secs", secs, 86_400.0)
+            .map_err(|e| usage(format!("hook {:?}: {e}", h.command)))?;
         hook.timeout = Duration::from_secs_f64(secs);
     }
     Ok(hook)
@@ -508,10 +517,14 @@ fn trust_command(
             .iter()
             .map(|f| serde_json::json!({"path": f.path, "sha256": f.hash}))
             .collect();
-        println!("{}", serde_json::Value::Array(list));
+        say(format_args!("{}\n", serde_json::Value::Array(list)));
     } else {
         for f in &done {
-            println!("trusted {} (sha256 {})", f.path.display(), &f.hash[..16]);
+            say(format_args!(
+                "trusted {} (sha256 {})\n",
+                f.path.display(),
+                &f.hash[..16]
+            ));
         }
     }
     Ok(EXIT_OK)
@@ -537,11 +550,7 @@ fn budget(settings: &Settings, args: &RunArgs) -> Result<Budget, Failure> {
         budget.max_cost_usd = Some(usd);
     }
     if let Some(secs) = args.timeout.or(c.timeout) {
-        if !(secs.is_finite() && secs > 0.0) {
-            return Err(usage(format!(
-                "--timeout {secs}: give a positive number of seconds"
-            )));
-        }
+        let secs = config::check_seconds("--timeout", secs, 365.0 * 86_400.0).map_err(usage)?;
         budget.max_wall_time_ms = Some((secs * 1000.0).round() as u64);
     }
     Ok(budget)
@@ -752,12 +761,12 @@ fn cancel(store_dir: &Path, json: bool, run_id: &str) -> Result<u8, Failure> {
 
 fn finish(report: &Report, json: bool) -> u8 {
     if json {
-        println!("{}", render::outcome_json(report));
+        say(format_args!("{}\n", render::outcome_json(report)));
     } else {
         if let Some(answer) = &report.outcome.answer {
-            println!("{answer}");
+            say(format_args!("{answer}\n"));
         }
-        eprintln!("agent: {}", render::outcome_text(report));
+        tell(format_args!("agent: {}\n", render::outcome_text(report)));
     }
     exit_code(report.outcome.reason)
 }
@@ -812,12 +821,12 @@ fn context(
             "estimated_tokens": projector.tokens(),
             "context_window": window,
         });
-        println!("{value}");
+        say(format_args!("{value}\n"));
     } else {
-        print!(
+        say(format_args!(
             "{}",
             render::prompt_text(prompt, projector.tokens(), window)
-        );
+        ));
     }
     Ok(EXIT_OK)
 }
@@ -856,9 +865,12 @@ fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {
     };
     runs.sort_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)));
     if json {
-        println!("{}", serde_json::to_string(&runs).unwrap_or_default());
+        say(format_args!(
+            "{}\n",
+            serde_json::to_string(&runs).unwrap_or_default()
+        ));
     } else {
-        println!("{}", render::runs_table(&runs));
+        say(format_args!("{}\n", render::runs_table(&runs)));
     }
     Ok(EXIT_OK)
 }
@@ -901,20 +913,20 @@ fn show(store_dir: &Path, json: bool, run_id: &str, call: Option<&str>) -> Resul
         }
         let value = serde_json::Value::Array(found);
         if json {
-            println!("{value}");
+            say(format_args!("{value}\n"));
         } else {
-            println!(
-                "{}",
+            say(format_args!(
+                "{}\n",
                 serde_json::to_string_pretty(&value).unwrap_or_default()
-            );
+            ));
         }
         return Ok(EXIT_OK);
     }
     if json {
         let value = serde_json::json!({ "run_id": run_id, "events": entries });
-        println!("{value}");
+        say(format_args!("{value}\n"));
     } else {
-        print!("{}", render::timeline(run_id, &entries));
+        say(format_args!("{}", render::timeline(run_id, &entries)));
     }
     Ok(EXIT_OK)
 }

@@ -132,5 +132,92 @@ pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config)>, String
             None => format!("{}: {message}", path.display()),
         }
     })?;
+    config
+        .validate()
+        .map_err(|problem| format!("{}: {problem}", path.display()))?;
     Ok(Some((path, config)))
+}
+
+/// Longest time any setting may name: a day for a hook, a year for a run.
+const DAY_SECS: f64 = 86_400.0;
+const YEAR_SECS: f64 = 365.0 * DAY_SECS;
+
+/// `value` as a number of seconds within `(0, max]`, or why not, naming `key`.
+pub fn check_seconds(key: &str, value: f64, max: f64) -> Result<f64, String> {
+    if value.is_finite() && value > 0.0 && value <= max {
+        Ok(value)
+    } else {
+        Err(format!(
+            "{key} = {value}: give a number of seconds above 0 and at most {max}"
+        ))
+    }
+}
+
+impl Config {
+    /// Every number checked: a value that makes no sense is an error naming its key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_steps == Some(0) {
+            return Err("max_steps = 0: give at least 1".into());
+        }
+        if self.max_tokens == Some(0) {
+            return Err("max_tokens = 0: give at least 1 (or leave it out for no limit)".into());
+        }
+        if let Some(t) = self.timeout {
+            check_seconds("timeout", t, YEAR_SECS)?;
+        }
+        if let Some(w) = self.context_window {
+            if w < 1_000 {
+                return Err(format!("context_window = {w}: give at least 1000 tokens"));
+            }
+        }
+        if let Some(c) = self.compact_at {
+            if !(c.is_finite() && c > 0.0 && c <= 1.0) {
+                return Err(format!(
+                    "compact_at = {c}: give a share of the window above 0 and at most 1 (e.g. 0.8)"
+                ));
+            }
+        }
+        if let Some(usd) = self.max_cost_usd {
+            if !(usd.is_finite() && usd > 0.0) {
+                return Err(format!(
+                    "max_cost_usd = {usd}: give a positive number of dollars"
+                ));
+            }
+        }
+        if let Some(r) = &self.retry {
+            if r.max_attempts == Some(0) {
+                return Err("retry.max_attempts = 0: give at least 1".into());
+            }
+        }
+        for (model, p) in &self.prices {
+            for (what, v) in [("input", p.input), ("output", p.output)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(format!(
+                        "prices.\"{model}\".{what} = {v}: give dollars per million tokens, 0 or more"
+                    ));
+                }
+            }
+        }
+        for h in self
+            .hooks
+            .pre_tool_use
+            .iter()
+            .chain(&self.hooks.post_tool_use)
+        {
+            if let Some(t) = h.timeout_secs {
+                check_seconds(&format!("hook {:?} timeout_secs", h.command), t, DAY_SECS)?;
+            }
+            if let Some(m) = &h.matcher {
+                if let Err(e) = regex::Regex::new(m) {
+                    let first = e.to_string();
+                    let why = first.lines().last().unwrap_or("").trim().to_owned();
+                    return Err(format!(
+                        "hook {:?} matcher {m:?} is not a regular expression ({why})",
+                        h.command
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }

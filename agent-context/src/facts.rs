@@ -52,7 +52,7 @@ impl Facts {
                 decision, usage, ..
             } => {
                 self.steps += 1;
-                self.tokens += usage.total_tokens();
+                self.tokens = self.tokens.saturating_add(usage.total_tokens());
                 if let Decision::ToolCalls { calls } | Decision::RequestApproval { calls, .. } =
                     decision
                 {
@@ -61,7 +61,7 @@ impl Facts {
             }
             Event::DecisionRejected { usage, .. } => {
                 self.steps += 1;
-                self.tokens += usage.total_tokens();
+                self.tokens = self.tokens.saturating_add(usage.total_tokens());
             }
             Event::ModelFailed { .. } => self.steps += 1,
             Event::ToolFinished {

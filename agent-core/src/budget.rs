@@ -80,7 +80,10 @@ impl Usage {
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.cost_usd += other.cost_usd;
+        // A cost from outside that is not a finite, positive number adds nothing.
+        if other.cost_usd.is_finite() && other.cost_usd > 0.0 {
+            self.cost_usd += other.cost_usd;
+        }
     }
 }
 

@@ -316,15 +316,21 @@ impl HttpModel {
     }
 }
 
-/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds.
+/// `retry-after-ms` (OpenAI) or `Retry-After` in seconds. The server is not trusted: a
+/// negative value is no wait, a huge or infinite one saturates (the caller cuts it to its
+/// longest wait), and one that is not a number is ignored.
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    let number = |v: &str| v.trim().parse::<f64>().ok().filter(|n| !n.is_nan());
+    if let Some(ms) = get("retry-after-ms").and_then(number) {
+        return Some(seconds(ms / 1000.0));
     }
-    get("retry-after")
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|secs| Duration::from_secs_f64(secs.max(0.0)))
+    get("retry-after").and_then(number).map(seconds)
+}
+
+/// A duration of `secs` seconds from an untrusted number: clamped at zero, saturating.
+fn seconds(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 #[async_trait]

@@ -9,6 +9,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{Value, json};
 
 mod crash;
+mod hostile;
 mod providers;
 mod trust;
 

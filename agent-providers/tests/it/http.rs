@@ -264,6 +264,25 @@ fn retry_after_reads_both_headers() {
     );
 }
 
+#[test]
+fn hostile_retry_after_values_saturate_or_are_ignored() {
+    let one = |name: &str, value: &str| {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+        agent_providers::retry_after(&h)
+    };
+    assert_eq!(one("retry-after", "inf"), Some(Duration::MAX));
+    assert_eq!(one("retry-after", "1e300"), Some(Duration::MAX));
+    assert_eq!(one("retry-after-ms", "1e30"), Some(Duration::MAX));
+    assert_eq!(one("retry-after", "-5"), Some(Duration::ZERO));
+    assert_eq!(one("retry-after", "-inf"), Some(Duration::ZERO));
+    assert_eq!(one("retry-after", "NaN"), None);
+    assert_eq!(one("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT"), None);
+}
+
 #[tokio::test]
 async fn whole_responses_work_too() {
     let openai_body = json!({

@@ -71,13 +71,21 @@ fn read_bytes(
     if meta.is_dir() {
         return Err(agent_core::ToolError::new(
             agent_core::ErrorKind::ExecutionFailed,
-            format!("{given} is a directory; use list_dir"),
+            if resolved.is_root() {
+                format!(
+                    "{given:?} is the workspace root, a directory; give a file path, or use list_dir"
+                )
+            } else {
+                format!("{given:?} is a directory; use list_dir")
+            },
         ));
     }
     if !meta.is_file() {
         return Err(agent_core::ToolError::new(
             agent_core::ErrorKind::ExecutionFailed,
-            format!("{given} is not a regular file (a pipe, socket or device); it cannot be read"),
+            format!(
+                "{given:?} is not a regular file (a pipe, socket or device); it cannot be read"
+            ),
         ));
     }
     let mut file = workspace.open(resolved).map_err(|e| io_error(given, &e))?;

@@ -1,0 +1,111 @@
+//! Hostile and broken input from the command line: numbers that make no sense, usage that
+//! overflows, readers that go away. No panic (exit 101), one-line errors, exit 2.
+
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::{Env, stderr};
+
+#[test]
+fn nonsense_numbers_in_agent_toml_are_named_in_one_line() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "ok"}]));
+    for (setting, key) in [
+        ("max_tokens = 0", "max_tokens"),
+        ("max_steps = 0", "max_steps"),
+        ("compact_at = -1.0", "compact_at"),
+        ("compact_at = nan", "compact_at"),
+        ("timeout = inf", "timeout"),
+        ("timeout = 1e30", "timeout"),
+        ("context_window = 3", "context_window"),
+        ("max_cost_usd = -2.0", "max_cost_usd"),
+        ("[retry]\nmax_attempts = 0", "max_attempts"),
+        (
+            "[[hooks.pre_tool_use]]\ncommand = \"true\"\ntimeout_secs = 1e30",
+            "timeout_secs",
+        ),
+        (
+            "[[hooks.pre_tool_use]]\ncommand = \"true\"\nmatcher = \"(unclosed\"",
+            "matcher",
+        ),
+    ] {
+        std::fs::write(
+            env.dir.path().join("agent.toml"),
+            format!("model = {model:?}\n{setting}\n"),
+        )
+        .unwrap();
+        let out = env.run(&["run", "g"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{setting}: {err}");
+        assert!(err.contains(key), "{setting}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{setting}: {err}");
+        assert!(!env.store().exists(), "{setting}: nothing is written");
+    }
+    let out = env.run(&["run", "--timeout", "1e30", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn usage_that_overflows_leaves_a_run_that_can_be_read_resumed_and_ended() {
+    let env = Env::new();
+    let huge = json!({"input_tokens": u64::MAX, "output_tokens": u64::MAX});
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}], "usage": huge},
+        {"tool_calls": [{"id": "c2", "name": "list_dir", "arguments": {}}], "usage": huge},
+        {"request_approval": {"summary": "may I?"}, "usage": huge},
+    ]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["usage"]["input_tokens"],
+        u64::MAX,
+        "saturated, not wrapped"
+    );
+    let id = v["run_id"].as_str().unwrap().to_owned();
+    for args in [
+        vec!["context", &id],
+        vec!["show", &id],
+        vec!["runs"],
+        vec!["resume", "--json", &id],
+    ] {
+        let out = env.run(&args);
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {}", stderr(&out));
+        assert!(out.status.code().is_some());
+    }
+    let out = env.run(&["cancel", &id]);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+}
+
+#[test]
+fn a_reader_that_goes_away_is_not_a_panic() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}]},
+        {"final": "done"}
+    ]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for args in [
+        vec!["context", &id],
+        vec!["show", &id],
+        vec!["show", "--json", &id],
+    ] {
+        // The reader closes its end before the command writes a byte.
+        let mut child = env
+            .cmd()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{args:?}: {}", stderr(&out));
+    }
+}
