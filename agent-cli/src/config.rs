@@ -165,29 +165,29 @@ impl Config {
         if let Some(t) = self.timeout {
             check_seconds("timeout", t, YEAR_SECS)?;
         }
-        if let Some(w) = self.context_window {
-            if w < 1_000 {
-                return Err(format!("context_window = {w}: give at least 1000 tokens"));
-            }
+        if let Some(w) = self.context_window
+            && w < 1_000
+        {
+            return Err(format!("context_window = {w}: give at least 1000 tokens"));
         }
-        if let Some(c) = self.compact_at {
-            if !(c.is_finite() && c > 0.0 && c <= 1.0) {
-                return Err(format!(
-                    "compact_at = {c}: give a share of the window above 0 and at most 1 (e.g. 0.8)"
-                ));
-            }
+        if let Some(c) = self.compact_at
+            && !(c.is_finite() && c > 0.0 && c <= 1.0)
+        {
+            return Err(format!(
+                "compact_at = {c}: give a share of the window above 0 and at most 1 (e.g. 0.8)"
+            ));
         }
-        if let Some(usd) = self.max_cost_usd {
-            if !(usd.is_finite() && usd > 0.0) {
-                return Err(format!(
-                    "max_cost_usd = {usd}: give a positive number of dollars"
-                ));
-            }
+        if let Some(usd) = self.max_cost_usd
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Err(format!(
+                "max_cost_usd = {usd}: give a positive number of dollars"
+            ));
         }
-        if let Some(r) = &self.retry {
-            if r.max_attempts == Some(0) {
-                return Err("retry.max_attempts = 0: give at least 1".into());
-            }
+        if let Some(r) = &self.retry
+            && r.max_attempts == Some(0)
+        {
+            return Err("retry.max_attempts = 0: give at least 1".into());
         }
         for (model, p) in &self.prices {
             for (what, v) in [("input", p.input), ("output", p.output)] {
@@ -207,15 +207,15 @@ impl Config {
             if let Some(t) = h.timeout_secs {
                 check_seconds(&format!("hook {:?} timeout_secs", h.command), t, DAY_SECS)?;
             }
-            if let Some(m) = &h.matcher {
-                if let Err(e) = regex::Regex::new(m) {
-                    let first = e.to_string();
-                    let why = first.lines().last().unwrap_or("").trim().to_owned();
-                    return Err(format!(
-                        "hook {:?} matcher {m:?} is not a regular expression ({why})",
-                        h.command
-                    ));
-                }
+            if let Some(m) = &h.matcher
+                && let Err(e) = regex::Regex::new(m)
+            {
+                let first = e.to_string();
+                let why = first.lines().last().unwrap_or("").trim().to_owned();
+                return Err(format!(
+                    "hook {:?} matcher {m:?} is not a regular expression ({why})",
+                    h.command
+                ));
             }
         }
         Ok(())
