@@ -140,8 +140,23 @@ impl Decision {
     }
 
     /// Checks the structure of the decision (CONTRACT §2): a non-empty answer, a non-empty
-    /// batch, object arguments, non-empty and unique call ids.
+    /// batch, object arguments, non-empty and unique call ids, and the limits that keep
+    /// everything committed readable back ([`MAX_ARGUMENT_DEPTH`], [`MAX_ARGUMENT_BYTES`],
+    /// [`MAX_TEXT_BYTES`], [`MAX_ID_BYTES`]).
     pub fn check(&self) -> Result<(), DecisionProblem> {
+        let text = match self {
+            Decision::Final { answer: t }
+            | Decision::RequestApproval { summary: t, .. }
+            | Decision::Clarification { question: t }
+            | Decision::CannotContinue { reason: t } => t.len(),
+            Decision::ToolCalls { .. } => 0,
+        };
+        if text > MAX_TEXT_BYTES {
+            return Err(DecisionProblem::TooLong {
+                what: self.kind(),
+                bytes: text,
+            });
+        }
         match self {
             Decision::Final { answer } if answer.trim().is_empty() => {
                 Err(DecisionProblem::EmptyAnswer)
@@ -155,9 +170,41 @@ impl Decision {
     }
 }
 
+/// Deepest nesting of arrays and objects accepted in a call's arguments. The log's own
+/// nesting around them stays far below the JSON parser's limit, so a committed call can
+/// always be read back.
+pub const MAX_ARGUMENT_DEPTH: usize = 32;
+
+/// Largest arguments of one call, as compact JSON.
+pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
+
+/// Largest answer, question, summary or reason.
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+
+/// Longest call id or tool name.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// How deeply arrays and objects nest in `value` (a scalar is 0), without recursion.
+pub fn nesting_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, depth + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, depth + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 fn check_calls(calls: &[ToolCall]) -> Result<(), DecisionProblem> {
     let mut seen = BTreeSet::new();
     for call in calls {
+        if call.id.0.len() > MAX_ID_BYTES || call.name.len() > MAX_ID_BYTES {
+            return Err(DecisionProblem::IdTooLong { max: MAX_ID_BYTES });
+        }
         if call.id.0.is_empty() {
             return Err(DecisionProblem::EmptyCallId {
                 name: call.name.clone(),
@@ -171,6 +218,20 @@ fn check_calls(calls: &[ToolCall]) -> Result<(), DecisionProblem> {
         if !call.arguments.is_object() {
             return Err(DecisionProblem::ArgumentsNotObject {
                 call_id: call.id.clone(),
+            });
+        }
+        let depth = nesting_depth(&call.arguments);
+        if depth > MAX_ARGUMENT_DEPTH {
+            return Err(DecisionProblem::ArgumentsTooDeep {
+                call_id: call.id.clone(),
+                depth,
+            });
+        }
+        let bytes = serde_json::to_vec(&call.arguments).map_or(usize::MAX, |b| b.len());
+        if bytes > MAX_ARGUMENT_BYTES {
+            return Err(DecisionProblem::ArgumentsTooLarge {
+                call_id: call.id.clone(),
+                bytes,
             });
         }
         if !seen.insert(&call.id) {
@@ -214,6 +275,42 @@ pub enum DecisionProblem {
     EmptyToolName {
         /// The offending call.
         call_id: CallId,
+    },
+    /// A call's arguments nest deeper than [`MAX_ARGUMENT_DEPTH`].
+    #[error(
+        "the arguments of call {call_id} nest {depth} levels deep; at most 32 levels are \
+         accepted, flatten them"
+    )]
+    ArgumentsTooDeep {
+        /// The offending call.
+        call_id: CallId,
+        /// How deep they nest.
+        depth: usize,
+    },
+    /// A call's arguments are larger than [`MAX_ARGUMENT_BYTES`].
+    #[error(
+        "the arguments of call {call_id} are {bytes} bytes; at most 1 MiB is accepted, \
+         split the work into smaller calls"
+    )]
+    ArgumentsTooLarge {
+        /// The offending call.
+        call_id: CallId,
+        /// Their size as compact JSON.
+        bytes: usize,
+    },
+    /// A call id or tool name longer than [`MAX_ID_BYTES`].
+    #[error("a call id or tool name is longer than {max} bytes")]
+    IdTooLong {
+        /// The limit.
+        max: usize,
+    },
+    /// An answer, question, summary or reason larger than [`MAX_TEXT_BYTES`].
+    #[error("the {what} text is {bytes} bytes; at most 1 MiB is accepted, be shorter")]
+    TooLong {
+        /// The decision's kind.
+        what: &'static str,
+        /// Its size.
+        bytes: usize,
     },
 }
 

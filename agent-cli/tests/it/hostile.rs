@@ -109,3 +109,26 @@ fn a_reader_that_goes_away_is_not_a_panic() {
         assert!(stderr(&out).is_empty(), "{args:?}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn arguments_nested_too_deep_are_refused_and_the_log_stays_readable() {
+    let env = Env::new();
+    let deep: Value =
+        serde_json::from_str(&format!("{}{}", "[".repeat(100), "]".repeat(100))).unwrap();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {"path": deep}}]},
+        {"final": "flattened"}
+    ]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let show = env.run(&["show", "--json", &id]);
+    assert_eq!(show.status.code(), Some(0), "{}", stderr(&show));
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(text.contains("levels deep; at most 32"), "{text}");
+    let resumed = env.run(&["resume", "--json", &id]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+}

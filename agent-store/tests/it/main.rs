@@ -1,6 +1,8 @@
 //! The stores against the conformance suite, and the sled store on real disk.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod roundtrip;
+
 use agent_store::conformance::{check_all, filler, started};
 use agent_store::{FORMAT_VERSION, MemoryStore, SledStore, Store, StoreError};
 
