@@ -35,6 +35,9 @@ pub trait ResultSource: Send + Sync {
 /// Bytes of an oversized output shown in its place (CONTRACT §9).
 pub const PREVIEW_BYTES: usize = 2_000;
 
+/// Deepest nesting accepted in a tool's input schema (an MCP server's, say).
+pub const MAX_SCHEMA_DEPTH: usize = 64;
+
 /// Calls of one parallel group running at once, at most.
 pub const DEFAULT_CONCURRENCY: usize = 8;
 
@@ -108,6 +111,16 @@ impl Gateway {
         let spec = tool.spec();
         if self.tools.contains_key(&spec.name) {
             return Err(GatewayError::DuplicateTool(spec.name));
+        }
+        // The specs are recorded in the run's first event: keep them readable back.
+        let depth = agent_core::nesting_depth(&spec.input_schema);
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(GatewayError::InvalidSchema {
+                tool: spec.name,
+                message: format!(
+                    "it nests {depth} levels deep; at most {MAX_SCHEMA_DEPTH} are accepted"
+                ),
+            });
         }
         let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
             GatewayError::InvalidSchema {

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_core::{ErrorKind, Risk, ToolError, ToolSpec};
 use async_trait::async_trait;
@@ -179,10 +180,7 @@ impl Server {
                 let text = result
                     .content
                     .iter()
-                    .map(|block| match block.as_text() {
-                        Some(t) => t.text.clone(),
-                        None => "[non-text content]".to_owned(),
-                    })
+                    .map(content_text)
                     .collect::<Vec<_>>()
                     .join("\n");
                 let text = match (&result.structured_content, text.is_empty()) {
@@ -236,6 +234,75 @@ impl Server {
             Err(_) => Ok(()),
         }
     }
+}
+
+/// What the model is shown of one content block: text as it is, an embedded text resource
+/// with its URI, a link as its URI, and binary content (images, audio, blobs) as a typed
+/// placeholder with its MIME type and size, so nothing a server sent is silently lost.
+pub fn content_text(block: &rmcp::model::ContentBlock) -> String {
+    use rmcp::model::{ContentBlock, ResourceContents};
+    // Base64 holds 3 bytes in 4 characters.
+    let decoded = |base64: &str| base64.trim_end_matches('=').len() * 3 / 4;
+    match block {
+        ContentBlock::Text(t) => t.text.clone(),
+        ContentBlock::Image(i) => format!("[image: {}, {} bytes]", i.mime_type, decoded(&i.data)),
+        ContentBlock::Audio(a) => format!("[audio: {}, {} bytes]", a.mime_type, decoded(&a.data)),
+        ContentBlock::Resource(r) => match &r.resource {
+            ResourceContents::TextResourceContents { uri, text, .. } => {
+                format!("[resource {uri}]\n{text}")
+            }
+            ResourceContents::BlobResourceContents {
+                uri,
+                mime_type,
+                blob,
+                ..
+            } => format!(
+                "[resource {uri}: {}, {} bytes]",
+                mime_type.as_deref().unwrap_or("application/octet-stream"),
+                decoded(blob)
+            ),
+            other => format!(
+                "[resource of a kind this client does not know: {}]",
+                kind_of(other)
+            ),
+        },
+        ContentBlock::ResourceLink(link) => {
+            let mut text = format!("[resource link {}", link.uri);
+            if let Some(mime) = &link.mime_type {
+                text.push_str(&format!(", {mime}"));
+            }
+            if let Some(size) = link.size {
+                text.push_str(&format!(", {size} bytes"));
+            }
+            text.push(']');
+            if let Some(d) = &link.description {
+                text.push_str(&format!(" {d}"));
+            }
+            text
+        }
+        other => format!(
+            "[content of a kind this client does not know: {}]",
+            kind_of(other)
+        ),
+    }
+}
+
+/// The `type` a serialized value names, for placeholders of kinds added after this client.
+fn kind_of(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// How long a server may take to start, answer the handshake and list its tools: the
+/// `MCP_TIMEOUT` environment variable in milliseconds (as Claude Code reads it), else 30 s.
+pub fn startup_timeout() -> Duration {
+    std::env::var("MCP_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(Duration::from_secs(30), Duration::from_millis)
 }
 
 /// One tool of a server.
@@ -304,21 +371,43 @@ fn spec_of(server: &str, def: &McpToolDef) -> ToolSpec {
     spec
 }
 
-/// Starts every configured server (in `cwd`) and returns their tools.
+/// Starts every configured server (in `cwd`) and returns their tools, each server given
+/// [`startup_timeout`] to start, answer and list its tools.
 pub async fn connect(config: &McpConfig, cwd: &Path) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    connect_within(config, cwd, startup_timeout()).await
+}
+
+/// [`connect`] with a start-up timeout of its own.
+pub async fn connect_within(
+    config: &McpConfig,
+    cwd: &Path,
+    timeout: Duration,
+) -> Result<Vec<Arc<dyn Tool>>, McpError> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     for (name, server_config) in &config.servers {
         let start = |message: String| McpError::Start {
             server: name.clone(),
             message,
         };
-        let client = Server::spawn(name, server_config, cwd)
-            .await
-            .map_err(start)?;
-        let defs = client
-            .list_all_tools()
-            .await
-            .map_err(|e| start(format!("listing its tools failed: {e}")))?;
+        let started = tokio::time::timeout(timeout, async {
+            let client = Server::spawn(name, server_config, cwd).await?;
+            let defs = client
+                .list_all_tools()
+                .await
+                .map_err(|e| format!("listing its tools failed: {e}"))?;
+            Ok::<_, String>((client, defs))
+        })
+        .await;
+        let (client, defs) = match started {
+            Ok(result) => result.map_err(start)?,
+            Err(_) => {
+                return Err(start(format!(
+                    "it did not start and list its tools within {} ms (set MCP_TIMEOUT, in \
+                     milliseconds, to wait longer)",
+                    timeout.as_millis()
+                )));
+            }
+        };
         let server = Arc::new(Server {
             name: name.clone(),
             config: server_config.clone(),

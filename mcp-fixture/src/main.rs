@@ -3,7 +3,10 @@
 //!   if the client runs them in parallel;
 //! - `delete_item` (destructive) must ask before it runs;
 //! - `echo` (no annotations) is `external`;
-//! - `crash` exits the process, to test restarts.
+//! - `crash` exits the process, to test restarts;
+//! - `env` prints one of the server's environment variables;
+//! - `mixed` answers with every kind of content (text, an embedded resource, a resource
+//!   link, an image).
 #![allow(missing_docs)]
 
 use std::sync::Arc;
@@ -11,7 +14,7 @@ use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{ServerCapabilities, ServerConfig};
+use rmcp::model::{CallToolResult, ContentBlock, Resource, ServerCapabilities, ServerConfig};
 use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
 use tokio::sync::Mutex;
@@ -111,6 +114,23 @@ impl Fixture {
             args.name,
             std::env::var(&args.name).unwrap_or_default()
         )
+    }
+
+    #[tool(
+        description = "Answers with every kind of content",
+        annotations(read_only_hint = true)
+    )]
+    async fn mixed(&self) -> CallToolResult {
+        CallToolResult::success(vec![
+            ContentBlock::text("plain words"),
+            ContentBlock::embedded_text("file:///notes.txt", "embedded words"),
+            ContentBlock::resource_link(
+                Resource::new("file:///big.log", "big.log")
+                    .with_mime_type("text/plain")
+                    .with_size(1234),
+            ),
+            ContentBlock::image("aGVsbG8h", "image/png"),
+        ])
     }
 
     #[tool(description = "Exits the server process at once")]

@@ -48,6 +48,7 @@ async fn tools_are_listed_with_their_risk_from_annotations() {
             ("mcp__fx__echo".to_owned(), Risk::External),
             ("mcp__fx__env".to_owned(), Risk::Read),
             ("mcp__fx__meet".to_owned(), Risk::Read),
+            ("mcp__fx__mixed".to_owned(), Risk::Read),
         ]
     );
     let meet = g
@@ -268,4 +269,45 @@ async fn the_values_of_a_servers_env_block_are_kept_out_of_the_log() {
     let log = serde_json::to_string(&store.load("r1").unwrap()).unwrap();
     assert!(!log.contains(token), "{log}");
     assert!(log.contains("FX_TOKEN=[REDACTED:fx.FX_TOKEN]"), "{log}");
+}
+
+/// Every kind of content a server sends reaches the model in some form.
+#[tokio::test]
+async fn every_kind_of_content_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = gateway(dir.path()).await;
+    let group = vec![vec![ScheduledCall {
+        call: call("x1", "mcp__fx__mixed", json!({})),
+        risk: Risk::Read,
+        effect_key: None,
+    }]];
+    let results = g.execute("r", group, &CancellationToken::new()).await;
+    let text = results[0].content();
+    for part in [
+        "plain words",
+        "[resource file:///notes.txt]\nembedded words",
+        "[resource link file:///big.log, text/plain, 1234 bytes]",
+        "[image: image/png, 6 bytes]",
+    ] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+}
+
+/// A server that never answers the handshake does not hang start-up.
+#[tokio::test]
+async fn a_server_that_never_answers_is_given_up_on_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = agent_tools::mcp::connect_within(
+        &config(json!({"mute": {"command": "sleep", "args": ["600"]}})),
+        dir.path(),
+        std::time::Duration::from_millis(300),
+    )
+    .await
+    .err()
+    .unwrap();
+    let text = err.to_string();
+    assert!(
+        text.contains("\"mute\"") && text.contains("within 300 ms"),
+        "{text}"
+    );
 }
