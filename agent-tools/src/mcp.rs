@@ -121,7 +121,9 @@ impl Server {
         command
             .args(&config.args)
             .envs(&config.env)
-            .current_dir(cwd);
+            .current_dir(cwd)
+            // A server given up on (start-up timeout, dropped client) does not linger.
+            .kill_on_drop(true);
         let (transport, _stderr) = TokioChildProcess::builder(command)
             // The server's own logging would garble the terminal.
             .stderr(Stdio::null())
