@@ -5,7 +5,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{SNIFF, blocking, read_bytes, walk};
+use std::io::Read;
+
+use super::{SNIFF, blocking, open_regular, walk};
 use crate::tool::{ToolContext, TypedTool};
 use crate::workspace::{Resolved, Workspace};
 
@@ -13,6 +15,8 @@ use crate::workspace::{Resolved, Workspace};
 const MAX_MATCHES: usize = 500;
 /// Characters of one matching line shown at most.
 const MAX_LINE: usize = 300;
+/// Bytes of one line searched at most (the rest of a longer line is skipped).
+const MAX_SCAN_LINE: usize = 1 << 20;
 
 /// `grep`: lines of workspace files matching a regular expression.
 pub struct Grep;
@@ -86,19 +90,39 @@ fn search(workspace: &Workspace, start: &Resolved, regex: &regex::Regex) -> (Vec
         let Ok(resolved) = workspace.resolve_existing(rel_str) else {
             continue;
         };
-        let Ok(bytes) = read_bytes(workspace, &resolved, rel_str) else {
+        let Ok((file, _)) = open_regular(workspace, &resolved, rel_str) else {
             continue;
         };
-        if bytes[..bytes.len().min(SNIFF)].contains(&0) {
-            continue;
+        let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+        match reader.fill_buf() {
+            Ok(head) if !head[..head.len().min(SNIFF)].contains(&0) => {}
+            _ => continue,
         }
-        for (i, line) in bytes.lines().enumerate() {
-            let Ok(line) = line else { break };
-            if regex.is_match(&line) {
+        // Line by line, each at most MAX_SCAN_LINE bytes, decoded lossily: a file of any
+        // size costs bounded memory, and a non-UTF-8 line does not end the search.
+        let mut line = Vec::new();
+        let mut number = 0usize;
+        loop {
+            line.clear();
+            let read = reader
+                .by_ref()
+                .take(MAX_SCAN_LINE as u64)
+                .read_until(b'\n', &mut line);
+            match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            number += 1;
+            if line.last() != Some(&b'\n') && reader.skip_until(b'\n').is_err() {
+                break;
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            if regex.is_match(text) {
                 total += 1;
                 if lines.len() < MAX_MATCHES {
-                    let shown: String = line.chars().take(MAX_LINE).collect();
-                    lines.push(format!("{}:{}: {shown}", rel.display(), i + 1));
+                    let shown: String = text.chars().take(MAX_LINE).collect();
+                    lines.push(format!("{}:{number}: {shown}", rel.display()));
                 }
             }
         }

@@ -57,14 +57,13 @@ async fn blocking<T: Send + 'static>(
     })?
 }
 
-/// Reads a resolved file whole, through the workspace capability. Only regular files:
-/// a FIFO or a device would block or never end.
-fn read_bytes(
+/// Opens a resolved path for reading, through the workspace capability. Only regular
+/// files: a FIFO or a device would block or never end.
+fn open_regular(
     workspace: &crate::Workspace,
     resolved: &crate::workspace::Resolved,
     given: &str,
-) -> Result<Vec<u8>, agent_core::ToolError> {
-    use std::io::Read;
+) -> Result<(std::fs::File, u64), agent_core::ToolError> {
     let meta = workspace
         .metadata(resolved)
         .map_err(|e| io_error(given, &e))?;
@@ -88,11 +87,105 @@ fn read_bytes(
             ),
         ));
     }
-    let mut file = workspace.open(resolved).map_err(|e| io_error(given, &e))?;
+    let file = workspace.open(resolved).map_err(|e| io_error(given, &e))?;
+    Ok((file, meta.len()))
+}
+
+/// Reads a resolved regular file, at most `cap` bytes: `(bytes, whole)`, where `whole` says
+/// the file ended within the cap. Never holds more than `cap + 1` bytes.
+fn read_bytes_capped(
+    workspace: &crate::Workspace,
+    resolved: &crate::workspace::Resolved,
+    given: &str,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), agent_core::ToolError> {
+    use std::io::Read;
+    let (file, _) = open_regular(workspace, resolved, given)?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
+    file.take(cap as u64 + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| io_error(given, &e))?;
+    let whole = bytes.len() <= cap;
+    bytes.truncate(cap);
+    Ok((bytes, whole))
+}
+
+/// Largest file `write_file`'s and `edit_file`'s look-ups and edits read (bigger files
+/// are refused rather than held in memory).
+pub(crate) const EDIT_CAP: usize = 16 << 20;
+
+/// Reads a resolved regular file whole, refusing one larger than [`EDIT_CAP`].
+fn read_bytes(
+    workspace: &crate::Workspace,
+    resolved: &crate::workspace::Resolved,
+    given: &str,
+) -> Result<Vec<u8>, agent_core::ToolError> {
+    let (bytes, whole) = read_bytes_capped(workspace, resolved, given, EDIT_CAP)?;
+    if !whole {
+        return Err(agent_core::ToolError::new(
+            agent_core::ErrorKind::ExecutionFailed,
+            format!(
+                "{given:?} is larger than {} MiB; it is not edited or compared whole",
+                EDIT_CAP >> 20
+            ),
+        ));
+    }
     Ok(bytes)
+}
+
+/// Keeps the first `head` and the last `tail` bytes of a stream, and counts the rest: the
+/// end of a log is where the error usually is, and memory stays bounded whatever comes.
+#[derive(Debug)]
+pub(crate) struct HeadTail {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    dropped: u64,
+}
+
+impl HeadTail {
+    pub(crate) fn new(head_cap: usize, tail_cap: usize) -> HeadTail {
+        HeadTail {
+            head: Vec::new(),
+            tail: std::collections::VecDeque::new(),
+            head_cap,
+            tail_cap,
+            dropped: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, mut chunk: &[u8]) {
+        let room = self.head_cap - self.head.len();
+        if room > 0 {
+            let n = room.min(chunk.len());
+            self.head.extend_from_slice(&chunk[..n]);
+            chunk = &chunk[n..];
+        }
+        if chunk.len() >= self.tail_cap {
+            self.dropped += (self.tail.len() + chunk.len() - self.tail_cap) as u64;
+            self.tail.clear();
+            self.tail.extend(&chunk[chunk.len() - self.tail_cap..]);
+            return;
+        }
+        self.tail.extend(chunk);
+        let over = self.tail.len().saturating_sub(self.tail_cap);
+        if over > 0 {
+            self.tail.drain(..over);
+            self.dropped += over as u64;
+        }
+    }
+
+    /// Everything kept, as text, with the count of what was cut between head and tail.
+    pub(crate) fn text(&self) -> String {
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        if self.dropped > 0 {
+            out.push_str(&format!("\n[... {} bytes cut ...]\n", self.dropped));
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        out.push_str(&String::from_utf8_lossy(&tail));
+        out
+    }
 }
 
 /// Files under `dir` (relative to it), skipping what `.gitignore` and hidden-file rules
@@ -127,6 +220,18 @@ pub(crate) fn head_tail(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::head_tail;
+
+    #[test]
+    fn a_bounded_stream_keeps_its_head_and_tail() {
+        let mut b = super::HeadTail::new(3, 4);
+        for chunk in [&b"abc"[..], b"defg", b"hijklmnop", b"q"] {
+            b.push(chunk);
+        }
+        assert_eq!(b.text(), "abc\n[... 10 bytes cut ...]\nnopq");
+        let mut small = super::HeadTail::new(3, 4);
+        small.push(b"ab");
+        assert_eq!(small.text(), "ab");
+    }
 
     #[test]
     fn head_tail_keeps_both_ends() {

@@ -3,7 +3,9 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{SNIFF, blocking, read_bytes};
+use std::io::{BufRead, Read};
+
+use super::{SNIFF, blocking, io_error, open_regular};
 use crate::tool::{ToolContext, TypedTool};
 
 /// Lines returned when the model gives no `limit`.
@@ -44,71 +46,173 @@ impl TypedTool for ReadFile {
     async fn run(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let workspace = ctx.workspace.clone();
         let given = args.path.clone();
-        let bytes = blocking(move || {
+        let offset = args.offset.unwrap_or(1).max(1);
+        let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+        blocking(move || {
             let resolved = workspace.resolve_existing(&given)?;
-            read_bytes(&workspace, &resolved, &given)
+            let (file, size) = open_regular(&workspace, &resolved, &given)?;
+            let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+            let head = reader.fill_buf().map_err(|e| io_error(&given, &e))?;
+            if head[..head.len().min(SNIFF)].contains(&0) {
+                return Err(ToolError::new(
+                    ErrorKind::ExecutionFailed,
+                    format!(
+                        "{given} looks like a binary file ({size} bytes); only text files can be read"
+                    ),
+                ));
+            }
+            number_lines(&mut reader, offset, limit, OUTPUT_CAP, size)
+                .map_err(|e| io_error(&given, &e))
         })
-        .await?;
-        if bytes[..bytes.len().min(SNIFF)].contains(&0) {
-            return Err(ToolError::new(
-                ErrorKind::ExecutionFailed,
-                format!(
-                    "{} looks like a binary file ({} bytes); only text files can be read",
-                    args.path,
-                    bytes.len()
-                ),
-            ));
-        }
-        let text = String::from_utf8_lossy(&bytes);
-        Ok(number_lines(
-            &text,
-            args.offset.unwrap_or(1),
-            args.limit.unwrap_or(DEFAULT_LIMIT),
-        ))
+        .await
     }
 }
 
-/// Lines `offset..offset+limit` (1-based) with their numbers, and a note when more remain.
-fn number_lines(text: &str, offset: usize, limit: usize) -> String {
-    let total = text.lines().count();
-    let first = offset.max(1);
-    if total == 0 {
-        return "(empty file)".to_owned();
+/// Bytes of numbered lines returned at most, leaving room for the note under the tool's
+/// 50,000-character result limit: a file of any size costs this much memory.
+const OUTPUT_CAP: usize = 49_000;
+
+/// Files up to this size are read to the end to count their lines for the note.
+const COUNT_LINES_UP_TO: u64 = 16 << 20;
+
+/// Lines `offset..offset+limit` (1-based) of `reader` with their numbers, at most `cap`
+/// bytes in all, and a note when more remain. Reads lines before `offset` without keeping
+/// them, and never holds more than `cap` bytes of the file.
+fn number_lines(
+    reader: &mut impl BufRead,
+    offset: usize,
+    limit: usize,
+    cap: usize,
+    size: u64,
+) -> std::io::Result<String> {
+    let mut line_no = 0usize;
+    // Skip to the offset.
+    while line_no + 1 < offset {
+        if reader.fill_buf()?.is_empty() {
+            break;
+        }
+        reader.skip_until(b'\n')?;
+        line_no += 1;
     }
-    if first > total {
-        return format!("(the file has {total} lines; offset {first} is past the end)");
+    if reader.fill_buf()?.is_empty() {
+        return Ok(if line_no == 0 {
+            "(empty file)".to_owned()
+        } else {
+            format!("(the file has {line_no} lines; offset {offset} is past the end)")
+        });
     }
     let mut out = String::new();
-    let mut last = first;
-    for (i, line) in text.lines().enumerate().skip(first - 1).take(limit.max(1)) {
-        last = i + 1;
-        out.push_str(&format!("{:>6}\t{line}\n", i + 1));
+    let mut line = Vec::new();
+    let mut shown = 0usize;
+    let mut cut_line = None;
+    let mut held_back = false;
+    while shown < limit && !reader.fill_buf()?.is_empty() {
+        let prefix = format!("{:>6}\t", line_no + 1);
+        let room = cap.saturating_sub(out.len() + prefix.len() + 1);
+        if room == 0 {
+            break;
+        }
+        line.clear();
+        reader
+            .by_ref()
+            .take(room as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        line_no += 1;
+        shown += 1;
+        let ended = line.last() == Some(&b'\n');
+        if ended {
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+        }
+        if line.len() > room || (!ended && !reader.fill_buf()?.is_empty()) {
+            reader.skip_until(b'\n')?;
+            if shown > 1 {
+                // It does not fit after the others: the next call starts with it.
+                held_back = true;
+                break;
+            }
+            // A first line longer than the cap: shown cut, the rest of it skipped.
+            line.truncate(room);
+            cut_line = Some(line_no);
+        }
+        out.push_str(&prefix);
+        out.push_str(&String::from_utf8_lossy(&line));
+        out.push('\n');
+        if cut_line.is_some() {
+            break;
+        }
     }
-    if last < total {
+    let last = if held_back { line_no - 1 } else { line_no };
+    let more = held_back || !reader.fill_buf()?.is_empty();
+    if let Some(n) = cut_line {
         out.push_str(&format!(
-            "(lines {first}-{last} of {total}; call again with offset {} for more)\n",
-            last + 1
+            "(line {n} is cut: the output stops at {cap} bytes; use grep to find what you need in it)\n"
         ));
     }
-    out
+    if more {
+        let first = offset;
+        if size <= COUNT_LINES_UP_TO {
+            let mut total = line_no;
+            while !reader.fill_buf()?.is_empty() {
+                reader.skip_until(b'\n')?;
+                total += 1;
+            }
+            out.push_str(&format!(
+                "(lines {first}-{last} of {total}; call again with offset {} for more)\n",
+                last + 1
+            ));
+        } else {
+            out.push_str(&format!(
+                "(lines {first}-{last} of a file of {size} bytes; call again with offset {} for more)\n",
+                last + 1
+            ));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::number_lines;
 
+    fn lines(text: &str, offset: usize, limit: usize, cap: usize) -> String {
+        let mut reader = std::io::Cursor::new(text.as_bytes().to_vec());
+        number_lines(&mut reader, offset, limit, cap, text.len() as u64).unwrap()
+    }
+
     #[test]
     fn pages_through_lines() {
         let text = "a\nb\nc\n";
         assert_eq!(
-            number_lines(text, 1, 10),
+            lines(text, 1, 10, 1000),
             "     1\ta\n     2\tb\n     3\tc\n"
         );
         assert_eq!(
-            number_lines(text, 2, 1),
+            lines(text, 2, 1, 1000),
             "     2\tb\n(lines 2-2 of 3; call again with offset 3 for more)\n"
         );
-        assert!(number_lines(text, 9, 1).contains("past the end"));
-        assert_eq!(number_lines("", 1, 1), "(empty file)");
+        assert!(lines(text, 9, 1, 1000).contains("past the end"));
+        assert_eq!(lines("", 1, 1, 1000), "(empty file)");
+        assert_eq!(lines("x", 1, 5, 1000), "     1\tx\n");
+        assert_eq!(lines("a\r\nb", 1, 5, 1000), "     1\ta\n     2\tb\n");
+    }
+
+    #[test]
+    fn the_output_stops_at_the_cap() {
+        // Ten lines of 10 bytes: the cap lets three through, then says where to go on.
+        let text = "123456789\n".repeat(10);
+        let out = lines(&text, 1, 100, 60);
+        assert_eq!(out.matches("123456789").count(), 3, "{out}");
+        assert!(
+            out.ends_with("(lines 1-3 of 10; call again with offset 4 for more)\n"),
+            "{out}"
+        );
+        // One line longer than the cap is shown cut.
+        let long = format!("{}\nnext\n", "x".repeat(500));
+        let out = lines(&long, 1, 100, 60);
+        assert!(out.contains("line 1 is cut"), "{out}");
+        assert!(out.len() < 200, "{out}");
     }
 }

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::head_tail;
+use super::{HeadTail, head_tail};
 use crate::tool::{ToolContext, TypedTool};
 
 /// Characters of output kept (the head and, mostly, the tail).
@@ -54,7 +54,7 @@ impl TypedTool for Shell {
             .kill_on_drop(true)
             // Its own process group, so a timeout can kill everything it started.
             .process_group(0);
-        let child = command.spawn().map_err(|e| {
+        let mut child = command.spawn().map_err(|e| {
             ToolError::new(
                 ErrorKind::ExecutionFailed,
                 format!("cannot start bash: {e}"),
@@ -63,10 +63,24 @@ impl TypedTool for Shell {
         // Kills the whole group however this call ends: done, timed out, cancelled, or
         // dropped by the gateway.
         let _group = child.id().map(ProcessGroup);
-        let output = tokio::select! {
-            output = child.wait_with_output() => output.map_err(|e| {
-                ToolError::new(ErrorKind::ExecutionFailed, format!("waiting for bash: {e}"))
-            })?,
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ToolError::new(
+                ErrorKind::ExecutionFailed,
+                "bash started without its output pipes",
+            ));
+        };
+        // Output is read through bounded buffers: gigabytes of it cost kilobytes.
+        let run = async {
+            let (out, err, status) = tokio::join!(
+                // Both together stay under OUTPUT_CAP, so the counts of what was cut stay.
+                drain(stdout, HeadTail::new(9_000, 18_000)),
+                drain(stderr, HeadTail::new(1_000, 1_500)),
+                child.wait(),
+            );
+            (out, err, status)
+        };
+        let (stdout, stderr, status) = tokio::select! {
+            done = run => done,
             () = tokio::time::sleep(limit) => {
                 return Err(ToolError::new(
                     ErrorKind::Timeout,
@@ -84,13 +98,15 @@ impl TypedTool for Shell {
                 ));
             }
         };
-        let code = output
-            .status
+        let status = status.map_err(|e| {
+            ToolError::new(ErrorKind::ExecutionFailed, format!("waiting for bash: {e}"))
+        })?;
+        let code = status
             .code()
             .map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
         let mut text = format!("exit code: {code}\n");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = stdout.text();
+        let stderr = stderr.text();
         if !stdout.is_empty() {
             text.push_str(&format!("--- stdout ---\n{stdout}"));
             if !stdout.ends_with('\n') {
@@ -101,12 +117,25 @@ impl TypedTool for Shell {
             text.push_str(&format!("--- stderr ---\n{stderr}"));
         }
         let text = head_tail(&text, OUTPUT_CAP);
-        if output.status.success() {
+        if status.success() {
             Ok(text)
         } else {
             Err(ToolError::new(ErrorKind::ExecutionFailed, text))
         }
     }
+}
+
+/// Reads a pipe to its end into a bounded buffer.
+async fn drain(mut pipe: impl tokio::io::AsyncRead + Unpin, mut into: HeadTail) -> HeadTail {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 64 << 10];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        into.push(&buf[..n]);
+    }
+    into
 }
 
 /// A process group killed when dropped.

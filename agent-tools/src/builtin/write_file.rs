@@ -3,7 +3,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{blocking, io_error, read_bytes};
+use super::{blocking, io_error, read_bytes_capped};
 use crate::tool::{ToolContext, TypedTool};
 
 /// `write_file`: creates or replaces a file, creating its parent directories.
@@ -63,12 +63,16 @@ impl TypedTool for WriteFile {
     async fn reconcile(&self, args: WriteFileArgs, ctx: &ToolContext) -> Option<Finding> {
         let workspace = ctx.workspace.clone();
         let given = args.path.clone();
+        let want_len = args.content.len();
         let read = blocking(move || {
             let resolved = workspace.resolve(&given)?;
             if !resolved.exists() {
                 return Ok(None);
             }
-            read_bytes(&workspace, &resolved, &given).map(Some)
+            // The content is at most 1 MiB (the argument limit): a longer file differs.
+            let cap = want_len;
+            read_bytes_capped(&workspace, &resolved, &given, cap)
+                .map(|(bytes, whole)| whole.then_some(bytes))
         })
         .await;
         let want = sha256_hex(args.content.as_bytes());

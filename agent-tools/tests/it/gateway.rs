@@ -252,13 +252,26 @@ async fn a_panicking_tool_is_a_failed_call_not_a_crash() {
     assert_eq!(results[1].content(), "n=2");
 }
 
+/// A tool whose output is 60,008 characters, over the default 50,000 limit.
+struct Talkative;
+
+#[async_trait]
+impl Tool for Talkative {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("talkative", "talks", json!({"type": "object"}), Risk::Read)
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        Ok("x".repeat(60_008))
+    }
+}
+
 #[tokio::test]
 async fn long_outputs_are_cut_to_the_tools_limit_with_a_marker() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("big.txt"), "x".repeat(60_000)).unwrap();
-    let g = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
+    let mut g = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
+    g.register(Arc::new(Talkative)).unwrap();
     let call = ScheduledCall {
-        call: ToolCall::new("c", "read_file", json!({"path": "big.txt"})),
+        call: ToolCall::new("c", "talkative", json!({})),
         risk: Risk::Read,
         effect_key: None,
     };
