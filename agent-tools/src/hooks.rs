@@ -130,6 +130,8 @@ impl CommandHook {
         })
     }
 
+    /// Runs the hook: its input written, its answer read and its exit awaited, all within
+    /// its timeout. On timeout the hook and every process it started are killed.
     async fn ask(&self, input: Value) -> Answer {
         let mut child = match tokio::process::Command::new("bash")
             .arg("-c")
@@ -139,22 +141,42 @@ impl CommandHook {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
+            // Its own process group, so a timeout kills what it started too.
+            .process_group(0)
             .spawn()
         {
             Ok(child) => child,
             Err(e) => return Answer::Failed(format!("could not start: {e}")),
         };
-        if let Some(mut stdin) = child.stdin.take() {
-            // A hook that does not read its input is its own business.
-            let _ = stdin.write_all(input.to_string().as_bytes()).await;
-        }
-        match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+        let _group = child.id().map(crate::builtin::ProcessGroup);
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Answer::Failed("started without its pipes".to_owned());
+        };
+        let bytes = input.to_string().into_bytes();
+        let exchange = async {
+            let write = async move {
+                // A hook that does not read its input is its own business; its answer
+                // still counts.
+                let _ = stdin.write_all(&bytes).await;
+                drop(stdin);
+            };
+            let (_, out, err, status) = tokio::join!(
+                write,
+                read_capped(stdout),
+                read_capped(stderr),
+                child.wait()
+            );
+            (out, err, status)
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
             Err(_) => Answer::Failed(format!("timed out after {} ms", self.timeout.as_millis())),
-            Ok(Err(e)) => Answer::Failed(e.to_string()),
-            Ok(Ok(out)) => Answer::Exited {
-                code: out.status.code(),
-                stdout: String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            Ok((_, _, Err(e))) => Answer::Failed(e.to_string()),
+            Ok((stdout, stderr, Ok(status))) => Answer::Exited {
+                code: status.code(),
+                stdout: String::from_utf8_lossy(&stdout).trim().to_owned(),
+                stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
             },
         }
     }
@@ -173,6 +195,24 @@ impl CommandHook {
         }
         input
     }
+}
+
+/// Bytes of a hook's stdout or stderr kept at most.
+const HOOK_OUTPUT_CAP: u64 = 64 << 10;
+
+/// Reads a pipe to its end, keeping at most [`HOOK_OUTPUT_CAP`] bytes.
+async fn read_capped(mut pipe: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let room = HOOK_OUTPUT_CAP as usize - kept.len().min(HOOK_OUTPUT_CAP as usize);
+        kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+    kept
 }
 
 /// Finds `key` at the top level of a hook's answer or under `hookSpecificOutput`.

@@ -16,6 +16,7 @@ pub use grep::{Grep, GrepArgs};
 pub use list_dir::{ListDir, ListDirArgs};
 pub use read_file::{ReadFile, ReadFileArgs};
 pub use read_result::{ReadResult, ReadResultArgs};
+pub(crate) use shell::ProcessGroup;
 pub use shell::{Shell, ShellArgs};
 pub use write_file::{WriteFile, WriteFileArgs};
 

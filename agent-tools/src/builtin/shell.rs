@@ -139,7 +139,7 @@ async fn drain(mut pipe: impl tokio::io::AsyncRead + Unpin, mut into: HeadTail) 
 }
 
 /// A process group killed when dropped.
-struct ProcessGroup(u32);
+pub(crate) struct ProcessGroup(pub(crate) u32);
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {

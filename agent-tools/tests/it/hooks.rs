@@ -212,3 +212,46 @@ async fn post_hooks_see_the_response_and_may_add_a_note() {
     assert_eq!(input["hook_event_name"], "PostToolUse");
     assert_eq!(input["tool_response"]["output"], "     1\thello\n");
 }
+
+/// The whole exchange with a hook (its input included) is under its timeout: a hook that
+/// does not read 300 KB of input and sleeps is timed out and denies, and what it started
+/// is killed with it.
+#[tokio::test]
+async fn a_hook_that_neither_reads_nor_answers_is_timed_out_whole() {
+    let f = Fixture::new();
+    let mut hook = f.pre("sleep 30 & echo $! > sleeper.pid; sleep 30", None);
+    hook.timeout = Duration::from_millis(300);
+    let g = f.gateway(vec![hook]);
+    let big = ToolCall::new(
+        "c3",
+        "write_file",
+        json!({"path": "out.txt", "content": "y".repeat(300_000)}),
+    );
+    let verdict = f.verdict(&g, big).await;
+    assert!(
+        matches!(&verdict, Verdict::Deny { reason } if reason.contains("timed out after 300 ms")),
+        "{verdict:?}"
+    );
+    let pid = std::fs::read_to_string(f.dir.path().join("sleeper.pid")).unwrap();
+    let pid = pid.trim().to_owned();
+    assert!(
+        crate::more_builtins::eventually_gone(&pid),
+        "the hook's background process {pid} was killed with it"
+    );
+}
+
+/// A hook that answers without reading its input still counts.
+#[tokio::test]
+async fn a_hook_that_ignores_its_input_still_answers() {
+    let f = Fixture::new();
+    let g = f.gateway(vec![f.pre("echo 'not you' >&2; exit 2", None)]);
+    let big = ToolCall::new(
+        "c3",
+        "write_file",
+        json!({"path": "out.txt", "content": "y".repeat(300_000)}),
+    );
+    assert!(matches!(
+        f.verdict(&g, big).await,
+        Verdict::Deny { reason } if reason == "not you"
+    ));
+}

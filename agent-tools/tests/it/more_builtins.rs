@@ -238,7 +238,7 @@ async fn shell_output_keeps_its_head_and_tail() {
 
 /// Whether a process is gone (or only a zombie waiting to be reaped).
 #[cfg(target_os = "linux")]
-fn gone(pid: &str) -> bool {
+pub fn gone(pid: &str) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
@@ -250,7 +250,7 @@ fn gone(pid: &str) -> bool {
 
 /// Polls until `pid` is gone; a bound, not a wait for a fixed time.
 #[cfg(target_os = "linux")]
-fn eventually_gone(pid: &str) -> bool {
+pub fn eventually_gone(pid: &str) -> bool {
     for _ in 0..500 {
         if gone(pid) {
             return true;
