@@ -664,7 +664,7 @@ fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Resu
     let budget = budget(settings, &args)?;
     let rt = tokio()?;
     let gateway = gateway(settings, &args.setup, &rt, StoreAccess::Dir(store_dir))?;
-    let store = SledStore::open(store_dir)?;
+    let store = writable(SledStore::open(store_dir)?)?;
     let redactor = redactor(settings, Some(&args.setup));
     let runtime = runtime(settings, model, gateway, store, args.setup.events, redactor);
     let cancel = cancel_on_ctrl_c(&rt);
@@ -689,7 +689,7 @@ fn drive_existing(
     setup: &Setup,
     what: Resume,
 ) -> Result<u8, Failure> {
-    let store = open_existing(store_dir)?;
+    let store = writable(open_existing(store_dir)?)?;
     let log = store.load(run_id)?;
     let model = match settings.model(setup.model.as_deref()) {
         Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), json)?,
@@ -744,7 +744,7 @@ impl Model for NoModel {
 }
 
 fn cancel(store_dir: &Path, json: bool, run_id: &str) -> Result<u8, Failure> {
-    let store = open_existing(store_dir)?;
+    let store = writable(open_existing(store_dir)?)?;
     let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
     let runtime = runtime(
         &Settings::none(),
@@ -771,6 +771,22 @@ fn finish(report: &Report, json: bool) -> u8 {
     exit_code(report.outcome.reason)
 }
 
+/// A store that may be written: a damaged one is refused before anything happens.
+fn writable(store: SledStore) -> Result<SledStore, Failure> {
+    match store.damage() {
+        Some(damage) => Err(usage(damage)),
+        None => Ok(store),
+    }
+}
+
+/// After a read-only command printed what a damaged store still holds: the damage.
+fn report_damage(store: &SledStore) -> Result<u8, Failure> {
+    match store.damage() {
+        Some(damage) => Err(usage(damage)),
+        None => Ok(EXIT_OK),
+    }
+}
+
 fn open_existing(dir: &Path) -> Result<SledStore, Failure> {
     SledStore::open_existing(dir)?.ok_or_else(|| {
         usage(format!(
@@ -788,6 +804,7 @@ fn context(
     setup: &Setup,
 ) -> Result<u8, Failure> {
     let store = open_existing(store_dir)?;
+    let damage = store.damage();
     let log = store.load(run_id)?;
     let model: Arc<dyn Model> = match settings.model(setup.model.as_deref()) {
         Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), true)?,
@@ -828,7 +845,10 @@ fn context(
             render::prompt_text(prompt, projector.tokens(), window)
         ));
     }
-    Ok(EXIT_OK)
+    match damage {
+        Some(damage) => Err(usage(damage)),
+        None => Ok(EXIT_OK),
+    }
 }
 
 /// Names the model a run recorded, so its context window applies; never called.
@@ -859,7 +879,8 @@ impl Model for ManifestModel {
 }
 
 fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {
-    let mut runs = match SledStore::open_existing(store_dir)? {
+    let store = SledStore::open_existing(store_dir)?;
+    let mut runs = match &store {
         Some(store) => store.runs()?,
         None => Vec::new(),
     };
@@ -872,7 +893,10 @@ fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {
     } else {
         say(format_args!("{}\n", render::runs_table(&runs)));
     }
-    Ok(EXIT_OK)
+    match &store {
+        Some(store) => report_damage(store),
+        None => Ok(EXIT_OK),
+    }
 }
 
 fn show(store_dir: &Path, json: bool, run_id: &str, call: Option<&str>) -> Result<u8, Failure> {
@@ -928,5 +952,5 @@ fn show(store_dir: &Path, json: bool, run_id: &str, call: Option<&str>) -> Resul
     } else {
         say(format_args!("{}", render::timeline(run_id, &entries)));
     }
-    Ok(EXIT_OK)
+    report_damage(&store)
 }

@@ -45,11 +45,28 @@ pub enum StoreError {
         expected: u32,
     },
     /// Another process holds the store.
-    #[error("the store {} is in use by another agent process: {message}", path.display())]
+    #[error(
+        "the store {} is in use by another agent process; wait for it to finish, or use \
+         another --store",
+        path.display()
+    )]
     Locked {
         /// The store.
         path: PathBuf,
         /// The lock error.
+        message: String,
+    },
+    /// The store lost committed data (its database was damaged): reads of what it still
+    /// holds work, writes are refused.
+    #[error(
+        "the store {} is damaged: {message}; nothing was changed, what it still holds can be \
+         read, restore it from a backup or move it aside",
+        path.display()
+    )]
+    Damaged {
+        /// The store.
+        path: PathBuf,
+        /// What is missing.
         message: String,
     },
     /// A record that does not decode.
@@ -67,6 +84,12 @@ pub enum StoreError {
 
 impl From<sled::Error> for StoreError {
     fn from(e: sled::Error) -> Self {
-        StoreError::Engine(e.to_string())
+        match e {
+            // sled's text for it carries a debug dump of no use to a person.
+            sled::Error::Corruption { .. } => {
+                StoreError::Engine("sled reports corrupted data".to_owned())
+            }
+            other => StoreError::Engine(other.to_string()),
+        }
     }
 }

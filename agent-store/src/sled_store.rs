@@ -17,6 +17,8 @@ pub const FORMAT_VERSION: u32 = 1;
 const FORMAT_KEY: &[u8] = b"format";
 /// How long opening waits for a lock a just-dropped handle of this process still holds.
 const LOCK_WAIT: Duration = Duration::from_millis(1_000);
+/// The file beside sled's that counts the entries ever committed (see [`Marker`]).
+const MARKER: &str = "agent-commits";
 
 /// The sled-backed store. Keep one per process: sled allows one open handle per directory.
 #[derive(Debug)]
@@ -27,6 +29,67 @@ pub struct SledStore {
     runs: sled::Tree,
     blobs: sled::Tree,
     flusher: GroupFlush,
+    marker: Marker,
+    /// Set when the database holds fewer entries than were committed.
+    damage: Option<String>,
+}
+
+/// Detects a database that lost committed data. sled recovers a damaged file by dropping
+/// everything after the damage, consistently, so the store alone cannot tell. Beside it, a
+/// small file holds the number of entries committed so far, written after each flush
+/// (never before: it can only lag the database, so a crash never raises a false alarm).
+/// At open, a database holding fewer entries than the file counts has lost commits.
+#[derive(Debug)]
+struct Marker {
+    file: Mutex<std::fs::File>,
+    /// Entries committed, flushed or not.
+    total: std::sync::atomic::AtomicU64,
+    /// The count last written to the file.
+    written: std::sync::atomic::AtomicU64,
+}
+
+impl Marker {
+    fn open(dir: &Path) -> Result<(Marker, Option<u64>), StoreError> {
+        use std::io::Read;
+        let path = dir.join(MARKER);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| StoreError::Engine(format!("{}: {e}", path.display())))?;
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        let counted = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("entries="))
+            .and_then(|n| n.parse::<u64>().ok());
+        Ok((
+            Marker {
+                file: Mutex::new(file),
+                total: Default::default(),
+                written: Default::default(),
+            },
+            counted,
+        ))
+    }
+
+    /// Records the count covered by a finished flush (monotonic; errors only delay it).
+    fn record(&self, covered: u64) {
+        use std::io::{Seek, Write};
+        use std::sync::atomic::Ordering;
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if covered <= self.written.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut file = file;
+        let text = format!("format={FORMAT_VERSION} entries={covered:020}\n");
+        if file.seek(std::io::SeekFrom::Start(0)).is_ok() && file.write_all(text.as_bytes()).is_ok()
+        {
+            self.written.store(covered, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Group commit: concurrent appends share flushes. Each append takes a ticket after its
@@ -46,8 +109,9 @@ struct FlushState {
 }
 
 impl GroupFlush {
-    /// Returns once a flush that began after this call has finished.
-    fn wait_durable(&self, db: &sled::Db) -> Result<(), StoreError> {
+    /// Returns once a flush that began after this call has finished; the marker then
+    /// counts every entry whose write was in memory when that flush began.
+    fn wait_durable(&self, db: &sled::Db, marker: &Marker) -> Result<(), StoreError> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         st.requested += 1;
         let ticket = st.requested;
@@ -62,7 +126,11 @@ impl GroupFlush {
                 st.flushing = true;
                 let target = st.requested;
                 drop(st);
+                let covered = marker.total.load(std::sync::atomic::Ordering::SeqCst);
                 let result = db.flush();
+                if result.is_ok() {
+                    marker.record(covered);
+                }
                 st = self.state.lock().unwrap_or_else(|p| p.into_inner());
                 st.flushing = false;
                 st.flushed = target;
@@ -76,9 +144,21 @@ impl GroupFlush {
 }
 
 impl SledStore {
-    /// Opens the store in `dir`, creating it if the directory is missing or empty.
+    /// Opens the store in `dir`, creating it if the directory is missing or empty. A store
+    /// whose database cannot be read is [`StoreError::Damaged`], naming it.
     pub fn open(dir: impl AsRef<Path>) -> Result<SledStore, StoreError> {
         let path = dir.as_ref().to_path_buf();
+        SledStore::open_at(&path).map_err(|e| match e {
+            StoreError::Engine(message) => StoreError::Damaged {
+                path: path.clone(),
+                message: format!("its database cannot be read ({message})"),
+            },
+            other => other,
+        })
+    }
+
+    fn open_at(path: &Path) -> Result<SledStore, StoreError> {
+        let path = path.to_path_buf();
         let names: Vec<String> = match std::fs::read_dir(&path) {
             Ok(entries) => entries
                 .filter_map(Result::ok)
@@ -87,13 +167,16 @@ impl SledStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(StoreError::Engine(format!("{}: {e}", path.display()))),
         };
-        // Only sled's own files: a store, or one whose creation a crash interrupted.
-        let sled_owned =
-            |n: &String| matches!(n.as_str(), "conf" | "db" | "blobs") || n.starts_with("snap.");
+        // Only sled's own files and the marker: a store, or one whose creation a crash
+        // interrupted.
+        let sled_owned = |n: &String| {
+            matches!(n.as_str(), "conf" | "db" | "blobs" | MARKER) || n.starts_with("snap.")
+        };
         if !names.iter().all(sled_owned) {
             return Err(StoreError::NotAStore(path));
         }
         let db = open_db(&path)?;
+        let (marker, counted) = Marker::open(&path)?;
         let meta = db.open_tree("meta")?;
         match meta.get(FORMAT_KEY)? {
             Some(found) if found.as_ref() == FORMAT_VERSION.to_string().as_bytes() => {}
@@ -104,19 +187,61 @@ impl SledStore {
                     expected: FORMAT_VERSION,
                 });
             }
+            // A database emptied by damage is not a new store: never re-initialised.
+            None if counted.unwrap_or(0) > 0 => {
+                return Err(StoreError::Damaged {
+                    path,
+                    message: format!(
+                        "its database holds none of the {} entries committed to it",
+                        counted.unwrap_or(0)
+                    ),
+                });
+            }
             None if untouched(&db)? => {
                 meta.insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
                 db.flush()?;
             }
             None => return Err(StoreError::NotAStore(path)),
         }
+        let runs = db.open_tree("runs")?;
+        let mut total = 0u64;
+        for item in runs.iter() {
+            let (k, v) = item?;
+            total = total.saturating_add(decode_summary(&String::from_utf8_lossy(&k), &v)?.version);
+        }
+        let damage = match counted {
+            Some(counted) if counted > total => Some(format!(
+                "its database holds {total} of the {counted} entries committed to it (a log \
+                 was cut short)"
+            )),
+            _ => None,
+        };
+        marker.total.store(
+            total.max(counted.unwrap_or(0)),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        if damage.is_none() {
+            // A store made before the marker existed gets one now.
+            marker.record(total);
+        }
         Ok(SledStore {
             events: db.open_tree("events")?,
-            runs: db.open_tree("runs")?,
+            runs,
             blobs: db.open_tree("blobs")?,
             flusher: GroupFlush::default(),
+            marker,
+            damage,
             db,
             path,
+        })
+    }
+
+    /// `Some(what)` when the database holds fewer entries than were committed to it: the
+    /// store reads what it holds and refuses writes.
+    pub fn damage(&self) -> Option<StoreError> {
+        self.damage.as_ref().map(|message| StoreError::Damaged {
+            path: self.path.clone(),
+            message: message.clone(),
         })
     }
 
@@ -199,6 +324,9 @@ impl Store for SledStore {
         expected_version: u64,
         entries: &[Entry],
     ) -> Result<u64, StoreError> {
+        if let Some(damage) = self.damage() {
+            return Err(damage);
+        }
         let key = run_key(run_id)?;
         let encoded: Vec<(Vec<u8>, Vec<u8>)> = entries
             .iter()
@@ -239,8 +367,11 @@ impl Store for SledStore {
                 TransactionError::Abort(err) => err,
                 TransactionError::Storage(err) => err.into(),
             })?;
+        self.marker
+            .total
+            .fetch_add(entries.len() as u64, std::sync::atomic::Ordering::SeqCst);
         // The flush is the durability point: confirm nothing before it.
-        self.flusher.wait_durable(&self.db)?;
+        self.flusher.wait_durable(&self.db, &self.marker)?;
         Ok(version)
     }
 
@@ -255,9 +386,15 @@ impl Store for SledStore {
         let mut entries = Vec::with_capacity(usize::try_from(summary.version).unwrap_or(0));
         for item in self.events.scan_prefix(&prefix) {
             let (k, v) = item?;
-            let entry: Entry = serde_json::from_slice(&v).map_err(|e| StoreError::Corrupt {
-                what: format!("entry {:?} of run {run_id}", k.get(prefix.len()..)),
-                message: e.to_string(),
+            let entry: Entry = serde_json::from_slice(&v).map_err(|e| {
+                let version = k
+                    .get(prefix.len()..)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map_or_else(|| "?".to_owned(), |b| u64::from_be_bytes(b).to_string());
+                StoreError::Corrupt {
+                    what: format!("entry {version} of run {run_id}"),
+                    message: e.to_string(),
+                }
             })?;
             let expected = entries.len() as u64 + 1;
             if entry.version != expected {
@@ -294,8 +431,11 @@ impl Store for SledStore {
     fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
         let handle = crate::blob_handle(bytes);
         if !self.blobs.contains_key(handle.as_bytes())? {
+            if let Some(damage) = self.damage() {
+                return Err(damage);
+            }
             self.blobs.insert(handle.as_bytes(), bytes)?;
-            self.flusher.wait_durable(&self.db)?;
+            self.flusher.wait_durable(&self.db, &self.marker)?;
         }
         Ok(handle)
     }

@@ -132,3 +132,29 @@ fn arguments_nested_too_deep_are_refused_and_the_log_stays_readable() {
     let resumed = env.run(&["resume", "--json", &id]);
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
 }
+
+#[test]
+fn a_damaged_store_is_an_error_naming_it_never_an_empty_list() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "ok"}]));
+    for _ in 0..3 {
+        let out = env.run(&["run", "--model", &model, "g"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(env.store().join("db"))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    for args in [vec!["runs"], vec!["run", "--model", &model, "g"]] {
+        let out = env.run(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("damaged") && err.contains(env.store().to_str().unwrap()),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}

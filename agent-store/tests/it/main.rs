@@ -200,3 +200,81 @@ fn concurrent_commits_sharing_flushes_lose_nothing() {
         assert_eq!(store.load(&format!("run-{r}")).unwrap().len(), 26);
     }
 }
+
+/// A store with `runs` runs of `turns` entries each, closed.
+fn filled(path: &std::path::Path, runs: usize, turns: u64) {
+    let store = SledStore::open(path).unwrap();
+    for r in 0..runs {
+        let id = format!("run-{r}");
+        store.append(&id, 0, &[started(&id, 1)]).unwrap();
+        for v in 2..=turns {
+            store.append(&id, v - 1, &[filler(v, 200)]).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_truncated_database_is_reported_never_reinitialised() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    filled(&path, 3, 20);
+    let db = path.join("db");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let err = SledStore::open(&path)
+        .err()
+        .expect("a damaged store is an error");
+    let text = err.to_string();
+    assert!(text.contains(path.to_str().unwrap()), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    // Nothing was written: opening again says the same.
+    let again = SledStore::open(&path).err().unwrap().to_string();
+    assert_eq!(again, text);
+}
+
+#[test]
+fn bytes_damaged_in_the_middle_are_detected_and_what_remains_is_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    filled(&path, 2, 300);
+    let db = path.join("db");
+    let len = std::fs::metadata(&db).unwrap().len();
+    let mut bytes = std::fs::read(&db).unwrap();
+    let middle = (len / 2) as usize;
+    for (i, b) in bytes[middle..middle + 4096].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
+    }
+    std::fs::write(&db, bytes).unwrap();
+    match SledStore::open(&path) {
+        Err(e) => {
+            let text = e.to_string();
+            assert!(text.contains(path.to_str().unwrap()), "{text}");
+        }
+        Ok(store) => {
+            let damage = store.damage().expect("the lost commits are detected");
+            assert!(damage.to_string().contains("entries committed"), "{damage}");
+            // What it still holds reads back; nothing more is written.
+            for run in store.runs().unwrap() {
+                assert_eq!(store.load(&run.run_id).unwrap().len() as u64, run.version);
+            }
+            assert!(matches!(
+                store.append("run-0", 1, &[filler(2, 10)]),
+                Err(StoreError::Damaged { .. })
+            ));
+        }
+    }
+}
+
+#[test]
+fn a_locked_store_says_so_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let _held = SledStore::open(&path).unwrap();
+    let text = SledStore::open(&path).err().unwrap().to_string();
+    assert!(text.contains("in use by another agent process"), "{text}");
+    assert!(!text.contains("Os {"), "{text}");
+}
