@@ -225,9 +225,9 @@ fn a_truncated_database_is_reported_never_reinitialised() {
         .unwrap()
         .set_len(100)
         .unwrap();
-    let err = SledStore::open(&path)
-        .err()
-        .expect("a damaged store is an error");
+    let Err(err) = SledStore::open(&path) else {
+        panic!("a damaged store is an error");
+    };
     let text = err.to_string();
     assert!(text.contains(path.to_str().unwrap()), "{text}");
     assert_eq!(text.lines().count(), 1, "{text}");
