@@ -7,8 +7,9 @@ use agent_context::{
     ContextConfig, Extractive, Projector, Summarizer, Tiktoken, TokenCounter, context_window,
 };
 use agent_core::{
-    Budget, CallId, Command, Entry, Input, InputError, Machine, Manifest, Outcome, Resolution,
-    RunConfig, RunState, ScheduledCall, ToolCall, ToolSpec, Verdict, canonical_json, sha256_hex,
+    Budget, CallId, Command, Entry, Event, Input, InputError, Machine, Manifest, Outcome,
+    Resolution, RunConfig, RunState, ScheduledCall, ToolCall, ToolSpec, Verdict, canonical_json,
+    sha256_hex,
 };
 use agent_providers::{Model, ModelRequest};
 use agent_store::{Store, StoreError};
@@ -214,6 +215,7 @@ impl Runtime {
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
         let (machine, log) = self.load(run_id).await?;
+        self.check_tools(run_id, &log)?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
     }
 
@@ -263,8 +265,16 @@ impl Runtime {
     }
 
     /// Cancels a paused or interrupted run: `cancelled` is committed and nothing more runs.
+    /// A run whose log no longer folds (damaged by hand, or by a bug) can still be ended:
+    /// `cancelled` is appended after what is there.
     pub async fn cancel(&self, run_id: &str) -> Result<Report, RuntimeError> {
-        let (mut machine, log) = self.load(run_id).await?;
+        let (mut machine, log) = match self.load(run_id).await {
+            Ok(loaded) => loaded,
+            Err(RuntimeError::Damaged { message, .. }) => {
+                return self.cancel_unfolded(run_id, &message).await;
+            }
+            Err(e) => return Err(e),
+        };
         match machine.poll_command() {
             Some(Command::Finish(outcome)) => Err(RuntimeError::Refused(format!(
                 "run {run_id} already ended: {} ({})",
@@ -280,6 +290,43 @@ impl Runtime {
         }
     }
 
+    async fn cancel_unfolded(&self, run_id: &str, why: &str) -> Result<Report, RuntimeError> {
+        let store = Arc::clone(&self.store);
+        let id = run_id.to_owned();
+        let log = tokio::task::spawn_blocking(move || store.load(&id))
+            .await
+            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        if let Some(Event::RunEnded { outcome }) = log.last().map(|e| &e.event) {
+            return Err(RuntimeError::Refused(format!(
+                "run {run_id} already ended: {} ({})",
+                outcome.reason.class().as_str(),
+                outcome.reason
+            )));
+        }
+        let outcome = Outcome::stop(
+            agent_core::TerminalReason::Cancelled,
+            format!("cancelled by a person; its log could not be read as a run ({why})"),
+        );
+        let version = log.len() as u64;
+        let entry = Entry {
+            version: version + 1,
+            at_ms: self.clock.now_ms(),
+            event: Event::RunEnded {
+                outcome: outcome.clone(),
+            },
+        };
+        let store = Arc::clone(&self.store);
+        let id = run_id.to_owned();
+        tokio::task::spawn_blocking(move || store.append(&id, version, &[entry]))
+            .await
+            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        Ok(Report {
+            run_id: run_id.to_owned(),
+            outcome,
+            state: RunState::default(),
+        })
+    }
+
     async fn settle(
         &self,
         run_id: &str,
@@ -287,6 +334,7 @@ impl Runtime {
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
         let (mut machine, log) = self.load(run_id).await?;
+        self.check_tools(run_id, &log)?;
         let waits_for = match machine.poll_command() {
             Some(Command::AwaitApproval { .. }) => "approval",
             Some(Command::AwaitResolution { .. }) => "resolution",
@@ -331,6 +379,31 @@ impl Runtime {
             other => RuntimeError::Protocol(other),
         })?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
+    }
+
+    /// Refuses to drive a run on with fewer tools than it was started with: a call
+    /// approved for a tool this invocation lacks (an MCP server not configured this time)
+    /// would be recorded as run and silently not happen.
+    fn check_tools(&self, run_id: &str, log: &[Entry]) -> Result<(), RuntimeError> {
+        let Some(Event::RunStarted { manifest, .. }) = log.first().map(|e| &e.event) else {
+            return Ok(());
+        };
+        let have: std::collections::BTreeSet<String> =
+            self.gateway.specs().into_iter().map(|s| s.name).collect();
+        let missing: Vec<&str> = manifest
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .filter(|name| !have.contains(*name))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(RuntimeError::Refused(format!(
+            "run {run_id} was started with tools this invocation does not have ({}); continue \
+             it with the same tools (the same --mcp-config)",
+            missing.join(", ")
+        )))
     }
 
     async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {

@@ -311,3 +311,50 @@ async fn a_server_that_never_answers_is_given_up_on_in_time() {
         "{text}"
     );
 }
+
+/// Approving without the MCP servers the run started with is refused, never reported as
+/// done: the approved change would silently not happen.
+#[tokio::test]
+async fn a_run_is_not_continued_without_the_tools_it_started_with() {
+    use agent_providers::ScriptModel;
+    use agent_runtime::{RunRequest, Runtime, RuntimeError};
+    use agent_store::{MemoryStore, Store};
+
+    let dir = tempfile::tempdir().unwrap();
+    let with_mcp = Arc::new(gateway(dir.path()).await);
+    let bare = Arc::new(Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap());
+    let store = Arc::new(MemoryStore::new());
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "d1", "name": "mcp__fx__delete_item", "arguments": {"id": "42"}}]},
+        {"final": "deleted"}
+    ]})
+    .to_string();
+    let runtime = |g: &Arc<Gateway>| {
+        let model = ScriptModel::from_json(&script).unwrap();
+        Runtime::new(Arc::new(model), Arc::clone(g), store.clone())
+    };
+    let paused = runtime(&with_mcp)
+        .start(
+            RunRequest::new("r1", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(paused.outcome.reason, TerminalReason::ApprovalRequired);
+    let before = store.load("r1").unwrap();
+    let err = runtime(&bare)
+        .approve("r1", vec![], CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Refused(m) if m.contains("mcp__fx__delete_item")),
+        "{err}"
+    );
+    assert_eq!(store.load("r1").unwrap(), before, "nothing was recorded");
+    // With the same tools it goes on.
+    let done = runtime(&with_mcp)
+        .approve("r1", vec![], CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(done.outcome.reason, TerminalReason::Completed);
+}

@@ -248,3 +248,36 @@ async fn a_priced_model_stops_at_the_cost_budget() {
         "50 tokens at $2.50/M is past $0.0001 after one call"
     );
 }
+
+/// A provider that echoes the key in its error: the key is in neither the log nor the
+/// summary on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_echoed_by_the_provider_is_redacted_on_stderr_too() {
+    let key = format!("sk-test-{}", "9876543210abcdef");
+    let server = Server::start(vec![Reply::status(
+        401,
+        &format!(r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error"}}}}"#),
+    )])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let (code, _, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--model",
+            "openai:gpt-4o",
+            "--base-url",
+            &server.url,
+            "hi",
+        ],
+        Some(("OPENAI_API_KEY", &key)),
+    );
+    assert_eq!(code, Some(5), "{err}");
+    assert!(!err.contains(&key), "{err}");
+    assert!(err.contains("model_error"), "{err}");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let id = runs[0]["run_id"].as_str().unwrap();
+    let log = String::from_utf8_lossy(&env.run(&["show", "--json", id]).stdout).into_owned();
+    assert!(!log.contains(&key));
+}

@@ -787,3 +787,31 @@ async fn read_result_reads_only_handles_its_own_run_handed_out() {
         "{refused}"
     );
 }
+
+#[tokio::test]
+async fn cancel_ends_a_run_whose_log_does_not_fold() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    // Two start events: no run folds from that.
+    let first = agent_store::conformance::started("run-x", 1);
+    let mut second = agent_store::conformance::started("run-x", 2);
+    second.version = 2;
+    store.append("run-x", 0, &[first, second]).unwrap();
+    let rt = s.runtime(json!({"turns": []}), Arc::clone(&store), vec![]);
+    assert!(matches!(
+        rt.resume("run-x", CancellationToken::new()).await,
+        Err(agent_runtime::RuntimeError::Damaged { .. })
+    ));
+    let report = rt.cancel("run-x").await.unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
+    let log = store.load("run-x").unwrap();
+    assert!(
+        matches!(&log.last().unwrap().event, Event::RunEnded { outcome } if outcome.reason == TerminalReason::Cancelled)
+    );
+    assert!(matches!(
+        rt.cancel("run-x").await,
+        Err(agent_runtime::RuntimeError::Refused(m)) if m.contains("already ended")
+    ));
+    let summary = store.runs().unwrap();
+    assert_eq!(summary[0].reason, Some(TerminalReason::Cancelled));
+}
