@@ -256,7 +256,7 @@ async fn a_key_echoed_by_the_provider_is_redacted_on_stderr_too() {
     let key = format!("sk-test-{}", "9876543210abcdef");
     let server = Server::start(vec![Reply::status(
         401,
-        &format!(r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error"}}}}"#),
+        format!(r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error"}}}}"#),
     )])
     .await
     .unwrap();
