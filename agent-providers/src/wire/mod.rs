@@ -132,6 +132,15 @@ impl Assembled {
             };
             return ModelReply::invalid(raw(), problem, usage);
         }
+        if self.truncated {
+            // A cut answer is never a final answer (CONTRACT §2).
+            return ModelReply::invalid(
+                raw(),
+                "the reply was cut at the output limit, so it is not a final answer; answer \
+                 again, shorter (or in parts, with tools)",
+                usage,
+            );
+        }
         ModelReply::decision(Decision::Final { answer: self.text }, usage)
     }
 }

@@ -331,3 +331,46 @@ fn long_tool_names_fit_the_providers_and_come_back_whole() {
     assert_eq!(calls[0].name, long);
     assert_eq!(agent_providers::wire::wire_name("read_file"), "read_file");
 }
+
+/// A text reply cut by the output limit is not a final answer (CONTRACT §2), streamed or
+/// whole, OpenAI-compatible (as llama.cpp answers) or Anthropic.
+#[test]
+fn a_text_reply_cut_at_the_output_limit_is_not_a_final_answer() {
+    let cut = fixture("openai/text_only.sse")
+        .replace(r#""finish_reason":"stop""#, r#""finish_reason":"length""#);
+    let mut s = openai::Stream::default();
+    for (_, data) in sse(&cut) {
+        s.push(&data).unwrap();
+    }
+    let reply = s.finish().decide();
+    let problem = reply.decision.unwrap_err().problem;
+    assert!(problem.contains("cut at the output limit"), "{problem}");
+
+    let llama_cpp = json!({
+        "choices": [{"index": 0, "finish_reason": "length",
+                     "message": {"role": "assistant", "content": "The launch meeting is on Thurs"}}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 8}
+    });
+    let reply = openai::parse_response(&llama_cpp).decide();
+    assert!(reply.decision.is_err(), "{:?}", reply.decision);
+    assert_eq!(
+        reply.usage.output_tokens, 8,
+        "the tokens it used still count"
+    );
+
+    let cut = fixture("anthropic/basic_response.txt").replace(
+        r#""stop_reason":"end_turn""#,
+        r#""stop_reason":"max_tokens""#,
+    );
+    let mut s = anthropic::Stream::default();
+    for (event, data) in sse(&cut) {
+        s.push(&event, &data).unwrap();
+    }
+    assert!(s.finish().decide().decision.is_err());
+    let whole = json!({
+        "content": [{"type": "text", "text": "Half an ans"}],
+        "stop_reason": "max_tokens",
+        "usage": {"input_tokens": 10, "output_tokens": 4}
+    });
+    assert!(anthropic::parse_response(&whole).decide().decision.is_err());
+}
