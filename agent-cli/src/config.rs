@@ -122,20 +122,29 @@ pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config)>, String
     };
     let text =
         std::fs::read_to_string(&path).map_err(|e| format!("--config {}: {e}", path.display()))?;
-    let config: Config = toml::from_str(&text).map_err(|e| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+    let config = parse(&text).map_err(|problem| format!("{}{problem}", path.display()))?;
+    Ok(Some((path, config)))
+}
+
+/// Parses and validates the text of an `agent.toml`; the error is one line, starting with
+/// ` line N: ` or `: ` so that it can follow the file's name.
+pub fn parse(text: &str) -> Result<Config, String> {
+    let config: Config = toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| {
+            text.get(..s.start.min(text.len()))
+                .map_or(0, |t| t.matches('\n').count())
+                + 1
+        });
         let message = e.message().replace('\n', " ");
         match line {
-            Some(line) => format!("{} line {line}: {message}", path.display()),
-            None => format!("{}: {message}", path.display()),
+            Some(line) => format!(" line {line}: {message}"),
+            None => format!(": {message}"),
         }
     })?;
     config
         .validate()
-        .map_err(|problem| format!("{}: {problem}", path.display()))?;
-    Ok(Some((path, config)))
+        .map_err(|problem| format!(": {problem}"))?;
+    Ok(config)
 }
 
 /// Longest time any setting may name: a day for a hook, a year for a run.

@@ -6,7 +6,7 @@
 
 mod app;
 mod args;
-mod config;
+pub mod config;
 mod exit;
 mod render;
 mod trust;

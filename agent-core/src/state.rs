@@ -256,6 +256,10 @@ impl RunState {
             (_, Event::RunStarted { .. }) => {
                 return Err(fail("run_started after the run began".into()));
             }
+            // A run paused by its end (a question for a person) can still be cancelled.
+            (Status::Ended(ended), Event::RunEnded { outcome })
+                if ended.reason.class() == crate::ReasonClass::Paused
+                    && outcome.reason == crate::TerminalReason::Cancelled => {}
             (Status::Ended(_), _) => return Err(fail("event after run_ended".into())),
             _ => {}
         }

@@ -276,6 +276,16 @@ impl Runtime {
             Err(e) => return Err(e),
         };
         match machine.poll_command() {
+            // Paused by its end (a question for a person): cancelled after it.
+            Some(Command::Finish(outcome))
+                if outcome.reason.class() == agent_core::ReasonClass::Paused =>
+            {
+                self.append_cancelled(
+                    run_id,
+                    format!("cancelled by a person while it waited ({})", outcome.reason),
+                )
+                .await
+            }
             Some(Command::Finish(outcome)) => Err(RuntimeError::Refused(format!(
                 "run {run_id} already ended: {} ({})",
                 outcome.reason.class().as_str(),
@@ -291,22 +301,34 @@ impl Runtime {
     }
 
     async fn cancel_unfolded(&self, run_id: &str, why: &str) -> Result<Report, RuntimeError> {
+        self.append_cancelled(
+            run_id,
+            format!("cancelled by a person; its log could not be read as a run ({why})"),
+        )
+        .await
+    }
+
+    /// Appends `cancelled` after what the log holds, unless it ended for good already.
+    async fn append_cancelled(
+        &self,
+        run_id: &str,
+        message: String,
+    ) -> Result<Report, RuntimeError> {
         let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
         let log = tokio::task::spawn_blocking(move || store.load(&id))
             .await
             .map_err(|e| RuntimeError::Join(e.to_string()))??;
-        if let Some(Event::RunEnded { outcome }) = log.last().map(|e| &e.event) {
+        if let Some(Event::RunEnded { outcome }) = log.last().map(|e| &e.event)
+            && outcome.reason.class() != agent_core::ReasonClass::Paused
+        {
             return Err(RuntimeError::Refused(format!(
                 "run {run_id} already ended: {} ({})",
                 outcome.reason.class().as_str(),
                 outcome.reason
             )));
         }
-        let outcome = Outcome::stop(
-            agent_core::TerminalReason::Cancelled,
-            format!("cancelled by a person; its log could not be read as a run ({why})"),
-        );
+        let outcome = Outcome::stop(agent_core::TerminalReason::Cancelled, message);
         let version = log.len() as u64;
         let entry = Entry {
             version: version + 1,
@@ -317,13 +339,17 @@ impl Runtime {
         };
         let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
-        tokio::task::spawn_blocking(move || store.append(&id, version, &[entry]))
+        let committed = entry.clone();
+        tokio::task::spawn_blocking(move || store.append(&id, version, &[committed]))
             .await
             .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        let mut log = log;
+        log.push(entry.clone());
+        let state = RunState::fold(&log).unwrap_or_default();
         Ok(Report {
             run_id: run_id.to_owned(),
             outcome,
-            state: RunState::default(),
+            state,
         })
     }
 

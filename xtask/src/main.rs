@@ -1,5 +1,6 @@
 //! Project automation: `cargo xtask ci` runs exactly what CI runs; `cargo xtask bench`
-//! runs the benchmarks.
+//! runs the benchmarks; `cargo xtask fuzz --minutes N [--jobs J] [TARGET...]` runs the
+//! fuzz targets (nightly toolchain, `cargo install cargo-fuzz`).
 #![allow(clippy::print_stderr)]
 
 use std::process::Command;
@@ -54,7 +55,8 @@ fn main() -> Result<()> {
         "ci" => ci(),
         "layering" => layering(),
         "bench" => bench(),
-        _ => bail!("usage: cargo xtask <ci|layering|bench>"),
+        "fuzz" => fuzz(std::env::args().skip(2).collect()),
+        _ => bail!("usage: cargo xtask <ci|layering|bench|fuzz>"),
     }
 }
 
@@ -90,6 +92,119 @@ fn bench() -> Result<()> {
         &["bench", "-p", "agent-core", "--bench", "machine"],
         &[],
     )
+}
+
+/// Runs each fuzz target for `--minutes` (default 10), `--jobs` at a time (default 1), and
+/// prints one line per target: minutes, executions, and whether it crashed. A crash leaves
+/// its input under `fuzz/artifacts/TARGET/`; add it to `fuzz/corpus/TARGET/` once fixed.
+fn fuzz(args: Vec<String>) -> Result<()> {
+    let mut minutes = 10u64;
+    let mut jobs = 1usize;
+    let mut targets = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--minutes" => {
+                minutes = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .context("--minutes takes a whole number")?;
+            }
+            "--jobs" => {
+                jobs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|j| *j > 0)
+                    .context("--jobs takes a whole number above 0")?;
+            }
+            other if other.starts_with('-') => bail!("unknown option {other}"),
+            other => targets.push(other.to_owned()),
+        }
+    }
+    if targets.is_empty() {
+        let mut all: Vec<String> = std::fs::read_dir("fuzz/fuzz_targets")
+            .context("fuzz/fuzz_targets (run from the repository root)")?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.path()
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+            })
+            .collect();
+        all.sort();
+        targets = all;
+    }
+    run("cargo", &["+nightly", "fuzz", "build", "--release"], &[])
+        .context("building the fuzz targets (needs the nightly toolchain and cargo-fuzz)")?;
+    let queue = std::sync::Mutex::new(targets.into_iter());
+    let lines = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().ok().and_then(|mut q| q.next());
+                    let Some(target) = next else { break };
+                    let line = fuzz_one(&target, minutes);
+                    eprintln!("xtask: {line}");
+                    if let Ok(mut l) = lines.lock() {
+                        l.push(line);
+                    }
+                }
+            });
+        }
+    });
+    let lines = lines.into_inner().unwrap_or_default();
+    eprintln!("xtask: fuzzing done");
+    for line in &lines {
+        eprintln!("  {line}");
+    }
+    if lines.iter().any(|l| l.contains("CRASH")) {
+        bail!("a fuzz target crashed; see fuzz/artifacts");
+    }
+    Ok(())
+}
+
+/// One target for `minutes`; the summary line.
+fn fuzz_one(target: &str, minutes: u64) -> String {
+    // New inputs go to the working corpus (not kept in git); the repository's small corpus
+    // is read as seeds.
+    let work = format!("work/{target}");
+    let seeds = format!("corpus/{target}");
+    let _ = std::fs::create_dir_all(format!("fuzz/{work}"));
+    let secs = format!("-max_total_time={}", minutes * 60);
+    let out = Command::new("cargo")
+        .current_dir("fuzz")
+        .args([
+            "+nightly",
+            "fuzz",
+            "run",
+            "--release",
+            target,
+            &work,
+            &seeds,
+            "--",
+            &secs,
+            "-timeout=10",
+            "-rss_limit_mb=2048",
+            "-print_final_stats=1",
+        ])
+        .output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => return format!("{target}: could not run cargo fuzz: {e}"),
+    };
+    let log = String::from_utf8_lossy(&out.stderr);
+    let runs = log
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+        .map_or_else(|| "?".to_owned(), |n| n.trim().to_owned());
+    let _ = std::fs::write(format!("fuzz/{target}.log"), log.as_bytes());
+    if out.status.success() {
+        format!("{target}: {minutes} min, {runs} executions, no crash")
+    } else {
+        format!("{target}: {minutes} min, {runs} executions, CRASH (log in fuzz/{target}.log)")
+    }
 }
 
 /// Checks the absences that make the layering real, from `cargo tree`.

@@ -158,3 +158,21 @@ fn a_damaged_store_is_an_error_naming_it_never_an_empty_list() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
+
+#[test]
+fn a_run_waiting_for_an_answer_can_be_cancelled() {
+    let env = Env::new();
+    let model = env.script(json!([{"clarification": "which meeting?"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cancelled = env.run(&["cancel", "--json", &id]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(runs[0]["reason"], "cancelled");
+    let again = env.run(&["cancel", &id]);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+}

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 mod redaction;
+mod soak;
 
 type Trace = Arc<Mutex<Vec<String>>>;
 

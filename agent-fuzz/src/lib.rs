@@ -1,0 +1,177 @@
+//! Every fuzz target of agent-loop, as a function of the input bytes that must not panic,
+//! hang or grow without bound, whatever the bytes. `cargo fuzz` (in `fuzz/`, nightly) calls
+//! them with generated inputs; `tests/corpus.rs` replays each target's corpus on stable, so
+//! every input that once found a bug stays a regression test.
+//!
+//! Where a cheap property holds, the target checks it too (a decoded event re-encodes to
+//! itself, a resolved path stays inside the workspace).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use agent_core::{Entry, RunState, ToolCall, ToolSpec};
+use agent_providers::wire::{anthropic, openai};
+use agent_tools::{Action, Policy, Rule, Subject, Workspace};
+
+/// The targets, by name (the file names under `fuzz/fuzz_targets/` and the corpus
+/// directories under `fuzz/corpus/`).
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("openai_stream", openai_stream),
+    ("anthropic_stream", anthropic_stream),
+    ("openai_response", openai_response),
+    ("anthropic_response", anthropic_response),
+    ("script", script),
+    ("agent_toml", agent_toml),
+    ("policy", policy),
+    ("path_resolver", path_resolver),
+    ("shell_parser", shell_parser),
+    ("stored_events", stored_events),
+];
+
+fn text(data: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(data)
+}
+
+/// Server-sent events as the transport hands them over: `data:` payloads, one per line.
+pub fn openai_stream(data: &[u8]) {
+    let mut stream = openai::Stream::default();
+    for line in text(data).lines() {
+        let payload = line.strip_prefix("data:").unwrap_or(line).trim();
+        if stream.push(payload).is_err() {
+            return;
+        }
+    }
+    let _ = stream.is_done();
+    let _ = stream.finish().decide();
+}
+
+/// `event:` lines name the next `data:` payload, as Anthropic streams them.
+pub fn anthropic_stream(data: &[u8]) {
+    let mut stream = anthropic::Stream::default();
+    let mut event = String::new();
+    for line in text(data).lines() {
+        if let Some(name) = line.strip_prefix("event:") {
+            event = name.trim().to_owned();
+        } else if stream
+            .push(&event, line.strip_prefix("data:").unwrap_or(line).trim())
+            .is_err()
+        {
+            return;
+        }
+    }
+    let _ = stream.is_done();
+    let _ = stream.finish().decide();
+}
+
+/// A whole OpenAI-style response body.
+pub fn openai_response(data: &[u8]) {
+    if let Ok(body) = serde_json::from_slice(data) {
+        let _ = openai::parse_response(&body).decide();
+    }
+}
+
+/// A whole Anthropic response body.
+pub fn anthropic_response(data: &[u8]) {
+    if let Ok(body) = serde_json::from_slice(data) {
+        let _ = anthropic::parse_response(&body).decide();
+    }
+}
+
+/// A `--model script:PATH` file.
+pub fn script(data: &[u8]) {
+    let _ = agent_providers::ScriptModel::from_json(&text(data));
+}
+
+/// An `agent.toml`: parsed and validated; an error is one line.
+pub fn agent_toml(data: &[u8]) {
+    if let Err(e) = agent_cli::config::parse(&text(data)) {
+        assert!(!e.contains('\n'), "a multi-line error: {e:?}");
+    }
+}
+
+fn spec(name: &str, arg: &str) -> ToolSpec {
+    let mut spec = ToolSpec::new(name, "", serde_json::json!({}), agent_core::Risk::External);
+    spec.main_argument = Some(arg.to_owned());
+    spec
+}
+
+/// The first line is a rule (`allow`/`ask`/`deny` chosen by its first byte), the rest a
+/// command line and a path the rule judges.
+pub fn policy(data: &[u8]) {
+    let text = text(data);
+    let (rule, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    let action = match data.first().map(|b| b % 3) {
+        Some(0) => Action::Allow,
+        Some(1) => Action::Ask,
+        _ => Action::Deny,
+    };
+    if Rule::parse(action, rule).is_err() {
+        return;
+    }
+    let mut policy = Policy::new();
+    if policy.add(action, rule).is_err() {
+        return;
+    }
+    let _ = policy.judge(&spec("shell", "command"), &Subject::command(rest));
+    let call = ToolCall::new("c", "read_file", serde_json::json!({ "path": rest }));
+    let _ = policy.verdict(&spec("read_file", "path"), &call);
+}
+
+/// A workspace with links inside and outside, made once per process.
+fn tree() -> &'static (tempfile::TempDir, Workspace, PathBuf) {
+    static TREE: OnceLock<(tempfile::TempDir, Workspace, PathBuf)> = OnceLock::new();
+    TREE.get_or_init(|| {
+        let outer = tempfile::tempdir().expect("a temporary directory");
+        let ws = outer.path().join("ws");
+        for dir in ["a/b", "c", "secrets"] {
+            std::fs::create_dir_all(ws.join(dir)).expect("the tree");
+        }
+        std::fs::create_dir_all(outer.path().join("outside")).expect("the tree");
+        for (target, link) in [
+            ("a", "l1"),
+            ("../outside", "out"),
+            ("a/b/../..", "up"),
+            ("loop", "loop"),
+            ("secrets", "c/s"),
+        ] {
+            let _ = std::os::unix::fs::symlink(target, ws.join(link));
+        }
+        let workspace = Workspace::new(&ws).expect("the workspace");
+        let root = workspace.root().to_path_buf();
+        (outer, workspace, root)
+    })
+}
+
+/// Any path string: resolved inside the workspace or refused, never outside.
+pub fn path_resolver(data: &[u8]) {
+    let (_, workspace, root) = tree();
+    if let Ok(resolved) = workspace.resolve(&text(data)) {
+        let full = root.join(resolved.rel());
+        assert!(full.starts_with(root), "{full:?} left the workspace");
+        assert!(
+            !resolved.rel().components().any(|c| matches!(
+                c,
+                std::path::Component::ParentDir | std::path::Component::RootDir
+            )),
+            "{:?} is not clean",
+            resolved.rel()
+        );
+    }
+}
+
+/// Any command line.
+pub fn shell_parser(data: &[u8]) {
+    let _ = agent_tools::command_line::analyze(&text(data));
+}
+
+/// Bytes read back from a store: a decoded entry re-encodes to itself and folds or is
+/// refused, never a panic.
+pub fn stored_events(data: &[u8]) {
+    let Ok(entry) = serde_json::from_slice::<Entry>(data) else {
+        return;
+    };
+    let bytes = serde_json::to_vec(&entry).expect("an entry encodes");
+    let again: Entry = serde_json::from_slice(&bytes).expect("what was encoded decodes");
+    assert_eq!(again, entry);
+    let _ = RunState::fold([&entry]);
+}
