@@ -5,6 +5,8 @@
 //!
 //! Where a cheap property holds, the target checks it too (a decoded event re-encodes to
 //! itself, a resolved path stays inside the workspace).
+// A fuzz target reports a broken property by panicking: that is how the fuzzer sees it.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -13,9 +15,12 @@ use agent_core::{Entry, RunState, ToolCall, ToolSpec};
 use agent_providers::wire::{anthropic, openai};
 use agent_tools::{Action, Policy, Rule, Subject, Workspace};
 
+/// A target: its input bytes, handled.
+pub type Target = fn(&[u8]);
+
 /// The targets, by name (the file names under `fuzz/fuzz_targets/` and the corpus
 /// directories under `fuzz/corpus/`).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("openai_stream", openai_stream),
     ("anthropic_stream", anthropic_stream),
     ("openai_response", openai_response),
