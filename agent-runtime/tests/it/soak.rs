@@ -6,6 +6,7 @@
 //!
 //! `cargo test -p agent-runtime --test it soak` runs 100 runs; the full soak, 1,000 runs, is
 //! `cargo test -p agent-runtime --test it -- --ignored soak` (or `SOAK_RUNS=N`).
+#![allow(clippy::print_stderr)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
