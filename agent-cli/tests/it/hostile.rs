@@ -1,5 +1,6 @@
 //! Hostile and broken input from the command line: numbers that make no sense, usage that
 //! overflows, readers that go away. No panic (exit 101), one-line errors, exit 2.
+#![allow(clippy::print_stderr)]
 
 use std::process::Stdio;
 
@@ -175,4 +176,65 @@ fn a_run_waiting_for_an_answer_can_be_cancelled() {
     assert_eq!(runs[0]["reason"], "cancelled");
     let again = env.run(&["cancel", &id]);
     assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+}
+
+/// Peak resident memory of `agent ARGS`, in KiB, as the kernel accounts it to a waiting
+/// parent (a small Python wrapper, so no other test's processes count).
+fn peak_rss_kib(env: &Env, args: &[&str]) -> (Option<i32>, u64) {
+    let script = "import resource, subprocess, sys\n\
+                  r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n\
+                  print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+                  sys.exit(r.returncode)";
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_agent"))
+        .arg("--store")
+        .arg(env.store())
+        .args(args)
+        .current_dir(env.dir.path())
+        .env("AGENT_CONFIG_DIR", env.dir.path().join("config"))
+        .output()
+        .unwrap();
+    let kib = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    (out.status.code(), kib)
+}
+
+/// The suite streams 256 MB of shell output (the unbounded code held it whole: about three
+/// times that resident); `AGENT_MEM_SHELL_MB=1024` measures the 1 GB of BENCHMARKS.md.
+#[test]
+fn a_3_gb_file_and_a_flood_of_shell_output_cost_under_64_mb() {
+    let shell_mb: u64 = std::env::var("AGENT_MEM_SHELL_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    let env = Env::new();
+    let huge = env.dir.path().join("huge.log");
+    std::fs::write(&huge, "the first line\n".repeat(1_000)).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&huge)
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "huge.log"}}]},
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments":
+            {"command": format!("head -c {} /dev/zero | tr '\\0' x", shell_mb << 20)}}]},
+        {"final": "read"}
+    ]));
+    let (code, kib) = peak_rss_kib(&env, &["run", "--allow", "shell", "--model", &model, "g"]);
+    assert_eq!(code, Some(0));
+    assert!(kib < 64 * 1024, "peak resident memory {kib} KiB");
+    // Against the same binary doing nothing much: the reads themselves cost little.
+    let idle = env.script(json!([{"final": "nothing read"}]));
+    let (_, base) = peak_rss_kib(&env, &["run", "--model", &idle, "g"]);
+    assert!(
+        kib.saturating_sub(base) < 16 * 1024,
+        "{kib} KiB against {base} KiB for a run that reads nothing"
+    );
+    eprintln!(
+        "memory: 3 GB file + {shell_mb} MB of shell output: peak {kib} KiB resident \
+         ({base} KiB for a run that reads nothing)"
+    );
 }
