@@ -109,9 +109,7 @@ impl Walker<'_> {
     }
 
     fn line(&mut self, line: &str) {
-        let options = ParserOptions::default();
-        let mut parser = Parser::new(std::io::Cursor::new(line.as_bytes()), &options);
-        match parser.parse_program() {
+        match parse(line) {
             Ok(program) => {
                 for list in &program.complete_commands {
                     self.list(list);
@@ -452,7 +450,7 @@ impl Walker<'_> {
 
     /// A word's text with quotes removed; substitutions in it are opaque and walked.
     fn word(&mut self, raw: &str) -> String {
-        match word::parse(raw, &ParserOptions::default()) {
+        match parse_word(raw) {
             Ok(pieces) => {
                 let mut text = String::new();
                 self.pieces(raw, &pieces, &mut text);
@@ -500,9 +498,53 @@ impl Walker<'_> {
     }
 }
 
+/// Parses a command line. The parser is a dependency: a panic in it (fuzzing found one, on
+/// a redirection's file descriptor number too large for an `i32`) is a line that does not
+/// parse, never a crash of the agent. Such numbers are refused before the parser sees them,
+/// so the panic hook does not even print.
+fn parse(line: &str) -> Result<ast::Program, String> {
+    if has_huge_fd(line) {
+        return Err("a file descriptor number is too large".to_owned());
+    }
+    std::panic::catch_unwind(|| {
+        let options = ParserOptions::default();
+        let mut parser = Parser::new(std::io::Cursor::new(line.as_bytes()), &options);
+        parser.parse_program().map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|_| Err("the parser failed on it".to_owned()))
+}
+
+/// A word's pieces; a panic of the parser is an error, as for lines.
+fn parse_word(raw: &str) -> Result<Vec<WordPieceWithSource>, String> {
+    if has_huge_fd(raw) {
+        return Err("a file descriptor number is too large".to_owned());
+    }
+    std::panic::catch_unwind(|| {
+        word::parse(raw, &ParserOptions::default()).map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|_| Err("the parser failed on it".to_owned()))
+}
+
+/// Ten or more digits right before `<` or `>`: a descriptor number no shell accepts.
+fn has_huge_fd(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut run = 0;
+    for &b in bytes {
+        if b.is_ascii_digit() {
+            run += 1;
+        } else {
+            if run >= 10 && (b == b'<' || b == b'>') {
+                return true;
+            }
+            run = 0;
+        }
+    }
+    false
+}
+
 /// Whether a word is the same whatever the environment: no expansion in it.
 fn is_static(raw: &str) -> bool {
-    match word::parse(raw, &ParserOptions::default()) {
+    match parse_word(raw) {
         Ok(pieces) => pieces.iter().all(static_piece),
         Err(_) => false,
     }
@@ -563,5 +605,22 @@ mod tests {
         assert!(analyze("git status 2>/dev/null >&2").opaque.is_empty());
         let a = analyze("/bin/rm -rf x");
         assert_eq!(a.commands[0].bare.as_deref(), Some("rm -rf x"));
+    }
+
+    #[test]
+    fn what_the_parser_chokes_on_is_opaque_not_a_crash() {
+        // Found by the shell_parser fuzz target: brush-parser unwraps the descriptor number.
+        for line in [
+            ". 2222222222222222222222222>&ot22x-+",
+            "echo 99999999999<in",
+            "x 4294967296>f",
+        ] {
+            let a = analyze(line);
+            assert!(
+                a.opaque.iter().any(|o| o.contains("does not parse")),
+                "{line}: {a:?}"
+            );
+        }
+        assert!(analyze("echo hi 2>/dev/null").opaque.is_empty());
     }
 }

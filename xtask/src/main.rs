@@ -134,7 +134,9 @@ fn fuzz(args: Vec<String>) -> Result<()> {
         all.sort();
         targets = all;
     }
-    run("cargo", &["+nightly", "fuzz", "build", "--release"], &[])
+    // cargo fuzz's default: optimized, with debug assertions and overflow checks, so an
+    // overflow on outside numbers is a crash the fuzzer sees.
+    run_in("fuzz", "cargo", &["+nightly", "fuzz", "build"])
         .context("building the fuzz targets (needs the nightly toolchain and cargo-fuzz)")?;
     let queue = std::sync::Mutex::new(targets.into_iter());
     let lines = std::sync::Mutex::new(Vec::new());
@@ -234,6 +236,19 @@ fn layering() -> Result<()> {
         }
     }
     eprintln!("xtask: layering holds");
+    Ok(())
+}
+
+fn run_in(dir: &str, program: &str, args: &[&str]) -> Result<()> {
+    eprintln!("xtask: (in {dir}) {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .current_dir(dir)
+        .args(args)
+        .status()
+        .with_context(|| format!("running {program}"))?;
+    if !status.success() {
+        bail!("{program} {} failed ({status})", args.join(" "));
+    }
     Ok(())
 }
 
