@@ -291,8 +291,12 @@ fn load_model(
 }
 
 fn hook(event: HookEvent, h: &HookConfig, cwd: &Path) -> Result<CommandHook, Failure> {
-    let mut hook = CommandHook::new(event, h.command.clone(), h.matcher.as_deref(), cwd)
-        .map_err(|e| usage(format!("hook {:?}: matcher: {e}", h.command)))?;
+    let mut hook =
+        CommandHook::new(event, h.command.clone(), h.matcher.as_deref(), cwd).map_err(|e| {
+            let text = e.to_string();
+            let why = text.lines().last().unwrap_or_default().trim().to_owned();
+            usage(format!("hook {:?}: matcher: {why}", h.command))
+        })?;
     if let Some(secs) = h.timeout_secs {
         let secs = config::check_seconds("timeout_secs", secs, 86_400.0)
             .map_err(|e| usage(format!("hook {:?}: {e}", h.command)))?;
