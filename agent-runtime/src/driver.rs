@@ -637,25 +637,38 @@ impl Runtime {
             .collect()
     }
 
-    /// Asks the tools whether effects in doubt took place, with the calls as proposed.
-    async fn reconcile(
+    /// The calls as proposed (secret references expanded), and those whose secret this
+    /// process does not have.
+    fn expand_scheduled(
         &self,
         calls: Vec<ScheduledCall>,
-    ) -> Vec<(CallId, Option<agent_core::Finding>)> {
+    ) -> (
+        Vec<ScheduledCall>,
+        Vec<(ToolCall, crate::redact::MissingSecret)>,
+    ) {
         let mut expanded = Vec::new();
-        let mut unknown = Vec::new();
+        let mut missing = Vec::new();
         for mut scheduled in calls {
             match self.redactor.expand_call(&scheduled.call) {
                 Ok(call) => {
                     scheduled.call = call;
                     expanded.push(scheduled);
                 }
-                // Without the value, no look-up can tell: a person will be asked.
-                Err(_) => unknown.push((scheduled.call.id.clone(), None)),
+                Err(e) => missing.push((scheduled.call, e)),
             }
         }
+        (expanded, missing)
+    }
+
+    /// Asks the tools whether effects in doubt took place, with the calls as proposed.
+    async fn reconcile(
+        &self,
+        calls: Vec<ScheduledCall>,
+    ) -> Vec<(CallId, Option<agent_core::Finding>)> {
+        let (expanded, missing) = self.expand_scheduled(calls);
         let mut findings = self.gateway.reconcile(&expanded).await;
-        findings.extend(unknown);
+        // Without the value, no look-up can tell: a person will be asked.
+        findings.extend(missing.into_iter().map(|(call, _)| (call.id, None)));
         findings
     }
 
@@ -669,24 +682,17 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Vec<agent_core::ToolResult> {
         let order: Vec<CallId> = group.iter().map(|s| s.call.id.clone()).collect();
-        let mut runnable = Vec::new();
-        let mut refused = Vec::new();
-        for mut scheduled in group {
-            match self.redactor.expand_call(&scheduled.call) {
-                Ok(call) => {
-                    scheduled.call = call;
-                    runnable.push(scheduled);
-                }
-                Err(e) => refused.push(agent_core::ToolResult::error(
-                    scheduled.call.id.clone(),
-                    scheduled.call.name.clone(),
-                    agent_core::ToolError::new(
-                        agent_core::ErrorKind::ExecutionFailed,
-                        format!("not run: {e}"),
-                    ),
-                )),
-            }
-        }
+        let (runnable, missing) = self.expand_scheduled(group);
+        let refused = missing.into_iter().map(|(call, e)| {
+            agent_core::ToolResult::error(
+                call.id,
+                call.name,
+                agent_core::ToolError::new(
+                    agent_core::ErrorKind::ExecutionFailed,
+                    format!("not run: {e}"),
+                ),
+            )
+        });
         let token = cancel.child_token();
         let run = self.gateway.execute(run_id, vec![runnable], &token);
         tokio::pin!(run);

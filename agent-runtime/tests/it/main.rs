@@ -43,11 +43,13 @@ impl Model for Recording {
     }
 }
 
-/// A store that records appends and can fail the Nth one.
+/// A store that records appends and can fail the Nth one (`fail_at`), or every Nth one
+/// (`fail_every`), as if the process died before the commit was durable.
 struct Watched<S> {
     inner: S,
     trace: Trace,
     fail_at: Option<usize>,
+    fail_every: Option<usize>,
 }
 
 impl<S: Store> Store for Watched<S> {
@@ -55,7 +57,7 @@ impl<S: Store> Store for Watched<S> {
         let mut trace = self.trace.lock().unwrap();
         let n = trace.iter().filter(|t| t.starts_with("commit")).count() + 1;
         trace.push(format!("commit {expected}+{}", entries.len()));
-        if self.fail_at == Some(n) {
+        if self.fail_at == Some(n) || self.fail_every.is_some_and(|k| n.is_multiple_of(k)) {
             return Err(StoreError::Engine("disk full".into()));
         }
         self.inner.append(run_id, expected, entries)
@@ -111,6 +113,7 @@ impl Setup {
             inner: SledStore::open(self.dir.path().join("store")).unwrap(),
             trace: Arc::clone(&self.trace),
             fail_at,
+            fail_every: None,
         })
     }
 }

@@ -8,8 +8,6 @@
 //! `cargo test -p agent-runtime --test it -- --ignored soak` (or `SOAK_RUNS=N`).
 #![allow(clippy::print_stderr)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use super::*;
 
 /// A deterministic random sequence (an LCG): the soak is reproducible from its seed.
@@ -55,36 +53,6 @@ impl Tool for Flaky {
     }
 }
 
-/// A store whose appends fail now and then, as if the process died before the commit was
-/// durable: nothing of that commit is kept.
-struct Crashing {
-    inner: MemoryStore,
-    appends: AtomicUsize,
-    fail_every: usize,
-}
-
-impl Store for Crashing {
-    fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
-        let n = self.appends.fetch_add(1, Ordering::SeqCst) + 1;
-        if n.is_multiple_of(self.fail_every) {
-            return Err(StoreError::Engine("the process died here".into()));
-        }
-        self.inner.append(run_id, expected, entries)
-    }
-    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
-        self.inner.load(run_id)
-    }
-    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
-        self.inner.runs()
-    }
-    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
-        self.inner.put_blob(bytes)
-    }
-    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get_blob(handle)
-    }
-}
-
 fn random_turn(rng: &mut Lcg, k: u64) -> Value {
     let id = format!("c{k}");
     match rng.below(12) {
@@ -115,10 +83,11 @@ fn soak(runs: usize, seed: u64) {
         .unwrap();
     let s = setup();
     let mut rng = Lcg(seed);
-    let store = Arc::new(Crashing {
+    let store = Arc::new(Watched {
         inner: MemoryStore::new(),
-        appends: AtomicUsize::new(0),
-        fail_every: 7,
+        trace: Trace::default(),
+        fail_at: None,
+        fail_every: Some(7),
     });
     let mut reasons = std::collections::BTreeMap::<String, usize>::new();
     for r in 0..runs {
