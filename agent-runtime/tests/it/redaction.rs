@@ -150,15 +150,13 @@ async fn results_answers_and_blobs_are_redacted() {
     let big = format!("{}\n{}", fake("github"), "x".repeat(60_000));
     std::fs::write(s.dir.path().join("ws/env.txt"), format!("T={VALUE}\n{big}")).unwrap();
     let script = json!({"turns": [
-        {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "env.txt"}}]},
+        {"tool_calls": [{"id": "r1", "name": "dump", "arguments": {"path": "env.txt"}}]},
         {"final": format!("found {VALUE} and {}", fake("aws"))}
     ]});
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
-        .unwrap()
-        .with_blob_sink(Arc::new(
-            agent_runtime::StoreBlobs::new(Arc::clone(&store)).with_redactor(redactor()),
-        ));
+    let gateway = with_dump(s.dir.path().join("ws")).with_blob_sink(Arc::new(
+        agent_runtime::StoreBlobs::new(Arc::clone(&store)).with_redactor(redactor()),
+    ));
     let model = ScriptModel::from_json(&script.to_string()).unwrap();
     let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store))
         .with_redactor(redactor());
