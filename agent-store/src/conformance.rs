@@ -5,6 +5,15 @@ use agent_core::{Budget, Entry, Event, Manifest, Outcome, TerminalReason};
 
 use crate::{Store, StoreError};
 
+/// The value, or a panic naming the step of the suite that failed: a setup step that
+/// fails is a failed check, never skipped.
+fn must<T>(step: &str, result: Result<T, StoreError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(e) => panic!("conformance: {step} failed: {e}"),
+    }
+}
+
 /// Runs every check on `store`, which must be empty.
 pub fn check_all(store: &dyn Store) {
     order_is_kept(store);
@@ -17,17 +26,20 @@ pub fn check_all(store: &dyn Store) {
 
 fn blobs_are_stored_once_by_content(store: &dyn Store) {
     let big = "x".repeat(100_000);
-    let a = store.put_blob(big.as_bytes()).unwrap_or_default();
-    let b = store.put_blob(big.as_bytes()).unwrap_or_default();
+    let a = must("put_blob", store.put_blob(big.as_bytes()));
+    let b = must("put_blob again", store.put_blob(big.as_bytes()));
     assert_eq!(a, b, "equal contents have one handle");
     assert!(a.starts_with("blob:sha256:"), "{a}");
     assert_eq!(
-        store.get_blob(&a).ok().flatten().map(|v| v.len()),
+        must("get_blob", store.get_blob(&a)).map(|v| v.len()),
         Some(100_000),
         "a blob reads back whole"
     );
-    assert_ne!(store.put_blob(b"other").unwrap_or_default(), a);
-    assert_eq!(store.get_blob("blob:sha256:0000").ok(), Some(None));
+    assert_ne!(must("put_blob other", store.put_blob(b"other")), a);
+    assert_eq!(
+        must("get_blob unknown", store.get_blob("blob:sha256:0000")),
+        None
+    );
 }
 
 /// For durable backends: what one handle committed, the next handle (opened after the
@@ -37,12 +49,15 @@ pub fn check_reopen(open: &dyn Fn() -> Box<dyn Store>) {
     let run = "conf-reopen";
     {
         let store = open();
-        store.append(run, 0, &[started(run, 1)]).ok();
-        store.append(run, 1, &[filler(2, 1), filler(3, 2)]).ok();
-        store.put_blob(b"kept across handles").ok();
+        must("append", store.append(run, 0, &[started(run, 1)]));
+        must(
+            "append",
+            store.append(run, 1, &[filler(2, 1), filler(3, 2)]),
+        );
+        must("put_blob", store.put_blob(b"kept across handles"));
     }
     let store = open();
-    let log = store.load(run).unwrap_or_default();
+    let log = must("load after reopening", store.load(run));
     assert_eq!(log.len(), 3, "a reopened store holds every committed entry");
     assert_eq!(log[2], filler(3, 2));
     assert_eq!(
@@ -52,13 +67,11 @@ pub fn check_reopen(open: &dyn Fn() -> Box<dyn Store>) {
     );
     let handle = crate::blob_handle(b"kept across handles");
     assert!(
-        store.get_blob(&handle).ok().flatten().is_some(),
+        must("get_blob after reopening", store.get_blob(&handle)).is_some(),
         "blobs survive reopening"
     );
     assert!(
-        store
-            .runs()
-            .unwrap_or_default()
+        must("runs after reopening", store.runs())
             .iter()
             .any(|s| s.run_id == run)
     );
@@ -106,7 +119,7 @@ fn order_is_kept(store: &dyn Store) {
         Some(300),
         "append returns the new version"
     );
-    let log = store.load(run).unwrap_or_default();
+    let log = must("load", store.load(run));
     let versions: Vec<u64> = log.iter().map(|e| e.version).collect();
     assert_eq!(
         versions,
@@ -118,7 +131,7 @@ fn order_is_kept(store: &dyn Store) {
 
 fn a_conflicting_batch_writes_nothing(store: &dyn Store) {
     let run = "conf-conflict";
-    store.append(run, 0, &[started(run, 1)]).ok();
+    must("append", store.append(run, 0, &[started(run, 1)]));
     let stale = store.append(run, 0, &[filler(1, 1), filler(2, 2)]);
     assert!(
         matches!(
@@ -154,7 +167,7 @@ fn a_conflicting_batch_writes_nothing(store: &dyn Store) {
 
 fn a_batch_must_continue_the_log(store: &dyn Store) {
     let run = "conf-gap";
-    store.append(run, 0, &[started(run, 1)]).ok();
+    must("append", store.append(run, 0, &[started(run, 1)]));
     let gap = store.append(run, 1, &[filler(2, 1), filler(4, 2)]);
     assert!(
         matches!(gap, Err(StoreError::NotContiguous { found: 4, .. })),
@@ -176,8 +189,8 @@ fn unknown_runs_are_not_found(store: &dyn Store) {
 
 fn the_index_follows_the_log(store: &dyn Store) {
     let run = "conf-index";
-    store.append(run, 0, &[started(run, 7)]).ok();
-    store.append(run, 1, &[filler(2, 1)]).ok();
+    must("append", store.append(run, 0, &[started(run, 7)]));
+    must("append", store.append(run, 1, &[filler(2, 1)]));
     let end = Entry {
         version: 3,
         at_ms: 99,
@@ -185,8 +198,8 @@ fn the_index_follows_the_log(store: &dyn Store) {
             outcome: Outcome::stop(TerminalReason::MaxSteps, "spent"),
         },
     };
-    store.append(run, 2, &[end]).ok();
-    let runs = store.runs().unwrap_or_default();
+    must("append the end", store.append(run, 2, &[end]));
+    let runs = must("runs", store.runs());
     let summary = runs.iter().find(|s| s.run_id == run).cloned();
     let summary = summary.unwrap_or_else(|| panic!("run {run} is listed"));
     assert_eq!(summary.goal, format!("goal of {run}"));

@@ -278,3 +278,40 @@ fn a_locked_store_says_so_in_words() {
     assert!(text.contains("in use by another agent process"), "{text}");
     assert!(!text.contains("Os {"), "{text}");
 }
+
+/// A backend that cannot keep blobs.
+struct NoBlobs(MemoryStore);
+
+impl Store for NoBlobs {
+    fn append(
+        &self,
+        run_id: &str,
+        expected: u64,
+        entries: &[agent_core::Entry],
+    ) -> Result<u64, StoreError> {
+        self.0.append(run_id, expected, entries)
+    }
+    fn load(&self, run_id: &str) -> Result<Vec<agent_core::Entry>, StoreError> {
+        self.0.load(run_id)
+    }
+    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
+        self.0.runs()
+    }
+    fn put_blob(&self, _: &[u8]) -> Result<String, StoreError> {
+        Err(StoreError::Engine("no room for blobs".into()))
+    }
+    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.0.get_blob(handle)
+    }
+}
+
+#[test]
+fn the_conformance_suite_fails_a_backend_whose_setup_steps_fail() {
+    let broken = std::panic::catch_unwind(|| check_all(&NoBlobs(MemoryStore::new())));
+    let message = broken.expect_err("a backend without blobs does not conform");
+    let text = message
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(text.contains("put_blob failed"), "{text}");
+}

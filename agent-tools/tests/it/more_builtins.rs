@@ -311,3 +311,70 @@ async fn cancel_kills_the_whole_process_group() {
         "the background sleep {pid} survived"
     );
 }
+
+/// `edit_file` against targets that exist outside the workspace, holding the text it
+/// would replace: every route is denied and every target stays as it was. (An unconfined
+/// edit would succeed here; a missing target could not tell the two apart.)
+#[tokio::test]
+async fn edits_of_existing_files_outside_are_denied_and_leave_them_unchanged() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::create_dir(outer.path().join("elsewhere")).unwrap();
+    let outside = [
+        outer.path().join("x.txt"),
+        outer.path().join("elsewhere/y.txt"),
+    ];
+    for file in &outside {
+        std::fs::write(file, "a secret a\n").unwrap();
+    }
+    std::os::unix::fs::symlink(outer.path().join("elsewhere"), root.join("out")).unwrap();
+    std::os::unix::fs::symlink(outer.path().join("x.txt"), root.join("link.txt")).unwrap();
+    let routes = [
+        "../x.txt".to_owned(),
+        "a/../../x.txt".to_owned(),
+        outer.path().join("x.txt").display().to_string(),
+        "out/y.txt".to_owned(),
+        "link.txt".to_owned(),
+    ];
+    for path in routes {
+        let err = call(
+            &Typed(EditFile),
+            &root,
+            json!({"path": path, "old": "secret", "new": "EDITED"}),
+        )
+        .await
+        .expect_err(&path);
+        assert_eq!(err.kind, ErrorKind::Denied, "{path}: {err}");
+    }
+    for file in &outside {
+        assert_eq!(std::fs::read_to_string(file).unwrap(), "a secret a\n");
+    }
+}
+
+/// `glob` lists what is inside the workspace only: a link to a directory outside is not
+/// walked into, and a pattern cannot climb out.
+#[tokio::test]
+async fn glob_stays_inside_the_workspace() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().join("ws");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/in.rs"), "").unwrap();
+    std::fs::create_dir(outer.path().join("elsewhere")).unwrap();
+    std::fs::write(outer.path().join("elsewhere/secret.rs"), "").unwrap();
+    std::fs::write(outer.path().join("top.rs"), "").unwrap();
+    std::os::unix::fs::symlink(outer.path().join("elsewhere"), root.join("out")).unwrap();
+    for pattern in ["**/*.rs", "../*.rs", "out/*.rs", "**"] {
+        let out = call(&Typed(Glob), &root, json!({ "pattern": pattern }))
+            .await
+            .unwrap();
+        assert!(
+            !out.contains("secret.rs") && !out.contains("top.rs"),
+            "{pattern}: {out}"
+        );
+    }
+    let all = call(&Typed(Glob), &root, json!({"pattern": "**/*.rs"}))
+        .await
+        .unwrap();
+    assert_eq!(all, "src/in.rs");
+}
