@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 mod crash;
 mod hostile;
 mod providers;
+mod reasons;
 mod trust;
 
 fn repo() -> PathBuf {

@@ -1,0 +1,136 @@
+//! Terminal reasons reached through the binary that no other test reaches there:
+//! `deadline_exceeded`, `no_progress`, `tool_unavailable`, and a person's `rejected` and
+//! one-of-several approvals. Each checks the exit code and the `--json` object.
+
+use serde_json::{Value, json};
+
+use crate::{Env, stderr};
+
+fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("not JSON: {}", stderr(out)))
+}
+
+#[test]
+fn a_slow_model_past_the_wall_clock_budget_is_deadline_exceeded() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "late", "delay_ms": 30_000}]));
+    let out = env.run(&["run", "--json", "--timeout", "0.3", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v = json_of(&out);
+    assert_eq!(v["reason"], "deadline_exceeded");
+    assert_eq!(v["status"], "stopped");
+    assert_eq!(v["answer"], Value::Null);
+}
+
+#[test]
+fn the_same_plan_after_a_correction_is_no_progress() {
+    let env = Env::new();
+    let same = json!({"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}]});
+    let model = env.script(json!([same, same, same, same, same, {"final": "x"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v = json_of(&out);
+    assert_eq!(v["reason"], "no_progress");
+    assert_eq!(v["tool_calls"], 2, "the repeats past the limit did not run");
+}
+
+/// An MCP server (Python, stdio) whose one tool kills the server.
+const DYING_SERVER: &str = r#"
+import json, os, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "d", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "die", "description": "exits",
+                             "inputSchema": {"type": "object"},
+                             "annotations": {"readOnlyHint": True}}]}
+    elif method == "tools/call":
+        os._exit(3)
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+#[test]
+fn a_server_that_dies_twice_is_tool_unavailable() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("dying.py"), DYING_SERVER).unwrap();
+    std::fs::write(
+        env.dir.path().join("mcp.json"),
+        json!({"mcpServers": {"d": {"command": "python3", "args": ["dying.py"]}}}).to_string(),
+    )
+    .unwrap();
+    // Different arguments each time, so the plan is not a repeat.
+    let die = |id: &str| json!({"tool_calls": [{"id": id, "name": "mcp__d__die", "arguments": {"attempt": id}}]});
+    let model = env.script(json!([die("k1"), die("k2"), die("k3"), {"final": "x"}]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--mcp-config",
+        "mcp.json",
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let v = json_of(&out);
+    assert_eq!(v["reason"], "tool_unavailable");
+    assert_eq!(v["status"], "failed");
+    assert!(
+        v["message"].as_str().unwrap().contains("mcp__d__die"),
+        "{v}"
+    );
+}
+
+#[test]
+fn approving_one_of_several_pending_calls_runs_that_one_only() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [
+            {"id": "w1", "name": "write_file", "arguments": {"path": "one.txt", "content": "1"}},
+            {"id": "w2", "name": "write_file", "arguments": {"path": "two.txt", "content": "2"}}
+        ]},
+        {"final": "done"}
+    ]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v = json_of(&out);
+    let pending: Vec<&str> = v["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(pending, ["w1", "w2"]);
+    assert!(
+        v["pending"][0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("--allow write_file"),
+        "{v}"
+    );
+    let id = v["run_id"].as_str().unwrap().to_owned();
+    let partly = env.run(&["approve", "--json", &id, "--call", "w1"]);
+    assert_eq!(partly.status.code(), Some(3), "{}", stderr(&partly));
+    let v = json_of(&partly);
+    assert_eq!(v["pending"].as_array().unwrap().len(), 1);
+    assert_eq!(v["pending"][0]["call_id"], "w2");
+    let done = env.run(&[
+        "deny",
+        "--json",
+        &id,
+        "--call",
+        "w2",
+        "--reason",
+        "not that one",
+    ]);
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(env.dir.path().join("one.txt").exists());
+    assert!(!env.dir.path().join("two.txt").exists());
+}
