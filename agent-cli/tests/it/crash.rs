@@ -394,3 +394,25 @@ fn a_write_holding_a_secret_is_reconciled_with_the_call_as_proposed() {
     );
     check_log(&env, &id);
 }
+
+#[test]
+fn a_call_in_doubt_settled_as_rejected_is_never_run() {
+    let (env, id, resumed) = crash_at("after_dispatch", append_turns(), "shell");
+    assert_eq!(resumed.status.code(), Some(3));
+    let done = env.run(&[
+        "resolve", "--json", "--allow", "shell", &id, "--call", "c1", "--as", "rejected",
+    ]);
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        lines(env.dir.path()).is_empty(),
+        "a rejected effect is not run"
+    );
+    let show = String::from_utf8_lossy(&env.run(&["show", "--json", &id]).stdout).into_owned();
+    assert!(show.contains(r#""resolution":"rejected""#), "{show}");
+    check_log(&env, &id);
+}
