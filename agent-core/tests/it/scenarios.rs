@@ -801,3 +801,55 @@ fn unknown_outcome_settled_by_a_person_continues_without_running_it_again() {
     assert!(r.result_of("p1").content().contains("a person confirmed"));
     assert!(r.events().contains(&"effect_resolved"));
 }
+
+#[test]
+fn unknown_outcome_settled_as_retry_runs_the_call_again_once() {
+    let script = || {
+        vec![
+            Calls(vec![("p1", "pay", json!({"amount": 10}))]),
+            Final("paid"),
+        ]
+    };
+    let mut w = world(script());
+    w.tools
+        .push(tool("pay", Risk::External).fails(ErrorKind::OutcomeUnknown, "connection reset"));
+    w.verdicts.insert("pay".into(), Verdict::Allow);
+    // Retry: it runs again, is in doubt again; then the person confirms it.
+    w.person.push_back(Person::Settle(Resolution::Retry));
+    w.person.push_back(Person::Settle(Resolution::Committed));
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(
+        r.executed.len(),
+        2,
+        "run again exactly once, on the person's word"
+    );
+    let settled = r
+        .events()
+        .iter()
+        .filter(|e| **e == "effect_resolved")
+        .count();
+    assert_eq!(settled, 2);
+}
+
+#[test]
+fn unknown_outcome_settled_as_rejected_is_not_run_again() {
+    let script = || {
+        vec![
+            Calls(vec![("p1", "pay", json!({"amount": 10}))]),
+            Final("not paid"),
+        ]
+    };
+    let mut w = world(script());
+    w.tools
+        .push(tool("pay", Risk::External).fails(ErrorKind::OutcomeUnknown, "connection reset"));
+    w.verdicts.insert("pay".into(), Verdict::Allow);
+    w.person.push_back(Person::Settle(Resolution::Rejected));
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(r.executed.len(), 1, "never run again");
+    let result = r.result_of("p1");
+    assert!(
+        !result.is_ok(),
+        "the model is told it did not take effect: {result:?}"
+    );
+    assert!(r.events().contains(&"effect_resolved"));
+}
