@@ -21,11 +21,12 @@ pub struct StoreBlobs {
 }
 
 impl StoreBlobs {
-    /// Blobs in `store`, with the environment's secrets redacted.
+    /// Blobs in `store`, credential formats redacted (no environment is read: give the
+    /// runtime's redactor with [`StoreBlobs::with_redactor`]).
     pub fn new(store: Arc<dyn Store>) -> StoreBlobs {
         StoreBlobs {
             store,
-            redactor: Redactor::from_env(),
+            redactor: Redactor::new([]),
         }
     }
 

@@ -121,11 +121,14 @@ impl Runtime {
             counter: Arc::new(Tiktoken),
             summarizer: Arc::new(Extractive::default()),
             sink: None,
-            redactor: Redactor::from_env(),
+            // Credential formats only: a library reads no environment behind its user's back
+            // (the `agent` binary passes `Redactor::from_env`).
+            redactor: Redactor::new([]),
         }
     }
 
-    /// Uses another redactor (the default takes secrets from the environment).
+    /// Uses another redactor (the default redacts credential formats only; add the values
+    /// of secret-named environment variables with `Redactor::from_env`).
     pub fn with_redactor(mut self, redactor: Redactor) -> Runtime {
         self.redactor = redactor;
         self

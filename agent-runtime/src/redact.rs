@@ -406,6 +406,25 @@ mod tests {
     }
 
     #[test]
+    fn secret_names_are_the_contracts() {
+        let vars = [
+            ("OPENAI_API_KEY", "value-of-the-key-1"),
+            ("GITHUB_TOKEN", "value-of-the-token-2"),
+            ("db_password", "value-of-the-password-3"),
+            ("MY_SECRET_THING", "value-of-the-secret-4"),
+            ("HOME", "/home/someone/path"),
+            ("SHORT_KEY", "tiny"),
+        ];
+        let r = Redactor::from_vars(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        let text = vars.map(|(_, v)| v).join(" ");
+        assert_eq!(
+            r.redact_str(&text),
+            "[REDACTED:OPENAI_API_KEY] [REDACTED:GITHUB_TOKEN] [REDACTED:db_password] \
+             [REDACTED:MY_SECRET_THING] /home/someone/path tiny"
+        );
+    }
+
+    #[test]
     fn a_call_keeps_a_reference_and_expands_byte_for_byte() {
         let r = Redactor::new([("API_TOKEN".to_owned(), "tok-9f8e7d6c5b4a".to_owned())]);
         let proposed = ToolCall::new(
