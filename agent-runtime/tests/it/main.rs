@@ -844,3 +844,135 @@ async fn cancel_ends_a_run_whose_log_does_not_fold() {
     let summary = store.runs().unwrap();
     assert_eq!(summary[0].reason, Some(TerminalReason::Cancelled));
 }
+
+/// The prompt is a function of the committed log: rebuilding it from each prefix of the log
+/// gives, byte for byte, what the model got at each call, compactions included.
+#[tokio::test]
+async fn replaying_the_log_reproduces_every_prompt_byte_for_byte() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..12)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+            "arguments": {"path": "big.txt", "offset": i + 1}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "done"}));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let context = agent_context::ContextConfig {
+        context_window: 6_000,
+        ..agent_context::ContextConfig::default()
+    };
+    let rt = s
+        .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
+        .with_context(context);
+    rt.start(
+        RunRequest::new("run-p", "read the big file", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let log = store.load("run-p").unwrap();
+    assert!(
+        log.iter()
+            .any(|e| matches!(e.event, Event::ContextCompacted { .. })),
+        "the run compacted"
+    );
+    // Each model call answered with the entry that records its decision: the prompt it got
+    // is the projection of everything before that entry.
+    let calls: Vec<usize> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| {
+            matches!(
+                e.event,
+                Event::DecisionProposed { .. } | Event::DecisionRejected { .. }
+            )
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let prompts = s.prompts.lock().unwrap();
+    assert_eq!(calls.len(), prompts.len());
+    for (n, (at, sent)) in calls.iter().zip(prompts.iter()).enumerate() {
+        let rebuilt = rt.projector(&log[..*at]).prompt().clone();
+        assert_eq!(
+            serde_json::to_string(&rebuilt).unwrap(),
+            serde_json::to_string(sent).unwrap(),
+            "model call {}",
+            n + 1
+        );
+    }
+}
+
+#[tokio::test]
+async fn read_result_pages_through_a_blob_by_offset_and_limit() {
+    let s = setup();
+    let text: String = (0..20_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let whole = format!("{text}{text}{text}");
+    std::fs::write(s.dir.path().join("ws/abc.txt"), &whole).unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let blobs = Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store)));
+    let gateway = with_dump(s.dir.path().join("ws"))
+        .with_blob_sink(blobs.clone())
+        .with_result_source(blobs);
+    let first = json!({"turns": [
+        {"tool_calls": [{"id": "d1", "name": "dump", "arguments": {"path": "abc.txt"}}]},
+        {"final": "x"}
+    ]});
+    let gateway = Arc::new(gateway);
+    let model = ScriptModel::from_json(&first.to_string()).unwrap();
+    Runtime::new(Arc::new(model), Arc::clone(&gateway), Arc::clone(&store))
+        .start(
+            RunRequest::new("run-o", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let log = store.load("run-o").unwrap();
+    let shown = serde_json::to_string(&log).unwrap();
+    let handle = shown
+        .split("stored as ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap()
+        .to_owned();
+    // A second model turn, on the same run, reads a page of it.
+    let page = json!({"turns": [
+        {"tool_calls": [{"id": "d1", "name": "dump", "arguments": {"path": "abc.txt"}}]},
+        {"tool_calls": [{"id": "r1", "name": "read_result",
+            "arguments": {"handle": handle, "offset": 26_003, "limit": 5}}]},
+        {"final": "x"}
+    ]});
+    let model = ScriptModel::from_json(&page.to_string()).unwrap();
+    Runtime::new(Arc::new(model), gateway, Arc::clone(&store))
+        .start(
+            RunRequest::new("run-p2", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let read = store
+        .load("run-p2")
+        .unwrap()
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } if result.call_id.as_str() == "r1" => {
+                Some(result.content())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        read,
+        format!(
+            "{}\n(characters 26003-26008 of 60000; call again with offset 26008 for more)",
+            &whole[26_003..26_008]
+        )
+    );
+}
