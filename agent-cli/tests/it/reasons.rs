@@ -134,3 +134,23 @@ fn approving_one_of_several_pending_calls_runs_that_one_only() {
     assert!(env.dir.path().join("one.txt").exists());
     assert!(!env.dir.path().join("two.txt").exists());
 }
+
+/// Without `--store`, runs go to `.agent` in the current directory.
+#[test]
+fn the_default_store_is_dot_agent_in_the_current_directory() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "ok"}]));
+    let agent = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_agent"))
+            .current_dir(env.dir.path())
+            .env("AGENT_CONFIG_DIR", env.dir.path().join("config"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = agent(&["run", "--json", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.dir.path().join(".agent/db").exists());
+    let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(runs[0]["run_id"], json_of(&out)["run_id"]);
+}
