@@ -416,3 +416,27 @@ fn a_call_in_doubt_settled_as_rejected_is_never_run() {
     assert!(show.contains(r#""resolution":"rejected""#), "{show}");
     check_log(&env, &id);
 }
+
+/// A crash between the durable dispatch record and the write: on resume the tool looks the
+/// effect up, finds it not applied, and the write runs, once.
+#[test]
+fn a_write_dispatched_but_not_run_is_reconciled_as_not_applied_and_run() {
+    let turns = json!([
+        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "hello\n"}}]},
+        {"final": "done"}
+    ]);
+    let (env, id, resumed) = crash_at("after_dispatch", turns, "write_file");
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let show = String::from_utf8_lossy(&env.run(&["show", &id]).stdout).into_owned();
+    assert!(show.contains("w1 not applied"), "{show}");
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("out.txt")).unwrap(),
+        "hello\n"
+    );
+    check_log(&env, &id);
+}
