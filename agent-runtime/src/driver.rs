@@ -565,6 +565,13 @@ impl Runtime {
                     let entries = self.redactor.redact_entries(entries);
                     let store = Arc::clone(&self.store);
                     let (entries, result) = tokio::task::spawn_blocking(move || {
+                        // Test point: the store refuses this commit (disk full, say).
+                        fail::fail_point!("commit_refused", |_| {
+                            let refused = agent_store::StoreError::Engine(
+                                "the disk is full (injected)".to_owned(),
+                            );
+                            (entries.clone(), Err(refused))
+                        });
                         let result = store.append(&run_id, expected_version, &entries);
                         (entries, result)
                     })

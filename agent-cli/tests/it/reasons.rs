@@ -154,3 +154,36 @@ fn the_default_store_is_dot_agent_in_the_current_directory() {
     let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
     assert_eq!(runs[0]["run_id"], json_of(&out)["run_id"]);
 }
+
+/// A store that refuses a commit ends the run `checkpoint_failed`, exit 5; the model is not
+/// asked again, and what was committed before stays.
+#[test]
+fn a_refused_commit_is_checkpoint_failed() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}]},
+        {"final": "never"}
+    ]));
+    // The first commit (the start) goes through; the second is refused.
+    let out = env
+        .cmd()
+        .env("FAILPOINTS", "commit_refused=1*off->return")
+        .args(["run", "--json", "--model", &model, "g"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let v = json_of(&out);
+    assert_eq!(v["reason"], "checkpoint_failed");
+    assert_eq!(v["status"], "failed");
+    assert_eq!(
+        v["steps"], 0,
+        "the turn whose commit was refused does not count"
+    );
+    let id = v["run_id"].as_str().unwrap();
+    let show: Value = serde_json::from_slice(&env.run(&["show", "--json", id]).stdout).unwrap();
+    assert_eq!(
+        show["events"].as_array().unwrap().len(),
+        1,
+        "only the start was committed"
+    );
+}
