@@ -33,7 +33,10 @@ fn person() -> impl Strategy<Value = Person> {
     prop_oneof![
         Just(Person::Approve),
         Just(Person::Deny("no")),
-        Just(Person::Away)
+        Just(Person::Away),
+        Just(Person::Settle(Resolution::Committed)),
+        Just(Person::Settle(Resolution::Rejected)),
+        Just(Person::Settle(Resolution::Retry)),
     ]
 }
 
@@ -50,6 +53,9 @@ prop_compose! {
         fail_commit in prop::option::of(1..10usize),
         cancel_turn in prop::option::of(1..6u32),
         outcome_unknown in any::<bool>(),
+        deny_reads in any::<bool>(),
+        flaky_gone in any::<bool>(),
+        max_denials in 1..4u32,
     ) -> World {
         let mut w = world(script);
         w.tools.push(tool("flaky", Risk::Read).fails(ErrorKind::Timeout, "slow"));
@@ -61,12 +67,21 @@ prop_compose! {
         if ask_writes {
             w.verdicts.insert("write".into(), Verdict::Ask { why: "write asks".into() });
         }
+        // Denials (so policy_violation is in the space) and a tool gone for good (so
+        // tool_unavailable is).
+        if deny_reads {
+            w.verdicts.insert("read".into(), Verdict::Deny { reason: "not that".into() });
+        }
+        if flaky_gone {
+            w.verdicts.insert("flaky".into(), Verdict::Unavailable { reason: "its server died".into() });
+        }
         w.person.extend(people);
         w.budget.max_steps = max_steps;
         w.budget.max_tool_calls = max_tool_calls;
         w.budget.max_write_actions = max_write_actions;
         w.budget.max_wall_time_ms = max_wall_time_ms;
         w.budget.max_tokens = max_tokens;
+        w.budget.max_denials = max_denials;
         w.fail_commit = fail_commit;
         w.cancel_in_tools_of_turn = cancel_turn;
         w
@@ -120,4 +135,37 @@ proptest! {
         let m = Machine::resume(specs, prefix, crate::harness::T0).unwrap();
         prop_assert_eq!(m.state(), &RunState::fold(prefix).unwrap());
     }
+}
+
+/// The property space is as wide as claimed: over the generated worlds, denials end runs
+/// with `policy_violation`, a gone tool with `tool_unavailable`, and people settle effects.
+#[test]
+fn the_generated_worlds_reach_the_reasons_they_should() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut settled = 0;
+    for _ in 0..1_000 {
+        let w = any_world().new_tree(&mut runner).unwrap().current();
+        let r = run(w);
+        seen.insert(r.outcome.reason.as_str());
+        if r.events().contains(&"effect_resolved") {
+            settled += 1;
+        }
+    }
+    for reason in [
+        "completed",
+        "approval_required",
+        "outcome_unknown",
+        "policy_violation",
+        "tool_unavailable",
+        "max_steps",
+        "invalid_decision",
+        "model_error",
+        "cancelled",
+        "checkpoint_failed",
+    ] {
+        assert!(seen.contains(reason), "{reason} is never reached: {seen:?}");
+    }
+    assert!(settled > 0, "no person ever settled an effect");
 }
