@@ -310,7 +310,7 @@ fn kill_9_after_each_kind_of_commit_loses_nothing_and_repeats_no_effect() {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             // A fresh run is killed after its start half the time: that commit point is
             // reached once per run.
-            let n = if run_id.is_none() && rng.next() % 2 == 0 {
+            let n = if run_id.is_none() && rng.next().is_multiple_of(2) {
                 1
             } else {
                 1 + (rng.next() % 4) as usize
