@@ -111,9 +111,11 @@ fn check_log(env: &Env, run_id: &str) {
     assert_eq!(events.last().unwrap()["outcome"]["reason"], "completed");
 }
 
-/// Drives one run to completion through crashes; returns (kills, settled in doubt).
-fn survive(env: &Env, model: &str, rng: &mut Lcg, max_kill_ms: u64) -> (u32, u32) {
+/// Drives one run to completion through crashes; returns (kills, kills after the run had
+/// committed something, settled in doubt).
+fn survive(env: &Env, model: &str, rng: &mut Lcg, max_kill_ms: u64) -> (u32, u32, u32) {
     let mut kills = 0;
+    let mut inside = 0;
     let mut settled = 0;
     let mut run_id: Option<String> = None;
     let mut in_doubt: Vec<String> = Vec::new();
@@ -154,6 +156,9 @@ fn survive(env: &Env, model: &str, rng: &mut Lcg, max_kill_ms: u64) -> (u32, u32
                         serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
                     run_id = runs[0]["run_id"].as_str().map(str::to_owned);
                 }
+                if run_id.is_some() {
+                    inside += 1;
+                }
                 // What was in doubt may have been settled before the kill; ask again.
                 in_doubt.clear();
             }
@@ -165,7 +170,7 @@ fn survive(env: &Env, model: &str, rng: &mut Lcg, max_kill_ms: u64) -> (u32, u32
                 match (out.status.code(), v["reason"].as_str()) {
                     (Some(0), Some("completed")) => {
                         check_log(env, run_id.as_deref().unwrap());
-                        return (kills, settled);
+                        return (kills, inside, settled);
                     }
                     (Some(3), Some("outcome_unknown")) => {
                         settled += 1;
@@ -199,22 +204,29 @@ fn kill_9_at_random_instants_loses_nothing_and_repeats_no_effect() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0x5eed_0001);
     let mut rng = Lcg(seed);
-    let (mut kills, mut settled, mut runs) = (0, 0, 0);
+    let (mut kills, mut inside, mut settled, mut runs) = (0, 0, 0, 0);
     while kills < target {
         let env = Env::new();
         let model = appending_script(&env);
-        let (k, s) = survive(&env, &model, &mut rng, 200);
+        let (k, i, s) = survive(&env, &model, &mut rng, 200);
         assert_eq!(
             lines(env.dir.path()),
             expected_lines(),
             "every effect exactly once"
         );
         kills += k;
+        inside += i;
         settled += s;
         runs += 1;
     }
     eprintln!(
-        "crash harness: {runs} runs, {kills} kills, {settled} outcomes settled from the effects file"
+        "crash harness: {runs} runs, {kills} kills ({inside} after the run began), {settled} \
+         outcomes settled from the effects file"
+    );
+    // Random instants may fall in start-up; enough of them must fall inside the runs.
+    assert!(
+        inside * 4 >= kills,
+        "{inside} of {kills} kills landed inside a run"
     );
 }
 
