@@ -131,9 +131,24 @@ pub struct Exec {
     pub end: u64,
 }
 
+/// Where an invocation stood right after one of its commits: the committed log's length
+/// (what a restarted process knows) and the world's own progress (the script, the person,
+/// the clock), so that the same world can go on from there after a "crash".
+#[derive(Clone, Debug, Default)]
+pub struct Boundary {
+    pub log_len: usize,
+    pub script_pos: usize,
+    pub person_pos: usize,
+    pub clock: u64,
+    pub commits: usize,
+    pub model_calls: u32,
+}
+
 /// What came out of a run.
 #[derive(Debug)]
 pub struct Report {
+    /// Where the invocation stood after each commit.
+    pub boundaries: Vec<Boundary>,
     pub outcome: Outcome,
     /// The committed log.
     pub log: Vec<Entry>,
@@ -229,26 +244,50 @@ pub fn manifest(budget: Budget) -> Manifest {
 /// Runs the world to the end of the invocation, checking invariants at every step.
 pub fn run(world: World) -> Report {
     let specs: Vec<ToolSpec> = world.tools.iter().map(|t| t.spec.clone()).collect();
+    let config = RunConfig {
+        run_id: "run-1".into(),
+        goal: "test goal".into(),
+        manifest: manifest(world.budget.clone()),
+        tools: specs,
+    };
+    let machine = Machine::start(config, T0);
+    drive(
+        world,
+        machine,
+        Vec::new(),
+        &Boundary {
+            clock: T0,
+            ..Boundary::default()
+        },
+    )
+}
+
+/// Goes on with `world` from a boundary of an earlier invocation, as a restarted process
+/// would: a machine resumed from the committed prefix of the log, the world where it was.
+pub fn resume(world: World, log: &[Entry], at: &Boundary) -> Report {
+    let specs: Vec<ToolSpec> = world.tools.iter().map(|t| t.spec.clone()).collect();
+    let prefix = log[..at.log_len].to_vec();
+    let machine = Machine::resume(specs, &prefix, at.clock).expect("a committed prefix resumes");
+    drive(world, machine, prefix, at)
+}
+
+fn drive(world: World, mut machine: Machine, log: Vec<Entry>, from: &Boundary) -> Report {
     let fakes: BTreeMap<String, FakeTool> = world
         .tools
         .iter()
         .map(|t| (t.spec.name.clone(), t.clone()))
         .collect();
-    let config = RunConfig {
-        run_id: "run-1".into(),
-        goal: "test goal".into(),
-        manifest: manifest(world.budget.clone()),
-        tools: specs.clone(),
-    };
-    let mut clock = T0;
-    let mut machine = Machine::start(config, clock);
-    let mut script: VecDeque<Turn> = world.script.into();
-    let mut person = world.person;
-    let mut log: Vec<Entry> = Vec::new();
+    let mut clock = from.clock;
+    let mut script: VecDeque<Turn> = world.script.into_iter().skip(from.script_pos).collect();
+    let mut script_pos = from.script_pos;
+    let mut person: VecDeque<Person> = world.person.into_iter().skip(from.person_pos).collect();
+    let person_total = from.person_pos + person.len();
+    let mut log = log;
+    let mut boundaries = Vec::new();
     let mut executed = Vec::new();
     let mut commands = Vec::new();
-    let mut commits = 0usize;
-    let mut model_calls = 0u32;
+    let mut commits = from.commits;
+    let mut model_calls = from.model_calls;
     let mut committed_since_model_call = true;
     let mut inputs = 0usize;
     let mut early: Option<Command> = None;
@@ -279,6 +318,7 @@ pub fn run(world: World) -> Report {
                 let t = script
                     .pop_front()
                     .unwrap_or_else(|| Reply::Fail("script ran out").into());
+                script_pos += 1;
                 clock += t.delay_ms;
                 feed(&mut machine, Input::Tick(clock));
                 if let Some(queued) = machine.poll_command() {
@@ -371,7 +411,15 @@ pub fn run(world: World) -> Report {
                 _ => {
                     let outcome = machine.outcome().expect("a paused run has an outcome");
                     assert_eq!(outcome.reason, TerminalReason::OutcomeUnknown);
-                    return finish(machine, outcome, log, executed, model_calls, commands);
+                    return finish(
+                        machine,
+                        outcome,
+                        log,
+                        executed,
+                        model_calls,
+                        commands,
+                        boundaries,
+                    );
                 }
             },
             Command::Commit {
@@ -408,6 +456,14 @@ pub fn run(world: World) -> Report {
                     },
                 );
                 committed_since_model_call = true;
+                boundaries.push(Boundary {
+                    log_len: log.len(),
+                    script_pos,
+                    person_pos: person_total - person.len(),
+                    clock,
+                    commits,
+                    model_calls,
+                });
                 // Resume is a fold: the fold of the log is exactly the live state. The log
                 // goes through its bytes first, as a store keeps it, so the oracle is not
                 // the very entries the machine just made.
@@ -429,11 +485,27 @@ pub fn run(world: World) -> Report {
                 Person::Away | Person::Settle(_) => {
                     let outcome = machine.outcome().expect("a paused run has an outcome");
                     assert_eq!(outcome.reason, TerminalReason::ApprovalRequired);
-                    return finish(machine, outcome, log, executed, model_calls, commands);
+                    return finish(
+                        machine,
+                        outcome,
+                        log,
+                        executed,
+                        model_calls,
+                        commands,
+                        boundaries,
+                    );
                 }
             },
             Command::Finish(outcome) => {
-                return finish(machine, outcome, log, executed, model_calls, commands);
+                return finish(
+                    machine,
+                    outcome,
+                    log,
+                    executed,
+                    model_calls,
+                    commands,
+                    boundaries,
+                );
             }
         }
     }
@@ -446,6 +518,7 @@ fn finish(
     executed: Vec<Exec>,
     model_calls: u32,
     commands: Vec<String>,
+    boundaries: Vec<Boundary>,
 ) -> Report {
     if machine.is_ended() {
         // Absorbing: late inputs change nothing and produce no command.
@@ -489,6 +562,7 @@ fn finish(
         );
     }
     Report {
+        boundaries,
         outcome,
         log,
         executed,

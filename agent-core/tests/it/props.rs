@@ -7,7 +7,7 @@ use agent_core::*;
 use proptest::prelude::*;
 use serde_json::json;
 
-use crate::harness::{Person, Reply, World, run, tool, world};
+use crate::harness::{Person, Reply, World, resume, run, tool, world};
 
 const IDS: [&str; 4] = ["c1", "c2", "c3", "c4"];
 const TOOLS: [&str; 6] = ["read", "write", "slow_read", "flaky", "strict", "ghost"];
@@ -122,19 +122,56 @@ proptest! {
         prop_assert_eq!(state.tool_calls as usize, committed);
     }
 
+    /// A "crash" right after any commit, then a restart with the same world: the resumed
+    /// machine, driven to the end, ends as the uninterrupted run did, with the same log.
+    /// Where the crash left an effect dispatched without a result, recovery takes over
+    /// instead: the call in doubt is never run again before a look-up or a person said so.
     #[test]
-    fn resuming_at_any_committed_prefix_gives_the_same_state(w in any_world(), cut in any::<prop::sample::Index>()) {
-        let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
-        let r = run(w);
-        if r.log.is_empty() {
-            // The very first commit failed: there is no prefix to resume from.
+    fn a_run_resumed_after_any_commit_ends_as_the_uninterrupted_one(w in any_world(), cut in any::<prop::sample::Index>()) {
+        let full = run(w.clone());
+        if full.boundaries.is_empty() {
+            // The very first commit failed: there is nothing to resume.
             return Ok(());
         }
-        let n = cut.index(r.log.len()) + 1;
-        let prefix = &r.log[..n];
+        let at = &full.boundaries[cut.index(full.boundaries.len())];
+        let prefix = &full.log[..at.log_len];
+        let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
         let m = Machine::resume(specs, prefix, crate::harness::T0).unwrap();
         prop_assert_eq!(m.state(), &RunState::fold(prefix).unwrap());
+        let in_doubt = dispatched_without_result(prefix);
+        let resumed = resume(w, &full.log, at);
+        if in_doubt.is_empty() {
+            prop_assert_eq!(&resumed.outcome, &full.outcome);
+            prop_assert_eq!(&resumed.log, &full.log);
+        } else {
+            // Before any word on it (a finding or a person's), the call in doubt is not run.
+            for id in &in_doubt {
+                let first_run = resumed.executed.iter().position(|e| &e.id == id);
+                if let Some(run_at) = first_run {
+                    let settled = resumed.log[at.log_len..].iter().any(|e| match &e.event {
+                        Event::EffectReconciled { call_id, finding: Finding::NotApplied } => call_id == id,
+                        Event::EffectResolved { call_id, resolution: Resolution::Retry } => call_id == id,
+                        _ => false,
+                    });
+                    prop_assert!(settled, "call {} ran again (execution {}) without a word on it", id, run_at);
+                }
+            }
+        }
     }
+}
+
+/// Calls whose effect was dispatched and have no result in `log`.
+fn dispatched_without_result(log: &[Entry]) -> Vec<CallId> {
+    let mut open: Vec<CallId> = Vec::new();
+    for e in log {
+        match &e.event {
+            Event::EffectDispatched { call_id, .. } => open.push(call_id.clone()),
+            Event::ToolFinished { result, .. } => open.retain(|c| *c != result.call_id),
+            Event::EffectResolved { call_id, .. } => open.retain(|c| c != call_id),
+            _ => {}
+        }
+    }
+    open
 }
 
 /// The property space is as wide as claimed: over the generated worlds, denials end runs
