@@ -241,6 +241,7 @@ impl Machine {
         let retries = self.budget.max_retries_per_tool;
         if let Some(call) = calls.iter().find(|c| self.working.runs_of(c) > retries) {
             let runs = self.working.runs_of(call);
+            self.answer_not_rerun(turn, &calls, "its retry budget is spent");
             return self.end(Outcome::stop(
                 TerminalReason::ToolBudgetExhausted,
                 format!(
@@ -253,6 +254,7 @@ impl Machine {
         let used = self.working.tool_calls;
         let batch = u32::try_from(calls.len()).unwrap_or(u32::MAX);
         if used.saturating_add(batch) > self.budget.max_tool_calls {
+            self.answer_not_rerun(turn, &calls, "the tool-call budget is spent");
             return self.end(Outcome::stop(
                 TerminalReason::ToolBudgetExhausted,
                 format!(
@@ -313,6 +315,28 @@ impl Machine {
         };
         self.commands
             .push_back(Command::ExecuteTools { turn, group });
+    }
+
+    /// Calls that ran once already (their effect was dispatched, then settled as not having
+    /// taken effect) and will not run again because the run stops: each still gets its one
+    /// result, so no call that started is left unanswered.
+    fn answer_not_rerun(&mut self, turn: u32, calls: &[ToolCall], why: &str) {
+        for call in calls {
+            if let Some(effect_key) = self.working.dispatched.get(&call.id).cloned() {
+                self.stage(Event::ToolFinished {
+                    turn,
+                    result: ToolResult::error(
+                        call.id.clone(),
+                        call.name.clone(),
+                        ToolError::new(
+                            ErrorKind::ExecutionFailed,
+                            format!("it did not take effect and was not run again: {why}"),
+                        ),
+                    ),
+                    effect_key: Some(effect_key),
+                });
+            }
+        }
     }
 
     fn not_started(&mut self, turn: u32, call: ToolCall) {

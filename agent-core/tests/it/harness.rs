@@ -543,7 +543,17 @@ fn finish(
     // Every started call has exactly one result with its id in the log (none when its
     // turn could not be committed, or while its outcome is in doubt).
     let lost = outcome.reason == TerminalReason::CheckpointFailed;
-    let in_doubt: Vec<CallId> = outcome.pending.iter().map(|p| p.call_id.clone()).collect();
+    let mut in_doubt: Vec<CallId> = outcome.pending.iter().map(|p| p.call_id.clone()).collect();
+    // Calls of the batch already allowed wait with the ones a person must approve.
+    if outcome.reason == TerminalReason::ApprovalRequired
+        && let Some(Event::ApprovalRequested { allowed, .. }) = log
+            .iter()
+            .rev()
+            .map(|e| &e.event)
+            .find(|e| matches!(e, Event::ApprovalRequested { .. }))
+    {
+        in_doubt.extend(allowed.iter().cloned());
+    }
     for exec in &executed {
         let n = log
             .iter()
@@ -552,11 +562,15 @@ fn finish(
                     if *turn == exec.turn && result.call_id == exec.id)
             })
             .count();
-        let doubtful =
-            outcome.reason == TerminalReason::OutcomeUnknown && in_doubt.contains(&exec.id);
+        // In doubt, or waiting (again) for a person before it runs again after a
+        // person's "retry".
+        let doubtful = matches!(
+            outcome.reason,
+            TerminalReason::OutcomeUnknown | TerminalReason::ApprovalRequired
+        ) && in_doubt.contains(&exec.id);
         assert!(
             n == 1 || (n == 0 && (lost || doubtful)),
-            "call {} of turn {} has {n} results",
+            "call {} of turn {} has {n} results; commands: {commands:#?}",
             exec.id,
             exec.turn
         );

@@ -117,8 +117,11 @@ proptest! {
             }
             reason => prop_assert_eq!(state.outcome().map(|o| o.reason), Some(reason)),
         }
-        // Tool calls counted in the state are the calls that ran and were committed.
-        let committed = r.log.iter().filter(|e| matches!(e.event, Event::ToolFinished { .. })).count();
+        // Tool calls counted in the state are the calls that ran: each committed result,
+        // and each attempt in doubt that a person sent to run again.
+        let committed = r.log.iter().filter(|e| matches!(e.event,
+            Event::ToolFinished { .. }
+            | Event::EffectResolved { resolution: Resolution::Retry, .. })).count();
         prop_assert_eq!(state.tool_calls as usize, committed);
     }
 
@@ -145,8 +148,9 @@ proptest! {
             prop_assert_eq!(&resumed.log, &full.log);
         } else {
             // Before any word on it (a finding or a person's), the call in doubt is not run.
-            for id in &in_doubt {
-                let first_run = resumed.executed.iter().position(|e| &e.id == id);
+            for (turn, id) in &in_doubt {
+                // The same call of the same turn (a later turn may reuse the id).
+                let first_run = resumed.executed.iter().position(|e| &e.id == id && e.turn == *turn);
                 if let Some(run_at) = first_run {
                     let settled = resumed.log[at.log_len..].iter().any(|e| match &e.event {
                         Event::EffectReconciled { call_id, finding: Finding::NotApplied } => call_id == id,
@@ -160,14 +164,16 @@ proptest! {
     }
 }
 
-/// Calls whose effect was dispatched and have no result in `log`.
-fn dispatched_without_result(log: &[Entry]) -> Vec<CallId> {
-    let mut open: Vec<CallId> = Vec::new();
+/// Calls (turn and id) whose effect was dispatched and have no result in `log`.
+fn dispatched_without_result(log: &[Entry]) -> Vec<(u32, CallId)> {
+    let mut open: Vec<(u32, CallId)> = Vec::new();
     for e in log {
         match &e.event {
-            Event::EffectDispatched { call_id, .. } => open.push(call_id.clone()),
-            Event::ToolFinished { result, .. } => open.retain(|c| *c != result.call_id),
-            Event::EffectResolved { call_id, .. } => open.retain(|c| c != call_id),
+            Event::EffectDispatched { turn, call_id, .. } => open.push((*turn, call_id.clone())),
+            Event::ToolFinished { turn, result, .. } => {
+                open.retain(|(t, c)| !(*t == *turn && *c == result.call_id));
+            }
+            Event::EffectResolved { call_id, .. } => open.retain(|(_, c)| c != call_id),
             _ => {}
         }
     }
