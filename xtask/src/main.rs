@@ -180,7 +180,6 @@ fn fuzz_one(target: &str, minutes: u64) -> String {
             "+nightly",
             "fuzz",
             "run",
-            "--release",
             target,
             &work,
             &seeds,
