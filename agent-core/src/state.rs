@@ -354,12 +354,10 @@ impl RunState {
                 pending.remove(pos);
                 if *resolution == crate::event::Resolution::Retry {
                     self.cleared.insert(call_id.clone());
-                    // The attempt in doubt ran, and gets no result of its own: it counts
-                    // toward the tool-call budget and the call's retries like any other.
+                    // The attempt in doubt was started, and gets no result of its own: it
+                    // counts toward the tool-call budget (calls started). Not toward the
+                    // call's retries: running it again is a person's decision, after a crash.
                     self.tool_calls = self.tool_calls.saturating_add(1);
-                    if let Some(call) = self.turn_calls.iter().find(|c| &c.id == call_id) {
-                        *self.attempts.entry(call_signature(call)).or_insert(0) += 1;
-                    }
                 }
                 if pending.is_empty() {
                     self.status = Status::Running;
