@@ -56,6 +56,10 @@ prop_compose! {
         deny_reads in any::<bool>(),
         flaky_gone in any::<bool>(),
         max_denials in 1..4u32,
+        finding in prop::option::of(prop_oneof![
+            Just(Finding::NotApplied),
+            Just(Finding::Applied { receipt: "found it".into() }),
+        ]),
     ) -> World {
         let mut w = world(script);
         w.tools.push(tool("flaky", Risk::Read).fails(ErrorKind::Timeout, "slow"));
@@ -82,6 +86,8 @@ prop_compose! {
         w.budget.max_wall_time_ms = max_wall_time_ms;
         w.budget.max_tokens = max_tokens;
         w.budget.max_denials = max_denials;
+        // What tools find when a resumed run looks its effects in doubt up.
+        w.reconcile = finding;
         w.fail_commit = fail_commit;
         w.cancel_in_tools_of_turn = cancel_turn;
         w
@@ -188,12 +194,24 @@ fn the_generated_worlds_reach_the_reasons_they_should() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     let mut seen = std::collections::BTreeSet::new();
     let mut settled = 0;
+    let mut reconciled = 0;
     for _ in 0..1_000 {
         let w = any_world().new_tree(&mut runner).unwrap().current();
-        let r = run(w);
+        let r = run(w.clone());
         seen.insert(r.outcome.reason.as_str());
         if r.events().contains(&"effect_resolved") {
             settled += 1;
+        }
+        // A crash right after a dispatch record: the resumed run looks the effect up.
+        if let Some(at) = r
+            .boundaries
+            .iter()
+            .find(|b| matches!(r.log[b.log_len - 1].event, Event::EffectDispatched { .. }))
+        {
+            let resumed = resume(w, &r.log, at);
+            if resumed.events().contains(&"effect_reconciled") {
+                reconciled += 1;
+            }
         }
     }
     for reason in [
@@ -211,4 +229,8 @@ fn the_generated_worlds_reach_the_reasons_they_should() {
         assert!(seen.contains(reason), "{reason} is never reached: {seen:?}");
     }
     assert!(settled > 0, "no person ever settled an effect");
+    assert!(
+        reconciled > 0,
+        "no resumed run ever had a finding on an effect"
+    );
 }
