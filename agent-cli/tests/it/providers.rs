@@ -48,6 +48,9 @@ async fn openai_run_end_to_end_with_tool_results_paired() {
     .unwrap();
     let env = Env::new();
     std::fs::write(env.dir.path().join("hello.txt"), "hi").unwrap();
+    // A file named after the key: the tool's output holds it, so "never stored" is a
+    // claim about redaction, not only about where the key is sent.
+    std::fs::write(env.dir.path().join("sk-test-1234567890.txt"), "x").unwrap();
     let (code, v, err) = run_json(
         &env,
         &[
@@ -76,6 +79,7 @@ async fn openai_run_end_to_end_with_tool_results_paired() {
     let id = v["run_id"].as_str().unwrap();
     let log = String::from_utf8_lossy(&env.run(&["show", "--json", id]).stdout).into_owned();
     assert!(!log.contains("sk-test-1234567890"));
+    assert!(log.contains("[REDACTED:OPENAI_API_KEY].txt"), "{log}");
     assert!(log.contains("\"provider\":\"openai\""));
 }
 
