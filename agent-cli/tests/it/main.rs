@@ -56,6 +56,38 @@ impl Env {
     }
 }
 
+/// A minimal MCP server over stdio (JSON-RPC lines), in Python, for the tests that need a
+/// server the `agent` binary starts itself: `env` prints one of its environment variables,
+/// `die` kills the server in the middle of the call.
+const PY_MCP_SERVER: &str = r#"
+import json, os, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, mid = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "py", "version": "1"}}
+    elif method == "tools/list":
+        read_only = {"readOnlyHint": True}
+        result = {"tools": [
+            {"name": "env", "description": "prints a variable", "annotations": read_only,
+             "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+            {"name": "die", "description": "exits", "annotations": read_only,
+             "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call" and msg["params"]["name"] == "die":
+        os._exit(3)
+    elif method == "tools/call":
+        name = msg["params"]["arguments"]["name"]
+        text = name + "=" + os.environ.get(name, "")
+        result = {"content": [{"type": "text", "text": text}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

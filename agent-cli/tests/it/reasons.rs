@@ -34,33 +34,10 @@ fn the_same_plan_after_a_correction_is_no_progress() {
     assert_eq!(v["tool_calls"], 2, "the repeats past the limit did not run");
 }
 
-/// An MCP server (Python, stdio) whose one tool kills the server.
-const DYING_SERVER: &str = r#"
-import json, os, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"],
-                  "capabilities": {"tools": {}}, "serverInfo": {"name": "d", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "die", "description": "exits",
-                             "inputSchema": {"type": "object"},
-                             "annotations": {"readOnlyHint": True}}]}
-    elif method == "tools/call":
-        os._exit(3)
-    else:
-        result = {}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
-    sys.stdout.flush()
-"#;
-
 #[test]
 fn a_server_that_dies_twice_is_tool_unavailable() {
     let env = Env::new();
-    std::fs::write(env.dir.path().join("dying.py"), DYING_SERVER).unwrap();
+    std::fs::write(env.dir.path().join("dying.py"), crate::PY_MCP_SERVER).unwrap();
     std::fs::write(
         env.dir.path().join("mcp.json"),
         json!({"mcpServers": {"d": {"command": "python3", "args": ["dying.py"]}}}).to_string(),

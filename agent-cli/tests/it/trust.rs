@@ -224,39 +224,11 @@ fn on_a_terminal_the_person_is_asked_once() {
     assert!(!screen.contains("[y/N]"), "{screen}");
 }
 
-/// A minimal MCP server over stdio (JSON-RPC lines), in Python: one tool that prints an
-/// environment variable of the server.
-const PY_SERVER: &str = r#"
-import json, os, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method, mid = msg.get("method"), msg["id"]
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"],
-                  "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "py", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "env", "description": "prints a variable",
-                             "inputSchema": {"type": "object",
-                                             "properties": {"name": {"type": "string"}}},
-                             "annotations": {"readOnlyHint": True}}]}
-    elif method == "tools/call":
-        name = msg["params"]["arguments"]["name"]
-        text = name + "=" + os.environ.get(name, "")
-        result = {"content": [{"type": "text", "text": text}]}
-    else:
-        result = {}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
-    sys.stdout.flush()
-"#;
-
 #[test]
 fn the_token_in_an_mcp_servers_env_block_never_reaches_the_log() {
     let env = Env::new();
     let token = "py-token-4c1d8e2a9f";
-    std::fs::write(env.dir.path().join("server.py"), PY_SERVER).unwrap();
+    std::fs::write(env.dir.path().join("server.py"), crate::PY_MCP_SERVER).unwrap();
     std::fs::write(
         env.dir.path().join("mcp.json"),
         json!({"mcpServers": {"py": {

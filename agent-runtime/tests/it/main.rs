@@ -142,6 +142,15 @@ impl Tool for Dump {
     }
 }
 
+/// The handle a shortened output names (`… stored as HANDLE; …`).
+fn stored_handle(text: &str) -> String {
+    text.split("stored as ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("no handle in {text}"))
+        .to_owned()
+}
+
 /// The built-in tools and `dump`, in `ws`.
 fn with_dump(ws: std::path::PathBuf) -> Gateway {
     let mut g = Gateway::with_builtins(Workspace::new(ws).unwrap()).unwrap();
@@ -627,12 +636,8 @@ async fn large_outputs_are_kept_as_blobs_in_the_store() {
             _ => None,
         })
         .unwrap();
-    let handle = result
-        .split("stored as ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .unwrap();
-    let blob = store.get_blob(handle).unwrap().unwrap();
+    let handle = stored_handle(&result);
+    let blob = store.get_blob(&handle).unwrap().unwrap();
     assert_eq!(blob.len(), 100_000, "the whole output is kept");
     assert!(
         result.len() < 2_300,
@@ -814,12 +819,7 @@ async fn read_result_reads_only_handles_its_own_run_handed_out() {
     .await
     .unwrap();
     let shown = result_of("run-a", "c1");
-    let handle = shown
-        .split("stored as ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .unwrap()
-        .to_owned();
+    let handle = stored_handle(&shown);
     // Its own run reads it back; another run that learned the handle cannot.
     for (run, turns) in [
         (
@@ -971,12 +971,7 @@ async fn read_result_pages_through_a_blob_by_offset_and_limit() {
         .unwrap();
     let log = store.load("run-o").unwrap();
     let shown = serde_json::to_string(&log).unwrap();
-    let handle = shown
-        .split("stored as ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .unwrap()
-        .to_owned();
+    let handle = stored_handle(&shown);
     // A second model turn, on the same run, reads a page of it.
     let page = json!({"turns": [
         {"tool_calls": [{"id": "d1", "name": "dump", "arguments": {"path": "abc.txt"}}]},

@@ -174,12 +174,7 @@ async fn results_answers_and_blobs_are_redacted() {
     );
     let log = serde_json::to_string(&store.load("run-c").unwrap()).unwrap();
     assert!(!log.contains(VALUE) && !log.contains(&fake("github")));
-    let handle = log
-        .split("stored as ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .unwrap()
-        .to_owned();
+    let handle = stored_handle(&log);
     let blob = String::from_utf8(store.get_blob(&handle).unwrap().unwrap()).unwrap();
     assert!(
         blob.contains("[REDACTED:DEPLOY_TOKEN]"),
