@@ -853,3 +853,92 @@ fn unknown_outcome_settled_as_rejected_is_not_run_again() {
     );
     assert!(r.events().contains(&"effect_resolved"));
 }
+
+/// The fold refuses what no run can have written: events before the start, a second
+/// start, events after an end for good. A run paused by its end may still be cancelled.
+#[test]
+fn the_fold_refuses_logs_no_run_writes() {
+    let done = check(world(vec![Final("x")]), TerminalReason::Completed);
+    let renumber = |mut log: Vec<Entry>| {
+        for (i, e) in log.iter_mut().enumerate() {
+            e.version = i as u64 + 1;
+        }
+        log
+    };
+    let refused = |log: &[Entry]| RunState::fold(log).unwrap_err().to_string();
+    let headless = renumber(done.log[1..].to_vec());
+    assert!(refused(&headless).contains("does not begin with run_started"));
+    let twice = renumber(vec![done.log[0].clone(), done.log[0].clone()]);
+    assert!(refused(&twice).contains("run_started after the run began"));
+    let ended_at = |reason: TerminalReason| Entry {
+        version: 0,
+        at_ms: T0,
+        event: Event::RunEnded {
+            outcome: Outcome::stop(reason, "x"),
+        },
+    };
+    let mut after_end = done.log.clone();
+    after_end.push(ended_at(TerminalReason::Cancelled));
+    let after_end = renumber(after_end);
+    assert!(refused(&after_end).contains("event after run_ended"));
+    // A question for a person ends the invocation, not the run: cancelling it is allowed,
+    // and only that.
+    let asked = check(
+        world(vec![Clarify("which?")]),
+        TerminalReason::ClarificationRequired,
+    );
+    let mut cancelled = asked.log.clone();
+    cancelled.push(ended_at(TerminalReason::Cancelled));
+    let state = RunState::fold(&renumber(cancelled)).unwrap();
+    assert_eq!(
+        state.outcome().map(|o| o.reason),
+        Some(TerminalReason::Cancelled)
+    );
+    let mut completed = asked.log.clone();
+    completed.push(ended_at(TerminalReason::Completed));
+    assert!(refused(&renumber(completed)).contains("event after run_ended"));
+}
+
+/// After a crash right after a dispatch record, what the tool finds decides: not applied,
+/// the call runs; applied, it does not, and its receipt is the result.
+#[test]
+fn a_finding_after_a_crash_decides_whether_the_call_runs() {
+    use crate::harness::{resume, run};
+    for (finding, runs) in [
+        (Finding::NotApplied, 1),
+        (
+            Finding::Applied {
+                receipt: "the line is there".into(),
+            },
+            0,
+        ),
+    ] {
+        let mut w = world(vec![
+            Calls(vec![("w1", "write", json!({"n": 1}))]),
+            Final("done"),
+        ]);
+        w.reconcile = Some(finding.clone());
+        let full = run(w.clone());
+        let at = full
+            .boundaries
+            .iter()
+            .find(|b| {
+                matches!(
+                    full.log[b.log_len - 1].event,
+                    Event::EffectDispatched { .. }
+                )
+            })
+            .unwrap();
+        let resumed = resume(w, &full.log, at);
+        assert_eq!(
+            resumed.outcome.reason,
+            TerminalReason::Completed,
+            "{finding:?}"
+        );
+        assert_eq!(resumed.executed.len(), runs, "{finding:?}");
+        let result = resumed.result_of("w1").content();
+        if runs == 0 {
+            assert!(result.contains("the line is there"), "{result}");
+        }
+    }
+}
