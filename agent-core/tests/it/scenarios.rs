@@ -479,6 +479,11 @@ fn deadline_while_the_model_thinks() {
     let r = check(w, TerminalReason::DeadlineExceeded);
     assert_eq!(r.executed.len(), 1);
     assert_eq!(r.outcome.answer, None);
+    assert!(
+        r.outcome.message.contains("wall-clock budget of 1.0 s"),
+        "{}",
+        r.outcome.message
+    );
     let end = r.log.last().unwrap();
     assert!(end.at_ms >= T0 + 1_000);
 }
@@ -941,4 +946,97 @@ fn a_finding_after_a_crash_decides_whether_the_call_runs() {
             assert!(result.contains("the line is there"), "{result}");
         }
     }
+}
+
+/// Paused for approval, a run ignores a passing deadline (nobody is waiting on the clock)
+/// but ends on a cancel.
+#[test]
+fn a_paused_run_ends_on_a_cancel_not_on_the_clock() {
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"n": 1}))]),
+        Final("x"),
+    ]);
+    w.verdicts.insert(
+        "write".into(),
+        Verdict::Ask {
+            why: "write asks".into(),
+        },
+    );
+    w.budget.max_wall_time_ms = Some(1_000);
+    let paused = check(w.clone(), TerminalReason::ApprovalRequired);
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut m = Machine::resume(specs, &paused.log, T0).unwrap();
+    assert!(matches!(
+        m.poll_command(),
+        Some(Command::AwaitApproval { .. })
+    ));
+    m.handle(Input::Tick(T0 + 60_000)).unwrap();
+    assert_eq!(m.poll_command(), None, "still waiting for the person");
+    m.handle(Input::Cancel).unwrap();
+    let Some(Command::Commit { entries, .. }) = m.poll_command() else {
+        panic!("the cancel is committed")
+    };
+    assert!(matches!(&entries.last().unwrap().event,
+        Event::RunEnded { outcome } if outcome.reason == TerminalReason::Cancelled));
+}
+
+/// A call a person approved before a restart is not asked about again: after the crash
+/// its effect is looked up (not applied), and it runs on the approval already committed.
+#[test]
+fn an_approval_committed_before_a_crash_holds_after_it() {
+    use crate::harness::{resume, run};
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"n": 1}))]),
+        Final("written"),
+    ]);
+    w.verdicts.insert(
+        "write".into(),
+        Verdict::Ask {
+            why: "writes ask".into(),
+        },
+    );
+    w.person.push_back(Person::Approve);
+    w.reconcile = Some(Finding::NotApplied);
+    let full = run(w.clone());
+    assert_eq!(full.outcome.reason, TerminalReason::Completed);
+    let granted = full
+        .boundaries
+        .iter()
+        .find(|b| {
+            full.log[..b.log_len]
+                .iter()
+                .any(|e| matches!(e.event, Event::ApprovalGranted { .. }))
+        })
+        .unwrap();
+    let resumed = resume(w, &full.log, granted);
+    assert_eq!(resumed.outcome.reason, TerminalReason::Completed);
+    assert_eq!(resumed.executed.len(), 1);
+    assert!(
+        !resumed.events()[granted.log_len..].contains(&"approval_requested"),
+        "{:?}",
+        resumed.events()
+    );
+}
+
+/// `max_write_actions` counts within one batch too: with one write left, the second write
+/// of a batch waits for a person.
+#[test]
+fn the_write_budget_counts_within_a_batch() {
+    let mut w = world(vec![
+        Calls(vec![
+            ("w1", "write", json!({"n": 1})),
+            ("w2", "write", json!({"n": 2})),
+        ]),
+        Final("x"),
+    ]);
+    w.budget.max_write_actions = Some(1);
+    let r = check(w, TerminalReason::ApprovalRequired);
+    let pending: Vec<&str> = r
+        .outcome
+        .pending
+        .iter()
+        .map(|p| p.call_id.as_str())
+        .collect();
+    assert_eq!(pending, ["w2"]);
+    assert!(r.outcome.pending[0].why.contains("max_write_actions = 1"));
 }
