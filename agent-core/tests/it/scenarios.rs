@@ -1040,3 +1040,23 @@ fn the_write_budget_counts_within_a_batch() {
     assert_eq!(pending, ["w2"]);
     assert!(r.outcome.pending[0].why.contains("max_write_actions = 1"));
 }
+
+/// The tool-call budget allows exactly that many calls: a batch that reaches it runs, one
+/// that would pass it does not start.
+#[test]
+fn the_tool_call_budget_is_a_limit_reached_not_passed() {
+    let mut w = world(vec![
+        Calls(vec![read("c1", "a"), read("c2", "b")]),
+        Final("two read"),
+    ]);
+    w.budget.max_tool_calls = 2;
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(r.executed.len(), 2);
+    let mut w = world(vec![
+        Calls(vec![read("c1", "a"), read("c2", "b"), read("c3", "c")]),
+        Final("never"),
+    ]);
+    w.budget.max_tool_calls = 2;
+    let r = check(w, TerminalReason::ToolBudgetExhausted);
+    assert!(r.executed.is_empty());
+}
