@@ -509,6 +509,9 @@ fn parse(line: &str) -> Result<ast::Program, String> {
     if has_nested_heredoc(line) {
         return Err("a here-document inside a substitution".to_owned());
     }
+    if nesting(line) > MAX_NESTING {
+        return Err("groups nested too deeply".to_owned());
+    }
     std::panic::catch_unwind(|| {
         let options = ParserOptions::default();
         let mut parser = Parser::new(std::io::Cursor::new(line.as_bytes()), &options);
@@ -525,6 +528,9 @@ fn parse_word(raw: &str) -> Result<Vec<WordPieceWithSource>, String> {
     if has_nested_heredoc(raw) {
         return Err("a here-document inside a substitution".to_owned());
     }
+    if nesting(raw) > MAX_NESTING {
+        return Err("groups nested too deeply".to_owned());
+    }
     std::panic::catch_unwind(|| {
         word::parse(raw, &ParserOptions::default()).map_err(|e| e.to_string())
     })
@@ -538,6 +544,28 @@ fn parse_word(raw: &str) -> Result<Vec<WordPieceWithSource>, String> {
 fn has_nested_heredoc(text: &str) -> bool {
     text.contains("<<")
         && (text.contains("$(") || text.contains('`') || text.contains("<(") || text.contains(">("))
+}
+
+/// Deepest nesting of `(` and `{` parsed. The parser backtracks: its time doubles with each
+/// unclosed level (the fuzzer found a 44-byte line of 23 open parentheses that took more
+/// than 12 s). Real command lines stay far below this.
+const MAX_NESTING: usize = 8;
+
+/// The deepest nesting of `(` and `{` in `text`, counted without regard to quoting (so it
+/// errs on the deep side).
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.chars() {
+        match c {
+            '(' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Ten or more digits right before `<` or `>`: a descriptor number no shell accepts.
