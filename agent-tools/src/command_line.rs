@@ -504,7 +504,7 @@ impl Walker<'_> {
 /// so the panic hook does not even print.
 fn parse(line: &str) -> Result<ast::Program, String> {
     if has_huge_fd(line) {
-        return Err("a file descriptor number is too large".to_owned());
+        return Err("a number too large for the parser".to_owned());
     }
     if has_nested_heredoc(line) {
         return Err("a here-document inside a substitution".to_owned());
@@ -523,7 +523,7 @@ fn parse(line: &str) -> Result<ast::Program, String> {
 /// A word's pieces; a panic of the parser is an error, as for lines.
 fn parse_word(raw: &str) -> Result<Vec<WordPieceWithSource>, String> {
     if has_huge_fd(raw) {
-        return Err("a file descriptor number is too large".to_owned());
+        return Err("a number too large for the parser".to_owned());
     }
     if has_nested_heredoc(raw) {
         return Err("a here-document inside a substitution".to_owned());
@@ -568,21 +568,28 @@ fn nesting(text: &str) -> usize {
     deepest
 }
 
-/// Ten or more digits right before `<` or `>`: a descriptor number no shell accepts.
+/// Ten or more digits right before `<` or `>` (a descriptor number) or right after `~`,
+/// `~+` or `~-` (a directory-stack index): numbers the parser unwraps into an `i32` and
+/// panics on (the fuzzer found both).
 fn has_huge_fd(text: &str) -> bool {
     let bytes = text.as_bytes();
     let mut run = 0;
     for &b in bytes {
         if b.is_ascii_digit() {
             run += 1;
-        } else {
-            if run >= 10 && (b == b'<' || b == b'>') {
-                return true;
-            }
-            run = 0;
+            continue;
         }
+        if run >= 10 && (b == b'<' || b == b'>') {
+            return true;
+        }
+        run = 0;
     }
-    false
+    // Directory-stack indices: `~N`, `~+N`, `~-N`.
+    text.match_indices('~').any(|(at, _)| {
+        let rest = &text[at + 1..];
+        let rest = rest.strip_prefix(['+', '-']).unwrap_or(rest);
+        rest.bytes().take_while(u8::is_ascii_digit).count() >= 10
+    })
 }
 
 /// Whether a word is the same whatever the environment: no expansion in it.
