@@ -543,7 +543,15 @@ fn parse_word(raw: &str) -> Result<Vec<WordPieceWithSource>, String> {
 /// so ask a person.
 fn has_nested_heredoc(text: &str) -> bool {
     text.contains("<<")
-        && (text.contains("$(") || text.contains('`') || text.contains("<(") || text.contains(">("))
+        && (text.contains("$(")
+            || text.contains('`')
+            || text.contains("<(")
+            || text.contains(">(")
+            // A here-document among control characters or undecodable bytes: the
+            // fuzzer found one that made the tokenizer allocate more than 2 GB.
+            || text
+                .chars()
+                .any(|c| (c.is_control() && c != '\n' && c != '\t') || c == '\u{fffd}'))
 }
 
 /// Deepest nesting of `(` and `{` parsed. The parser backtracks: its time doubles with each
