@@ -111,6 +111,39 @@ fn check_log(env: &Env, run_id: &str) {
     assert_eq!(events.last().unwrap()["outcome"]["reason"], "completed");
 }
 
+/// The next invocation of the harnesses: start the run, settle what is in doubt (looking
+/// at the world, as a person would), or resume it.
+fn next_args(
+    env: &Env,
+    model: &str,
+    run_id: Option<&str>,
+    in_doubt: Option<&String>,
+) -> Vec<String> {
+    let args: Vec<&str> = match (run_id, in_doubt) {
+        (None, _) => vec![
+            "run",
+            "--json",
+            "--allow",
+            "shell",
+            "--model",
+            model,
+            "append lines",
+        ],
+        (Some(id), Some(call)) => {
+            let how = if lines(env.dir.path()).contains(call) {
+                "committed"
+            } else {
+                "retry"
+            };
+            vec![
+                "resolve", "--json", "--allow", "shell", id, "--call", call, "--as", how,
+            ]
+        }
+        (Some(id), None) => vec!["resume", "--json", "--allow", "shell", id],
+    };
+    args.into_iter().map(str::to_owned).collect()
+}
+
 /// Drives one run to completion through crashes; returns (kills, kills after the run had
 /// committed something, settled in doubt).
 fn survive(env: &Env, model: &str, rng: &mut Lcg, max_kill_ms: u64) -> (u32, u32, u32) {
@@ -121,32 +154,7 @@ fn survive(env: &Env, model: &str, rng: &mut Lcg, max_kill_ms: u64) -> (u32, u32
     let mut in_doubt: Vec<String> = Vec::new();
     for _ in 0..400 {
         let kill_after = Some(Duration::from_millis(rng.next() % max_kill_ms));
-        let args: Vec<String> = match (&run_id, in_doubt.first()) {
-            (None, _) => [
-                "run",
-                "--json",
-                "--allow",
-                "shell",
-                "--model",
-                model,
-                "append lines",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            (Some(id), Some(call)) => {
-                // The harness looks at the world, as a person would, and says what happened.
-                let happened = lines(env.dir.path()).contains(call);
-                let how = if happened { "committed" } else { "retry" };
-                [
-                    "resolve", "--json", "--allow", "shell", id, "--call", call, "--as", how,
-                ]
-                .map(str::to_owned)
-                .to_vec()
-            }
-            (Some(id), None) => ["resume", "--json", "--allow", "shell", id]
-                .map(str::to_owned)
-                .to_vec(),
-        };
+        let args = next_args(env, model, run_id.as_deref(), in_doubt.first());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         match attempt(env, &args, kill_after) {
             Attempt::Killed => {
@@ -294,31 +302,7 @@ fn kill_9_after_each_kind_of_commit_loses_nothing_and_repeats_no_effect() {
         let mut in_doubt: Option<String> = None;
         let mut done = false;
         for _ in 0..200 {
-            let args: Vec<String> = match (&run_id, &in_doubt) {
-                (None, _) => [
-                    "run",
-                    "--json",
-                    "--allow",
-                    "shell",
-                    "--model",
-                    &model,
-                    "append lines",
-                ]
-                .map(str::to_owned)
-                .to_vec(),
-                (Some(id), Some(call)) => {
-                    let happened = lines(env.dir.path()).contains(call);
-                    let how = if happened { "committed" } else { "retry" };
-                    [
-                        "resolve", "--json", "--allow", "shell", id, "--call", call, "--as", how,
-                    ]
-                    .map(str::to_owned)
-                    .to_vec()
-                }
-                (Some(id), None) => ["resume", "--json", "--allow", "shell", id]
-                    .map(str::to_owned)
-                    .to_vec(),
-            };
+            let args = next_args(&env, &model, run_id.as_deref(), in_doubt.as_ref());
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             // A fresh run is killed after its start half the time: that commit point is
             // reached once per run.
