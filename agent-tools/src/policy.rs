@@ -285,8 +285,13 @@ impl Policy {
             Risk::Read => Verdict::Allow,
             risk => Verdict::Ask {
                 why: format!(
-                    "{} is a {} tool, which asks by default (allow it with --allow {})",
+                    "{} is {} {} tool, which asks by default (allow it with --allow {})",
                     spec.name,
+                    if risk.as_str().starts_with(['a', 'e', 'i', 'o', 'u']) {
+                        "an"
+                    } else {
+                        "a"
+                    },
                     risk.as_str(),
                     spec.name
                 ),

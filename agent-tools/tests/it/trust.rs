@@ -475,8 +475,22 @@ fn shell_policy_table() {
         ("FOO=1 git status", V::Ask),
         ("PATH=./bin:$PATH; git status", V::Ask),
         ("git status # ; rm -rf x", V::Allow),
-        // Does not parse: asks.
+        // Does not parse: asks, and what might run is still denied.
         ("git status; (", V::Ask),
+        ("(( rm -rf x ) )", V::Deny),
+        ("git status; ( 'r'm -rf x", V::Deny),
+        // Line continuations, comments, here-documents, assignments, tests.
+        ("r\\\nm -rf x", V::Deny),
+        ("git status # note \\\nrm -rf x", V::Deny),
+        ("cat <<EOF && rm -rf x\nhi\nEOF", V::Deny),
+        ("cat <<EOF\n$(rm -rf x)\nEOF", V::Deny),
+        ("git status <<'EOF'\n$(rm -rf x)\nEOF", V::Allow),
+        ("export X=$(rm -rf x)", V::Deny),
+        ("echo ${x[$(rm -rf x)]}", V::Deny),
+        ("[ -f x ] && rm -rf x", V::Deny),
+        ("f() { rm -rf x; }; f", V::Deny),
+        ("git status 3>&1 1>&2", V::Allow),
+        ("git status >&out.txt", V::Ask),
     ];
     assert!(table.len() >= 40);
     let t = tree();
