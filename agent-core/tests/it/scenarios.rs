@@ -870,11 +870,14 @@ fn the_fold_refuses_logs_no_run_writes() {
         }
         log
     };
-    let refused = |log: &[Entry]| RunState::fold(log).unwrap_err().to_string();
+    let refused = |log: &[Entry]| RunState::fold(log).unwrap_err();
     let headless = renumber(done.log[1..].to_vec());
-    assert!(refused(&headless).contains("does not begin with run_started"));
+    let err = refused(&headless);
+    assert_eq!((err.version, err.event), (1, done.log[1].event.name()));
+    assert!(err.problem.contains("run_started"), "{err}");
     let twice = renumber(vec![done.log[0].clone(), done.log[0].clone()]);
-    assert!(refused(&twice).contains("run_started after the run began"));
+    let err = refused(&twice);
+    assert_eq!((err.version, err.event), (2, "run_started"));
     let ended_at = |reason: TerminalReason| Entry {
         version: 0,
         at_ms: T0,

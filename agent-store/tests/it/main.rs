@@ -274,8 +274,14 @@ fn a_locked_store_says_so_in_words() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     let _held = SledStore::open(&path).unwrap();
-    let text = SledStore::open(&path).err().unwrap().to_string();
-    assert!(text.contains("in use by another agent process"), "{text}");
+    let err = SledStore::open(&path).err().unwrap();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&path.display().to_string()),
+        "names the store: {text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
     assert!(!text.contains("Os {"), "{text}");
 }
 
