@@ -260,6 +260,15 @@ fn detail(run_id: &str, event: &Event) -> String {
         }
         Event::ApprovalGranted { call_ids } => ids(call_ids),
         Event::ApprovalDenied { call_ids, reason } => format!("{} ({reason})", ids(call_ids)),
+        Event::UserMessage { text, budget } => format!(
+            "{}{}",
+            cut(&format!("{text:?}"), 200),
+            if budget.is_some() {
+                " (with a new budget)"
+            } else {
+                ""
+            }
+        ),
         Event::EffectDispatched {
             call_id,
             tool,

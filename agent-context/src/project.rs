@@ -260,6 +260,14 @@ impl Projector {
                 // The person's own words survive compactions.
                 self.user_texts.push(reason.clone());
             }
+            Event::UserMessage { text, .. } => {
+                // The person's words, in their place: after the results the run ended with
+                // (in the same message, so roles still alternate), or after the model's
+                // last reply.
+                self.close_turn();
+                self.user_texts.push(text.clone());
+                self.user_said(text);
+            }
             Event::ContextCompacted { summary, .. } => self.compact(summary),
             // Effects are bookkeeping; what the model learns of a call is its result.
             Event::EffectDispatched { .. }
@@ -442,6 +450,24 @@ impl Projector {
             self.message_tokens.pop();
             self.message_bytes.pop();
             self.provisional = false;
+        }
+    }
+
+    fn user_said(&mut self, text: &str) {
+        let part = Part::Text {
+            text: text.to_owned(),
+        };
+        match self.prompt.messages.last_mut() {
+            Some(last) if last.role == Role::User => {
+                last.parts.push(part);
+                let index = self.prompt.messages.len() - 1;
+                self.message_bytes[index] = message_bytes(&self.prompt.messages[index]);
+                self.message_tokens[index] = OnceLock::new();
+            }
+            _ => self.push(Message {
+                role: Role::User,
+                parts: vec![part],
+            }),
         }
     }
 

@@ -228,6 +228,17 @@ pub enum Event {
         /// Estimated prompt tokens after.
         tokens_after: u64,
     },
+    /// Fact: a person spoke to the run after its start: the answer to its clarifying
+    /// question, or a follow-up after it ended. It opens a new *exchange*: step, tool-call,
+    /// retry and repeat limits count again from here; tokens, cost and wall time count over
+    /// the whole run. (The goal, in `run_started`, is the first user message.)
+    UserMessage {
+        /// What the person said.
+        text: String,
+        /// The run's budget from here on, when the person changed it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget: Option<crate::budget::Budget>,
+    },
     /// Fact: the run stopped with this outcome.
     RunEnded {
         /// The outcome.
@@ -255,6 +266,7 @@ impl Event {
             Event::EffectResolved { .. } => "effect_resolved",
             Event::ToolFinished { .. } => "tool_finished",
             Event::ContextCompacted { .. } => "context_compacted",
+            Event::UserMessage { .. } => "user_message",
             Event::RunEnded { .. } => "run_ended",
         }
     }

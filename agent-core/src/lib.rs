@@ -68,7 +68,7 @@ pub use decision::{
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
 pub use event::{Entry, Event, Finding, Manifest, Resolution};
-pub use machine::{Command, Input, InputError, Machine, RunConfig, Verdict};
+pub use machine::{Command, Input, InputError, Machine, ReplyError, RunConfig, Verdict};
 pub use progress::{correction_message, fingerprint};
 pub use prompt::{Message, Part, Prompt, Role};
 pub use reason::{Outcome, PendingCall, ReasonClass, TerminalReason, UnknownReason};

@@ -133,6 +133,19 @@ pub struct RunState {
     pub cleared: BTreeSet<CallId>,
     /// Calls of the latest turn a person approved.
     pub granted: BTreeSet<CallId>,
+    /// The current exchange: 0 for the goal, then one more for each user message.
+    pub exchange: u32,
+    /// Model calls made before the current exchange began.
+    pub exchange_steps: u32,
+    /// Tool calls started before the current exchange began.
+    pub exchange_tool_calls: u32,
+    /// Wall-clock time worked before the current exchange began (ms); the time a run
+    /// waited for a person between exchanges does not count.
+    pub worked_ms: u64,
+    /// When the current exchange began (ms since the epoch).
+    pub exchange_started_at_ms: u64,
+    /// The budget a person set with a user message, replacing the one the run started with.
+    pub budget: Option<crate::budget::Budget>,
     last_results_turn: u32,
     tally: Tally,
     invalid_before: u32,
@@ -162,6 +175,12 @@ impl Default for RunState {
             dispatched: BTreeMap::new(),
             cleared: BTreeSet::new(),
             granted: BTreeSet::new(),
+            exchange: 0,
+            exchange_steps: 0,
+            exchange_tool_calls: 0,
+            worked_ms: 0,
+            exchange_started_at_ms: 0,
+            budget: None,
             last_results_turn: 0,
             tally: Tally::default(),
             invalid_before: 0,
@@ -205,6 +224,23 @@ impl RunState {
             .get(&call_signature(call))
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Model calls made in the current exchange.
+    pub fn exchange_steps_used(&self) -> u32 {
+        self.steps.saturating_sub(self.exchange_steps)
+    }
+
+    /// Tool calls started in the current exchange.
+    pub fn exchange_tool_calls_used(&self) -> u32 {
+        self.tool_calls.saturating_sub(self.exchange_tool_calls)
+    }
+
+    /// Wall-clock time worked on the run by `now_ms`: every exchange so far, not the time
+    /// it waited for a person in between.
+    pub fn worked_by(&self, now_ms: u64) -> u64 {
+        self.worked_ms
+            .saturating_add(now_ms.saturating_sub(self.exchange_started_at_ms))
     }
 
     /// Whether the latest turn still has calls without an answer while the run is running:
@@ -260,6 +296,12 @@ impl RunState {
             (Status::Ended(ended), Event::RunEnded { outcome })
                 if ended.reason.class() == crate::ReasonClass::Paused
                     && outcome.reason == crate::TerminalReason::Cancelled => {}
+            // A person answers a question, or follows up on an ended run; a run waiting for
+            // approval or for a resolution is not ended, so it never gets here.
+            (Status::Ended(_), Event::UserMessage { .. }) => {}
+            (_, Event::UserMessage { .. }) => {
+                return Err(fail("a user message while the run had not ended".into()));
+            }
             (Status::Ended(_), _) => return Err(fail("event after run_ended".into())),
             _ => {}
         }
@@ -273,6 +315,32 @@ impl RunState {
                 self.goal.clone_from(goal);
                 self.manifest = Some(manifest.clone());
                 self.started_at_ms = entry.at_ms;
+                self.exchange_started_at_ms = entry.at_ms;
+                self.status = Status::Running;
+            }
+            Event::UserMessage { budget, .. } => {
+                self.worked_ms = self.worked_ms.saturating_add(
+                    self.updated_at_ms
+                        .saturating_sub(self.exchange_started_at_ms),
+                );
+                self.exchange_started_at_ms = entry.at_ms;
+                self.exchange = self.exchange.saturating_add(1);
+                self.exchange_steps = self.steps;
+                self.exchange_tool_calls = self.tool_calls;
+                if budget.is_some() {
+                    self.budget.clone_from(budget);
+                }
+                // Streaks, repeats and retries start again.
+                self.plan = PlanTrack::default();
+                self.tally = Tally::default();
+                self.invalid_before = 0;
+                self.denials_before = 0;
+                self.attempts.clear();
+                self.turn_calls.clear();
+                self.answered.clear();
+                self.dispatched.clear();
+                self.cleared.clear();
+                self.granted.clear();
                 self.status = Status::Running;
             }
             Event::DecisionProposed {

@@ -80,6 +80,11 @@ impl RunSummary {
                     self.reason = None;
                 }
             }
+            Event::UserMessage { .. } => {
+                self.status = "running".to_owned();
+                self.reason = None;
+                self.ended_at_ms = None;
+            }
             Event::RunEnded { outcome } => {
                 self.status = outcome.reason.class().as_str().to_owned();
                 self.reason = Some(outcome.reason);

@@ -50,13 +50,13 @@ impl Machine {
             ));
         }
         let state = &self.working;
-        if state.steps >= self.budget.max_steps {
+        if state.exchange_steps_used() >= self.budget.max_steps {
             return self.end(Outcome::stop(
                 TerminalReason::MaxSteps,
                 format!(
                     "the model was called {} times, the step budget; raise --max-steps to allow \
                      more",
-                    state.steps
+                    state.exchange_steps_used()
                 ),
             ));
         }
@@ -182,14 +182,15 @@ impl Machine {
     pub(super) fn deadline_passed(&self) -> bool {
         self.budget
             .max_wall_time_ms
-            .is_some_and(|max| self.now_ms >= self.committed_start().saturating_add(max))
+            .is_some_and(|max| self.worked() >= max)
     }
 
-    pub(super) fn committed_start(&self) -> u64 {
+    /// Wall-clock time worked on the run so far (every exchange, not the waits between).
+    pub(super) fn worked(&self) -> u64 {
         if self.working.version == 0 {
-            self.now_ms
+            0
         } else {
-            self.working.started_at_ms
+            self.working.worked_by(self.now_ms)
         }
     }
 

@@ -25,7 +25,7 @@ use crate::decision::{CallId, ModelReply, ToolCall};
 use crate::event::{Entry, Event, Finding, Manifest, Resolution};
 use crate::reason::{Outcome, PendingCall, TerminalReason};
 use crate::schedule::ScheduledCall;
-use crate::state::{FoldError, RunState};
+use crate::state::{FoldError, RunState, Status};
 use crate::tool::{ErrorKind, ToolError, ToolResult, ToolSpec};
 
 /// What the gateway says about one call (existence is checked by the machine itself).
@@ -220,6 +220,27 @@ pub enum InputError {
     NotPending(CallId),
 }
 
+/// Why a person's message cannot be given to a run (CONTRACT §7).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ReplyError {
+    /// The log does not fold.
+    #[error(transparent)]
+    Fold(#[from] FoldError),
+    /// The message is empty.
+    #[error("the message is empty")]
+    Empty,
+    /// The run waits for a person's approval of calls: that is answered by approving or
+    /// denying them, not by a message.
+    #[error("the run waits for approval of its pending calls")]
+    AwaitingApproval,
+    /// The run waits for a person to settle calls of unknown outcome.
+    #[error("the run waits for calls of unknown outcome to be settled")]
+    AwaitingResolution,
+    /// The run has not ended (it was interrupted): it is resumed, not answered.
+    #[error("the run has not ended; it was interrupted and is resumed without a message")]
+    NotEnded,
+}
+
 /// What the machine waits for, named as rustls names handshake states.
 #[derive(Clone, Debug, PartialEq)]
 enum Phase {
@@ -323,9 +344,46 @@ impl Machine {
                 problem: "the log is empty".into(),
             });
         };
-        let budget = manifest.budget.clone();
+        let budget = state
+            .budget
+            .clone()
+            .unwrap_or_else(|| manifest.budget.clone());
         let mut machine = Machine::empty(tools, budget, state, now_ms);
         machine.after_commit();
+        Ok(machine)
+    }
+
+    /// A run that had ended, or paused on a question, given a person's message: the answer
+    /// to its question or a follow-up. The first command commits the `user_message` (with
+    /// `budget`, when given, as the run's budget from then on); the model is asked after.
+    /// A run waiting for approval or resolution, or interrupted, is refused.
+    pub fn reply(
+        tools: Vec<ToolSpec>,
+        entries: &[Entry],
+        text: String,
+        budget: Option<Budget>,
+        now_ms: u64,
+    ) -> Result<Machine, ReplyError> {
+        if text.trim().is_empty() {
+            return Err(ReplyError::Empty);
+        }
+        let state = RunState::fold(entries)?;
+        match &state.status {
+            Status::Ended(_) => {}
+            Status::AwaitingApproval(_) => return Err(ReplyError::AwaitingApproval),
+            Status::AwaitingResolution { .. } => return Err(ReplyError::AwaitingResolution),
+            Status::New | Status::Running => return Err(ReplyError::NotEnded),
+        }
+        let Some(manifest) = &state.manifest else {
+            return Err(ReplyError::NotEnded);
+        };
+        let effective = budget
+            .clone()
+            .or_else(|| state.budget.clone())
+            .unwrap_or_else(|| manifest.budget.clone());
+        let mut machine = Machine::empty(tools, effective, state, now_ms);
+        machine.stage(Event::UserMessage { text, budget });
+        machine.commit();
         Ok(machine)
     }
 

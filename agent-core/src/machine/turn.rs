@@ -251,7 +251,7 @@ impl Machine {
                 ),
             ));
         }
-        let used = self.working.tool_calls;
+        let used = self.working.exchange_tool_calls_used();
         let batch = u32::try_from(calls.len()).unwrap_or(u32::MAX);
         if used.saturating_add(batch) > self.budget.max_tool_calls {
             self.answer_not_rerun(turn, &calls, "the tool-call budget is spent");

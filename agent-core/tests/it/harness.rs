@@ -271,6 +271,23 @@ pub fn resume(world: World, log: &[Entry], at: &Boundary) -> Report {
     drive(world, machine, prefix, at)
 }
 
+/// A person speaks to an ended run at the end of an earlier invocation (`after`): the
+/// same world goes on from where it stood, `gap_ms` later.
+pub fn reply(
+    world: World,
+    after: &Report,
+    text: &str,
+    budget: Option<Budget>,
+    gap_ms: u64,
+) -> Report {
+    let specs: Vec<ToolSpec> = world.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut at = after.boundaries.last().cloned().expect("the run committed");
+    at.clock += gap_ms;
+    let machine = Machine::reply(specs, &after.log, text.to_owned(), budget, at.clock)
+        .expect("an ended run takes a message");
+    drive(world, machine, after.log.clone(), &at)
+}
+
 fn drive(world: World, mut machine: Machine, log: Vec<Entry>, from: &Boundary) -> Report {
     let fakes: BTreeMap<String, FakeTool> = world
         .tools

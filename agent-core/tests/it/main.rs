@@ -2,6 +2,7 @@
 //! runtime anywhere.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod exchanges;
 mod harness;
 mod props;
 mod recovery;

@@ -888,7 +888,11 @@ fn the_fold_refuses_logs_no_run_writes() {
     let mut after_end = done.log.clone();
     after_end.push(ended_at(TerminalReason::Cancelled));
     let after_end = renumber(after_end);
-    assert!(refused(&after_end).contains("event after run_ended"));
+    let err = refused(&after_end);
+    assert_eq!(
+        (err.version, err.event),
+        (after_end.len() as u64, "run_ended")
+    );
     // A question for a person ends the invocation, not the run: cancelling it is allowed,
     // and only that.
     let asked = check(
@@ -904,7 +908,12 @@ fn the_fold_refuses_logs_no_run_writes() {
     );
     let mut completed = asked.log.clone();
     completed.push(ended_at(TerminalReason::Completed));
-    assert!(refused(&renumber(completed)).contains("event after run_ended"));
+    let completed = renumber(completed);
+    let err = refused(&completed);
+    assert_eq!(
+        (err.version, err.event),
+        (completed.len() as u64, "run_ended")
+    );
 }
 
 /// After a crash right after a dispatch record, what the tool finds decides: not applied,

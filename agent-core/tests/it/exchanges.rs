@@ -1,0 +1,193 @@
+//! A person talks to a run (CONTRACT §7): the answer to a clarification and follow-ups
+//! after the end are `user_message` events, each opening an exchange. Step, tool-call,
+//! retry and repeat limits count per exchange; tokens, cost and wall time per run.
+
+use agent_core::*;
+use serde_json::json;
+
+use crate::harness::{Person, Reply, Reply::*, Report, check, reply, world};
+
+fn read(id: &'static str) -> (&'static str, &'static str, serde_json::Value) {
+    (id, "read", json!({ "path": id }))
+}
+
+fn state(r: &Report) -> RunState {
+    RunState::fold(&r.log).expect("the log folds")
+}
+
+fn texts(r: &Report) -> Vec<String> {
+    r.log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::UserMessage { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_answer_to_a_clarification_goes_on_with_the_run() {
+    let w = world(vec![Clarify("which branch?"), Final("main is clean")]);
+    let asked = check(w.clone(), TerminalReason::ClarificationRequired);
+    let answered = reply(w, &asked, "main", None, 60_000);
+    assert_eq!(answered.outcome.reason, TerminalReason::Completed);
+    assert_eq!(answered.outcome.answer.as_deref(), Some("main is clean"));
+    assert_eq!(texts(&answered), ["main"]);
+    let events = answered.events();
+    let at = events.iter().position(|e| *e == "user_message").unwrap();
+    assert_eq!(events[at - 1], "run_ended", "the message follows the pause");
+    assert_eq!(
+        events[at + 1],
+        "decision_proposed",
+        "then the model is asked"
+    );
+    let s = state(&answered);
+    assert_eq!((s.exchange, s.steps, s.turn), (1, 2, 2), "turns count on");
+    assert_eq!(answered.log.len(), asked.log.len() + 3);
+    assert_eq!(
+        answered.log[..asked.log.len()],
+        asked.log[..],
+        "the past is kept"
+    );
+}
+
+#[test]
+fn a_follow_up_opens_a_new_exchange_after_any_end() {
+    for (first, reason) in [
+        (Final("done"), TerminalReason::Completed),
+        (Give("no access"), TerminalReason::CannotContinue),
+        (Reply::Fail("down"), TerminalReason::ModelError),
+    ] {
+        let w = world(vec![first, Final("again")]);
+        let ended = check(w.clone(), reason);
+        let more = reply(w, &ended, "try once more", None, 1);
+        assert_eq!(more.outcome.reason, TerminalReason::Completed, "{reason:?}");
+        assert_eq!(more.outcome.answer.as_deref(), Some("again"));
+    }
+}
+
+#[test]
+fn step_and_tool_call_limits_count_per_exchange() {
+    let mut w = world(vec![
+        Calls(vec![read("a")]),
+        Final("first"),
+        Calls(vec![read("b")]),
+        Calls(vec![read("c")]),
+        Final("never asked"),
+    ]);
+    w.budget.max_steps = 2;
+    w.budget.max_tool_calls = 1;
+    let first = check(w.clone(), TerminalReason::Completed);
+    // Both limits were reached in the first exchange; the second has its own.
+    let second = reply(w, &first, "and the others?", None, 1);
+    assert_eq!(second.outcome.reason, TerminalReason::ToolBudgetExhausted);
+    assert_eq!(
+        second.model_calls, 4,
+        "two model calls in the second exchange"
+    );
+    assert_eq!(
+        second.executed_names(),
+        ["read"],
+        "one call in the second exchange"
+    );
+    let s = state(&second);
+    assert_eq!((s.steps, s.tool_calls), (4, 2));
+    assert_eq!(
+        (s.exchange_steps_used(), s.exchange_tool_calls_used()),
+        (2, 1)
+    );
+}
+
+#[test]
+fn tokens_count_over_the_whole_run_and_a_message_can_raise_them() {
+    let mut w = world(vec![Final("a"), Final("b"), Final("c")]);
+    w.budget.max_tokens = Some(200); // each call uses 120
+    let one = check(w.clone(), TerminalReason::Completed);
+    let two = reply(w.clone(), &one, "more", None, 1);
+    assert_eq!(two.outcome.reason, TerminalReason::Completed);
+    let three = reply(w.clone(), &two, "more", None, 1);
+    assert_eq!(three.outcome.reason, TerminalReason::CostBudgetExceeded);
+    assert_eq!(three.model_calls, 2, "spent before the third call");
+    let raised = Budget {
+        max_tokens: Some(1_000),
+        ..w.budget.clone()
+    };
+    let four = reply(w, &three, "go on", Some(raised.clone()), 1);
+    assert_eq!(four.outcome.reason, TerminalReason::Completed);
+    assert_eq!(four.outcome.answer.as_deref(), Some("c"));
+    assert_eq!(
+        state(&four).budget,
+        Some(raised),
+        "the new budget is recorded"
+    );
+}
+
+#[test]
+fn wall_time_counts_the_exchanges_not_the_waits_between() {
+    let mut w = world(vec![Final("a"), Final("b"), Final("c")]);
+    for t in &mut w.script {
+        t.delay_ms = 600;
+    }
+    w.budget.max_wall_time_ms = Some(1_000);
+    let one = check(w.clone(), TerminalReason::Completed);
+    // An hour later: the hour is not worked time, but 600 ms more passes the budget.
+    let two = reply(w, &one, "more", None, 3_600_000);
+    assert_eq!(two.outcome.reason, TerminalReason::DeadlineExceeded);
+    let s = state(&two);
+    assert!(s.worked_ms >= 600 && s.worked_ms < 1_000, "{}", s.worked_ms);
+    // Two exchanges of 300 ms an hour apart fit in one second.
+    let mut w = world(vec![Final("a"), Final("b")]);
+    for t in &mut w.script {
+        t.delay_ms = 300;
+    }
+    w.budget.max_wall_time_ms = Some(1_000);
+    let one = check(w.clone(), TerminalReason::Completed);
+    let two = reply(w, &one, "more", None, 3_600_000);
+    assert_eq!(two.outcome.reason, TerminalReason::Completed);
+}
+
+#[test]
+fn streaks_and_repeats_start_again_with_a_message() {
+    let mut w = world(vec![
+        Invalid("?"),
+        Invalid("??"),
+        Invalid("???"),
+        Final("ok"),
+    ]);
+    w.budget.max_invalid_decisions = 2;
+    let first = check(w.clone(), TerminalReason::InvalidDecision);
+    let second = reply(w, &first, "please answer properly", None, 1);
+    assert_eq!(second.outcome.reason, TerminalReason::Completed);
+}
+
+#[test]
+fn only_an_ended_run_takes_a_message() {
+    let w = world(vec![Ask("may I?", vec![])]);
+    let waiting = check(w.clone(), TerminalReason::ApprovalRequired);
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let refuse = |log: &[Entry], text: &str| {
+        Machine::reply(specs.clone(), log, text.to_owned(), None, 0).err()
+    };
+    assert_eq!(
+        refuse(&waiting.log, "yes"),
+        Some(ReplyError::AwaitingApproval)
+    );
+    let mut w = world(vec![Final("done")]);
+    w.person.push_back(Person::Away);
+    let done = check(w, TerminalReason::Completed);
+    assert_eq!(refuse(&done.log, "  "), Some(ReplyError::Empty));
+    let interrupted = &done.log[..1];
+    assert_eq!(refuse(interrupted, "hi"), Some(ReplyError::NotEnded));
+    assert!(refuse(&done.log, "hi").is_none());
+    // A user message anywhere but after an end does not fold.
+    let mut forged = done.log[..1].to_vec();
+    forged.push(Entry {
+        version: 2,
+        at_ms: 0,
+        event: Event::UserMessage {
+            text: "x".into(),
+            budget: None,
+        },
+    });
+    assert!(RunState::fold(&forged).is_err());
+}
