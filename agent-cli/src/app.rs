@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_context::ContextConfig;
-use agent_core::{Budget, CallId, Event, ModelReply, Resolution};
+use agent_core::{Budget, CallId, Event, ModelReply, ReplyError, Resolution, RunState};
 use agent_providers::{
     Dialect, HttpModel, Model, ModelRequest, ModelSpec, Price, ProviderError, ReplayModel,
     RetryPolicy, ScriptModel,
@@ -20,7 +20,7 @@ use agent_store::{SledStore, Store, StoreError};
 use agent_tools::mcp::{self, McpConfig};
 use agent_tools::{Action, CommandHook, Gateway, HookEvent, Policy, ToolReplay, Workspace};
 
-use crate::args::{Cli, Commands, RunArgs, Setup};
+use crate::args::{Cli, Commands, Limits, RunArgs, Setup};
 use crate::config::{self, Config, HookConfig};
 use crate::exit::{EXIT_FAILED, EXIT_OK, EXIT_USAGE, exit_code};
 use crate::render;
@@ -50,6 +50,24 @@ impl From<RuntimeError> for Failure {
         match e {
             RuntimeError::Store(_) | RuntimeError::Damaged { .. } | RuntimeError::Refused(_) => {
                 usage(e)
+            }
+            RuntimeError::Reply { run_id, source } => {
+                let what = match source {
+                    ReplyError::AwaitingApproval => format!(
+                        "it waits for approval of its pending calls: use `agent approve \
+                         {run_id}` or `agent deny {run_id} --reason TEXT`"
+                    ),
+                    ReplyError::AwaitingResolution => format!(
+                        "it waits for calls of unknown outcome to be settled: use `agent \
+                         resolve {run_id} --call ID --as committed|rejected|retry`"
+                    ),
+                    ReplyError::NotEnded => format!(
+                        "it was interrupted, not ended: use `agent resume {run_id}` without \
+                         a message first"
+                    ),
+                    other => other.to_string(),
+                };
+                usage(format!("run {run_id} cannot take a message: {what}"))
             }
             other => Failure {
                 code: EXIT_FAILED,
@@ -161,15 +179,47 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let (run_id, setup, what) = match cli.command {
         Commands::Run(args) => return run(&settings, &store, json, args),
         Commands::Cancel { run } => return cancel(&store, json, &run),
-        Commands::Context { run, setup } => {
-            return context(&settings, &store, json, &run, &setup);
+        Commands::Context { run, at, setup } => {
+            return context(&settings, &store, json, &run, at, &setup);
         }
         Commands::Runs => return runs(&store, json),
         Commands::Trust { path, workspace } => {
             return trust_command(&settings, json, path.as_deref(), workspace.as_deref());
         }
         Commands::Show { run, call } => return show(&store, json, &run, call.as_deref()),
-        Commands::Resume { run, setup } => (run, setup, Resume::Continue),
+        Commands::Resume {
+            run,
+            message,
+            last,
+            limits,
+            setup,
+        } => {
+            let (run, message) = match (last, run, message) {
+                (false, Some(run), message) => (run, message),
+                (false, None, _) => {
+                    return Err(usage("which run? give its id, or --last for the newest"));
+                }
+                (true, message, None) => (newest_run(&store)?, message),
+                (true, _, Some(_)) => {
+                    return Err(usage(
+                        "with --last, give only the message (the run is the newest one)",
+                    ));
+                }
+            };
+            match message {
+                Some(text) if text.trim().is_empty() => {
+                    return Err(usage("the message is empty; say something to the run"));
+                }
+                Some(text) => (run, setup, Resume::Reply(text, limits)),
+                None if limits.any() => {
+                    return Err(usage(
+                        "new limits apply from a message on: give one (agent resume RUN \
+                         MESSAGE --max-steps N)",
+                    ));
+                }
+                None => (run, setup, Resume::Continue),
+            }
+        }
         Commands::Approve { run, calls, setup } => (run, setup, Resume::Approve(ids(calls))),
         Commands::Deny {
             run,
@@ -534,9 +584,14 @@ fn trust_command(
     Ok(EXIT_OK)
 }
 
-fn budget(settings: &Settings, args: &RunArgs) -> Result<Budget, Failure> {
+/// The budget of a new run: agent.toml, then the flags, over the contract's defaults.
+fn budget(settings: &Settings, limits: &Limits) -> Result<Budget, Failure> {
+    adjusted(settings, limits, Budget::default())
+}
+
+/// `budget` with agent.toml's budgets, then the flags, applied.
+fn adjusted(settings: &Settings, args: &Limits, mut budget: Budget) -> Result<Budget, Failure> {
     let c = &settings.config;
-    let mut budget = Budget::default();
     if let Some(n) = args.max_steps.or(c.max_steps) {
         if n == 0 {
             return Err(usage("--max-steps must be at least 1"));
@@ -546,7 +601,9 @@ fn budget(settings: &Settings, args: &RunArgs) -> Result<Budget, Failure> {
     if let Some(n) = args.max_tool_calls.or(c.max_tool_calls) {
         budget.max_tool_calls = n;
     }
-    budget.max_tokens = c.max_tokens;
+    if c.max_tokens.is_some() {
+        budget.max_tokens = c.max_tokens;
+    }
     if let Some(usd) = c.max_cost_usd {
         if !(usd.is_finite() && usd > 0.0) {
             return Err(usage("max_cost_usd must be a positive number of dollars"));
@@ -665,7 +722,7 @@ fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Resu
         StoreAccess::Dir(store_dir),
         json,
     )?;
-    let budget = budget(settings, &args)?;
+    let budget = budget(settings, &args.limits)?;
     let rt = tokio()?;
     let gateway = gateway(settings, &args.setup, &rt, StoreAccess::Dir(store_dir))?;
     let store = writable(SledStore::open(store_dir)?)?;
@@ -677,9 +734,20 @@ fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Resu
     Ok(finish(&report, json))
 }
 
+/// The id of the run started last in the store.
+fn newest_run(store_dir: &Path) -> Result<String, Failure> {
+    let store = open_existing(store_dir)?;
+    let runs = store.runs()?;
+    runs.into_iter()
+        .max_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)))
+        .map(|r| r.run_id)
+        .ok_or_else(|| usage(format!("no runs in {} yet", store_dir.display())))
+}
+
 /// What to do with an existing run.
 enum Resume {
     Continue,
+    Reply(String, Limits),
     Approve(Vec<CallId>),
     Deny(Vec<CallId>, String),
     Resolve(CallId, Resolution),
@@ -711,14 +779,34 @@ fn drive_existing(
             load_model(&script, settings, setup, StoreAccess::Open(&store), json)?
         }
     };
+    // A message's new limits, checked before anything is written.
+    let reply = match &what {
+        Resume::Reply(text, limits) => {
+            let state = RunState::fold(&log).map_err(|e| Failure {
+                code: EXIT_FAILED,
+                message: format!("the log of run {run_id} is damaged: {e}"),
+            })?;
+            let current = match (&state.budget, &state.manifest) {
+                (Some(budget), _) => budget.clone(),
+                (None, Some(manifest)) => manifest.budget.clone(),
+                (None, None) => Budget::default(),
+            };
+            let new = adjusted(settings, limits, current.clone())?;
+            Some((text.clone(), (new != current).then_some(new)))
+        }
+        _ => None,
+    };
     let rt = tokio()?;
     let gateway = gateway(settings, setup, &rt, StoreAccess::Open(&store))?;
     let redactor = redactor(settings, Some(setup));
     let runtime = runtime(settings, model, gateway, store, setup.events, redactor);
     let cancel = cancel_on_ctrl_c(&rt);
     let report = rt.block_on(async {
+        if let Some((text, budget)) = reply {
+            return runtime.reply(run_id, &text, budget, cancel).await;
+        }
         match what {
-            Resume::Continue => runtime.resume(run_id, cancel).await,
+            Resume::Continue | Resume::Reply(..) => runtime.resume(run_id, cancel).await,
             Resume::Approve(calls) => runtime.approve(run_id, calls, cancel).await,
             Resume::Deny(calls, reason) => runtime.deny(run_id, calls, reason, cancel).await,
             Resume::Resolve(call, resolution) => {
@@ -805,11 +893,25 @@ fn context(
     store_dir: &Path,
     json: bool,
     run_id: &str,
+    at: Option<u32>,
     setup: &Setup,
 ) -> Result<u8, Failure> {
     let store = open_existing(store_dir)?;
     let damage = store.damage();
-    let log = store.load(run_id)?;
+    let mut log = store.load(run_id)?;
+    if log.is_empty() {
+        return Err(usage(format!("no run {run_id} in {}", store_dir.display())));
+    }
+    if let Some(n) = at {
+        // The prompt of call N is the projection of everything committed before it.
+        let calls = RunState::fold(&log).map(|s| s.steps).unwrap_or(0);
+        let Some(first) = log.iter().position(|e| model_call(&e.event) == Some(n)) else {
+            return Err(usage(format!(
+                "run {run_id} made {calls} model call(s); --at takes 1 to {calls}"
+            )));
+        };
+        log.truncate(first);
+    }
     let model: Arc<dyn Model> = match settings.model(setup.model.as_deref()) {
         Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), true)?,
         None => Arc::new(ManifestModel::of(&log)),
@@ -852,6 +954,17 @@ fn context(
     match damage {
         Some(damage) => Err(usage(damage)),
         None => Ok(EXIT_OK),
+    }
+}
+
+/// The model call an event belongs to, for events a model call writes first.
+fn model_call(event: &Event) -> Option<u32> {
+    match event {
+        Event::DecisionProposed { turn, .. }
+        | Event::DecisionRejected { turn, .. }
+        | Event::ModelRetried { turn, .. }
+        | Event::ModelFailed { turn, .. } => Some(*turn),
+        _ => None,
     }
 }
 

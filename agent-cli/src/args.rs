@@ -30,10 +30,19 @@ pub struct Cli {
 pub enum Commands {
     /// Start a run.
     Run(RunArgs),
-    /// Continue a paused or interrupted run from its committed log.
+    /// Continue a paused or interrupted run from its committed log; with MESSAGE, answer
+    /// its clarifying question or follow up on an ended run (a new exchange).
     Resume {
-        /// The run id.
-        run: String,
+        /// The run id (omit with --last).
+        run: Option<String>,
+        /// What the person says: the answer to the run's question, or a follow-up.
+        message: Option<String>,
+        /// The newest run (then the one argument, if any, is the message).
+        #[arg(long)]
+        last: bool,
+        /// New limits for the run from this message on (with MESSAGE).
+        #[command(flatten)]
+        limits: Limits,
         /// Model, tools and policy.
         #[command(flatten)]
         setup: Setup,
@@ -87,6 +96,9 @@ pub enum Commands {
     Context {
         /// The run id.
         run: String,
+        /// The prompt model call N was sent instead (N as `agent show` numbers turns).
+        #[arg(long, value_name = "N")]
+        at: Option<u32>,
         /// Model, tools and policy (the tools shape the prompt).
         #[command(flatten)]
         setup: Setup,
@@ -157,13 +169,29 @@ pub struct RunArgs {
     /// Model, tools and policy.
     #[command(flatten)]
     pub setup: Setup,
-    /// Model calls allowed (default 32).
+    /// Budgets.
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// The budgets with flags (the others are set in agent.toml).
+#[derive(Debug, Default, Args)]
+pub struct Limits {
+    /// Model calls allowed per exchange (default 32).
     #[arg(long, value_name = "N")]
     pub max_steps: Option<u32>,
-    /// Tool calls allowed (default 128).
+    /// Tool calls allowed per exchange (default 128).
     #[arg(long, value_name = "N")]
     pub max_tool_calls: Option<u32>,
-    /// Wall-clock budget in seconds.
+    /// Wall-clock budget of the run in seconds (time spent waiting for a person between
+    /// exchanges does not count).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+}
+
+impl Limits {
+    /// Whether any limit was given.
+    pub fn any(&self) -> bool {
+        self.max_steps.is_some() || self.max_tool_calls.is_some() || self.timeout.is_some()
+    }
 }

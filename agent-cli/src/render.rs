@@ -67,6 +67,12 @@ pub fn outcome_text(report: &Report) -> String {
             )
         };
         let _ = write!(out, "\n  {hint}");
+    } else if o.reason == TerminalReason::ClarificationRequired {
+        let _ = write!(
+            out,
+            "\n  answer with `agent resume {} \"ANSWER\"`",
+            report.run_id
+        );
     }
     out
 }

@@ -8,8 +8,8 @@ use agent_context::{
 };
 use agent_core::{
     Budget, CallId, Command, Entry, Event, Input, InputError, Machine, Manifest, Outcome,
-    Resolution, RunConfig, RunState, ScheduledCall, ToolCall, ToolSpec, Verdict, canonical_json,
-    sha256_hex,
+    ReplyError, Resolution, RunConfig, RunState, ScheduledCall, ToolCall, ToolSpec, Verdict,
+    canonical_json, sha256_hex,
 };
 use agent_providers::{Model, ModelRequest};
 use agent_store::{Store, StoreError};
@@ -75,6 +75,15 @@ pub enum RuntimeError {
     /// What the caller asked does not fit the run (not paused, call not pending, ...).
     #[error("{0}")]
     Refused(String),
+    /// A person's message does not fit where the run stands (it waits for approval or a
+    /// resolution, or was interrupted).
+    #[error("run {run_id} cannot take a message: {source}")]
+    Reply {
+        /// The run.
+        run_id: String,
+        /// Why.
+        source: ReplyError,
+    },
     /// A blocking store task died.
     #[error("internal error: the store task failed: {0}")]
     Join(String),
@@ -219,6 +228,44 @@ impl Runtime {
     ) -> Result<Report, RuntimeError> {
         let (machine, log) = self.load(run_id).await?;
         self.check_tools(run_id, &log)?;
+        self.drive(run_id.to_owned(), machine, log, cancel).await
+    }
+
+    /// Gives a person's message to a run that ended or paused on a question (CONTRACT §7):
+    /// the answer to its clarification, or a follow-up that opens a new exchange. `budget`,
+    /// when given, is the run's budget from then on (to raise a spent token, cost or time
+    /// budget). The message is redacted like everything else that is logged.
+    pub async fn reply(
+        &self,
+        run_id: &str,
+        text: &str,
+        budget: Option<Budget>,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        let store = Arc::clone(&self.store);
+        let id = run_id.to_owned();
+        let log = tokio::task::spawn_blocking(move || store.load(&id))
+            .await
+            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        self.check_tools(run_id, &log)?;
+        let text = self.redactor.redact_str(text);
+        let machine = Machine::reply(
+            self.gateway.specs(),
+            &log,
+            text,
+            budget,
+            self.clock.now_ms(),
+        )
+        .map_err(|e| match e {
+            ReplyError::Fold(e) => RuntimeError::Damaged {
+                run_id: run_id.to_owned(),
+                message: e.to_string(),
+            },
+            source => RuntimeError::Reply {
+                run_id: run_id.to_owned(),
+                source,
+            },
+        })?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
     }
 

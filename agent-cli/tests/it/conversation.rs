@@ -1,0 +1,171 @@
+//! A person talks to runs from the command line (CONTRACT §7, §10): `agent resume RUN
+//! MESSAGE` answers a clarification or follows up on an ended run, `--last` picks the
+//! newest run, new limits come with a message, and `agent context --at N` shows the prompt
+//! of any model call.
+
+use serde_json::{Value, json};
+
+use crate::{Env, stderr};
+
+fn object(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn events(env: &Env, run: &str) -> Vec<Value> {
+    let show = object(&env.run(&["show", "--json", run]));
+    show["events"].as_array().unwrap().clone()
+}
+
+#[test]
+fn an_answered_question_and_a_follow_up_continue_one_run() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
+    let model = env.script(json!([
+        {"clarification": "Which file?"},
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"final": "notes.txt says hello."},
+        {"final": "It has one line."}
+    ]));
+    let out = env.run(&["run", "--json", "--model", &model, "summarize my notes"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v = object(&out);
+    assert_eq!(v["reason"], "clarification_required");
+    let run = v["run_id"].as_str().unwrap().to_owned();
+    let text = env.run(&["run", "--model", &model, "another"]);
+    assert!(
+        stderr(&text).contains("agent resume"),
+        "the pause says how to answer: {}",
+        stderr(&text)
+    );
+
+    let out = env.run(&["resume", "--json", &run, "notes.txt please"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = object(&out);
+    assert_eq!(v["answer"], "notes.txt says hello.");
+    assert_eq!(
+        (v["steps"].as_u64(), v["tool_calls"].as_u64()),
+        (Some(3), Some(1))
+    );
+
+    // A follow-up on the finished run; the script answers the 4th model call of the run.
+    let out = env.run(&["resume", "--json", &run, "how many lines?"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(object(&out)["answer"], "It has one line.");
+
+    let log = events(&env, &run);
+    let kinds: Vec<&str> = log.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let said: Vec<&str> = log
+        .iter()
+        .filter(|e| e["type"] == "user_message")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["notes.txt please", "how many lines?"]);
+    assert_eq!(kinds.iter().filter(|k| **k == "run_ended").count(), 3);
+    assert_eq!(kinds.last(), Some(&"run_ended"));
+
+    // The prompt of the 4th call holds every message in its place, the newest last.
+    let ctx = object(&env.run(&["context", "--json", &run, "--at", "4"]));
+    let texts: Vec<String> = ctx["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap().clone())
+        .filter_map(|p| p["text"].as_str().map(str::to_owned))
+        .collect();
+    let at = |t: &str| texts.iter().position(|x| x == t).unwrap_or(usize::MAX);
+    assert!(at("summarize my notes") < at("Which file?"), "{texts:?}");
+    assert!(at("Which file?") < at("notes.txt please"), "{texts:?}");
+    assert!(
+        at("notes.txt please") < at("notes.txt says hello."),
+        "{texts:?}"
+    );
+    assert_eq!(texts.last().map(String::as_str), Some("how many lines?"));
+    // The 2nd call did not see the follow-up yet.
+    let ctx2 = env.run(&["context", &run, "--at", "2"]);
+    let shown = String::from_utf8_lossy(&ctx2.stdout);
+    assert!(shown.contains("notes.txt please") && !shown.contains("how many lines?"));
+    let out = env.run(&["context", &run, "--at", "9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("made 4 model call(s)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn last_picks_the_newest_run() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "first"}, {"final": "second"}]));
+    let older = object(&env.run(&["run", "--json", "--model", &model, "one"]));
+    let newer = object(&env.run(&["run", "--json", "--model", &model, "two"]));
+    let out = env.run(&["resume", "--json", "--last", "and then?"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = object(&out);
+    assert_eq!(v["run_id"], newer["run_id"]);
+    assert_eq!(v["answer"], "second");
+    let untouched = events(&env, older["run_id"].as_str().unwrap());
+    assert!(untouched.iter().all(|e| e["type"] != "user_message"));
+    let out = env.run(&["resume", "--last", "x", "y"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn limits_count_per_exchange_and_a_message_can_raise_them() {
+    let env = Env::new();
+    let list = |id: &str| json!({"tool_calls": [{"id": id, "name": "list_dir", "arguments": {"path": id}}]});
+    let model = env.script(json!([list("a"), list("b"), list("c"), list("d"), {"final": "done"}]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--max-steps",
+        "2",
+        "look",
+    ]);
+    assert_eq!(out.status.code(), Some(4));
+    let run = object(&out)["run_id"].as_str().unwrap().to_owned();
+    // The same limit again: two more model calls in the new exchange.
+    let out = env.run(&["resume", "--json", &run, "go on"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v = object(&out);
+    assert_eq!(
+        (v["reason"].as_str(), v["steps"].as_u64()),
+        (Some("max_steps"), Some(4))
+    );
+    // Raised with the message: recorded in the log, and the run completes.
+    let out = env.run(&["resume", "--json", &run, "finish it", "--max-steps", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = events(&env, &run);
+    let last_message = log
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "user_message")
+        .unwrap();
+    assert_eq!(last_message["budget"]["max_steps"], 5);
+    // Limits without a message have nothing to apply to.
+    let out = env.run(&["resume", &run, "--max-steps", "9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+}
+
+#[test]
+fn a_message_to_a_run_waiting_for_approval_is_refused_and_writes_nothing() {
+    let env = Env::new();
+    let model = crate::write_script(&env);
+    let out = env.run(&["run", "--json", "--model", &model, "save"]);
+    assert_eq!(out.status.code(), Some(3));
+    let run = object(&out)["run_id"].as_str().unwrap().to_owned();
+    let before = events(&env, &run).len();
+    let out = env.run(&["resume", &run, "just do it"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("agent approve {run}")), "{err}");
+    let out = env.run(&["resume", &run, "   "]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("empty"), "{}", stderr(&out));
+    assert_eq!(events(&env, &run).len(), before, "nothing was written");
+}
