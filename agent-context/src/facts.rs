@@ -19,6 +19,10 @@ pub struct Facts {
     budget: Budget,
     steps: u32,
     tool_calls: u32,
+    /// Model calls and tool calls before the current exchange (step and tool-call limits
+    /// count per exchange).
+    exchange_steps: u32,
+    exchange_tool_calls: u32,
     tokens: u64,
     calls: Vec<ToolCall>,
     actions: Vec<String>,
@@ -73,6 +77,13 @@ impl Facts {
                 self.record(*turn, result, effect_key.as_deref());
             }
             Event::CallRejected { turn, result } => self.record(*turn, result, None),
+            Event::UserMessage { budget, .. } => {
+                self.exchange_steps = self.steps;
+                self.exchange_tool_calls = self.tool_calls;
+                if let Some(budget) = budget {
+                    self.budget = budget.clone();
+                }
+            }
             _ => {}
         }
     }
@@ -149,9 +160,11 @@ impl Facts {
         let b = &self.budget;
         out.push_str(&format!(
             "Budgets left: {} of {} model calls, {} of {} tool calls",
-            b.max_steps.saturating_sub(self.steps),
+            b.max_steps
+                .saturating_sub(self.steps.saturating_sub(self.exchange_steps)),
             b.max_steps,
-            b.max_tool_calls.saturating_sub(self.tool_calls),
+            b.max_tool_calls
+                .saturating_sub(self.tool_calls.saturating_sub(self.exchange_tool_calls)),
             b.max_tool_calls
         ));
         if let Some(max) = b.max_tokens {

@@ -489,7 +489,10 @@ impl Projector {
                 budget -= tokens;
             } else {
                 let share = text.len() * budget / tokens.max(1);
-                kept.push(format!("{}…", head_bytes(text, share)));
+                let head = head_bytes(text, share);
+                if !head.is_empty() {
+                    kept.push(format!("{head}…"));
+                }
                 break;
             }
         }

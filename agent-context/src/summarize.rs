@@ -65,6 +65,9 @@ pub fn extract(history: &[Entry], max_chars: usize) -> String {
                         .collect::<Vec<_>>()
                         .join("; ")
                 ),
+                Decision::Final { answer } => {
+                    format!("Turn {turn}: answered: {}", first_line(answer, 200))
+                }
                 other => format!("Turn {turn}: {}", other.kind()),
             }),
             Event::DecisionRejected { turn, problem, .. } => {
@@ -80,6 +83,9 @@ pub fn extract(history: &[Entry], max_chars: usize) -> String {
             }
             Event::CorrectionIssued { turn, .. } => {
                 lines.push(format!("Turn {turn}: repeated a plan and was corrected"));
+            }
+            Event::UserMessage { text, .. } => {
+                lines.push(format!("The person said: {}", first_line(text, 300)));
             }
             _ => {}
         }

@@ -2,7 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use agent_context::{
-    ContextConfig, DEFAULT_SYSTEM_PROMPT, Projector, SUMMARY_PREFIX, Tiktoken, extract, project,
+    ContextConfig, DEFAULT_SYSTEM_PROMPT, Projector, SUMMARY_PREFIX, Tiktoken, TokenCounter,
+    extract, project,
 };
 use agent_core::*;
 use serde_json::json;
@@ -436,4 +437,123 @@ fn snapshot_of_an_oversized_result_replaced_by_its_preview_and_handle() {
     };
     let p = projector(&log.0, small_budget);
     insta::assert_json_snapshot!("oversized", p.prompt());
+}
+
+/// A conversation: the goal, then follow-ups, each answered after one read.
+fn conversation_log() -> Log {
+    let mut log = Log::new("Review the notes in docs/");
+    let asks = [
+        "Start with docs/a.md.",
+        "Now docs/b.md, and compare it with a.md.",
+        "Which of the two is older?",
+        "Summarize both in one sentence each.",
+        "Thanks. Last one: is anything in them out of date?",
+    ];
+    let mut turn = 0;
+    for (i, ask) in asks.iter().enumerate() {
+        if i > 0 {
+            log.push(Event::UserMessage {
+                text: (*ask).into(),
+                budget: None,
+            });
+        }
+        turn += 1;
+        let id = format!("r{turn}");
+        log.calls(
+            turn,
+            vec![ToolCall::new(
+                id.as_str(),
+                "read_file",
+                json!({"path": format!("docs/{i}.md")}),
+            )],
+        )
+        .finished(
+            turn,
+            ToolResult::ok(id.as_str().into(), "read_file", format!("contents {i}")),
+        );
+        turn += 1;
+        log.push(Event::DecisionProposed {
+            turn,
+            decision: Decision::Final {
+                answer: format!("answer {i}"),
+            },
+            usage: Usage::default(),
+        });
+        log.push(Event::RunEnded {
+            outcome: Outcome {
+                reason: TerminalReason::Completed,
+                answer: Some(format!("answer {i}")),
+                message: "the model gave its final answer".into(),
+                pending: vec![],
+            },
+        });
+    }
+    log
+}
+
+fn texts_of(message: &Message) -> Vec<&str> {
+    message
+        .parts
+        .iter()
+        .filter_map(|part| match part {
+            Part::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_conversation_keeps_each_message_in_place_and_the_newest_through_compaction() {
+    let mut log = conversation_log();
+    let p = projector(&log.0, config());
+    pairs_every_call(p.prompt());
+    insta::assert_json_snapshot!("conversation", p.prompt());
+    // Each follow-up comes right after the answer it follows, as the person's turn.
+    let messages = &p.prompt().messages;
+    for (i, m) in messages.iter().enumerate() {
+        if texts_of(m).iter().any(|t| t.starts_with("Which of the two")) {
+            assert_eq!(m.role, Role::User);
+            assert_eq!(texts_of(&messages[i - 1]), ["answer 1"]);
+        }
+    }
+    let before = p.tokens() as u64;
+    log.push(Event::ContextCompacted {
+        summary: extract(&log.0, 2_000),
+        through_version: log.0.len() as u64,
+        tokens_before: before,
+        tokens_after: 0,
+    });
+    // Room for the two newest messages only (a budget in tokens, as the 20,000 default).
+    let newest_two = Tiktoken.count("Thanks. Last one: is anything in them out of date?")
+        + Tiktoken.count("Summarize both in one sentence each.");
+    let small = ContextConfig {
+        kept_user_tokens: newest_two,
+        ..config()
+    };
+    let p = projector(&log.0, small);
+    insta::assert_json_snapshot!("conversation_compacted", p.prompt());
+    assert_eq!(p.prompt().messages.len(), 1);
+    let texts = texts_of(&p.prompt().messages[0]);
+    let (kept, rest) = texts.split_at(texts.len() - 2);
+    assert_eq!(
+        kept,
+        [
+            "Summarize both in one sentence each.",
+            "Thanks. Last one: is anything in them out of date?"
+        ],
+        "the newest, verbatim"
+    );
+    assert!(rest[0].starts_with(SUMMARY_PREFIX));
+    assert!(
+        rest[0].contains("Which of the two is older?"),
+        "older messages live on in the summary only"
+    );
+    let facts = rest[1];
+    for i in 0..5 {
+        assert!(facts.contains(&format!("docs/{i}.md")), "{facts}");
+    }
+    assert!(
+        facts.contains("Budgets left: 30 of 32 model calls, 127 of 128 tool calls"),
+        "limits count per exchange: {facts}"
+    );
 }
