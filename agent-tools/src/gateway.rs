@@ -63,9 +63,31 @@ struct Registered {
     validator: jsonschema::Validator,
 }
 
+/// What a watcher of the gateway is told while calls run (for live display; nothing in
+/// the log depends on it).
+#[derive(Debug)]
+pub enum ToolActivity<'a> {
+    /// The call starts now (its checks passed and a slot was free).
+    Started {
+        /// The call, as it runs.
+        call: &'a ToolCall,
+    },
+    /// The call finished (or failed, timed out, was cancelled).
+    Finished {
+        /// Its result.
+        result: &'a ToolResult,
+        /// How long it ran.
+        elapsed: Duration,
+    },
+}
+
+/// A watcher of calls as they start and finish.
+pub type ToolObserver = Arc<dyn Fn(ToolActivity<'_>) + Send + Sync>;
+
 /// Registry, validation, policy and execution of tools.
 pub struct Gateway {
     tools: BTreeMap<String, Registered>,
+    observer: Option<ToolObserver>,
     policy: Policy,
     hooks: Vec<Arc<dyn Hook>>,
     blobs: Option<Arc<dyn BlobSink>>,
@@ -88,6 +110,7 @@ impl Gateway {
     pub fn new(workspace: Workspace) -> Gateway {
         Gateway {
             tools: BTreeMap::new(),
+            observer: None,
             policy: Policy::default(),
             hooks: Vec::new(),
             blobs: None,
@@ -104,6 +127,12 @@ impl Gateway {
             gateway.register(tool)?;
         }
         Ok(gateway)
+    }
+
+    /// Tells `observer` when each call starts and finishes.
+    pub fn with_observer(mut self, observer: ToolObserver) -> Gateway {
+        self.observer = Some(observer);
+        self
     }
 
     /// Registers a tool; its schema is compiled once, here.
@@ -386,6 +415,10 @@ impl Gateway {
             effect_key,
         };
         let stop = ctx.cancel.clone();
+        let started = std::time::Instant::now();
+        if let Some(observe) = &self.observer {
+            observe(ToolActivity::Started { call: &call });
+        }
         let tool = Arc::clone(&registered.tool);
         let arguments = call.arguments.clone();
         // A task of its own, so a panicking tool is a failed call, not a crashed run.
@@ -423,6 +456,12 @@ impl Gateway {
             if let Some(note) = hook.after(run_id, &call, &result).await {
                 annotate(&mut result, &hook.name(), &note);
             }
+        }
+        if let Some(observe) = &self.observer {
+            observe(ToolActivity::Finished {
+                result: &result,
+                elapsed: started.elapsed(),
+            });
         }
         result
     }

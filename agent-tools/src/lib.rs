@@ -34,6 +34,7 @@ mod workspace;
 pub use agent_core::provider_schema;
 pub use gateway::{
     BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
+    ToolActivity, ToolObserver,
 };
 pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError, Subject};
