@@ -77,6 +77,13 @@ impl From<RuntimeError> for Failure {
     }
 }
 
+#[path = "chat.rs"]
+mod chat;
+
+/// Whether answer text was streamed to the terminal during the current model call (so an
+/// interactive session does not print the answer twice).
+static STREAMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Writes to standard output; a reader that went away (`agent context RUN | head -1`) is
 /// not an error of ours, so a broken pipe ends the printing quietly.
 fn say(text: impl std::fmt::Display) {
@@ -187,6 +194,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             return trust_command(&settings, json, path.as_deref(), workspace.as_deref());
         }
         Commands::Show { run, call } => return show(&store, json, &run, call.as_deref()),
+        Commands::Chat { run, setup } => return chat::chat(&settings, &store, run, &setup),
         Commands::Resume {
             run,
             message,
@@ -332,6 +340,7 @@ fn load_model(
     if !json && std::io::stderr().is_terminal() {
         // The answer appears as it is written.
         http = http.with_text_sink(Arc::new(|text: &str| {
+            STREAMED.store(true, std::sync::atomic::Ordering::Relaxed);
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "{text}");
             let _ = err.flush();
@@ -638,14 +647,28 @@ fn event_printer() -> EventSink {
 }
 
 /// Cancels the run on Ctrl-C: no new side effect starts after that.
+/// A token cancelled by the next Ctrl-C (SIGINT). The handler is in place when this
+/// returns, so a Ctrl-C a moment later is never the default one that kills the process.
 fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
     let cancel = CancellationToken::new();
     let token = cancel.clone();
-    rt.spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            token.cancel();
+    let _entered = rt.enter();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+        Ok(mut interrupts) => {
+            rt.spawn(async move {
+                if interrupts.recv().await.is_some() {
+                    token.cancel();
+                }
+            });
         }
-    });
+        Err(_) => {
+            rt.spawn(async move {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    token.cancel();
+                }
+            });
+        }
+    }
     cancel
 }
 
@@ -724,14 +747,62 @@ fn run(settings: &Settings, store_dir: &Path, json: bool, args: RunArgs) -> Resu
     )?;
     let budget = budget(settings, &args.limits)?;
     let rt = tokio()?;
-    let gateway = gateway(settings, &args.setup, &rt, StoreAccess::Dir(store_dir))?;
+    let asks = chat::interactive(&args.setup);
+    let mut gateway = gateway(settings, &args.setup, &rt, StoreAccess::Dir(store_dir))?;
+    if asks {
+        gateway = gateway.with_observer(chat::tool_lines());
+    }
     let store = writable(SledStore::open(store_dir)?)?;
     let redactor = redactor(settings, Some(&args.setup));
     let runtime = runtime(settings, model, gateway, store, args.setup.events, redactor);
     let cancel = cancel_on_ctrl_c(&rt);
     let run_id = ulid::Ulid::generate().to_string();
-    let report = rt.block_on(runtime.start(RunRequest::new(run_id, args.goal, budget), cancel))?;
+    let report =
+        rt.block_on(runtime.start(RunRequest::new(run_id, args.goal, budget), cancel.clone()))?;
+    let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
     Ok(finish(&report, json))
+}
+
+/// On a terminal, a run that pauses for approval asks the person there and then, instead
+/// of exiting 3.
+fn ask_inline(
+    asks: bool,
+    rt: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    report: Report,
+    cancel: &CancellationToken,
+) -> Result<Report, Failure> {
+    if !asks || report.outcome.reason != agent_core::TerminalReason::ApprovalRequired {
+        return Ok(report);
+    }
+    let mut editor = rustyline::DefaultEditor::new().map_err(|e| Failure {
+        code: EXIT_FAILED,
+        message: format!("cannot read the terminal: {e}"),
+    })?;
+    let mut always = std::collections::BTreeSet::new();
+    Ok(chat::settle_inline(
+        rt,
+        runtime,
+        &mut editor,
+        report,
+        &mut always,
+        cancel,
+    )?)
+}
+
+/// The model a run continues with when none is given: its own script, for a script run.
+fn recorded_model(store: &SledStore, run_id: &str) -> Result<String, Failure> {
+    let log = store.load(run_id)?;
+    let Some(Event::RunStarted { manifest, .. }) = log.first().map(|e| &e.event) else {
+        return Err(usage(format!("run {run_id} has no start event")));
+    };
+    if manifest.provider != "script" {
+        return Err(usage(format!(
+            "run {run_id} used {}:{}; pass --model to continue it",
+            manifest.provider, manifest.model
+        )));
+    }
+    Ok(format!("script:{}", manifest.model))
 }
 
 /// The id of the run started last in the store.
@@ -763,22 +834,11 @@ fn drive_existing(
 ) -> Result<u8, Failure> {
     let store = writable(open_existing(store_dir)?)?;
     let log = store.load(run_id)?;
-    let model = match settings.model(setup.model.as_deref()) {
-        Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), json)?,
-        None => {
-            let Some(Event::RunStarted { manifest, .. }) = log.first().map(|e| &e.event) else {
-                return Err(usage(format!("run {run_id} has no start event")));
-            };
-            if manifest.provider != "script" {
-                return Err(usage(format!(
-                    "run {run_id} used {}:{}; pass --model to continue it",
-                    manifest.provider, manifest.model
-                )));
-            }
-            let script = format!("script:{}", manifest.model);
-            load_model(&script, settings, setup, StoreAccess::Open(&store), json)?
-        }
+    let text = match settings.model(setup.model.as_deref()) {
+        Some(text) => text,
+        None => recorded_model(&store, run_id)?,
     };
+    let model = load_model(&text, settings, setup, StoreAccess::Open(&store), json)?;
     // A message's new limits, checked before anything is written.
     let reply = match &what {
         Resume::Reply(text, limits) => {
@@ -797,11 +857,17 @@ fn drive_existing(
         _ => None,
     };
     let rt = tokio()?;
-    let gateway = gateway(settings, setup, &rt, StoreAccess::Open(&store))?;
+    let asks = chat::interactive(setup);
+    let mut gateway = gateway(settings, setup, &rt, StoreAccess::Open(&store))?;
+    if asks {
+        gateway = gateway.with_observer(chat::tool_lines());
+    }
     let redactor = redactor(settings, Some(setup));
     let runtime = runtime(settings, model, gateway, store, setup.events, redactor);
     let cancel = cancel_on_ctrl_c(&rt);
+    let token = cancel.clone();
     let report = rt.block_on(async {
+        let cancel = token;
         if let Some((text, budget)) = reply {
             return runtime.reply(run_id, &text, budget, cancel).await;
         }
@@ -814,6 +880,7 @@ fn drive_existing(
             }
         }
     })?;
+    let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
     Ok(finish(&report, json))
 }
 

@@ -47,6 +47,15 @@ pub enum Commands {
         #[command(flatten)]
         setup: Setup,
     },
+    /// Talk to a run on a terminal: a new one, or RUN. Text streams in, tool calls show as
+    /// they run, approvals and questions are asked inline; /context, /cost, /exit.
+    Chat {
+        /// The run to continue (default: a new run from the first message).
+        run: Option<String>,
+        /// Model, tools and policy.
+        #[command(flatten)]
+        setup: Setup,
+    },
     /// Approve the pending call(s) of a paused run, then continue it.
     Approve {
         /// The run id.

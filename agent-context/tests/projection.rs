@@ -511,7 +511,10 @@ fn a_conversation_keeps_each_message_in_place_and_the_newest_through_compaction(
     // Each follow-up comes right after the answer it follows, as the person's turn.
     let messages = &p.prompt().messages;
     for (i, m) in messages.iter().enumerate() {
-        if texts_of(m).iter().any(|t| t.starts_with("Which of the two")) {
+        if texts_of(m)
+            .iter()
+            .any(|t| t.starts_with("Which of the two"))
+        {
             assert_eq!(m.role, Role::User);
             assert_eq!(texts_of(&messages[i - 1]), ["answer 1"]);
         }

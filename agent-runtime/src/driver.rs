@@ -203,6 +203,11 @@ impl Runtime {
         }
     }
 
+    /// The store the runtime commits to (to read a run's log, say, between invocations).
+    pub fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.store)
+    }
+
     /// Starts a run and drives it until it stops or pauses.
     pub async fn start(
         &self,

@@ -1,0 +1,496 @@
+//! Talking to runs on a terminal: `agent chat`, and the approvals `agent run` asks inline.
+//!
+//! Nothing here decides anything the non-interactive commands do not: every answer a
+//! person types becomes the same runtime call (`reply`, `approve`, `deny`) and so the same
+//! committed events, and a chat can be continued later with `agent resume` or
+//! `agent chat RUN`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{IsTerminal as _, Write as _};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_core::{CallId, PendingCall, RunState, TerminalReason};
+use agent_runtime::{Report, RunRequest, Runtime, RuntimeError};
+use agent_store::{SledStore, Store as _};
+use agent_tools::{ToolActivity, ToolObserver};
+use indicatif::{ProgressBar, ProgressStyle};
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Failure, Settings, StoreAccess, budget, gateway, load_model, redactor, runtime, tell, tokio,
+    usage, writable,
+};
+use crate::args::{Limits, Setup};
+use crate::exit::{EXIT_FAILED, EXIT_OK};
+use crate::render;
+
+/// Whether this process may ask a person: stdin and stderr are terminals, and the person
+/// did not say `--no-input`.
+pub(super) fn interactive(setup: &Setup) -> bool {
+    !setup.no_input && std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+}
+
+/// Each call shown as it starts (a spinner) and as it finishes (one line: the call, ok or
+/// the error kind, how long it took).
+pub(super) fn tool_lines() -> ToolObserver {
+    let running: Arc<Mutex<BTreeMap<CallId, ProgressBar>>> = Arc::default();
+    Arc::new(move |activity: ToolActivity<'_>| {
+        let Ok(mut running) = running.lock() else {
+            return;
+        };
+        match activity {
+            ToolActivity::Started { call } => {
+                let bar = ProgressBar::new_spinner().with_message(format!(
+                    "{} {}",
+                    call.id,
+                    short(&render::call_text(&call.name, &call.arguments, "", ""))
+                ));
+                if let Ok(style) = ProgressStyle::with_template("  {spinner} {msg} {elapsed}") {
+                    bar.set_style(style);
+                }
+                bar.enable_steady_tick(Duration::from_millis(100));
+                running.insert(call.id.clone(), bar);
+            }
+            ToolActivity::Finished { result, elapsed } => {
+                let status = match result.error_kind() {
+                    None => "ok".to_owned(),
+                    Some(kind) => kind.as_str().to_owned(),
+                };
+                let line = format!(
+                    "  {} {} {} ({status}, {:.1} s)",
+                    if result.is_ok() { "✓" } else { "✗" },
+                    result.call_id,
+                    render::escape(&result.name),
+                    elapsed.as_secs_f64()
+                );
+                match running.remove(&result.call_id) {
+                    Some(bar) => {
+                        bar.set_style(ProgressStyle::default_spinner());
+                        bar.finish_and_clear();
+                        tell(format_args!("{line}\n"));
+                    }
+                    None => tell(format_args!("{line}\n")),
+                }
+            }
+        }
+    })
+}
+
+fn short(text: &str) -> String {
+    const AT: usize = 100;
+    if text.chars().count() <= AT {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(AT).collect::<String>())
+    }
+}
+
+/// What the person said about the pending calls.
+enum Answer {
+    Approve(Vec<CallId>),
+    Deny(Vec<CallId>, String),
+}
+
+/// Asks about each pending call, the whole call shown: `y` yes, `n` no (with an optional
+/// reason: `n not on main`), `a` always for this tool in this session. `None` when the
+/// person left (Ctrl-C or Ctrl-D at the question).
+fn ask_pending(
+    editor: &mut DefaultEditor,
+    report: &Report,
+    always: &mut BTreeSet<String>,
+) -> Option<Vec<Answer>> {
+    let run_id = &report.run_id;
+    let pending: &[PendingCall] = &report.outcome.pending;
+    let mut approved = Vec::new();
+    let mut denied: Vec<(CallId, String)> = Vec::new();
+    if pending.is_empty() {
+        // The model asked a person's approval of its plan, without calls.
+        tell(format_args!("? {}\n", report.outcome.message));
+        loop {
+            match read(editor, "approve? [y]es / [n]o [reason] > ")?.trim() {
+                "y" | "yes" => return Some(vec![Answer::Approve(Vec::new())]),
+                answer if answer == "n" || answer.starts_with("n ") => {
+                    let reason = answer.strip_prefix('n').unwrap_or("").trim();
+                    return Some(vec![Answer::Deny(Vec::new(), reason.to_owned())]);
+                }
+                _ => tell(format_args!("  answer y or n\n")),
+            }
+        }
+    }
+    for p in pending {
+        let call = render::call_text(&p.tool, &p.arguments, run_id, p.call_id.as_str());
+        if always.contains(&p.tool) {
+            tell(format_args!(
+                "  approved {} {call} (always {} in this session)\n",
+                p.call_id, p.tool
+            ));
+            approved.push(p.call_id.clone());
+            continue;
+        }
+        tell(format_args!("? {} {call}\n  ({})\n", p.call_id, p.why));
+        let prompt = format!("approve? [y]es / [n]o [reason] / [a]lways {} > ", p.tool);
+        loop {
+            let answer = read(editor, &prompt)?;
+            match answer.trim() {
+                "y" | "yes" => approved.push(p.call_id.clone()),
+                "a" | "always" => {
+                    always.insert(p.tool.clone());
+                    approved.push(p.call_id.clone());
+                }
+                answer if answer == "n" || answer.starts_with("n ") => {
+                    let reason = answer.strip_prefix('n').unwrap_or("").trim();
+                    denied.push((p.call_id.clone(), reason.to_owned()));
+                }
+                _ => {
+                    tell(format_args!("  answer y, n or a\n"));
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+    // Denials first (the run keeps waiting for the rest), then the approvals go on.
+    let mut answers: Vec<Answer> = Vec::new();
+    let mut reasons: BTreeMap<String, Vec<CallId>> = BTreeMap::new();
+    for (id, reason) in denied {
+        reasons.entry(reason).or_default().push(id);
+    }
+    answers.extend(
+        reasons
+            .into_iter()
+            .map(|(reason, ids)| Answer::Deny(ids, reason)),
+    );
+    if !approved.is_empty() {
+        answers.push(Answer::Approve(approved));
+    }
+    Some(answers)
+}
+
+fn read(editor: &mut DefaultEditor, prompt: &str) -> Option<String> {
+    editor.readline(prompt).ok()
+}
+
+/// Settles a run's pending approvals by asking on the terminal, as long as it pauses for
+/// them. Returns the last report; a person who leaves at a question leaves the run paused.
+pub(super) fn settle_inline(
+    rt: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    editor: &mut DefaultEditor,
+    mut report: Report,
+    always: &mut BTreeSet<String>,
+    cancel: &CancellationToken,
+) -> Result<Report, RuntimeError> {
+    while report.outcome.reason == TerminalReason::ApprovalRequired && !cancel.is_cancelled() {
+        let Some(answers) = ask_pending(editor, &report, always) else {
+            break;
+        };
+        for answer in answers {
+            report = apply(rt, runtime, &report.run_id.clone(), answer, cancel)?;
+        }
+    }
+    Ok(report)
+}
+
+/// A token cancelled by the next Ctrl-C (outside the line editor, which reads Ctrl-C as a
+/// key), for one exchange.
+fn exchange_token(rt: &tokio::runtime::Runtime) -> CancellationToken {
+    super::cancel_on_ctrl_c(rt)
+}
+
+/// `agent chat [RUN]`.
+pub(super) fn chat(
+    settings: &Settings,
+    store_dir: &Path,
+    run: Option<String>,
+    setup: &Setup,
+) -> Result<u8, Failure> {
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(usage(
+            "agent chat needs a terminal; in scripts use `agent run GOAL` and `agent resume RUN \
+             MESSAGE`",
+        ));
+    }
+    let store = writable(SledStore::open(store_dir)?)?;
+    let mut current: Option<Report> = None;
+    let model_text = match (&run, settings.model(setup.model.as_deref())) {
+        (_, Some(text)) => text,
+        (Some(id), None) => super::recorded_model(&store, id)?,
+        (None, None) => {
+            return Err(usage(
+                "no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in \
+                 agent.toml",
+            ));
+        }
+    };
+    if let Some(id) = &run {
+        let log = store.load(id)?;
+        let state = RunState::fold(&log).map_err(|e| Failure {
+            code: EXIT_FAILED,
+            message: format!("the log of run {id} is damaged: {e}"),
+        })?;
+        if state.version == 0 {
+            return Err(usage(format!("no run {id} in {}", store_dir.display())));
+        }
+        current = Some(Report {
+            run_id: id.clone(),
+            outcome: state.outcome().cloned().unwrap_or_else(|| pause_of(&state)),
+            state,
+        });
+    }
+    let model = load_model(
+        &model_text,
+        settings,
+        setup,
+        StoreAccess::Open(&store),
+        false,
+    )?;
+    let budget = budget(settings, &Limits::default())?;
+    let rt = tokio()?;
+    let gateway =
+        gateway(settings, setup, &rt, StoreAccess::Open(&store))?.with_observer(tool_lines());
+    let redactor = redactor(settings, Some(setup));
+    let runtime = runtime(settings, model, gateway, store, false, redactor);
+    let mut editor = DefaultEditor::new().map_err(|e| Failure {
+        code: EXIT_FAILED,
+        message: format!("cannot read the terminal: {e}"),
+    })?;
+    let mut always: BTreeSet<String> = BTreeSet::new();
+    tell(format_args!(
+        "agent chat: type a message; /context, /cost, /exit. Ctrl-C stops the current exchange.\n"
+    ));
+    if let Some(report) = &current {
+        tell(format_args!("agent: {}\n", render::outcome_text(report)));
+    }
+    if let Some(report) = current.take() {
+        match follow(&rt, &runtime, &mut editor, report, &mut always) {
+            Some(report) => current = Some(report),
+            None => return Ok(EXIT_OK),
+        }
+    }
+    loop {
+        let line = match editor.readline("> ") {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted | ReadlineError::Eof) => break,
+            Err(e) => {
+                return Err(Failure {
+                    code: EXIT_FAILED,
+                    message: format!("cannot read the terminal: {e}"),
+                });
+            }
+        };
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let _ = editor.add_history_entry(text);
+        let run_id = current.as_ref().map(|r| r.run_id.clone());
+        match text {
+            "/exit" | "/quit" => break,
+            "/cost" => {
+                match &current {
+                    Some(r) => tell(format_args!(
+                        "  {} model calls, {} tool calls, {} input and {} output tokens{}\n",
+                        r.state.steps,
+                        r.state.tool_calls,
+                        r.state.usage.input_tokens,
+                        r.state.usage.output_tokens,
+                        if r.state.usage.cost_usd > 0.0 {
+                            format!(", ${:.4}", r.state.usage.cost_usd)
+                        } else {
+                            String::new()
+                        }
+                    )),
+                    None => tell(format_args!("  nothing spent yet\n")),
+                }
+                continue;
+            }
+            "/context" => {
+                match &run_id {
+                    Some(id) => print_context(&rt, &runtime, id),
+                    None => tell(format_args!("  no run yet: say what it should do\n")),
+                }
+                continue;
+            }
+            command if command.starts_with('/') => {
+                tell(format_args!(
+                    "  unknown command {command}: /context, /cost, /exit\n"
+                ));
+                continue;
+            }
+            _ => {}
+        }
+        super::STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
+        let cancel = exchange_token(&rt);
+        let result = rt.block_on(async {
+            match &run_id {
+                None => {
+                    let id = ulid::Ulid::generate().to_string();
+                    runtime
+                        .start(RunRequest::new(id, text, budget.clone()), cancel.clone())
+                        .await
+                }
+                Some(id) => runtime.reply(id, text, None, cancel.clone()).await,
+            }
+        });
+        match result {
+            Ok(report) => match follow(&rt, &runtime, &mut editor, report, &mut always) {
+                Some(report) => current = Some(report),
+                // The person left at a question: the run waits for them.
+                None => break,
+            },
+            Err(e) => {
+                tell(format_args!("agent: {}\n", Failure::from(e).message));
+                // The run is where it was.
+                if let Some(id) = run_id {
+                    current = reload(&runtime, &id);
+                }
+            }
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+/// Shows what an exchange came to and, while the run waits for approvals, asks them and
+/// goes on. `None` when the person left at a question.
+fn follow(
+    rt: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    editor: &mut DefaultEditor,
+    mut report: Report,
+    always: &mut BTreeSet<String>,
+) -> Option<Report> {
+    loop {
+        show_outcome(&report);
+        if report.outcome.reason != TerminalReason::ApprovalRequired {
+            return Some(report);
+        }
+        let answers = ask_pending(editor, &report, always)?;
+        let cancel = exchange_token(rt);
+        for answer in answers {
+            match apply(rt, runtime, &report.run_id, answer, &cancel) {
+                Ok(next) => report = next,
+                Err(e) => {
+                    tell(format_args!("agent: {}\n", Failure::from(e).message));
+                    return reload(runtime, &report.run_id);
+                }
+            }
+        }
+    }
+}
+
+fn apply(
+    rt: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    run_id: &str,
+    answer: Answer,
+    cancel: &CancellationToken,
+) -> Result<Report, RuntimeError> {
+    super::STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
+    rt.block_on(async {
+        match answer {
+            Answer::Approve(ids) => runtime.approve(run_id, ids, cancel.clone()).await,
+            Answer::Deny(ids, reason) => {
+                let reason = if reason.is_empty() {
+                    "a person said no".to_owned()
+                } else {
+                    reason
+                };
+                runtime.deny(run_id, ids, reason, cancel.clone()).await
+            }
+        }
+    })
+}
+
+/// The pause a run that has not ended waits in, as a report would give it.
+fn pause_of(state: &RunState) -> agent_core::Outcome {
+    let (reason, message, pending) = match &state.status {
+        agent_core::Status::AwaitingApproval(a) => (
+            TerminalReason::ApprovalRequired,
+            a.summary
+                .clone()
+                .map(|s| format!("the model asks a person's approval: {s}"))
+                .unwrap_or_else(|| format!("{} call(s) need a person's approval", a.pending.len())),
+            a.pending.clone(),
+        ),
+        agent_core::Status::AwaitingResolution { pending, .. } => (
+            TerminalReason::OutcomeUnknown,
+            "calls of unknown outcome wait to be settled".to_owned(),
+            pending.clone(),
+        ),
+        _ => (
+            TerminalReason::Cancelled,
+            "interrupted; say something to go on".to_owned(),
+            Vec::new(),
+        ),
+    };
+    agent_core::Outcome {
+        reason,
+        answer: None,
+        message,
+        pending,
+    }
+}
+
+fn reload(runtime: &Runtime, run_id: &str) -> Option<Report> {
+    let log = runtime.store().load(run_id).ok()?;
+    let state = RunState::fold(&log).ok()?;
+    Some(Report {
+        run_id: run_id.to_owned(),
+        outcome: state.outcome().cloned().unwrap_or_else(|| pause_of(&state)),
+        state,
+    })
+}
+
+/// The answer (unless it was already streamed), or what the run waits for and why.
+fn show_outcome(report: &Report) {
+    let o = &report.outcome;
+    match (&o.answer, o.reason) {
+        (Some(answer), _) => {
+            if !super::STREAMED.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{answer}");
+                let _ = out.flush();
+            } else {
+                tell(format_args!("\n"));
+            }
+        }
+        (None, TerminalReason::ClarificationRequired) => {
+            let question = o
+                .message
+                .rsplit_once(": ")
+                .map_or(o.message.as_str(), |(_, q)| q);
+            tell(format_args!("? {question}\n"));
+        }
+        (None, TerminalReason::ApprovalRequired) => {}
+        (None, TerminalReason::Cancelled) => tell(format_args!(
+            "agent: stopped; the run is kept — say something to go on, or /exit\n"
+        )),
+        (None, _) => tell(format_args!("agent: {}\n", render::outcome_text(report))),
+    }
+}
+
+fn print_context(rt: &tokio::runtime::Runtime, runtime: &Runtime, run_id: &str) {
+    let store = runtime.store();
+    let id = run_id.to_owned();
+    let log = rt
+        .block_on(async move { tokio::task::spawn_blocking(move || store.load(&id)).await })
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    let projector = runtime.projector(&log);
+    let mut out = std::io::stdout().lock();
+    let _ = write!(
+        out,
+        "{}",
+        render::prompt_text(
+            projector.prompt(),
+            projector.tokens(),
+            projector.config().context_window
+        )
+    );
+    let _ = out.flush();
+}

@@ -1,0 +1,286 @@
+//! `agent chat` and the approvals `agent run` asks inline, driven through a real
+//! pseudo-terminal: what a person types goes in at the terminal, what they see comes out
+//! of it, and the log holds exactly what the non-interactive commands would have written.
+
+use std::io::{Read, Write};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{Env, stderr};
+
+/// A child process on the slave side of a pseudo-terminal (stdin, stdout and stderr).
+struct Terminal {
+    child: Child,
+    master: std::fs::File,
+    /// What the terminal showed, escape sequences removed, and how far `expect` read.
+    screen: Arc<(Mutex<String>, Condvar)>,
+    read: usize,
+}
+
+/// Failure bound for a line that never comes; nothing waits this long when things work.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+impl Terminal {
+    fn spawn(env: &Env, args: &[&str]) -> Terminal {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let slave = pty.slave;
+        let child = env
+            .cmd()
+            .args(args)
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave))
+            .spawn()
+            .unwrap();
+        let master = std::fs::File::from(pty.master);
+        let mut reader = master.try_clone().unwrap();
+        let screen: Arc<(Mutex<String>, Condvar)> = Arc::default();
+        let shared = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // EIO once the child closed the last slave descriptor.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let (text, more) = &*shared;
+                text.lock()
+                    .unwrap()
+                    .push_str(&plain(&String::from_utf8_lossy(&buf[..n])));
+                more.notify_all();
+            }
+        });
+        Terminal {
+            child,
+            master,
+            screen,
+            read: 0,
+        }
+    }
+
+    /// Waits until `text` appears after what was already read, and moves past it.
+    fn expect(&mut self, text: &str) -> String {
+        let (screen, more) = &*self.screen;
+        let deadline = Instant::now() + PATIENCE;
+        let mut shown = screen.lock().unwrap();
+        loop {
+            if let Some(at) = shown[self.read..].find(text) {
+                let seen = shown[self.read..self.read + at + text.len()].to_owned();
+                self.read += at + text.len();
+                return seen;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "{text:?} never appeared; the terminal showed:\n{}",
+                &*shown
+            );
+            shown = more.wait_timeout(shown, left).unwrap().0;
+        }
+    }
+
+    fn type_line(&mut self, line: &str) {
+        self.master.write_all(line.as_bytes()).unwrap();
+        self.master.write_all(b"\r").unwrap();
+    }
+
+    /// Ctrl-C, as the terminal's line discipline delivers it: SIGINT to the process.
+    fn interrupt(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    }
+
+    fn wait(mut self) -> (Option<i32>, String) {
+        let status = self.child.wait().unwrap();
+        let shown = self.screen.0.lock().unwrap().clone();
+        (status.code(), shown)
+    }
+}
+
+/// Terminal output without its escape sequences (colours, cursor moves, modes) and
+/// carriage returns.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    // Parameters, then one final byte in @..~.
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                } else {
+                    chars.next();
+                }
+            }
+            '\r' => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn events(env: &Env, run: &str) -> Vec<Value> {
+    let out = env.run(&["show", "--json", run]);
+    let show: Value = serde_json::from_slice(&out.stdout).unwrap();
+    show["events"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_chat_with_a_question_approvals_a_denial_and_ctrl_c_then_resume_elsewhere() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"clarification": "Which file should I tidy?"},
+        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "A\n"}}]},
+        {"tool_calls": [{"id": "w2", "name": "write_file", "arguments": {"path": "b.txt", "content": "B\n"}}]},
+        {"final": "Wrote a.txt; b.txt was refused."},
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "sleep 600"}}]},
+        {"final": "All done."}
+    ]));
+    let mut t = Terminal::spawn(&env, &["chat", "--model", &model]);
+    t.expect("> ");
+    // Exchange 1: the goal, and the model's question.
+    t.type_line("tidy my notes");
+    t.expect("? Which file should I tidy?");
+    t.expect("> ");
+    // Exchange 2: the answer; one write approved, one denied with a reason.
+    t.type_line("notes.txt");
+    let asked = t.expect("[a]lways write_file > ");
+    assert!(
+        asked.contains("w1 write_file") && asked.contains("path=\"a.txt\""),
+        "the whole call is shown: {asked}"
+    );
+    t.type_line("y");
+    t.expect("✓ w1 write_file (ok");
+    t.expect("[a]lways write_file > ");
+    t.type_line("n not that one");
+    t.expect("Wrote a.txt; b.txt was refused.");
+    t.expect("> ");
+    // Exchange 3: a slow command, allowed for the session, stopped by Ctrl-C.
+    t.type_line("now the slow check");
+    t.expect("[a]lways shell > ");
+    t.type_line("a");
+    t.expect("s1 shell command=\"sleep 600\"");
+    t.interrupt();
+    t.expect("✗ s1 shell (cancelled");
+    t.expect("stopped; the run is kept");
+    t.expect("> ");
+    t.type_line("/cost");
+    t.expect("5 model calls, 2 tool calls");
+    t.type_line("/exit");
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("a.txt")).unwrap(),
+        "A\n"
+    );
+    assert!(
+        !env.dir.path().join("b.txt").exists(),
+        "the denied write never ran"
+    );
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let log = events(&env, &run);
+    let said: Vec<&str> = log
+        .iter()
+        .filter(|e| e["type"] == "user_message")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["notes.txt", "now the slow check"]);
+    let denied = log.iter().find(|e| e["type"] == "approval_denied").unwrap();
+    assert!(
+        denied["reason"].as_str().unwrap().ends_with("not that one"),
+        "{denied}"
+    );
+    let ended: Vec<&str> = log
+        .iter()
+        .filter(|e| e["type"] == "run_ended")
+        .map(|e| e["outcome"]["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(ended, ["clarification_required", "completed", "cancelled"]);
+
+    // Another process goes on with the same run.
+    let out = env.run(&["resume", "--json", &run, "finish up"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["answer"], "All done.");
+    assert_eq!(v["run_id"], run.as_str());
+}
+
+#[test]
+fn chat_continues_a_run_and_leaves_on_ctrl_d() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "first"}, {"final": "second"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "one"]);
+    let run = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut t = Terminal::spawn(&env, &["chat", &run]);
+    t.expect("finished (completed)");
+    t.expect("> ");
+    t.type_line("/context");
+    t.expect("=== 1 user");
+    t.expect("one");
+    t.expect("> ");
+    t.type_line("and then?");
+    t.expect("second");
+    t.expect("> ");
+    t.master.write_all(&[4]).unwrap(); // Ctrl-D
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+    assert_eq!(
+        events(&env, &run).len(),
+        6,
+        "one exchange more: message, decision, end"
+    );
+}
+
+#[test]
+fn chat_needs_a_terminal() {
+    let env = Env::new();
+    let out = env.run(&["chat", "--model", "script:x.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("needs a terminal"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn run_on_a_terminal_asks_approvals_inline_and_no_input_pauses() {
+    let env = Env::new();
+    let model = crate::write_script(&env);
+    let mut t = Terminal::spawn(&env, &["run", "--json", "--model", &model, "save it"]);
+    t.expect("w1 write_file");
+    t.expect("[a]lways write_file > ");
+    t.type_line("y");
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("\"reason\":\"completed\""), "{screen}");
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("out/result.txt")).unwrap(),
+        "42\n"
+    );
+
+    // --no-input: paused, exit 3, the pending call in the JSON; nothing asked.
+    let env = Env::new();
+    let model = crate::write_script(&env);
+    let t = Terminal::spawn(
+        &env,
+        &["run", "--json", "--no-input", "--model", &model, "save it"],
+    );
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(3), "{screen}");
+    assert!(!screen.contains("approve?"), "{screen}");
+    assert!(screen.contains("\"pending\":[{"), "{screen}");
+}
