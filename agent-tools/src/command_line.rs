@@ -108,10 +108,31 @@ fn budget(line: &str) -> usize {
 
 /// Parses a line within a budget of progress reports.
 fn parse_within(line: &str, budget: usize) -> Result<Tree, &'static str> {
-    let mut parser = Parser::new();
-    parser
-        .set_language(&tree_sitter_bash::LANGUAGE.into())
-        .map_err(|_| "the shell grammar does not load")?;
+    thread_local! {
+        /// A parser per thread, set up once (it is not `Sync`; setting one up costs more
+        /// than parsing a short line).
+        static PARSER: std::cell::RefCell<Option<Parser>> = const { std::cell::RefCell::new(None) };
+    }
+    PARSER.with(|cell| {
+        let mut slot = cell.try_borrow_mut().map_err(|_| "the parser is busy")?;
+        if slot.is_none() {
+            let mut parser = Parser::new();
+            parser
+                .set_language(&tree_sitter_bash::LANGUAGE.into())
+                .map_err(|_| "the shell grammar does not load")?;
+            *slot = Some(parser);
+        }
+        let parser = slot.as_mut().ok_or("the shell grammar does not load")?;
+        let tree = parse_with(parser, line, budget);
+        if tree.is_err() {
+            // A stopped parse would otherwise be resumed by the next one.
+            parser.reset();
+        }
+        tree
+    })
+}
+
+fn parse_with(parser: &mut Parser, line: &str, budget: usize) -> Result<Tree, &'static str> {
     let bytes = line.as_bytes();
     let mut reports = 0usize;
     let mut progress = |_: &ParseState| {
@@ -772,6 +793,14 @@ mod tests {
             a.commands[0].text == line.trim(),
             "deny rules see the whole line"
         );
+    }
+
+    #[test]
+    fn a_stopped_parse_is_not_resumed_by_the_next_one() {
+        let long = "echo hello world; ".repeat(2000);
+        assert!(parse_within(&long, 0).is_err());
+        assert_eq!(texts("git status"), ["git status"]);
+        assert_eq!(analyze("git status").opaque, Vec::<String>::new());
     }
 
     #[test]
