@@ -284,3 +284,52 @@ fn run_on_a_terminal_asks_approvals_inline_and_no_input_pauses() {
     assert!(!screen.contains("approve?"), "{screen}");
     assert!(screen.contains("\"pending\":[{"), "{screen}");
 }
+
+/// An OpenAI stream whose answer arrives in pieces.
+fn pieces(parts: &[&str]) -> String {
+    let mut body: String = parts
+        .iter()
+        .map(|p| json!({"choices":[{"index":0,"delta":{"content": p}}]}))
+        .chain([json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})])
+        .map(|c| format!("data: {c}\n\n"))
+        .collect();
+    body.push_str("data: [DONE]\n\n");
+    body
+}
+
+#[test]
+fn chat_streams_a_real_models_text_once() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt
+        .block_on(agent_providers::testing::Server::start(vec![
+            agent_providers::testing::Reply::stream(pieces(&[
+                "The launch ",
+                "is on ",
+                "Thursday.",
+            ])),
+        ]))
+        .unwrap();
+    let env = Env::new();
+    let mut t = Terminal::spawn(
+        &env,
+        &[
+            "chat",
+            "--model",
+            "openai-compat:local",
+            "--base-url",
+            &server.url,
+        ],
+    );
+    t.expect("> ");
+    t.type_line("when is the launch?");
+    t.expect("The launch is on Thursday.");
+    t.expect("> ");
+    t.type_line("/exit");
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+    assert_eq!(
+        screen.matches("The launch is on Thursday.").count(),
+        1,
+        "shown as it came, not again: {screen}"
+    );
+}
