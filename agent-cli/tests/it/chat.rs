@@ -242,6 +242,13 @@ fn chat_continues_a_run_and_leaves_on_ctrl_d() {
         6,
         "one exchange more: message, decision, end"
     );
+    // Ctrl-C at the prompt (the line editor reads it as a key) leaves too.
+    let mut t = Terminal::spawn(&env, &["chat", &run]);
+    t.expect("> ");
+    t.master.write_all(&[3]).unwrap();
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+    assert_eq!(events(&env, &run).len(), 6, "leaving writes nothing");
 }
 
 #[test]
