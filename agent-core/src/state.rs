@@ -401,6 +401,10 @@ impl RunState {
             Event::EffectReconciled { call_id, finding } => {
                 if *finding == crate::event::Finding::NotApplied {
                     self.cleared.insert(call_id.clone());
+                    // The attempt was started and gets no result of its own: it counts
+                    // toward the tool-call budget (calls started), as after a person's
+                    // `retry`.
+                    self.tool_calls = self.tool_calls.saturating_add(1);
                 }
             }
             Event::ResolutionRequested { turn, pending } => {

@@ -322,19 +322,15 @@ impl Machine {
     /// result, so no call that started is left unanswered.
     fn answer_not_rerun(&mut self, turn: u32, calls: &[ToolCall], why: &str) {
         for call in calls {
-            if let Some(effect_key) = self.working.dispatched.get(&call.id).cloned() {
-                self.stage(Event::ToolFinished {
+            if self.working.dispatched.contains_key(&call.id) {
+                // Its first attempt was counted when it was found (or said) not to have
+                // taken effect; this one never starts, so it is not a call started.
+                self.reject(
                     turn,
-                    result: ToolResult::error(
-                        call.id.clone(),
-                        call.name.clone(),
-                        ToolError::new(
-                            ErrorKind::ExecutionFailed,
-                            format!("it did not take effect and was not run again: {why}"),
-                        ),
-                    ),
-                    effect_key: Some(effect_key),
-                });
+                    call.clone(),
+                    ErrorKind::ExecutionFailed,
+                    format!("it did not take effect and was not run again: {why}"),
+                );
             }
         }
     }

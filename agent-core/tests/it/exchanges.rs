@@ -191,3 +191,26 @@ fn only_an_ended_run_takes_a_message() {
     });
     assert!(RunState::fold(&forged).is_err());
 }
+
+#[test]
+fn a_call_not_run_again_is_not_counted_twice() {
+    // Found by the conversation property: the attempt in doubt counted when a person said
+    // `retry`, and the answer "not run again" (the budget being spent) counted again.
+    use crate::harness::{Person, tool};
+    let mut w = world(vec![
+        Calls(vec![("c1", "write", json!({"path": "f0"}))]),
+        Final("x"),
+    ]);
+    w.tools[1] = tool("write", Risk::Write).fails(ErrorKind::OutcomeUnknown, "reset");
+    w.budget.max_tool_calls = 1;
+    w.person.push_back(Person::Settle(Resolution::Retry));
+    let r = check(w, TerminalReason::ToolBudgetExhausted);
+    let s = state(&r);
+    assert_eq!(
+        (s.tool_calls, s.write_actions),
+        (1, 0),
+        "one attempt, no effect"
+    );
+    assert_eq!(r.executed.len(), 1);
+    assert!(r.events().contains(&"call_rejected"), "{:?}", r.events());
+}

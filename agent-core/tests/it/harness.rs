@@ -574,9 +574,18 @@ fn finish(
     for exec in &executed {
         let n = log
             .iter()
-            .filter(|e| {
-                matches!(&e.event, Event::ToolFinished { turn, result, .. }
-                    if *turn == exec.turn && result.call_id == exec.id)
+            .filter(|e| match &e.event {
+                Event::ToolFinished { turn, result, .. } => {
+                    *turn == exec.turn && result.call_id == exec.id
+                }
+                // A call in doubt found (or said) not to have taken effect, and not run
+                // again because the run stopped: answered without a second start.
+                Event::CallRejected { turn, result } => {
+                    *turn == exec.turn
+                        && result.call_id == exec.id
+                        && result.content().contains("was not run again")
+                }
+                _ => false,
             })
             .count();
         // In doubt, or waiting (again) for a person before it runs again after a

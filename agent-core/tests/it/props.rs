@@ -123,11 +123,13 @@ proptest! {
             }
             reason => prop_assert_eq!(state.outcome().map(|o| o.reason), Some(reason)),
         }
-        // Tool calls counted in the state are the calls that ran: each committed result,
-        // and each attempt in doubt that a person sent to run again.
+        // Tool calls counted in the state are the calls that started: each committed result,
+        // and each attempt in doubt that did not take effect (found so, or a person said
+        // to run it again), which gets no result of its own.
         let committed = r.log.iter().filter(|e| matches!(e.event,
             Event::ToolFinished { .. }
-            | Event::EffectResolved { resolution: Resolution::Retry, .. })).count();
+            | Event::EffectResolved { resolution: Resolution::Retry, .. }
+            | Event::EffectReconciled { finding: Finding::NotApplied, .. })).count();
         prop_assert_eq!(state.tool_calls as usize, committed);
     }
 
@@ -167,6 +169,50 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
+    ))]
+
+    /// A person keeps talking to whatever run the world produces: after each end, a
+    /// message opens a new exchange (up to three). The harness checks its invariants at
+    /// every step; here: the past is never rewritten, every message is in the log once,
+    /// step and tool-call limits hold per exchange, and the fold agrees.
+    #[test]
+    fn a_conversation_over_any_script_keeps_its_limits_per_exchange(w in any_world(), gap in 0..10_000u64) {
+        let max_steps = w.budget.max_steps;
+        let max_tool_calls = w.budget.max_tool_calls;
+        let mut report = run(w.clone());
+        let mut said = 0;
+        for _ in 0..3 {
+            let state = RunState::fold(&report.log).unwrap();
+            if !matches!(state.status, Status::Ended(_)) {
+                break;
+            }
+            let before = report.log.clone();
+            let calls_before = report.model_calls;
+            report = crate::harness::reply(w.clone(), &report, "and then?", None, gap);
+            prop_assert_eq!(&report.log[..before.len()], &before[..], "the past is kept");
+            if report.log.len() == before.len() {
+                // The message's own commit failed: nothing was said.
+                prop_assert_eq!(report.outcome.reason, TerminalReason::CheckpointFailed);
+                break;
+            }
+            said += 1;
+            let first = report.log[before.len()].event.name();
+            prop_assert_eq!(first, "user_message");
+            prop_assert!(report.model_calls - calls_before <= max_steps);
+            prop_assert!(report.executed.len() as u32 <= max_tool_calls);
+            let state = RunState::fold(&report.log).unwrap();
+            prop_assert_eq!(state.exchange, said);
+            prop_assert!(state.exchange_steps_used() <= max_steps);
+            prop_assert!(state.exchange_tool_calls_used() <= max_tool_calls);
+        }
+        let messages = report.log.iter().filter(|e| matches!(e.event, Event::UserMessage { .. })).count();
+        prop_assert_eq!(messages, said as usize);
     }
 }
 
