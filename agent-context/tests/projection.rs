@@ -404,13 +404,7 @@ fn snapshot_of_masked_results_and_a_compaction() {
     let p = projector(&log.0, config());
     insta::assert_json_snapshot!("masked", p.prompt());
     let mut log = log;
-    let before = p.tokens() as u64;
-    log.push(Event::ContextCompacted {
-        summary: extract(&log.0, 2_000),
-        through_version: log.0.len() as u64,
-        tokens_before: before,
-        tokens_after: 0,
-    });
+    compact_extractively(&mut log, p.tokens());
     let p = projector(&log.0, config());
     insta::assert_json_snapshot!("compacted", p.prompt());
 }
@@ -491,6 +485,18 @@ fn conversation_log() -> Log {
     log
 }
 
+/// Appends a compaction whose summary is the extractive one.
+fn compact_extractively(log: &mut Log, tokens_before: usize) {
+    let summary = extract(&log.0, 2_000);
+    let through_version = log.0.len() as u64;
+    log.push(Event::ContextCompacted {
+        summary,
+        through_version,
+        tokens_before: tokens_before as u64,
+        tokens_after: 0,
+    });
+}
+
 fn texts_of(message: &Message) -> Vec<&str> {
     message
         .parts
@@ -519,13 +525,7 @@ fn a_conversation_keeps_each_message_in_place_and_the_newest_through_compaction(
             assert_eq!(texts_of(&messages[i - 1]), ["answer 1"]);
         }
     }
-    let before = p.tokens() as u64;
-    log.push(Event::ContextCompacted {
-        summary: extract(&log.0, 2_000),
-        through_version: log.0.len() as u64,
-        tokens_before: before,
-        tokens_after: 0,
-    });
+    compact_extractively(&mut log, p.tokens());
     // Room for the two newest messages only (a budget in tokens, as the 20,000 default).
     let newest_two = Tiktoken.count("Thanks. Last one: is anything in them out of date?")
         + Tiktoken.count("Summarize both in one sentence each.");

@@ -336,11 +336,7 @@ impl RunState {
                 self.invalid_before = 0;
                 self.denials_before = 0;
                 self.attempts.clear();
-                self.turn_calls.clear();
-                self.answered.clear();
-                self.dispatched.clear();
-                self.cleared.clear();
-                self.granted.clear();
+                self.clear_turn();
                 self.status = Status::Running;
             }
             Event::DecisionProposed {
@@ -496,13 +492,18 @@ impl RunState {
         self.denials_before = self.denial_streak();
         self.tally = Tally::default();
         self.turn = turn;
+        self.clear_turn();
+        self.steps += 1;
+        self.usage.add(usage);
+    }
+
+    /// Forgets the calls of the latest turn.
+    fn clear_turn(&mut self) {
         self.turn_calls.clear();
         self.answered.clear();
         self.dispatched.clear();
         self.cleared.clear();
         self.granted.clear();
-        self.steps += 1;
-        self.usage.add(usage);
     }
 
     fn record_result(&mut self, turn: u32, result: &ToolResult) {

@@ -247,11 +247,7 @@ impl Runtime {
         budget: Option<Budget>,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
-        let store = Arc::clone(&self.store);
-        let id = run_id.to_owned();
-        let log = tokio::task::spawn_blocking(move || store.load(&id))
-            .await
-            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        let log = self.load_log(run_id).await?;
         self.check_tools(run_id, &log)?;
         let text = self.redactor.redact_str(text);
         let machine = Machine::reply(
@@ -369,11 +365,7 @@ impl Runtime {
         run_id: &str,
         message: String,
     ) -> Result<Report, RuntimeError> {
-        let store = Arc::clone(&self.store);
-        let id = run_id.to_owned();
-        let log = tokio::task::spawn_blocking(move || store.load(&id))
-            .await
-            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        let log = self.load_log(run_id).await?;
         if let Some(Event::RunEnded { outcome }) = log.last().map(|e| &e.event)
             && outcome.reason.class() != agent_core::ReasonClass::Paused
         {
@@ -487,12 +479,17 @@ impl Runtime {
         )))
     }
 
-    async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
+    /// A run's committed log, read off the async threads.
+    async fn load_log(&self, run_id: &str) -> Result<Vec<Entry>, RuntimeError> {
         let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
-        let log = tokio::task::spawn_blocking(move || store.load(&id))
+        Ok(tokio::task::spawn_blocking(move || store.load(&id))
             .await
-            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+            .map_err(|e| RuntimeError::Join(e.to_string()))??)
+    }
+
+    async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
+        let log = self.load_log(run_id).await?;
         let machine =
             Machine::resume(self.gateway.specs(), &log, self.clock.now_ms()).map_err(|e| {
                 RuntimeError::Damaged {

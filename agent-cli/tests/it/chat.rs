@@ -93,6 +93,14 @@ impl Terminal {
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     }
 
+    /// Types `/exit` and waits for a clean end; returns what the terminal showed.
+    fn exit(mut self) -> String {
+        self.type_line("/exit");
+        let (code, screen) = self.wait();
+        assert_eq!(code, Some(0), "{screen}");
+        screen
+    }
+
     fn wait(mut self) -> (Option<i32>, String) {
         let status = self.child.wait().unwrap();
         let shown = self.screen.0.lock().unwrap().clone();
@@ -174,9 +182,7 @@ fn a_chat_with_a_question_approvals_a_denial_and_ctrl_c_then_resume_elsewhere() 
     t.expect("> ");
     t.type_line("/cost");
     t.expect("5 model calls, 2 tool calls");
-    t.type_line("/exit");
-    let (code, screen) = t.wait();
-    assert_eq!(code, Some(0), "{screen}");
+    t.exit();
 
     assert_eq!(
         std::fs::read_to_string(env.dir.path().join("a.txt")).unwrap(),
@@ -331,9 +337,7 @@ fn chat_streams_a_real_models_text_once() {
     t.type_line("when is the launch?");
     t.expect("The launch is on Thursday.");
     t.expect("> ");
-    t.type_line("/exit");
-    let (code, screen) = t.wait();
-    assert_eq!(code, Some(0), "{screen}");
+    let screen = t.exit();
     assert_eq!(
         screen.matches("The launch is on Thursday.").count(),
         1,
