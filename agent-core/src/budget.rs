@@ -110,4 +110,22 @@ mod tests {
         assert_eq!(partial.max_steps, 5);
         assert_eq!(partial.max_tool_calls, 128);
     }
+
+    #[test]
+    fn only_finite_positive_costs_add_up() {
+        let mut total = Usage::default();
+        let cost = |c: f64| Usage {
+            cost_usd: c,
+            ..Usage::tokens(1, 1)
+        };
+        total.add(&cost(0.25));
+        for bad in [f64::INFINITY, f64::NAN, -1.0, f64::NEG_INFINITY] {
+            total.add(&cost(bad));
+        }
+        assert_eq!(total.cost_usd, 0.25, "a price from outside cannot lower or poison it");
+        assert_eq!(total.total_tokens(), 10);
+        let mut full = Usage::tokens(u64::MAX, 0);
+        full.add(&Usage::tokens(5, 0));
+        assert_eq!(full.input_tokens, u64::MAX, "saturates");
+    }
 }
