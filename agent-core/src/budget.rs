@@ -122,7 +122,10 @@ mod tests {
         for bad in [f64::INFINITY, f64::NAN, -1.0, f64::NEG_INFINITY] {
             total.add(&cost(bad));
         }
-        assert_eq!(total.cost_usd, 0.25, "a price from outside cannot lower or poison it");
+        assert_eq!(
+            total.cost_usd, 0.25,
+            "a price from outside cannot lower or poison it"
+        );
         assert_eq!(total.total_tokens(), 10);
         let mut full = Usage::tokens(u64::MAX, 0);
         full.add(&Usage::tokens(5, 0));

@@ -96,13 +96,21 @@ enum Failure {
     Fatal(String),
 }
 
-/// Installs the TLS provider (ring) once per process.
-fn tls() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // Fails only if another provider was installed first, which is fine too.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
+/// The TLS settings of this client alone: rustls with ring and the platform's certificate
+/// verifier (as reqwest would choose), without installing anything process-wide, so an
+/// application embedding this crate keeps its own TLS choices.
+fn tls() -> Result<rustls::ClientConfig, ProviderError> {
+    use rustls_platform_verifier::BuilderVerifierExt as _;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let fail = |e: rustls::Error| ProviderError::Failed(format!("cannot set up TLS: {e}"));
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(fail)?
+        .with_platform_verifier()
+        .map_err(fail)?
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 impl HttpModel {
@@ -114,8 +122,8 @@ impl HttpModel {
         base_url: &str,
         api_key: Option<String>,
     ) -> Result<HttpModel, ProviderError> {
-        tls();
         let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls()?)
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| ProviderError::Failed(format!("cannot build the HTTP client: {e}")))?;

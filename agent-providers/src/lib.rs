@@ -1,5 +1,5 @@
 //! `agent-providers` turns whatever a model says into exactly one typed decision
-//! (CONTRACT §2): [`HttpModel`] speaks OpenAI Chat Completions (and compatible servers)
+//! (CONTRACT §2): `HttpModel` (the default `http` feature) speaks OpenAI Chat Completions (and compatible servers)
 //! and Anthropic Messages, streamed or not, with retries; [`ScriptModel`] plays the offline
 //! script of CONTRACT §10; [`ReplayModel`] answers with a recorded run's decisions. The
 //! translators in [`wire`] are pure and tested without a network.
@@ -15,13 +15,16 @@
 //! assert_eq!(reply.decision, Ok(Decision::Final { answer: "hello".into() }));
 //! ```
 
+#[cfg(feature = "http")]
 mod http;
 mod replay;
 mod script;
 mod spec;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod wire;
 
+#[cfg(feature = "http")]
 pub use http::{Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after};
 pub use replay::ReplayModel;
 pub use script::{ScriptError, ScriptModel};

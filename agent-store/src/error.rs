@@ -82,6 +82,7 @@ pub enum StoreError {
     Engine(String),
 }
 
+#[cfg(feature = "sled")]
 impl From<sled::Error> for StoreError {
     fn from(e: sled::Error) -> Self {
         match e {

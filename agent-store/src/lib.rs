@@ -1,8 +1,10 @@
 //! `agent-store` keeps agent-loop's event logs: each run's entries, appended one turn at a
 //! time as an atomic batch tagged with the version it expects, and a small index of runs.
 //!
-//! [`SledStore`] is durable (sled on disk, flushed before a commit is confirmed);
-//! [`MemoryStore`] is for tests. Both implement [`Store`], which is all the runtime sees.
+//! `SledStore` is durable (sled on disk, flushed before a commit is confirmed; the default
+//! `sled` feature); [`MemoryStore`] is for tests. Both implement [`Store`], which is all
+//! the runtime sees. Without default features the crate is the trait, the memory store
+//! and the [`conformance`] suite, for a backend of your own.
 //!
 //! ```
 //! use agent_store::{MemoryStore, Store, StoreError};
@@ -15,11 +17,13 @@
 pub mod conformance;
 mod error;
 mod memory;
+#[cfg(feature = "sled")]
 mod sled_store;
 mod summary;
 
 pub use error::StoreError;
 pub use memory::MemoryStore;
+#[cfg(feature = "sled")]
 pub use sled_store::{FORMAT_VERSION, SledStore};
 pub use summary::RunSummary;
 

@@ -72,3 +72,12 @@ impl Store for MemoryStore {
         Ok(blobs.get(handle).cloned())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The suite every backend passes, here without sled (`--no-default-features`).
+    #[test]
+    fn the_memory_store_passes_the_conformance_suite() {
+        crate::conformance::check_all(&super::MemoryStore::new());
+    }
+}

@@ -22,9 +22,12 @@
 //! ```
 
 pub mod builtin;
+#[cfg(feature = "process")]
+mod command_hook;
 pub mod command_line;
 mod gateway;
 mod hooks;
+#[cfg(feature = "mcp")]
 pub mod mcp;
 mod policy;
 mod replay;
@@ -36,7 +39,9 @@ pub use gateway::{
     BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
     ToolActivity, ToolObserver,
 };
-pub use hooks::{CommandHook, DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
+#[cfg(feature = "process")]
+pub use hooks::CommandHook;
+pub use hooks::{DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError, Subject};
 pub use replay::ToolReplay;
 pub use tool::{Tool, ToolContext, Typed, TypedTool};

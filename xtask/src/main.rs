@@ -49,6 +49,14 @@ const ABSENCES: &[(&str, &[&str])] = &[
     ("agent-runtime", &["agent-cli", "clap"]),
 ];
 
+/// Crates taken without their default features must leave their heavy parts behind
+/// (pick-and-mix): checked on `cargo tree -e normal --no-default-features`.
+const LEAN: &[(&str, &[&str])] = &[
+    ("agent-store", &["sled"]),
+    ("agent-providers", &["reqwest", "hyper", "rustls"]),
+    ("agent-tools", &["rmcp", "nix"]),
+];
+
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
@@ -75,6 +83,22 @@ fn ci() -> Result<()> {
         &[],
     )?;
     layering()?;
+    // The lean builds stay clean and their own tests pass.
+    let lean = [
+        "-p",
+        "agent-store",
+        "-p",
+        "agent-providers",
+        "-p",
+        "agent-tools",
+    ];
+    let mut clippy = vec!["clippy", "--no-default-features", "--all-targets"];
+    clippy.extend(lean);
+    clippy.extend(["--", "-D", "warnings"]);
+    run("cargo", &clippy, &[])?;
+    let mut test = vec!["test", "--no-default-features", "--lib"];
+    test.extend(lean);
+    run("cargo", &test, &[])?;
     // The README's test command.
     run("cargo", &["test", "--workspace"], &[])?;
     run(
@@ -208,13 +232,26 @@ fn fuzz_one(target: &str, minutes: u64) -> String {
     }
 }
 
-/// Checks the absences that make the layering real, from `cargo tree`.
+/// Checks the absences that make the layering real, and those that make the crates
+/// pick-and-mix, from `cargo tree`.
 fn layering() -> Result<()> {
-    for (krate, forbidden) in ABSENCES {
+    absent(ABSENCES, &[], "ARCHITECTURE.md forbids")?;
+    absent(
+        LEAN,
+        &["--no-default-features"],
+        "its default features should bring, not the crate itself",
+    )?;
+    eprintln!("xtask: layering holds, and the crates come lean without default features");
+    Ok(())
+}
+
+fn absent(rules: &[(&str, &[&str])], flags: &[&str], why: &str) -> Result<()> {
+    for (krate, forbidden) in rules {
         let out = Command::new("cargo")
             .args([
                 "tree", "-p", krate, "-e", "normal", "--prefix", "none", "--format", "{p}",
             ])
+            .args(flags)
             .output()
             .with_context(|| format!("running cargo tree -p {krate}"))?;
         if !out.status.success() {
@@ -230,11 +267,13 @@ fn layering() -> Result<()> {
             .collect();
         for bad in *forbidden {
             if names.contains(bad) {
-                bail!("layering: {krate} depends on {bad}, which ARCHITECTURE.md forbids");
+                bail!(
+                    "layering: {krate} {} depends on {bad}, which {why}",
+                    flags.join(" ")
+                );
             }
         }
     }
-    eprintln!("xtask: layering holds");
     Ok(())
 }
 

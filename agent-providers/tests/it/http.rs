@@ -323,3 +323,18 @@ async fn whole_responses_work_too() {
     );
     assert_eq!(reply.usage, Usage::tokens(30, 5));
 }
+
+#[test]
+fn building_a_model_changes_nothing_process_wide() {
+    // An application embedding the crate keeps its own TLS choices: the client brings its
+    // own rustls settings instead of installing a process-wide default provider.
+    let model = HttpModel::new(
+        Dialect::OpenAi,
+        "openai",
+        "gpt-4o",
+        "https://api.openai.com/v1",
+        None,
+    );
+    assert!(model.is_ok());
+    assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+}

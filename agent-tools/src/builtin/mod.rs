@@ -7,6 +7,7 @@ mod grep;
 mod list_dir;
 mod read_file;
 mod read_result;
+#[cfg(feature = "process")]
 mod shell;
 mod write_file;
 
@@ -16,7 +17,9 @@ pub use grep::{Grep, GrepArgs};
 pub use list_dir::{ListDir, ListDirArgs};
 pub use read_file::{ReadFile, ReadFileArgs};
 pub use read_result::{ReadResult, ReadResultArgs};
+#[cfg(feature = "process")]
 pub(crate) use shell::ProcessGroup;
+#[cfg(feature = "process")]
 pub use shell::{Shell, ShellArgs};
 pub use write_file::{WriteFile, WriteFileArgs};
 
@@ -38,6 +41,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Typed(Grep)),
         Arc::new(Typed(WriteFile)),
         Arc::new(Typed(EditFile)),
+        #[cfg(feature = "process")]
         Arc::new(Typed(Shell)),
     ]
 }
@@ -137,6 +141,7 @@ fn read_bytes(
 /// Keeps the first `head` and the last `tail` bytes of a stream, and counts the rest: the
 /// end of a log is where the error usually is, and memory stays bounded whatever comes.
 #[derive(Debug)]
+#[cfg_attr(not(feature = "process"), allow(dead_code))]
 pub(crate) struct HeadTail {
     head: Vec<u8>,
     tail: std::collections::VecDeque<u8>,
@@ -145,6 +150,7 @@ pub(crate) struct HeadTail {
     dropped: u64,
 }
 
+#[cfg_attr(not(feature = "process"), allow(dead_code))]
 impl HeadTail {
     pub(crate) fn new(head_cap: usize, tail_cap: usize) -> HeadTail {
         HeadTail {

@@ -1,0 +1,267 @@
+//! External hooks: a command run with the JSON Claude Code's hook scripts use (the
+//! default `process` feature).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use agent_core::{ToolCall, ToolResult};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::hooks::{DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
+
+/// An external hook: `bash -c COMMAND` gets one JSON object on stdin and answers with its
+/// exit code (0 allow, 2 deny with stderr as the reason) or a JSON object on stdout with
+/// `permissionDecision` (`allow`/`deny`/`ask`) and `permissionDecisionReason` (at the top
+/// level or under `hookSpecificOutput`). A post hook may answer `additionalContext`.
+#[derive(Clone, Debug)]
+pub struct CommandHook {
+    /// When it runs.
+    pub event: HookEvent,
+    /// The command line.
+    pub command: String,
+    /// Tool names it applies to (a regular expression matched against the whole name);
+    /// `None` applies to every tool.
+    pub matcher: Option<regex::Regex>,
+    /// Longest time it may take.
+    pub timeout: Duration,
+    /// The directory it runs in (the workspace root).
+    pub cwd: PathBuf,
+}
+
+/// The answer of a command, before interpretation.
+enum Answer {
+    Exited {
+        code: Option<i32>,
+        stdout: String,
+        stderr: String,
+    },
+    Failed(String),
+}
+
+impl CommandHook {
+    /// A hook with the default timeout that applies to tools matching `matcher` (all when
+    /// empty or `*`).
+    pub fn new(
+        event: HookEvent,
+        command: impl Into<String>,
+        matcher: Option<&str>,
+        cwd: impl Into<PathBuf>,
+    ) -> Result<CommandHook, regex::Error> {
+        let matcher = match matcher.map(str::trim) {
+            None | Some("" | "*") => None,
+            Some(m) => Some(regex::Regex::new(&format!("^(?:{m})$"))?),
+        };
+        Ok(CommandHook {
+            event,
+            command: command.into(),
+            matcher,
+            timeout: DEFAULT_HOOK_TIMEOUT,
+            cwd: cwd.into(),
+        })
+    }
+
+    /// Runs the hook: its input written, its answer read and its exit awaited, all within
+    /// its timeout. On timeout the hook and every process it started are killed.
+    async fn ask(&self, input: Value) -> Answer {
+        let mut child = match tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(&self.command)
+            .current_dir(&self.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            // Its own process group, so a timeout kills what it started too.
+            .process_group(0)
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => return Answer::Failed(format!("could not start: {e}")),
+        };
+        let _group = child.id().map(crate::builtin::ProcessGroup);
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Answer::Failed("started without its pipes".to_owned());
+        };
+        let bytes = input.to_string().into_bytes();
+        let exchange = async {
+            let write = async move {
+                // A hook that does not read its input is its own business; its answer
+                // still counts.
+                let _ = stdin.write_all(&bytes).await;
+                drop(stdin);
+            };
+            let (_, out, err, status) = tokio::join!(
+                write,
+                read_capped(stdout),
+                read_capped(stderr),
+                child.wait()
+            );
+            (out, err, status)
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Answer::Failed(format!("timed out after {} ms", self.timeout.as_millis())),
+            Ok((_, _, Err(e))) => Answer::Failed(e.to_string()),
+            Ok((stdout, stderr, Ok(status))) => Answer::Exited {
+                code: status.code(),
+                stdout: String::from_utf8_lossy(&stdout).trim().to_owned(),
+                stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
+            },
+        }
+    }
+
+    fn input(&self, run_id: &str, call: &ToolCall, result: Option<&ToolResult>) -> Value {
+        let mut input = json!({
+            "hook_event_name": self.event.name(),
+            "session_id": run_id,
+            "cwd": self.cwd.display().to_string(),
+            "tool_name": call.name,
+            "tool_input": call.arguments,
+            "tool_use_id": call.id,
+        });
+        if let Some(result) = result {
+            input["tool_response"] = serde_json::to_value(result).unwrap_or(Value::Null);
+        }
+        input
+    }
+}
+
+/// Bytes of a hook's stdout or stderr kept at most.
+const HOOK_OUTPUT_CAP: u64 = 64 << 10;
+
+/// Reads a pipe to its end, keeping at most [`HOOK_OUTPUT_CAP`] bytes.
+async fn read_capped(mut pipe: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let room = HOOK_OUTPUT_CAP as usize - kept.len().min(HOOK_OUTPUT_CAP as usize);
+        kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+    kept
+}
+
+/// Finds `key` at the top level of a hook's answer or under `hookSpecificOutput`.
+fn field<'a>(answer: &'a Value, key: &str) -> Option<&'a str> {
+    answer
+        .get(key)
+        .or_else(|| answer.get("hookSpecificOutput").and_then(|h| h.get(key)))
+        .and_then(Value::as_str)
+}
+
+#[async_trait]
+impl Hook for CommandHook {
+    fn name(&self) -> String {
+        format!("`{}`", self.command)
+    }
+
+    fn applies_to(&self, tool: &str) -> bool {
+        self.matcher.as_ref().is_none_or(|m| m.is_match(tool))
+    }
+
+    async fn before(&self, run_id: &str, call: &HookCall<'_>) -> HookDecision {
+        if self.event != HookEvent::PreToolUse {
+            return HookDecision::NoObjection;
+        }
+        let name = self.name();
+        let mut input = self.input(run_id, call.call, None);
+        if call.call.arguments != call.proposed.arguments {
+            input["raw_tool_input"] = call.proposed.arguments.clone();
+        }
+        match self.ask(input).await {
+            Answer::Failed(why) => HookDecision::Deny(format!("hook {name} {why}")),
+            Answer::Exited {
+                code: Some(2),
+                stderr,
+                ..
+            } => HookDecision::Deny(if stderr.is_empty() {
+                format!("hook {name} denied the call")
+            } else {
+                stderr
+            }),
+            Answer::Exited {
+                code: Some(0),
+                stdout,
+                ..
+            } if stdout.is_empty() => HookDecision::NoObjection,
+            Answer::Exited {
+                code: Some(0),
+                stdout,
+                ..
+            } => {
+                let Ok(answer) = serde_json::from_str::<Value>(&stdout) else {
+                    return HookDecision::Deny(format!(
+                        "hook {name} printed something that is not JSON: {}",
+                        stdout.chars().take(200).collect::<String>()
+                    ));
+                };
+                if !answer.is_object() {
+                    return HookDecision::Deny(format!(
+                        "hook {name} printed JSON that is not an object"
+                    ));
+                }
+                let reason = field(&answer, "permissionDecisionReason")
+                    .unwrap_or_default()
+                    .to_owned();
+                match field(&answer, "permissionDecision") {
+                    None => HookDecision::NoObjection,
+                    Some("allow") => HookDecision::Allow,
+                    Some("ask") => HookDecision::Ask(if reason.is_empty() {
+                        format!("hook {name} asks")
+                    } else {
+                        reason
+                    }),
+                    Some("deny") => HookDecision::Deny(if reason.is_empty() {
+                        format!("hook {name} denied the call")
+                    } else {
+                        reason
+                    }),
+                    Some(other) => HookDecision::Deny(format!(
+                        "hook {name} answered permissionDecision {other:?}; expected allow, deny or ask"
+                    )),
+                }
+            }
+            Answer::Exited { code, stderr, .. } => HookDecision::Deny(format!(
+                "hook {name} failed ({}){}",
+                code.map_or_else(
+                    || "killed by a signal".to_owned(),
+                    |c| format!("exit code {c}")
+                ),
+                if stderr.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {stderr}")
+                }
+            )),
+        }
+    }
+
+    async fn after(&self, run_id: &str, call: &ToolCall, result: &ToolResult) -> Option<String> {
+        if self.event != HookEvent::PostToolUse {
+            return None;
+        }
+        let name = self.name();
+        match self.ask(self.input(run_id, call, Some(result))).await {
+            Answer::Failed(why) => Some(format!("post hook {name} {why}")),
+            Answer::Exited {
+                code: Some(0),
+                stdout,
+                ..
+            } => {
+                let answer: Value = serde_json::from_str(&stdout).ok()?;
+                field(&answer, "additionalContext").map(str::to_owned)
+            }
+            Answer::Exited { code, stderr, .. } => Some(format!(
+                "post hook {name} failed (exit code {}): {stderr}",
+                code.map_or_else(|| "none".to_owned(), |c| c.to_string())
+            )),
+        }
+    }
+}
