@@ -15,6 +15,8 @@ const EXCERPT: usize = 200;
 /// Facts accumulated event by event.
 #[derive(Clone, Debug, Default)]
 pub struct Facts {
+    /// Whether the run has `read_result` to read stored results with.
+    reads_back: bool,
     goal: String,
     budget: Budget,
     steps: u32,
@@ -45,6 +47,14 @@ fn blob_handles() -> Option<Regex> {
 }
 
 impl Facts {
+    /// Empty facts; `reads_back` when the run has `read_result`.
+    pub fn new(reads_back: bool) -> Facts {
+        Facts {
+            reads_back,
+            ..Facts::default()
+        }
+    }
+
     /// Takes one event into account.
     pub fn apply(&mut self, entry: &Entry) {
         match &entry.event {
@@ -152,10 +162,12 @@ impl Facts {
         }
         if !self.handles.is_empty() {
             let handles: Vec<&str> = self.handles.iter().map(String::as_str).collect();
-            out.push_str(&format!(
-                "Stored results (read them with read_result): {}\n",
-                handles.join(", ")
-            ));
+            let how = if self.reads_back {
+                " (read them with read_result)"
+            } else {
+                ""
+            };
+            out.push_str(&format!("Stored results{how}: {}\n", handles.join(", ")));
         }
         let b = &self.budget;
         out.push_str(&format!(

@@ -21,7 +21,11 @@ use crate::tokens::{DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter};
 /// The fixed prefix of a compaction summary, telling the model what it reads.
 pub const SUMMARY_PREFIX: &str = "[Summary of earlier work. The conversation before this \
 point was compacted to stay within the context window; this summary and the runtime facts \
-below replace it. Results mentioned here can be read again with read_result.]";
+below replace it.]";
+
+/// The tool the projection points to for what it shows shortened; it is mentioned only
+/// when the run has it.
+const READ_RESULT: &str = "read_result";
 
 /// How the prompt is bounded.
 #[derive(Clone, Debug)]
@@ -84,6 +88,8 @@ pub struct Projector {
     notes: Vec<String>,
     result_messages: VecDeque<ResultMessage>,
     facts: Facts,
+    /// Whether the run has `read_result`, so shortened results can point to it.
+    reads_back: bool,
     user_texts: Vec<String>,
     version: u64,
     compacted_at: Option<u64>,
@@ -121,6 +127,7 @@ impl Projector {
     ) -> Self {
         let tools_text = serde_json::to_string(&tools).unwrap_or_default();
         let base_bytes = config.system.len() + tools_text.len();
+        let reads_back = tools.iter().any(|t| t.name == READ_RESULT);
         Projector {
             prompt: Prompt {
                 system: config.system.clone(),
@@ -139,7 +146,8 @@ impl Projector {
             results: Vec::new(),
             notes: Vec::new(),
             result_messages: VecDeque::new(),
-            facts: Facts::default(),
+            facts: Facts::new(reads_back),
+            reads_back,
             user_texts: Vec::new(),
             version: 0,
             compacted_at: None,
@@ -364,12 +372,20 @@ impl Projector {
                     .map_or(0, |(_, v)| *v);
                 let before = content.chars().count();
                 let head = head_bytes(content, self.config.preview_bytes);
-                *content = format!(
-                    "{head}\n[{} characters of this result left out: one turn's results stay \
-                     under {} characters; read it whole with read_result handle \"log:{version}\"]",
-                    before - head.chars().count(),
-                    self.config.turn_result_budget
-                );
+                let left_out = before - head.chars().count();
+                let budget = self.config.turn_result_budget;
+                *content = if self.reads_back {
+                    format!(
+                        "{head}\n[{left_out} characters of this result left out: one turn's \
+                         results stay under {budget} characters; read it whole with \
+                         {READ_RESULT} handle \"log:{version}\"]"
+                    )
+                } else {
+                    format!(
+                        "{head}\n[{left_out} characters of this result left out: one turn's \
+                         results stay under {budget} characters]"
+                    )
+                };
                 total = total - before + content.chars().count();
             }
         }
@@ -421,10 +437,15 @@ impl Projector {
                     .find(|(id, _)| id == call_id)
                     .map_or(0, |(_, v)| *v);
                 let head: String = content.chars().take(keep).collect();
-                *content = format!(
-                    "{head}…\n[older result, {} more characters: read_result handle \"log:{version}\"]",
-                    total - keep
-                );
+                let more = total - keep;
+                *content = if self.reads_back {
+                    format!(
+                        "{head}…\n[older result, {more} more characters: {READ_RESULT} handle \
+                         \"log:{version}\"]"
+                    )
+                } else {
+                    format!("{head}…\n[older result, {more} more characters not shown]")
+                };
             }
         }
         let bytes = message_bytes(message);
@@ -499,7 +520,14 @@ impl Projector {
         kept.reverse();
         let mut parts: Vec<Part> = kept.into_iter().map(|text| Part::Text { text }).collect();
         parts.push(Part::Text {
-            text: format!("{SUMMARY_PREFIX}\n{summary}"),
+            text: if self.reads_back {
+                format!(
+                    "{SUMMARY_PREFIX}\nResults mentioned here can be read again with \
+                     {READ_RESULT}.\n{summary}"
+                )
+            } else {
+                format!("{SUMMARY_PREFIX}\n{summary}")
+            },
         });
         parts.push(Part::Text {
             text: self.facts.render(),

@@ -196,8 +196,22 @@ fn config() -> ContextConfig {
     }
 }
 
+/// The tool a run reads shortened results back with, as the runtime registers it.
+fn read_result() -> ToolSpec {
+    ToolSpec::new(
+        "read_result",
+        "Read a stored result by its handle.",
+        json!({"type": "object", "properties": {"handle": {"type": "string"}}}),
+        Risk::Read,
+    )
+}
+
 fn projector(entries: &[Entry], config: ContextConfig) -> Projector {
-    let mut p = Projector::new(config, vec![], std::sync::Arc::new(Tiktoken));
+    projector_with(entries, config, vec![read_result()])
+}
+
+fn projector_with(entries: &[Entry], config: ContextConfig, tools: Vec<ToolSpec>) -> Projector {
+    let mut p = Projector::new(config, tools, std::sync::Arc::new(Tiktoken));
     for e in entries {
         p.apply(e);
     }
@@ -252,7 +266,8 @@ fn older_results_are_masked_with_a_handle_and_recent_ones_stay_whole() {
 #[test]
 fn the_incremental_projection_equals_the_one_from_scratch_at_every_event() {
     let log = reads_log(8, 700);
-    let mut incremental = Projector::new(config(), vec![], std::sync::Arc::new(Tiktoken));
+    let mut incremental =
+        Projector::new(config(), vec![read_result()], std::sync::Arc::new(Tiktoken));
     for i in 0..log.0.len() {
         incremental.apply(&log.0[i]);
         let fresh = projector(&log.0[..=i], config());
@@ -558,5 +573,32 @@ fn a_conversation_keeps_each_message_in_place_and_the_newest_through_compaction(
     assert!(
         facts.contains("Budgets left: 30 of 32 model calls, 127 of 128 tool calls"),
         "limits count per exchange: {facts}"
+    );
+}
+
+#[test]
+fn without_read_result_nothing_points_to_it() {
+    // A runtime whose gateway lacks read_result: the prompt shortens as usual, but never
+    // tells the model to call a tool it does not have.
+    let mut log = reads_log(6, 3_000);
+    let p = projector_with(&log.0, config(), vec![]);
+    compact_extractively(&mut log, p.tokens());
+    let small = ContextConfig {
+        turn_result_budget: 2_500,
+        ..config()
+    };
+    for p in [
+        projector_with(&reads_log(6, 3_000).0, small, vec![]),
+        projector_with(&log.0, config(), vec![]),
+    ] {
+        let text = serde_json::to_string(p.prompt()).unwrap();
+        assert!(!text.contains("read_result"), "{text}");
+        assert!(text.contains("not shown") || text.contains(SUMMARY_PREFIX));
+    }
+    let with = projector(&reads_log(6, 3_000).0, config());
+    assert!(
+        serde_json::to_string(with.prompt())
+            .unwrap()
+            .contains("read_result handle")
     );
 }

@@ -479,9 +479,15 @@ impl Gateway {
                 while !output.is_char_boundary(end) {
                     end -= 1;
                 }
+                // Pointing to read_result only when the model can call it.
+                let how = if self.tools.contains_key("read_result") {
+                    "; read the rest with read_result"
+                } else {
+                    ""
+                };
                 format!(
                     "[output of {total} characters stored as {handle}; its first {end} bytes \
-                     follow; read the rest with read_result]\n{}",
+                     follow{how}]\n{}",
                     &output[..end]
                 )
             }

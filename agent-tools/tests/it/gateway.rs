@@ -383,9 +383,9 @@ async fn large_outputs_go_to_the_blob_sink_and_errors_keep_head_and_tail() {
     let ok = results[0].content();
     assert!(
         ok.starts_with(
-            "[output of 1008 characters stored as blob:1; its first 100 bytes follow; read the rest with read_result]\nSTART"
+            "[output of 1008 characters stored as blob:1; its first 100 bytes follow]\nSTART"
         ),
-        "{ok}"
+        "no read_result registered, none promised: {ok}"
     );
     assert!(!ok.contains("END"), "only the preview is shown");
     assert_eq!(
@@ -397,5 +397,35 @@ async fn large_outputs_go_to_the_blob_sink_and_errors_keep_head_and_tail() {
     assert!(
         bad.contains("START") && bad.contains("END") && bad.contains("characters cut"),
         "{bad}"
+    );
+}
+
+#[tokio::test]
+async fn a_stored_output_points_to_read_result_when_the_model_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = Gateway::new(Workspace::new(dir.path()).unwrap())
+        .with_blob_sink(Arc::new(Blobs::default()));
+    g.register(Arc::new(Loud)).unwrap();
+    struct Nothing;
+    impl agent_tools::ResultSource for Nothing {
+        fn fetch(&self, _: &str, _: &str) -> Result<Option<String>, String> {
+            Ok(None)
+        }
+    }
+    let g = g.with_result_source(Arc::new(Nothing));
+    let call = ScheduledCall {
+        call: ToolCall::new("ok", "loud", json!({ "fail": false })),
+        risk: Risk::Read,
+        effect_key: None,
+    };
+    let results = g
+        .execute("run", vec![vec![call]], &CancellationToken::new())
+        .await;
+    assert!(
+        results[0]
+            .content()
+            .contains("follow; read the rest with read_result]"),
+        "{}",
+        results[0].content()
     );
 }
