@@ -41,16 +41,22 @@ fn usage(message: impl std::fmt::Display) -> Failure {
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
-        usage(e)
+        // The library says what is wrong; the command line adds what to do about it.
+        let advice = match &e {
+            StoreError::RunNotFound(_) => "; `agent runs` lists the runs",
+            StoreError::NotAStore(_) => "; choose another --store directory",
+            StoreError::Locked { .. } => ", or use another --store",
+            _ => "",
+        };
+        usage(format!("{e}{advice}"))
     }
 }
 
 impl From<RuntimeError> for Failure {
     fn from(e: RuntimeError) -> Self {
         match e {
-            RuntimeError::Store(_) | RuntimeError::Damaged { .. } | RuntimeError::Refused(_) => {
-                usage(e)
-            }
+            RuntimeError::Store(e) => Failure::from(e),
+            RuntimeError::Damaged { .. } | RuntimeError::Refused(_) => usage(e),
             RuntimeError::Reply { run_id, source } => {
                 let what = match source {
                     ReplyError::AwaitingApproval => format!(
@@ -275,7 +281,9 @@ fn load_model(
 ) -> Result<Arc<dyn Model>, Failure> {
     let base_url = setup.base_url.clone().or(settings.config.base_url.clone());
     let key = |var: &str| std::env::var(var).ok().filter(|k| !k.trim().is_empty());
-    let (dialect, provider, model, url, api_key) = match ModelSpec::parse(text).map_err(usage)? {
+    let (dialect, provider, model, url, api_key) = match ModelSpec::parse(text)
+        .map_err(|e| usage(format!("--{e}")))?
+    {
         ModelSpec::Script(path) => {
             return Ok(Arc::new(ScriptModel::from_path(path).map_err(usage)?));
         }

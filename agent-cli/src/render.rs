@@ -45,6 +45,9 @@ pub fn outcome_text(report: &Report) -> String {
         plural(s.steps, "model call"),
         plural(s.tool_calls, "tool call"),
     );
+    if let Some(advice) = advice(o.reason) {
+        let _ = write!(out, "; {advice}");
+    }
     for p in &o.pending {
         let _ = write!(
             out,
@@ -75,6 +78,27 @@ pub fn outcome_text(report: &Report) -> String {
         );
     }
     out
+}
+
+/// What a person can do about a stop, in this command line's terms (the outcome in the log
+/// says what happened, not which flag to use).
+fn advice(reason: TerminalReason) -> Option<&'static str> {
+    Some(match reason {
+        TerminalReason::MaxSteps => {
+            "raise --max-steps to allow more (with a message: agent resume RUN \"…\" --max-steps N)"
+        }
+        TerminalReason::ToolBudgetExhausted => {
+            "raise --max-tool-calls (or max_retries_per_tool in agent.toml) to allow more"
+        }
+        TerminalReason::DeadlineExceeded => "raise --timeout to allow more",
+        TerminalReason::CostBudgetExceeded => {
+            "raise max_tokens or max_cost_usd in agent.toml to allow more"
+        }
+        TerminalReason::PolicyViolation => {
+            "change the policy with --allow, or give the model another goal"
+        }
+        _ => return None,
+    })
 }
 
 /// `agent runs` as a table.

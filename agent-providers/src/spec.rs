@@ -22,13 +22,13 @@ pub enum ModelSpec {
 pub enum SpecError {
     /// No `PROVIDER:` prefix, or nothing after it.
     #[error(
-        "--model {0:?} is not of the form PROVIDER:MODEL (for example script:examples/hello/script.json)"
+        "model {0:?} is not of the form PROVIDER:MODEL (for example script:examples/hello/script.json)"
     )]
     Malformed(String),
 
     /// A provider nobody knows.
     #[error(
-        "--model {0}: unknown provider {1:?}; known: script, openai, anthropic, openai-compat, replay"
+        "model {0}: unknown provider {1:?}; known: script, openai, anthropic, openai-compat, replay"
     )]
     UnknownProvider(String, String),
 }

@@ -474,7 +474,7 @@ impl Runtime {
         }
         Err(RuntimeError::Refused(format!(
             "run {run_id} was started with tools this invocation does not have ({}); continue \
-             it with the same tools (the same --mcp-config)",
+             it with the same tools (the same MCP servers)",
             missing.join(", ")
         )))
     }

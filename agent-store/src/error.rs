@@ -26,13 +26,13 @@ pub enum StoreError {
         found: u64,
     },
     /// No run has that id.
-    #[error("no run {0:?} in this store; `agent runs` lists the runs")]
+    #[error("no run {0:?} in this store")]
     RunNotFound(String),
     /// A run id that cannot be stored.
     #[error("invalid run id {0:?}: ids are non-empty and contain no NUL byte")]
     InvalidRunId(String),
     /// The directory exists but is something else.
-    #[error("{} is not an agent store (it holds other files); choose another --store directory", .0.display())]
+    #[error("{} is not an agent store (it holds other files)", .0.display())]
     NotAStore(PathBuf),
     /// The store was written by an unknown format version.
     #[error("{} has store format {found:?}, this agent reads format {expected}; use a matching agent version", path.display())]
@@ -46,8 +46,7 @@ pub enum StoreError {
     },
     /// Another process holds the store.
     #[error(
-        "the store {} is in use by another agent process; wait for it to finish, or use \
-         another --store",
+        "the store {} is in use by another agent process; wait for it to finish",
         path.display()
     )]
     Locked {

@@ -285,7 +285,7 @@ impl Policy {
             Risk::Read => Verdict::Allow,
             risk => Verdict::Ask {
                 why: format!(
-                    "{} is {} {} tool, which asks by default (allow it with --allow {})",
+                    "{} is {} {} tool, which asks by default (an allow rule for {} lets it run)",
                     spec.name,
                     if risk.as_str().starts_with(['a', 'e', 'i', 'o', 'u']) {
                         "an"
@@ -352,7 +352,7 @@ mod tests {
         );
         assert!(matches!(
             verdict(&p, &spec("write_file", Risk::Write, None), json!({})),
-            Verdict::Ask { why } if why.contains("--allow write_file")
+            Verdict::Ask { why } if why.contains("an allow rule for write_file")
         ));
         assert!(matches!(
             verdict(&p, &spec("shell", Risk::External, None), json!({})),

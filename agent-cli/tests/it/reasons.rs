@@ -89,7 +89,7 @@ fn approving_one_of_several_pending_calls_runs_that_one_only() {
         v["pending"][0]["why"]
             .as_str()
             .unwrap()
-            .contains("--allow write_file"),
+            .contains("write_file is a write tool, which asks by default"),
         "{v}"
     );
     let id = v["run_id"].as_str().unwrap().to_owned();
@@ -162,5 +162,32 @@ fn a_refused_commit_is_checkpoint_failed() {
         show["events"].as_array().unwrap().len(),
         1,
         "only the start was committed"
+    );
+}
+
+#[test]
+fn the_log_says_what_happened_and_the_command_line_says_what_to_do() {
+    let env = Env::new();
+    let list = json!({"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}]});
+    let model = env.script(json!([list, {"final": "x"}]));
+    let out = env.run(&["run", "--model", &model, "--max-steps", "1", "g"]);
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        stderr(&out).contains("raise --max-steps"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["run", "--json", "--model", &model, "--max-steps", "1", "g"]);
+    let v = json_of(&out);
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.contains("step budget") && !message.contains("--"),
+        "{message}"
+    );
+    let show = env.run(&["show", "--json", v["run_id"].as_str().unwrap()]);
+    let log = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        !log.contains("--max-steps"),
+        "no flag names in the durable log: {log}"
     );
 }

@@ -54,8 +54,7 @@ impl Machine {
             return self.end(Outcome::stop(
                 TerminalReason::MaxSteps,
                 format!(
-                    "the model was called {} times, the step budget; raise --max-steps to allow \
-                     more",
+                    "the model was called {} times, the step budget",
                     state.exchange_steps_used()
                 ),
             ));
@@ -197,7 +196,7 @@ impl Machine {
     pub(super) fn deadline_message(&self) -> String {
         let max = self.budget.max_wall_time_ms.unwrap_or(0);
         format!(
-            "the wall-clock budget of {:.1} s is spent; raise --timeout to allow more",
+            "the wall-clock budget of {:.1} s is spent",
             max as f64 / 1000.0
         )
     }
@@ -233,8 +232,7 @@ impl Machine {
             reason: TerminalReason::OutcomeUnknown,
             answer: None,
             message: format!(
-                "whether call {} took effect is unknown; check, then settle it with `agent \
-                 resolve RUN --call ID --as committed|rejected|retry`",
+                "whether call {} took effect is unknown; a person must check and settle it",
                 calls.join(", ")
             ),
             pending,

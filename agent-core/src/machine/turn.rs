@@ -259,7 +259,7 @@ impl Machine {
                 TerminalReason::ToolBudgetExhausted,
                 format!(
                     "a batch of {batch} calls would pass the tool-call budget ({used} of {} \
-                     used); raise --max-tool-calls to allow more",
+                     used)",
                     self.budget.max_tool_calls
                 ),
             ));
@@ -424,8 +424,7 @@ impl Machine {
             return self.end(Outcome::stop(
                 TerminalReason::PolicyViolation,
                 format!(
-                    "every call was denied {denials} turns in a row (max_denials = {}); \
-                     change the policy with --allow or give the model another goal",
+                    "every call was denied {denials} turns in a row (max_denials = {})",
                     self.budget.max_denials
                 ),
             ));
