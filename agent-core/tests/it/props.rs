@@ -126,11 +126,7 @@ proptest! {
         // Tool calls counted in the state are the calls that started: each committed result,
         // and each attempt in doubt that did not take effect (found so, or a person said
         // to run it again), which gets no result of its own.
-        let committed = r.log.iter().filter(|e| matches!(e.event,
-            Event::ToolFinished { .. }
-            | Event::EffectResolved { resolution: Resolution::Retry, .. }
-            | Event::EffectReconciled { finding: Finding::NotApplied, .. })).count();
-        prop_assert_eq!(state.tool_calls as usize, committed);
+        prop_assert_eq!(state.tool_calls as usize, calls_started(&r.log));
     }
 
     /// A "crash" right after any commit, then a restart with the same world: the resumed
@@ -151,6 +147,8 @@ proptest! {
         prop_assert_eq!(m.state(), &RunState::fold(prefix).unwrap());
         let in_doubt = dispatched_without_result(prefix);
         let resumed = resume(w, &full.log, at);
+        let state = RunState::fold(&resumed.log).unwrap();
+        prop_assert_eq!(state.tool_calls as usize, calls_started(&resumed.log));
         if in_doubt.is_empty() {
             prop_assert_eq!(&resumed.outcome, &full.outcome);
             prop_assert_eq!(&resumed.log, &full.log);
@@ -214,6 +212,28 @@ proptest! {
         let messages = report.log.iter().filter(|e| matches!(e.event, Event::UserMessage { .. })).count();
         prop_assert_eq!(messages, said as usize);
     }
+}
+
+/// Calls started, as the log tells: each committed result, and each attempt in doubt that
+/// did not take effect (found so after a restart, or a person said to run it again), which
+/// gets no result of its own.
+fn calls_started(log: &[Entry]) -> usize {
+    log.iter()
+        .filter(|e| {
+            matches!(
+                e.event,
+                Event::ToolFinished { .. }
+                    | Event::EffectResolved {
+                        resolution: Resolution::Retry,
+                        ..
+                    }
+                    | Event::EffectReconciled {
+                        finding: Finding::NotApplied,
+                        ..
+                    }
+            )
+        })
+        .count()
 }
 
 /// Calls (turn and id) whose effect was dispatched and have no result in `log`.
