@@ -1072,3 +1072,48 @@ fn the_tool_call_budget_is_a_limit_reached_not_passed() {
     let r = check(w, TerminalReason::ToolBudgetExhausted);
     assert!(r.executed.is_empty());
 }
+
+/// Approving one of two pending calls records the approval and waits for the other: nothing
+/// runs before every pending call is settled (cargo-mutants found no test of it).
+#[test]
+fn approving_one_of_two_pending_calls_waits_for_the_other() {
+    let mut w = world(vec![
+        Calls(vec![
+            ("w1", "write", json!({"path": "a"})),
+            ("w2", "write", json!({"path": "b"})),
+        ]),
+        Final("done"),
+    ]);
+    w.verdicts.insert(
+        "write".into(),
+        Verdict::Ask {
+            why: "writes ask".into(),
+        },
+    );
+    w.person.push_back(Person::Away);
+    let paused = check(w.clone(), TerminalReason::ApprovalRequired);
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut m = Machine::resume(specs, &paused.log, T0 + 1_000).unwrap();
+    assert!(matches!(
+        m.poll_command(),
+        Some(Command::AwaitApproval { .. })
+    ));
+    m.handle(Input::ApprovalGranted {
+        call_ids: vec!["w1".into()],
+    })
+    .unwrap();
+    let Some(Command::Commit { entries, .. }) = m.poll_command() else {
+        panic!("the approval is committed first");
+    };
+    let names: Vec<&str> = entries.iter().map(|e| e.event.name()).collect();
+    assert_eq!(names, ["approval_granted"], "nothing dispatched yet");
+    let version = entries.last().unwrap().version;
+    m.handle(Input::Committed { version }).unwrap();
+    match m.poll_command() {
+        Some(Command::AwaitApproval { pending, .. }) => {
+            let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
+            assert_eq!(ids, ["w2"]);
+        }
+        other => panic!("expected to wait for w2, got {other:?}"),
+    }
+}
