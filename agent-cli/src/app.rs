@@ -39,6 +39,14 @@ fn usage(message: impl std::fmt::Display) -> Failure {
     }
 }
 
+/// A failure that is not the person's input: a store that failed or lost data.
+fn failed(message: impl std::fmt::Display) -> Failure {
+    Failure {
+        code: EXIT_FAILED,
+        message: message.to_string(),
+    }
+}
+
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         // The library says what is wrong; the command line adds what to do about it.
@@ -48,7 +56,13 @@ impl From<StoreError> for Failure {
             StoreError::Locked { .. } => ", or use another --store",
             _ => "",
         };
-        usage(format!("{e}{advice}"))
+        match e {
+            // The store itself failed or lost data: not the person's input.
+            StoreError::Damaged { .. } | StoreError::Corrupt { .. } | StoreError::Engine(_) => {
+                failed(e)
+            }
+            _ => usage(format!("{e}{advice}")),
+        }
     }
 }
 
@@ -56,7 +70,8 @@ impl From<RuntimeError> for Failure {
     fn from(e: RuntimeError) -> Self {
         match e {
             RuntimeError::Store(e) => Failure::from(e),
-            RuntimeError::Damaged { .. } | RuntimeError::Refused(_) => usage(e),
+            RuntimeError::Damaged { .. } => failed(e),
+            RuntimeError::Refused(_) => usage(e),
             RuntimeError::Reply { run_id, source } => {
                 let what = match source {
                     ReplyError::AwaitingApproval => format!(
@@ -941,7 +956,7 @@ fn finish(report: &Report, json: bool) -> u8 {
 /// A store that may be written: a damaged one is refused before anything happens.
 fn writable(store: SledStore) -> Result<SledStore, Failure> {
     match store.damage() {
-        Some(damage) => Err(usage(damage)),
+        Some(damage) => Err(failed(damage)),
         None => Ok(store),
     }
 }
@@ -949,7 +964,7 @@ fn writable(store: SledStore) -> Result<SledStore, Failure> {
 /// After a read-only command printed what a damaged store still holds: the damage.
 fn report_damage(store: &SledStore) -> Result<u8, Failure> {
     match store.damage() {
-        Some(damage) => Err(usage(damage)),
+        Some(damage) => Err(failed(damage)),
         None => Ok(EXIT_OK),
     }
 }
@@ -1027,7 +1042,7 @@ fn context(
         ));
     }
     match damage {
-        Some(damage) => Err(usage(damage)),
+        Some(damage) => Err(failed(damage)),
         None => Ok(EXIT_OK),
     }
 }

@@ -151,7 +151,7 @@ fn a_damaged_store_is_an_error_naming_it_never_an_empty_list() {
     for args in [vec!["runs"], vec!["run", "--model", &model, "g"]] {
         let out = env.run(&args);
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(5), "{args:?}: {err}");
         assert!(
             err.contains("damaged") && err.contains(env.store().to_str().unwrap()),
             "{err}"
