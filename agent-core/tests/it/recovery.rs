@@ -269,7 +269,7 @@ fn an_effect_in_doubt_pauses_naming_the_call_and_is_not_run_again() {
     assert_eq!(pending[0].call_id.as_str(), "a1");
     let outcome = resumed.outcome().unwrap();
     assert_eq!(outcome.reason, TerminalReason::OutcomeUnknown);
-    assert!(outcome.message.contains("a1") && outcome.message.contains("agent resolve"));
+    assert!(outcome.message.contains("a1") && outcome.message.contains("settle"));
     assert_eq!(
         resumed.handle(Input::Resolved {
             call_id: CallId::from("zz"),

@@ -525,7 +525,11 @@ fn a_batch_past_the_tool_budget_is_not_started_at_all() {
     w.budget.max_tool_calls = 2;
     let r = check(w, TerminalReason::ToolBudgetExhausted);
     assert_eq!(r.executed_names(), ["read"]);
-    assert!(r.outcome.message.contains("--max-tool-calls"));
+    assert!(
+        r.outcome.message.contains("tool-call budget (1 of 2 used)"),
+        "{}",
+        r.outcome.message
+    );
 }
 
 #[test]
