@@ -367,40 +367,7 @@ fn cut(text: &str, max: usize) -> String {
 
 /// `agent context` as text: the system, each message and its parts, the tools, the size.
 pub fn prompt_text(prompt: &agent_core::Prompt, tokens: usize, window: usize) -> String {
-    use agent_core::Part;
-    let mut out = format!("=== system\n{}\n", prompt.system);
-    for (i, message) in prompt.messages.iter().enumerate() {
-        let role = match message.role {
-            agent_core::Role::User => "user",
-            agent_core::Role::Assistant => "assistant",
-        };
-        let _ = writeln!(out, "=== {} {role}", i + 1);
-        for part in &message.parts {
-            match part {
-                Part::Text { text } => {
-                    let _ = writeln!(out, "{text}");
-                }
-                Part::ToolUse {
-                    call_id,
-                    name,
-                    arguments,
-                } => {
-                    let _ = writeln!(out, "[tool use {call_id}] {name} {arguments}");
-                }
-                Part::ToolResult {
-                    call_id,
-                    ok,
-                    content,
-                    ..
-                } => {
-                    let status = if *ok { "ok" } else { "error" };
-                    let _ = writeln!(out, "[tool result {call_id}, {status}]\n{content}");
-                }
-            }
-        }
-    }
-    let names: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
-    let _ = writeln!(out, "=== tools\n{}", names.join(", "));
+    let mut out = agent_context::PromptText(prompt).to_string();
     let _ = writeln!(
         out,
         "=== about {tokens} tokens of a {window}-token context window ({:.0}%)",

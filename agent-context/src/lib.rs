@@ -28,11 +28,15 @@
 
 mod facts;
 mod project;
+mod render;
 mod summarize;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tokens;
 
 pub use facts::Facts;
 pub use project::{ContextConfig, Projector, SUMMARY_PREFIX, project};
+pub use render::PromptText;
 pub use summarize::{Extractive, SUMMARY_INSTRUCTION, Summarizer, extract};
 pub use tokens::{CharEstimate, DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter, context_window};
 

@@ -1,6 +1,7 @@
 //! Projections of hand-written logs: snapshots of the exact prompt, and pairing rules.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use agent_context::testing::snapshot_text;
 use agent_context::{
     ContextConfig, DEFAULT_SYSTEM_PROMPT, Projector, SUMMARY_PREFIX, Tiktoken, TokenCounter,
     extract, project,
@@ -91,7 +92,7 @@ fn a_plain_run_with_a_partial_failure() {
     );
     let prompt = project(DEFAULT_SYSTEM_PROMPT, &log.0, vec![]);
     pairs_every_call(&prompt);
-    insta::assert_json_snapshot!(prompt);
+    insta::assert_snapshot!(snapshot_text(&prompt));
 }
 
 #[test]
@@ -124,7 +125,7 @@ fn rejected_reply_denied_call_and_correction_are_told_to_the_model() {
     });
     let prompt = project(DEFAULT_SYSTEM_PROMPT, &log.0, vec![]);
     pairs_every_call(&prompt);
-    insta::assert_json_snapshot!(prompt);
+    insta::assert_snapshot!(snapshot_text(&prompt));
 }
 
 #[test]
@@ -417,11 +418,11 @@ fn the_extractive_summary_is_deterministic_and_bounded() {
 fn snapshot_of_masked_results_and_a_compaction() {
     let log = reads_log(5, 400);
     let p = projector(&log.0, config());
-    insta::assert_json_snapshot!("masked", p.prompt());
+    insta::assert_snapshot!("masked", snapshot_text(p.prompt()));
     let mut log = log;
     compact_extractively(&mut log, p.tokens());
     let p = projector(&log.0, config());
-    insta::assert_json_snapshot!("compacted", p.prompt());
+    insta::assert_snapshot!("compacted", snapshot_text(p.prompt()));
 }
 
 #[test]
@@ -445,7 +446,7 @@ fn snapshot_of_an_oversized_result_replaced_by_its_preview_and_handle() {
         ..config()
     };
     let p = projector(&log.0, small_budget);
-    insta::assert_json_snapshot!("oversized", p.prompt());
+    insta::assert_snapshot!("oversized", snapshot_text(p.prompt()));
 }
 
 /// A conversation: the goal, then follow-ups, each answered after one read.
@@ -528,7 +529,7 @@ fn a_conversation_keeps_each_message_in_place_and_the_newest_through_compaction(
     let mut log = conversation_log();
     let p = projector(&log.0, config());
     pairs_every_call(p.prompt());
-    insta::assert_json_snapshot!("conversation", p.prompt());
+    insta::assert_snapshot!("conversation", snapshot_text(p.prompt()));
     // Each follow-up comes right after the answer it follows, as the person's turn.
     let messages = &p.prompt().messages;
     for (i, m) in messages.iter().enumerate() {
@@ -549,7 +550,7 @@ fn a_conversation_keeps_each_message_in_place_and_the_newest_through_compaction(
         ..config()
     };
     let p = projector(&log.0, small);
-    insta::assert_json_snapshot!("conversation_compacted", p.prompt());
+    insta::assert_snapshot!("conversation_compacted", snapshot_text(p.prompt()));
     assert_eq!(p.prompt().messages.len(), 1);
     let texts = texts_of(&p.prompt().messages[0]);
     let (kept, rest) = texts.split_at(texts.len() - 2);
