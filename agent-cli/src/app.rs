@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_context::ContextConfig;
+use agent_context::{ContextConfig, Projector};
 use agent_core::{Budget, CallId, Event, ModelReply, ReplyError, Resolution, RunState};
 use agent_providers::{
     Dialect, HttpModel, Model, ModelRequest, ModelSpec, Price, ProviderError, ReplayModel,
@@ -732,22 +732,26 @@ fn runtime(
     if real_model {
         runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(Arc::clone(&model))));
     }
-    let c = &settings.config;
-    if c.context_window.is_some() || c.compact_at.is_some() {
-        let defaults = ContextConfig {
-            context_window: agent_context::context_window(model.model()),
-            ..ContextConfig::default()
-        };
-        runtime = runtime.with_context(ContextConfig {
-            context_window: c.context_window.unwrap_or(defaults.context_window),
-            compact_at: c.compact_at.unwrap_or(defaults.compact_at),
-            ..defaults
-        });
-    }
+    runtime = runtime.with_context(context_config(settings, model.model()));
     if events {
         runtime.with_event_sink(event_printer())
     } else {
         runtime
+    }
+}
+
+/// How prompts are bounded for `model`: its context window (or agent.toml's), agent.toml's
+/// compaction threshold, the default system text.
+fn context_config(settings: &Settings, model: &str) -> ContextConfig {
+    let c = &settings.config;
+    let defaults = ContextConfig {
+        context_window: agent_context::context_window(model),
+        ..ContextConfig::default()
+    };
+    ContextConfig {
+        context_window: c.context_window.unwrap_or(defaults.context_window),
+        compact_at: c.compact_at.unwrap_or(defaults.compact_at),
+        ..defaults
     }
 }
 
@@ -1002,27 +1006,37 @@ fn context(
         };
         log.truncate(first);
     }
-    let model: Arc<dyn Model> = match settings.model(setup.model.as_deref()) {
-        Some(text) => load_model(&text, settings, setup, StoreAccess::Open(&store), true)?,
-        None => Arc::new(ManifestModel::of(&log)),
+    // A command that only reads starts nothing and calls nothing: no model, no MCP
+    // server, no hook. The model's name sets the context window; the tools are the ones the
+    // run recorded at its start.
+    let (recorded_model, recorded) = match log.first().map(|e| &e.event) {
+        Some(Event::RunStarted { manifest, .. }) => {
+            (manifest.model.clone(), manifest.tools.clone())
+        }
+        _ => (String::new(), Vec::new()),
     };
-    // A command that only reads starts nothing: no MCP server, no hook. The tools are the
-    // ones the run recorded at its start.
-    let recorded = match log.first().map(|e| &e.event) {
-        Some(Event::RunStarted { manifest, .. }) => manifest.tools.clone(),
-        _ => Vec::new(),
+    let model_name = match settings.model(setup.model.as_deref()) {
+        Some(text) => match ModelSpec::parse(&text).map_err(|e| usage(format!("--{e}")))? {
+            ModelSpec::OpenAi(m) | ModelSpec::Anthropic(m) | ModelSpec::OpenAiCompat(m) => m,
+            ModelSpec::Script(_) | ModelSpec::Replay(_) => recorded_model,
+        },
+        None => recorded_model,
     };
-    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
-    let gateway = Gateway::with_builtins(ws).map_err(|e| Failure {
-        code: EXIT_FAILED,
-        message: e.to_string(),
-    })?;
-    let runtime = runtime(settings, model, gateway, store, false, Redactor::from_env());
-    let projector = if recorded.is_empty() {
-        runtime.projector(&log)
+    let tools = if recorded.is_empty() {
+        // A run from before tools were recorded: the built-ins.
+        let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+        Gateway::with_builtins(ws).map_err(failed)?.specs()
     } else {
-        runtime.projector_with(recorded, &log)
+        recorded
     };
+    let mut projector = Projector::new(
+        context_config(settings, &model_name),
+        tools,
+        Arc::new(agent_context::Tiktoken),
+    );
+    for entry in &log {
+        projector.apply(entry);
+    }
     let prompt = projector.prompt();
     let window = projector.config().context_window;
     if json {
@@ -1055,33 +1069,6 @@ fn model_call(event: &Event) -> Option<u32> {
         | Event::ModelRetried { turn, .. }
         | Event::ModelFailed { turn, .. } => Some(*turn),
         _ => None,
-    }
-}
-
-/// Names the model a run recorded, so its context window applies; never called.
-struct ManifestModel(String);
-
-impl ManifestModel {
-    fn of(log: &[agent_core::Entry]) -> Self {
-        match log.first().map(|e| &e.event) {
-            Some(Event::RunStarted { manifest, .. }) => ManifestModel(manifest.model.clone()),
-            _ => ManifestModel(String::new()),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Model for ManifestModel {
-    fn provider(&self) -> &str {
-        "script"
-    }
-    fn model(&self) -> &str {
-        &self.0
-    }
-    async fn decide(&self, _: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
-        Err(ProviderError::Failed(
-            "`agent context` does not call the model".into(),
-        ))
     }
 }
 
