@@ -3,7 +3,6 @@
 use std::collections::BTreeSet;
 
 use agent_core::{Budget, Decision, Entry, Event, ToolCall, ToolResult, canonical_json};
-use regex::Regex;
 
 /// Side-effect actions listed at most (the oldest are counted, not listed).
 const MAX_ACTIONS: usize = 60;
@@ -40,10 +39,6 @@ fn excerpt(text: &str) -> String {
         out.push('…');
     }
     out
-}
-
-fn blob_handles() -> Option<Regex> {
-    Regex::new(r"blob:sha256:[0-9a-f]{64}").ok()
 }
 
 impl Facts {
@@ -106,10 +101,11 @@ impl Facts {
             Some(kind) => kind.as_str().to_owned(),
         };
         let content = result.content();
-        if let Some(re) = blob_handles() {
-            self.handles
-                .extend(re.find_iter(&content).map(|m| m.as_str().to_owned()));
-        }
+        self.handles.extend(
+            agent_core::Handle::blobs_in(&content)
+                .iter()
+                .map(ToString::to_string),
+        );
         if let Some(key) = effect_key {
             self.actions.push(format!(
                 "- turn {turn}: {} {} {args} -> {status} (effect {key}; receipt: {})",

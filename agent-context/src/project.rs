@@ -11,7 +11,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
 use agent_core::{
-    CallId, Decision, Entry, Event, Message, Part, Prompt, Role, ToolCall, ToolResult, ToolSpec,
+    CallId, Decision, Entry, Event, Handle, Message, Part, Prompt, Role, ToolCall, ToolResult,
+    ToolSpec,
 };
 
 use crate::DEFAULT_SYSTEM_PROMPT;
@@ -378,7 +379,8 @@ impl Projector {
                     format!(
                         "{head}\n[{left_out} characters of this result left out: one turn's \
                          results stay under {budget} characters; read it whole with \
-                         {READ_RESULT} handle \"log:{version}\"]"
+                         {READ_RESULT} handle \"{}\"]",
+                        Handle::Log(version)
                     )
                 } else {
                     format!(
@@ -441,7 +443,8 @@ impl Projector {
                 *content = if self.reads_back {
                     format!(
                         "{head}…\n[older result, {more} more characters: {READ_RESULT} handle \
-                         \"log:{version}\"]"
+                         \"{}\"]",
+                        Handle::Log(version)
                     )
                 } else {
                     format!("{head}…\n[older result, {more} more characters not shown]")

@@ -168,7 +168,7 @@ pub fn snapshot_text(prompt: &Prompt) -> String {
 }
 
 fn redact_hashes(text: &str) -> String {
-    const MARK: &str = "blob:sha256:";
+    const MARK: &str = agent_core::BLOB_PREFIX;
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find(MARK) {

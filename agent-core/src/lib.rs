@@ -51,6 +51,7 @@ mod decision;
 mod digest;
 mod effect;
 mod event;
+mod handle;
 mod machine;
 mod progress;
 mod prompt;
@@ -68,6 +69,7 @@ pub use decision::{
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
 pub use event::{Entry, Event, Finding, Manifest, Resolution};
+pub use handle::{BLOB_PREFIX, Handle, HandleError};
 pub use machine::{Command, Input, InputError, Machine, ReplyError, RunConfig, Verdict};
 pub use progress::{correction_message, fingerprint};
 pub use prompt::{Message, Part, Prompt, Role};

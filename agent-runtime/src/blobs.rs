@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agent_core::Event;
+use agent_core::{Event, Handle};
 use agent_store::Store;
 use agent_tools::{BlobSink, ResultSource};
 
@@ -62,21 +62,19 @@ impl ResultSource for StoreBlobs {
                 _ => None,
             })
         };
-        if handle.starts_with("blob:") {
-            if !results().any(|(_, r)| handed_out(&r.content(), handle)) {
-                return Ok(None);
+        match handle.parse::<Handle>() {
+            Ok(blob @ Handle::Blob(_)) => {
+                let handle = blob.to_string();
+                if !results().any(|(_, r)| handed_out(&r.content(), &handle)) {
+                    return Ok(None);
+                }
+                let bytes = self.store.get_blob(&handle).map_err(|e| e.to_string())?;
+                Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
             }
-            let bytes = self.store.get_blob(handle).map_err(|e| e.to_string())?;
-            return Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()));
+            Ok(Handle::Log(version)) => Ok(results()
+                .find(|(v, _)| *v == version)
+                .map(|(_, r)| r.content())),
+            Err(_) => Ok(None),
         }
-        let Some(version) = handle
-            .strip_prefix("log:")
-            .and_then(|v| v.parse::<u64>().ok())
-        else {
-            return Ok(None);
-        };
-        Ok(results()
-            .find(|(v, _)| *v == version)
-            .map(|(_, r)| r.content()))
     }
 }

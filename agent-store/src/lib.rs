@@ -56,7 +56,7 @@ pub trait Store: Send + Sync {
 
 /// The handle of a blob: its SHA-256, so equal contents are stored once.
 pub fn blob_handle(bytes: &[u8]) -> String {
-    format!("blob:sha256:{}", agent_core::sha256_hex(bytes))
+    agent_core::Handle::of_bytes(bytes).to_string()
 }
 
 /// Checks that a batch continues a log at `current` and was tagged with `expected`.

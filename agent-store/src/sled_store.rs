@@ -170,7 +170,8 @@ impl SledStore {
         // Only sled's own files and the marker: a store, or one whose creation a crash
         // interrupted.
         let sled_owned = |n: &String| {
-            matches!(n.as_str(), "conf" | "db" | "blobs" | MARKER) || n.starts_with("snap.")
+            matches!(n.as_str(), "conf" | "db" | "blobs" | MARKER | SET_ASIDE)
+                || n.starts_with("snap.")
         };
         if !names.iter().all(sled_owned) {
             return Err(StoreError::NotAStore(path));
@@ -274,11 +275,22 @@ fn untouched(db: &sled::Db) -> Result<bool, StoreError> {
     Ok(true)
 }
 
+/// Where snapshots sled could not read are moved (never deleted).
+const SET_ASIDE: &str = "snapshots-set-aside";
+
 fn open_db(path: &Path) -> Result<sled::Db, StoreError> {
     let started = std::time::Instant::now();
+    let mut set_aside = false;
     loop {
         match sled::open(path) {
             Ok(db) => return Ok(db),
+            // sled 0.34 can leave a torn snapshot when it is killed while writing one
+            // (spacejam/sled#1527, #1533), and then refuses to open. A snapshot only caches
+            // what sled's log holds: it is moved aside and sled rebuilds from the log. If the
+            // log lost commits, the commit marker reports the store as damaged.
+            Err(sled::Error::Corruption { .. }) if !set_aside && set_aside_snapshots(path)? => {
+                set_aside = true;
+            }
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 // sled releases its file lock a moment after the last handle drops.
                 if started.elapsed() >= LOCK_WAIT {
@@ -292,6 +304,35 @@ fn open_db(path: &Path) -> Result<sled::Db, StoreError> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Moves sled's snapshot files into [`SET_ASIDE`]; whether there were any.
+fn set_aside_snapshots(path: &Path) -> Result<bool, StoreError> {
+    let io = |e: std::io::Error| StoreError::Engine(format!("{}: {e}", path.display()));
+    let snapshots: Vec<std::path::PathBuf> = std::fs::read_dir(path)
+        .map_err(io)?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("snap."))
+        .map(|e| e.path())
+        .collect();
+    if snapshots.is_empty() {
+        return Ok(false);
+    }
+    let dir = path.join(SET_ASIDE);
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    for snapshot in snapshots {
+        let Some(name) = snapshot.file_name() else {
+            continue;
+        };
+        let mut to = dir.join(name);
+        let mut n = 1;
+        while to.exists() {
+            to = dir.join(format!("{}.{n}", name.to_string_lossy()));
+            n += 1;
+        }
+        std::fs::rename(&snapshot, &to).map_err(io)?;
+    }
+    Ok(true)
 }
 
 fn run_key(run_id: &str) -> Result<Vec<u8>, StoreError> {

@@ -321,3 +321,48 @@ fn the_conformance_suite_fails_a_backend_whose_setup_steps_fail() {
         .unwrap_or_default();
     assert!(text.contains("put_blob failed"), "{text}");
 }
+
+/// sled 0.34 refuses to open a database whose snapshot was torn by a kill while it was
+/// being written (spacejam/sled#1527); the kill -9 harness of agent-cli hit it. The
+/// snapshot only caches sled's log: it is set aside and everything committed is still there.
+#[test]
+fn a_torn_snapshot_is_set_aside_and_nothing_committed_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    filled(&path, 3, 20);
+    // Make sure sled wrote a snapshot, then tear it.
+    {
+        let db = raw_sled(&path);
+        db.flush().unwrap();
+    }
+    let snapshots: Vec<std::path::PathBuf> = std::fs::read_dir(&path)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("snap.")
+        })
+        .collect();
+    assert!(!snapshots.is_empty(), "sled keeps a snapshot");
+    for snapshot in &snapshots {
+        let len = std::fs::metadata(snapshot).unwrap().len();
+        std::fs::write(snapshot, vec![0xAB; len as usize]).unwrap();
+    }
+    assert!(
+        matches!(sled::open(&path), Err(sled::Error::Corruption { .. })),
+        "sled alone refuses it"
+    );
+    let store = SledStore::open(&path).expect("the store opens");
+    assert!(store.damage().is_none(), "{:?}", store.damage());
+    assert_eq!(store.runs().unwrap().len(), 3);
+    for run in store.runs().unwrap() {
+        assert_eq!(store.load(&run.run_id).unwrap().len(), 20, "{}", run.run_id);
+    }
+    assert!(
+        path.join("snapshots-set-aside").is_dir(),
+        "kept, not deleted"
+    );
+}
