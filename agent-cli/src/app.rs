@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_context::{ContextConfig, Projector};
-use agent_core::{Budget, CallId, Event, ModelReply, ReplyError, Resolution, RunState};
+use agent_core::{Budget, CallId, Event, ReplyError, Resolution, RunState};
 use agent_providers::{
-    Dialect, HttpModel, Model, ModelRequest, ModelSpec, Price, ProviderError, ReplayModel,
-    RetryPolicy, ScriptModel,
+    Dialect, HttpModel, Model, ModelSpec, Price, ReplayModel, RetryPolicy, ScriptModel,
 };
 use agent_runtime::{
     CancellationToken, EventSink, ModelSummarizer, Redactor, Report, RunRequest, Runtime,
@@ -911,35 +910,12 @@ fn drive_existing(
     Ok(finish(&report, json))
 }
 
-/// Cancelling never asks a model; this one says so if it is asked anyway.
-struct NoModel;
-
-#[async_trait::async_trait]
-impl Model for NoModel {
-    fn provider(&self) -> &str {
-        "none"
-    }
-    fn model(&self) -> &str {
-        "none"
-    }
-    async fn decide(&self, _: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
-        Err(ProviderError::Failed(
-            "no model is attached to `agent cancel`".into(),
-        ))
-    }
-}
-
 fn cancel(store_dir: &Path, json: bool, run_id: &str) -> Result<u8, Failure> {
     let store = writable(open_existing(store_dir)?)?;
     let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
-    let runtime = runtime(
-        &Settings::none(),
-        Arc::new(NoModel),
-        Gateway::new(ws),
-        store,
-        false,
-        Redactor::from_env(),
-    );
+    // Cancelling asks no model and starts nothing.
+    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), Arc::new(store))
+        .with_redactor(Redactor::from_env());
     let rt = tokio()?;
     let report = rt.block_on(runtime.cancel(run_id))?;
     Ok(finish(&report, json))

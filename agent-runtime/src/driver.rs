@@ -55,6 +55,28 @@ pub struct Report {
     pub state: RunState,
 }
 
+/// The model of [`Runtime::without_model`], never asked: every entry point that would ask
+/// it refuses first.
+struct NoModel;
+
+#[async_trait::async_trait]
+impl Model for NoModel {
+    fn provider(&self) -> &str {
+        "none"
+    }
+    fn model(&self) -> &str {
+        "none"
+    }
+    async fn decide(
+        &self,
+        _: ModelRequest<'_>,
+    ) -> Result<agent_core::ModelReply, agent_providers::ProviderError> {
+        Err(agent_providers::ProviderError::Failed(
+            "this runtime has no model".into(),
+        ))
+    }
+}
+
 /// A failure of the runtime itself (not of the run: those are outcomes).
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -100,6 +122,8 @@ pub struct Runtime {
     summarizer: Arc<dyn Summarizer>,
     sink: Option<EventSink>,
     redactor: Redactor,
+    /// False for [`Runtime::without_model`].
+    has_model: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -133,6 +157,29 @@ impl Runtime {
             // Credential formats only: a library reads no environment behind its user's back
             // (the `agent` binary passes `Redactor::from_env`).
             redactor: Redactor::new([]),
+            has_model: true,
+        }
+    }
+
+    /// A runtime without a model: it cancels runs and builds their prompts, and refuses,
+    /// before anything is written, whatever would ask a model (start, resume, reply,
+    /// approve, deny, resolve).
+    pub fn without_model(gateway: Arc<Gateway>, store: Arc<dyn Store>) -> Runtime {
+        let mut runtime = Runtime::new(Arc::new(NoModel), gateway, store);
+        runtime.has_model = false;
+        runtime
+    }
+
+    /// Refuses what needs a model on a runtime without one.
+    fn needs_model(&self) -> Result<(), RuntimeError> {
+        if self.has_model {
+            Ok(())
+        } else {
+            Err(RuntimeError::Refused(
+                "this runtime has no model: it can cancel runs and show their prompts, not \
+                 drive them"
+                    .to_owned(),
+            ))
         }
     }
 
@@ -214,6 +261,7 @@ impl Runtime {
         request: RunRequest,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        self.needs_model()?;
         let run_id = request.run_id;
         let config = RunConfig {
             run_id: run_id.clone(),
@@ -231,6 +279,7 @@ impl Runtime {
         run_id: &str,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        self.needs_model()?;
         let (machine, log) = self.load(run_id).await?;
         self.check_tools(run_id, &log)?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
@@ -247,6 +296,7 @@ impl Runtime {
         budget: Option<Budget>,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        self.needs_model()?;
         let log = self.load_log(run_id).await?;
         self.check_tools(run_id, &log)?;
         let text = self.redactor.redact_str(text);
@@ -406,6 +456,7 @@ impl Runtime {
         input: Input,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        self.needs_model()?;
         let (mut machine, log) = self.load(run_id).await?;
         self.check_tools(run_id, &log)?;
         let waits_for = match machine.poll_command() {

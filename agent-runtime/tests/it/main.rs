@@ -1006,3 +1006,44 @@ async fn read_result_pages_through_a_blob_by_offset_and_limit() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_runtime_without_a_model_cancels_and_refuses_what_needs_one() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "s1", "name": "save"}]},
+        {"final": "saved"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s.runtime(script, Arc::clone(&store), vec![Arc::new(Save)]);
+    rt.start(
+        RunRequest::new("run-w", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let before = store.load("run-w").unwrap().len();
+    let bare = Runtime::without_model(
+        Arc::new(Gateway::new(Workspace::new(s.dir.path()).unwrap())),
+        Arc::clone(&store),
+    );
+    let token = CancellationToken::new;
+    for refused in [
+        bare.resume("run-w", token()).await,
+        bare.approve("run-w", vec![], token()).await,
+        bare.reply("run-w", "go", None, token()).await,
+        bare.start(RunRequest::new("run-x", "g", Budget::default()), token())
+            .await,
+    ] {
+        let err = refused.unwrap_err().to_string();
+        assert!(err.contains("no model"), "{err}");
+    }
+    assert_eq!(
+        store.load("run-w").unwrap().len(),
+        before,
+        "nothing written"
+    );
+    assert!(store.load("run-x").is_err(), "no run started");
+    let cancelled = bare.cancel("run-w").await.unwrap();
+    assert_eq!(cancelled.outcome.reason, TerminalReason::Cancelled);
+}
