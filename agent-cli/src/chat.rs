@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_core::{CallId, PendingCall, RunState, TerminalReason};
+use agent_core::{CallId, PendingCall, TerminalReason};
 use agent_runtime::{Report, RunRequest, Runtime, RuntimeError};
 use agent_store::{SledStore, Store as _};
 use agent_tools::{ToolActivity, ToolObserver};
@@ -226,20 +226,10 @@ pub(super) fn chat(
             ));
         }
     };
-    if let Some(id) = &run {
-        let log = store.load(id)?;
-        let state = RunState::fold(&log).map_err(|e| Failure {
-            code: EXIT_FAILED,
-            message: format!("the log of run {id} is damaged: {e}"),
-        })?;
-        if state.version == 0 {
-            return Err(usage(format!("no run {id} in {}", store_dir.display())));
-        }
-        current = Some(Report {
-            run_id: id.clone(),
-            outcome: state.outcome().cloned().unwrap_or_else(|| pause_of(&state)),
-            state,
-        });
+    if let Some(id) = &run
+        && store.load(id)?.is_empty()
+    {
+        return Err(usage(format!("no run {id} in {}", store_dir.display())));
     }
     let model = load_model(
         &model_text,
@@ -259,6 +249,14 @@ pub(super) fn chat(
         message: format!("cannot read the terminal: {e}"),
     })?;
     let mut always: BTreeSet<String> = BTreeSet::new();
+    if let Some(id) = &run {
+        // Where the run stands; an interrupted one goes on first.
+        let standing = match rt.block_on(runtime.standing(id))? {
+            Some(report) => report,
+            None => rt.block_on(runtime.resume(id, exchange_token(&rt)))?,
+        };
+        current = Some(standing);
+    }
     tell(format_args!(
         "agent chat: type a message; /context, /cost, /exit. Ctrl-C stops the current exchange.\n"
     ));
@@ -346,7 +344,7 @@ pub(super) fn chat(
                 tell(format_args!("agent: {}\n", Failure::from(e).message));
                 // The run is where it was.
                 if let Some(id) = run_id {
-                    current = reload(&runtime, &id);
+                    current = reload(&rt, &runtime, &id);
                 }
             }
         }
@@ -375,7 +373,7 @@ fn follow(
                 Ok(next) => report = next,
                 Err(e) => {
                     tell(format_args!("agent: {}\n", Failure::from(e).message));
-                    return reload(runtime, &report.run_id);
+                    return reload(rt, runtime, &report.run_id);
                 }
             }
         }
@@ -405,44 +403,8 @@ fn apply(
     })
 }
 
-/// The pause a run that has not ended waits in, as a report would give it.
-fn pause_of(state: &RunState) -> agent_core::Outcome {
-    let (reason, message, pending) = match &state.status {
-        agent_core::Status::AwaitingApproval(a) => (
-            TerminalReason::ApprovalRequired,
-            a.summary
-                .clone()
-                .map(|s| format!("the model asks a person's approval: {s}"))
-                .unwrap_or_else(|| format!("{} call(s) need a person's approval", a.pending.len())),
-            a.pending.clone(),
-        ),
-        agent_core::Status::AwaitingResolution { pending, .. } => (
-            TerminalReason::OutcomeUnknown,
-            "calls of unknown outcome wait to be settled".to_owned(),
-            pending.clone(),
-        ),
-        _ => (
-            TerminalReason::Cancelled,
-            "interrupted; say something to go on".to_owned(),
-            Vec::new(),
-        ),
-    };
-    agent_core::Outcome {
-        reason,
-        answer: None,
-        message,
-        pending,
-    }
-}
-
-fn reload(runtime: &Runtime, run_id: &str) -> Option<Report> {
-    let log = runtime.store().load(run_id).ok()?;
-    let state = RunState::fold(&log).ok()?;
-    Some(Report {
-        run_id: run_id.to_owned(),
-        outcome: state.outcome().cloned().unwrap_or_else(|| pause_of(&state)),
-        state,
-    })
+fn reload(rt: &tokio::runtime::Runtime, runtime: &Runtime, run_id: &str) -> Option<Report> {
+    rt.block_on(runtime.standing(run_id)).ok().flatten()
 }
 
 /// The answer (unless it was already streamed), or what the run waits for and why.

@@ -255,6 +255,19 @@ impl Runtime {
         Arc::clone(&self.store)
     }
 
+    /// Where a run stands, without driving it: its outcome if it ended or waits for a
+    /// person (the pending calls included), `None` if it was interrupted (`resume` goes on
+    /// with it).
+    pub async fn standing(&self, run_id: &str) -> Result<Option<Report>, RuntimeError> {
+        let (machine, _) = self.load(run_id).await?;
+        let outcome = machine.outcome();
+        Ok(outcome.map(|outcome| Report {
+            run_id: run_id.to_owned(),
+            outcome,
+            state: machine.state().clone(),
+        }))
+    }
+
     /// Starts a run and drives it until it stops or pauses.
     pub async fn start(
         &self,

@@ -344,3 +344,35 @@ fn chat_streams_a_real_models_text_once() {
         "shown as it came, not again: {screen}"
     );
 }
+
+#[test]
+fn chat_on_an_interrupted_run_goes_on_with_it() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}]},
+        {"final": "listed"},
+        {"final": "and more"}
+    ]));
+    // Killed after its tool ran, before the result was committed.
+    let out = env
+        .cmd()
+        .env("FAILPOINTS", "after_tools=return")
+        .args(["run", "--model", &model, "look"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let mut t = Terminal::spawn(&env, &["chat", &run]);
+    t.expect("listed");
+    t.expect("> ");
+    t.type_line("anything else?");
+    t.expect("and more");
+    t.expect("> ");
+    t.exit();
+    let log = events(&env, &run);
+    assert!(
+        log.iter().any(|e| e["type"] == "user_message"),
+        "the follow-up was taken"
+    );
+}

@@ -121,6 +121,18 @@ pub fn world(script: Vec<Reply>) -> World {
     }
 }
 
+impl World {
+    /// Calls of `tool` ask a person first.
+    pub fn asks_for(&mut self, tool: &str) {
+        self.verdicts.insert(
+            tool.to_owned(),
+            Verdict::Ask {
+                why: format!("{tool} asks"),
+            },
+        );
+    }
+}
+
 /// One call the fake tools ran.
 #[derive(Clone, Debug)]
 pub struct Exec {

@@ -972,12 +972,7 @@ fn a_paused_run_ends_on_a_cancel_not_on_the_clock() {
         Calls(vec![("w1", "write", json!({"n": 1}))]),
         Final("x"),
     ]);
-    w.verdicts.insert(
-        "write".into(),
-        Verdict::Ask {
-            why: "write asks".into(),
-        },
-    );
+    w.asks_for("write");
     w.budget.max_wall_time_ms = Some(1_000);
     let paused = check(w.clone(), TerminalReason::ApprovalRequired);
     let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
@@ -1005,12 +1000,7 @@ fn an_approval_committed_before_a_crash_holds_after_it() {
         Calls(vec![("w1", "write", json!({"n": 1}))]),
         Final("written"),
     ]);
-    w.verdicts.insert(
-        "write".into(),
-        Verdict::Ask {
-            why: "writes ask".into(),
-        },
-    );
+    w.asks_for("write");
     w.person.push_back(Person::Approve);
     w.reconcile = Some(Finding::NotApplied);
     let full = run(w.clone());
@@ -1088,12 +1078,7 @@ fn approving_one_of_two_pending_calls_waits_for_the_other() {
         ]),
         Final("done"),
     ]);
-    w.verdicts.insert(
-        "write".into(),
-        Verdict::Ask {
-            why: "writes ask".into(),
-        },
-    );
+    w.asks_for("write");
     w.person.push_back(Person::Away);
     let paused = check(w.clone(), TerminalReason::ApprovalRequired);
     let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();

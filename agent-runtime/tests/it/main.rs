@@ -366,6 +366,25 @@ impl Tool for Save {
     }
 }
 
+/// A run started on a script that calls `save` (which asks), then answers `answer`:
+/// paused for approval.
+async fn paused_on_save(s: &Setup, store: &Arc<dyn Store>, run_id: &str, answer: &str) -> Runtime {
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "s1", "name": "save"}]},
+        {"final": answer}
+    ]});
+    let rt = s.runtime(script, Arc::clone(store), vec![Arc::new(Save)]);
+    let report = rt
+        .start(
+            RunRequest::new(run_id, "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::ApprovalRequired);
+    rt
+}
+
 #[tokio::test]
 async fn a_paused_run_stays_paused_across_resume() {
     let s = setup();
@@ -443,18 +462,8 @@ async fn approve_runs_the_pending_call_and_the_run_completes() {
 #[tokio::test]
 async fn deny_tells_the_model_and_the_run_goes_on() {
     let s = setup();
-    let script = json!({"turns": [
-        {"tool_calls": [{"id": "s1", "name": "save"}]},
-        {"final": "not saved"}
-    ]});
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let rt = s.runtime(script, Arc::clone(&store), vec![Arc::new(Save)]);
-    rt.start(
-        RunRequest::new("run-h", "g", Budget::default()),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let rt = paused_on_save(&s, &store, "run-h", "not saved").await;
     let done = rt
         .deny(
             "run-h",
@@ -1010,18 +1019,8 @@ async fn read_result_pages_through_a_blob_by_offset_and_limit() {
 #[tokio::test]
 async fn a_runtime_without_a_model_cancels_and_refuses_what_needs_one() {
     let s = setup();
-    let script = json!({"turns": [
-        {"tool_calls": [{"id": "s1", "name": "save"}]},
-        {"final": "saved"}
-    ]});
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let rt = s.runtime(script, Arc::clone(&store), vec![Arc::new(Save)]);
-    rt.start(
-        RunRequest::new("run-w", "g", Budget::default()),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    paused_on_save(&s, &store, "run-w", "saved").await;
     let before = store.load("run-w").unwrap().len();
     let bare = Runtime::without_model(
         Arc::new(Gateway::new(Workspace::new(s.dir.path()).unwrap())),
