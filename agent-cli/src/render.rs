@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use agent_core::{Decision, Entry, Event, Outcome, TerminalReason, ToolCall};
+use agent_core::{Decision, Entry, Event, ModelErrorKind, Outcome, TerminalReason, ToolCall};
 use agent_runtime::Report;
 use agent_store::RunSummary;
 use serde_json::{Value, json};
@@ -16,6 +16,8 @@ pub fn outcome_json(report: &Report) -> Value {
         "reason": o.reason.as_str(),
         "answer": if o.reason == TerminalReason::Completed { json!(o.answer) } else { Value::Null },
         "message": o.message,
+        "error_kind": o.model_error,
+        "advice": advice(o, &report.run_id),
         "steps": report.state.steps,
         "tool_calls": report.state.tool_calls,
         "usage": {
@@ -45,7 +47,7 @@ pub fn outcome_text(report: &Report) -> String {
         plural(s.steps, "model call"),
         plural(s.tool_calls, "tool call"),
     );
-    if let Some(advice) = advice(o.reason) {
+    if let Some(advice) = advice(o, &report.run_id) {
         let _ = write!(out, "; {advice}");
     }
     for p in &o.pending {
@@ -82,8 +84,20 @@ pub fn outcome_text(report: &Report) -> String {
 
 /// What a person can do about a stop, in this command line's terms (the outcome in the log
 /// says what happened, not which flag to use).
-fn advice(reason: TerminalReason) -> Option<&'static str> {
-    Some(match reason {
+fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
+    Some(match outcome.reason {
+        TerminalReason::ModelError => match outcome.model_error? {
+            ModelErrorKind::Auth => {
+                "check the API key (OPENAI_API_KEY or ANTHROPIC_API_KEY, as --model names the provider)"
+            }
+            ModelErrorKind::NotFound => "check the model name in --model and the --base-url",
+            ModelErrorKind::RateLimited | ModelErrorKind::Server | ModelErrorKind::Transport => {
+                return Some(format!(
+                    "the failure may pass: go on later with agent resume {run_id} \"…\""
+                ));
+            }
+            _ => return None,
+        },
         TerminalReason::MaxSteps => {
             "raise --max-steps to allow more (with a message: agent resume RUN \"…\" --max-steps N)"
         }
@@ -98,7 +112,8 @@ fn advice(reason: TerminalReason) -> Option<&'static str> {
             "change the policy with --allow, or give the model another goal"
         }
         _ => return None,
-    })
+    }
+    .to_owned())
 }
 
 /// `agent runs` as a table.
@@ -244,7 +259,11 @@ fn detail(run_id: &str, event: &Event) -> String {
             )
         }
         Event::DecisionRejected { turn, problem, .. } => format!("turn {turn}: {problem}"),
-        Event::ModelFailed { turn, message } => format!("turn {turn}: {message}"),
+        Event::ModelFailed {
+            turn,
+            message,
+            kind,
+        } => format!("turn {turn}: {kind}: {message}"),
         Event::ModelRetried { turn, retry } => format!(
             "turn {turn}: attempt {} failed ({}); retried after {} ms",
             retry.attempt, retry.reason, retry.wait_ms

@@ -116,12 +116,7 @@ impl LogBuilder {
             answer: text.into(),
         })
         .event(Event::RunEnded {
-            outcome: Outcome {
-                reason: TerminalReason::Completed,
-                answer: Some(text.into()),
-                message: "the model gave its final answer".into(),
-                pending: Vec::new(),
-            },
+            outcome: Outcome::completed(text),
         })
     }
 

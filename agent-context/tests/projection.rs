@@ -490,12 +490,7 @@ fn conversation_log() -> Log {
             usage: Usage::default(),
         });
         log.push(Event::RunEnded {
-            outcome: Outcome {
-                reason: TerminalReason::Completed,
-                answer: Some(format!("answer {i}")),
-                message: "the model gave its final answer".into(),
-                pending: vec![],
-            },
+            outcome: Outcome::completed(format!("answer {i}")),
         });
     }
     log

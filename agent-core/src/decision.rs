@@ -323,6 +323,65 @@ pub struct InvalidReply {
     pub problem: String,
 }
 
+/// Why a model call failed, as a class a program can act on (the message says the rest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    /// The provider is limiting requests (HTTP 429): wait and try again.
+    RateLimited,
+    /// The provider refused the credentials (HTTP 401/403).
+    Auth,
+    /// The provider has no such model or endpoint (HTTP 404).
+    NotFound,
+    /// The provider refused the request as malformed or too large (other 4xx).
+    BadRequest,
+    /// The provider failed on its side (5xx, overloaded).
+    Server,
+    /// The connection failed, broke, or went silent.
+    Transport,
+    /// The provider answered something that could not be read.
+    Decode,
+    /// The client could not be set up (TLS, HTTP client).
+    Setup,
+    /// A scripted or recorded model has nothing more to say.
+    Exhausted,
+    /// Anything else (a scripted failure, an older log without a kind).
+    #[default]
+    Other,
+}
+
+impl ModelErrorKind {
+    /// The kind as written in the log and in `--json` output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelErrorKind::RateLimited => "rate_limited",
+            ModelErrorKind::Auth => "auth",
+            ModelErrorKind::NotFound => "not_found",
+            ModelErrorKind::BadRequest => "bad_request",
+            ModelErrorKind::Server => "server",
+            ModelErrorKind::Transport => "transport",
+            ModelErrorKind::Decode => "decode",
+            ModelErrorKind::Setup => "setup",
+            ModelErrorKind::Exhausted => "exhausted",
+            ModelErrorKind::Other => "other",
+        }
+    }
+
+    /// Whether trying the same call again later may succeed.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            ModelErrorKind::RateLimited | ModelErrorKind::Server | ModelErrorKind::Transport
+        )
+    }
+}
+
+impl std::fmt::Display for ModelErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One retried attempt of a model call, recorded in the log.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Retry {

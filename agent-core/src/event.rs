@@ -127,6 +127,9 @@ pub enum Event {
         turn: u32,
         /// The provider's error.
         message: String,
+        /// Its class (`other` in logs written before kinds were recorded).
+        #[serde(default)]
+        kind: crate::decision::ModelErrorKind,
     },
     /// Fact: a proposed call was refused before running (unknown tool, invalid arguments,
     /// denied); the result is what the model sees.

@@ -179,6 +179,9 @@ pub struct Outcome {
     /// For `approval_required`: the calls waiting.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<PendingCall>,
+    /// For `model_error`: the class of the provider's failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_error: Option<crate::decision::ModelErrorKind>,
 }
 
 impl Outcome {
@@ -189,6 +192,7 @@ impl Outcome {
             answer: None,
             message: message.into(),
             pending: Vec::new(),
+            model_error: None,
         }
     }
 
@@ -199,6 +203,7 @@ impl Outcome {
             answer: Some(answer.into()),
             message: "the model gave its final answer".to_owned(),
             pending: Vec::new(),
+            model_error: None,
         }
     }
 }

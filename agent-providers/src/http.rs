@@ -88,21 +88,13 @@ impl std::fmt::Debug for HttpModel {
     }
 }
 
-enum Failure {
-    Retryable {
-        reason: String,
-        retry_after: Option<Duration>,
-    },
-    Fatal(String),
-}
-
 /// The TLS settings of this client alone: rustls with ring and the platform's certificate
 /// verifier (as reqwest would choose), without installing anything process-wide, so an
 /// application embedding this crate keeps its own TLS choices.
 fn tls() -> Result<rustls::ClientConfig, ProviderError> {
     use rustls_platform_verifier::BuilderVerifierExt as _;
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let fail = |e: rustls::Error| ProviderError::Failed(format!("cannot set up TLS: {e}"));
+    let fail = |e: rustls::Error| ProviderError::Setup(format!("cannot set up TLS: {e}"));
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(fail)?
@@ -126,7 +118,7 @@ impl HttpModel {
             .tls_backend_preconfigured(tls()?)
             .connect_timeout(Duration::from_secs(10))
             .build()
-            .map_err(|e| ProviderError::Failed(format!("cannot build the HTTP client: {e}")))?;
+            .map_err(|e| ProviderError::Setup(format!("cannot build the HTTP client: {e}")))?;
         Ok(HttpModel {
             dialect,
             provider: provider.to_owned(),
@@ -180,29 +172,39 @@ impl HttpModel {
         }
     }
 
-    fn hint(&self, status: u16, body: &str) -> String {
+    /// The error an HTTP status names. The body is the server's (untrusted): a bounded
+    /// excerpt of it goes into the message.
+    fn refusal(&self, status: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
         let body: String = body.chars().take(300).collect();
-        let key_var = match self.dialect {
-            Dialect::Anthropic => "ANTHROPIC_API_KEY",
-            Dialect::OpenAi => "OPENAI_API_KEY",
-        };
+        let provider = &self.provider;
         match status {
-            401 | 403 => format!(
-                "{} refused the API key (HTTP {status}); check {key_var}: {body}",
-                self.provider
-            ),
-            404 => format!(
-                "{} has no model {:?} at {} (HTTP 404); check the model name and the base URL: {body}",
-                self.provider, self.model, self.base_url
-            ),
-            _ => format!(
-                "{} rejected the request (HTTP {status}): {body}",
-                self.provider
-            ),
+            429 if body.contains("insufficient_quota") => ProviderError::BadRequest {
+                message: format!("{provider} says the account is out of quota (HTTP 429): {body}"),
+            },
+            429 => ProviderError::RateLimited {
+                message: format!("{provider} is limiting requests (HTTP 429): {body}"),
+                retry_after,
+            },
+            401 | 403 => ProviderError::Auth {
+                message: format!("{provider} refused the API key (HTTP {status}): {body}"),
+            },
+            404 => ProviderError::NotFound {
+                message: format!(
+                    "{provider} has no model {:?} at {} (HTTP 404): {body}",
+                    self.model, self.base_url
+                ),
+            },
+            408 | 409 | 500..=599 => ProviderError::Server {
+                message: format!("HTTP {status}: {body}"),
+                retry_after,
+            },
+            _ => ProviderError::BadRequest {
+                message: format!("{provider} rejected the request (HTTP {status}): {body}"),
+            },
         }
     }
 
-    async fn attempt(&self, body: &Value) -> Result<Assembled, Failure> {
+    async fn attempt(&self, body: &Value) -> Result<Assembled, ProviderError> {
         let mut request = self
             .client
             .post(self.endpoint())
@@ -216,32 +218,23 @@ impl HttpModel {
         if self.dialect == Dialect::Anthropic {
             request = request.header("anthropic-version", "2023-06-01");
         }
-        let response = request.send().await.map_err(|e| Failure::Retryable {
-            reason: format!("connection error: {e}"),
-            retry_after: None,
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ProviderError::Transport(format!("connection error: {e}")))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let retry_after = retry_after(response.headers());
             let text = response.text().await.unwrap_or_default();
-            return Err(match status {
-                408 | 409 | 429 | 500..=599 => Failure::Retryable {
-                    reason: format!(
-                        "HTTP {status}: {}",
-                        text.chars().take(200).collect::<String>()
-                    ),
-                    retry_after,
-                },
-                _ => Failure::Fatal(self.hint(status, &text)),
-            });
+            return Err(self.refusal(status, &text, retry_after));
         }
         if !self.stream {
-            let text = response.text().await.map_err(|e| Failure::Retryable {
-                reason: format!("the response broke: {e}"),
-                retry_after: None,
-            })?;
+            let text = response
+                .text()
+                .await
+                .map_err(|e| ProviderError::Transport(format!("the response broke: {e}")))?;
             let body: Value = serde_json::from_str(&text).map_err(|e| {
-                Failure::Fatal(format!(
+                ProviderError::Decode(format!(
                     "{} answered something that is not JSON: {e}",
                     self.provider
                 ))
@@ -257,20 +250,14 @@ impl HttpModel {
         loop {
             let next = match tokio::time::timeout(self.idle_timeout, events.next()).await {
                 Err(_) => {
-                    return Err(Failure::Retryable {
-                        reason: format!(
-                            "the stream was silent for {} s",
-                            self.idle_timeout.as_secs()
-                        ),
-                        retry_after: None,
-                    });
+                    return Err(ProviderError::Transport(format!(
+                        "the stream was silent for {} s",
+                        self.idle_timeout.as_secs()
+                    )));
                 }
                 Ok(None) => break,
                 Ok(Some(Err(e))) => {
-                    return Err(Failure::Retryable {
-                        reason: format!("the stream broke: {e}"),
-                        retry_after: None,
-                    });
+                    return Err(ProviderError::Transport(format!("the stream broke: {e}")));
                 }
                 Ok(Some(Ok(event))) => event,
             };
@@ -278,20 +265,10 @@ impl HttpModel {
                 Dialect::OpenAi => openai.push(&next.data),
                 Dialect::Anthropic => anthropic.push(&next.event, &next.data),
             };
-            match pushed {
-                Ok(Some(text)) => {
-                    if let Some(sink) = &self.on_text {
-                        sink(&text);
-                    }
+            if let Some(text) = pushed? {
+                if let Some(sink) = &self.on_text {
+                    sink(&text);
                 }
-                Ok(None) => {}
-                Err(message) if message.contains("overloaded") || message.contains("api_error") => {
-                    return Err(Failure::Retryable {
-                        reason: message,
-                        retry_after: None,
-                    });
-                }
-                Err(message) => return Err(Failure::Fatal(message)),
             }
         }
         let (done, assembled) = match self.dialect {
@@ -299,10 +276,9 @@ impl HttpModel {
             Dialect::Anthropic => (anthropic.is_done(), anthropic.finish()),
         };
         if !done {
-            return Err(Failure::Retryable {
-                reason: "the stream ended before its end marker".to_owned(),
-                retry_after: None,
-            });
+            return Err(ProviderError::Transport(
+                "the stream ended before its end marker".to_owned(),
+            ));
         }
         Ok(assembled)
     }
@@ -363,7 +339,9 @@ impl Model for HttpModel {
         };
         let mut retries = Vec::new();
         let mut waited = Duration::ZERO;
-        for attempt in 1..=self.retry.max_attempts.max(1) {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             match self.attempt(&body).await {
                 Ok(assembled) => {
                     let mut reply = assembled.decide();
@@ -376,24 +354,34 @@ impl Model for HttpModel {
                     reply.retries = retries;
                     return Ok(reply);
                 }
-                Err(Failure::Fatal(message)) => return Err(ProviderError::Failed(message)),
-                Err(Failure::Retryable {
-                    reason,
-                    retry_after,
-                }) => {
+                Err(e) if !e.is_retryable() => {
+                    return Err(if retries.is_empty() {
+                        e
+                    } else {
+                        ProviderError::GaveUp {
+                            last: Box::new(e),
+                            why: format!("not worth retrying, after {attempt} attempts"),
+                            retries,
+                        }
+                    });
+                }
+                Err(e) => {
                     if attempt >= self.retry.max_attempts {
                         return Err(ProviderError::GaveUp {
-                            message: format!("{reason} (gave up after {attempt} attempts)"),
+                            last: Box::new(e),
+                            why: format!("gave up after {attempt} attempts"),
                             retries,
                         });
                     }
-                    let wait = retry_after
+                    let wait = e
+                        .retry_after()
                         .unwrap_or_else(|| self.backoff(attempt))
                         .min(self.retry.max_wait);
                     if waited + wait > self.retry.max_total_wait {
                         return Err(ProviderError::GaveUp {
-                            message: format!(
-                                "{reason} (gave up: retrying would wait past {} s in all)",
+                            last: Box::new(e),
+                            why: format!(
+                                "gave up: retrying would wait past {} s in all",
                                 self.retry.max_total_wait.as_secs()
                             ),
                             retries,
@@ -403,12 +391,11 @@ impl Model for HttpModel {
                     waited += wait;
                     retries.push(Retry {
                         attempt,
-                        reason,
+                        reason: e.to_string(),
                         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                     });
                 }
             }
         }
-        Err(ProviderError::Failed("no attempt was made".to_owned()))
     }
 }

@@ -15,6 +15,7 @@
 //! assert_eq!(reply.decision, Ok(Decision::Final { answer: "hello".into() }));
 //! ```
 
+mod error;
 #[cfg(feature = "http")]
 mod http;
 mod replay;
@@ -24,6 +25,7 @@ mod spec;
 pub mod testing;
 pub mod wire;
 
+pub use error::ProviderError;
 #[cfg(feature = "http")]
 pub use http::{Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after};
 pub use replay::ReplayModel;
@@ -40,30 +42,6 @@ pub struct ModelRequest<'a> {
     pub prompt: &'a Prompt,
     /// Model calls this run already made (0 for the first call).
     pub step: u32,
-}
-
-/// Why a model call failed (after the provider's own retries).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ProviderError {
-    /// The provider answered with an error.
-    #[error("{0}")]
-    Failed(String),
-    /// The provider failed on every attempt the retry budget allowed.
-    #[error("{message}")]
-    GaveUp {
-        /// The last failure, and how many attempts were made.
-        message: String,
-        /// The attempts before the last one.
-        retries: Vec<agent_core::Retry>,
-    },
-    /// A script has no turn for this call.
-    #[error(
-        "the script has {turns} turn(s) and all were used; add a turn or end with a final answer"
-    )]
-    ScriptExhausted {
-        /// How many turns the script has.
-        turns: usize,
-    },
 }
 
 /// A model: one decision per call.

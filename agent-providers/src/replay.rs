@@ -9,7 +9,7 @@ use crate::{Model, ModelRequest, ProviderError};
 #[derive(Clone, Debug)]
 enum Recorded {
     Reply(ModelReply),
-    Failed(String),
+    Failed(agent_core::ModelErrorKind, String),
 }
 
 /// Replays the decisions of a recorded run, in order; the tools run for real.
@@ -41,7 +41,9 @@ impl ReplayModel {
                     problem.clone(),
                     *usage,
                 ))),
-                Event::ModelFailed { message, .. } => Some(Recorded::Failed(message.clone())),
+                Event::ModelFailed { message, kind, .. } => {
+                    Some(Recorded::Failed(*kind, message.clone()))
+                }
                 _ => None,
             })
             .collect();
@@ -76,8 +78,10 @@ impl Model for ReplayModel {
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
         match self.answers.get(index) {
             Some(Recorded::Reply(reply)) => Ok(reply.clone()),
-            Some(Recorded::Failed(message)) => Err(ProviderError::Failed(message.clone())),
-            None => Err(ProviderError::Failed(format!(
+            Some(Recorded::Failed(kind, message)) => {
+                Err(ProviderError::of_kind(*kind, message.clone()))
+            }
+            None => Err(ProviderError::Exhausted(format!(
                 "run {} made {} model call(s); this run asks for one more",
                 self.run_id,
                 self.answers.len()

@@ -212,9 +212,10 @@ impl Model for ScriptModel {
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
         let Some(turn) = self.turns.get(index) else {
-            return Err(ProviderError::ScriptExhausted {
-                turns: self.turns.len(),
-            });
+            return Err(ProviderError::Exhausted(format!(
+                "the script has {} turn(s) and all were used; add a turn or end with a final answer",
+                self.turns.len()
+            )));
         };
         if !turn.delay.is_zero() {
             // Simulated latency: the script stands in for a model that takes this long.
@@ -227,7 +228,7 @@ impl Model for ScriptModel {
                 "the reply is not a decision (not JSON of a known shape)",
                 turn.usage,
             )),
-            Answer::Error(message) => Err(ProviderError::Failed(message.clone())),
+            Answer::Error(message) => Err(ProviderError::Scripted(message.clone())),
         }
     }
 }

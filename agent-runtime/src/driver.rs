@@ -71,7 +71,7 @@ impl Model for NoModel {
         &self,
         _: ModelRequest<'_>,
     ) -> Result<agent_core::ModelReply, agent_providers::ProviderError> {
-        Err(agent_providers::ProviderError::Failed(
+        Err(agent_providers::ProviderError::Setup(
             "this runtime has no model".into(),
         ))
     }
@@ -619,17 +619,13 @@ impl Runtime {
                             machine.handle(Input::ModelReplied(reply))?
                         }
                         Some(Err(e)) => {
-                            let mut retries = match &e {
-                                agent_providers::ProviderError::GaveUp { retries, .. } => {
-                                    retries.clone()
-                                }
-                                _ => Vec::new(),
-                            };
+                            let mut retries = e.retries().to_vec();
                             for retry in &mut retries {
                                 retry.reason = self.redactor.redact_str(&retry.reason);
                             }
                             machine.handle(Input::ModelFailed {
                                 message: self.redactor.redact_str(&e.to_string()),
+                                kind: e.kind(),
                                 retries,
                             })?
                         }

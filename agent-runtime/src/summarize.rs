@@ -101,7 +101,7 @@ mod tests {
                     Decision::Final { answer: a.into() },
                     Usage::default(),
                 )),
-                None => Err(ProviderError::Failed("down".into())),
+                None => Err(ProviderError::Transport("down".into())),
             }
         }
     }

@@ -106,6 +106,7 @@ pub fn filler(version: u64, turn: u32) -> Entry {
         event: Event::ModelFailed {
             turn,
             message: format!("filler {version}"),
+            kind: agent_core::ModelErrorKind::Other,
         },
     }
 }

@@ -107,13 +107,24 @@ async fn anthropic_run_and_a_rejected_key() {
     let (code, v, _) = run_json(&env, &args, Some(("ANTHROPIC_API_KEY", "k-1")));
     assert_eq!(code, Some(5));
     assert_eq!(v["reason"], "model_error");
+    assert_eq!(v["error_kind"], "auth", "{v}");
     assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("check ANTHROPIC_API_KEY"),
+        v["message"].as_str().unwrap().contains("refused the API key"),
         "{v}"
     );
+    assert!(
+        v["advice"].as_str().unwrap().contains("ANTHROPIC_API_KEY"),
+        "the command line, not the library, says what to check: {v}"
+    );
+    let id = v["run_id"].as_str().unwrap();
+    let log: Value = serde_json::from_slice(&env.run(&["show", "--json", id]).stdout).unwrap();
+    let failed = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e.to_string().contains("model_failed"))
+        .expect("the failure is in the log");
+    assert!(failed.to_string().contains(r#""kind":"auth""#), "{failed}");
     assert_eq!(server.received().len(), 2, "401 is not retried");
 }
 

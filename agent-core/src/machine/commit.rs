@@ -211,10 +211,8 @@ impl Machine {
             (_, n) => format!("{n} call(s) need a person's approval"),
         };
         Outcome {
-            reason: TerminalReason::ApprovalRequired,
-            answer: None,
-            message,
             pending,
+            ..Outcome::stop(TerminalReason::ApprovalRequired, message)
         }
     }
 
@@ -228,14 +226,13 @@ impl Machine {
             .iter()
             .map(|p| format!("{} ({})", p.call_id, p.tool))
             .collect();
+        let message = format!(
+            "whether call {} took effect is unknown; a person must check and settle it",
+            calls.join(", ")
+        );
         Outcome {
-            reason: TerminalReason::OutcomeUnknown,
-            answer: None,
-            message: format!(
-                "whether call {} took effect is unknown; a person must check and settle it",
-                calls.join(", ")
-            ),
             pending,
+            ..Outcome::stop(TerminalReason::OutcomeUnknown, message)
         }
     }
 

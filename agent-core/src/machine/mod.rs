@@ -67,6 +67,8 @@ pub enum Input {
     ModelFailed {
         /// The provider's error.
         message: String,
+        /// Its class.
+        kind: crate::decision::ModelErrorKind,
         /// The attempts that failed before the last one.
         retries: Vec<crate::decision::Retry>,
     },
@@ -492,18 +494,28 @@ impl Machine {
                 });
                 self.commit();
             }
-            (Phase::AwaitingModel { turn }, Input::ModelFailed { message, retries }) => {
+            (
+                Phase::AwaitingModel { turn },
+                Input::ModelFailed {
+                    message,
+                    kind,
+                    retries,
+                },
+            ) => {
                 for retry in retries {
                     self.stage(Event::ModelRetried { turn, retry });
                 }
                 self.stage(Event::ModelFailed {
                     turn,
                     message: message.clone(),
+                    kind,
                 });
-                self.end(Outcome::stop(
+                let mut outcome = Outcome::stop(
                     TerminalReason::ModelError,
                     format!("the model provider failed: {message}"),
-                ));
+                );
+                outcome.model_error = Some(kind);
+                self.end(outcome);
             }
             (
                 Phase::AwaitingChecks {

@@ -233,6 +233,7 @@ fn model_reply(turn: &Turn) -> Input {
                     wait_ms: 500,
                 }],
                 message: (*msg).into(),
+                kind: agent_core::ModelErrorKind::Server,
             };
         }
     };

@@ -6,6 +6,7 @@ use agent_core::{Part, Prompt, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
 use super::{Assembled, WireCall, wire_name};
+use crate::ProviderError;
 
 /// Output tokens asked for when nothing else is configured.
 pub const DEFAULT_MAX_TOKENS: u32 = 8_192;
@@ -123,7 +124,7 @@ pub struct Stream {
 
 impl Stream {
     /// Takes one event; returns the text delta, if any, for live display.
-    pub fn push(&mut self, event: &str, data: &str) -> Result<Option<String>, String> {
+    pub fn push(&mut self, event: &str, data: &str) -> Result<Option<String>, ProviderError> {
         if event == "ping" {
             return Ok(None);
         }
@@ -131,7 +132,11 @@ impl Stream {
             Ok(v) => v,
             // Unknown events with odd payloads are ignored; known ones must parse.
             Err(_) if !KNOWN.contains(&event) => return Ok(None),
-            Err(e) => return Err(format!("a {event} event is not JSON: {e}")),
+            Err(e) => {
+                return Err(ProviderError::Decode(format!(
+                    "a {event} event is not JSON: {e}"
+                )));
+            }
         };
         let index = v["index"].as_u64().unwrap_or(0);
         match event {
@@ -180,10 +185,13 @@ impl Stream {
             }
             "message_stop" => self.done = true,
             "error" => {
-                return Err(format!(
-                    "the provider reported an error mid-stream: {} ({})",
-                    v["error"]["message"].as_str().unwrap_or("no message"),
-                    v["error"]["type"].as_str().unwrap_or("unknown")
+                let kind = v["error"]["type"].as_str().unwrap_or("unknown");
+                return Err(ProviderError::from_error_type(
+                    kind,
+                    format!(
+                        "the provider reported an error mid-stream: {} ({kind})",
+                        v["error"]["message"].as_str().unwrap_or("no message"),
+                    ),
                 ));
             }
             _ => {}

@@ -6,6 +6,7 @@ use agent_core::{Part, Prompt, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
 use super::{Assembled, WireCall, wire_name};
+use crate::ProviderError;
 
 /// The request body for `POST /chat/completions`.
 pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
@@ -155,16 +156,21 @@ pub struct Stream {
 
 impl Stream {
     /// Takes one `data:` payload; returns the text delta, if any, for live display.
-    pub fn push(&mut self, data: &str) -> Result<Option<String>, String> {
+    pub fn push(&mut self, data: &str) -> Result<Option<String>, ProviderError> {
         if data.trim() == "[DONE]" {
             self.done = true;
             return Ok(None);
         }
-        let chunk: Value =
-            serde_json::from_str(data).map_err(|e| format!("a stream chunk is not JSON: {e}"))?;
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| ProviderError::Decode(format!("a stream chunk is not JSON: {e}")))?;
         if let Some(error) = chunk.get("error") {
-            return Err(format!(
-                "the provider reported an error mid-stream: {error}"
+            let kind = error["type"]
+                .as_str()
+                .or_else(|| error["code"].as_str())
+                .unwrap_or("unknown");
+            return Err(ProviderError::from_error_type(
+                kind,
+                format!("the provider reported an error mid-stream: {error}"),
             ));
         }
         if let Some(usage) = usage_of(&chunk) {

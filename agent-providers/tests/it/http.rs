@@ -121,7 +121,8 @@ async fn retryable_statuses_are_retried_honouring_retry_after() {
         [(1, 30), (2, 20)],
         "Retry-After, then the doubled backoff"
     );
-    assert!(reply.retries[0].reason.starts_with("HTTP 429"));
+    let reason = &reply.retries[0].reason;
+    assert!(reason.contains("limiting requests (HTTP 429)"), "{reason}");
 }
 
 #[tokio::test]
@@ -165,23 +166,60 @@ async fn a_cut_stream_is_retried() {
 }
 
 #[tokio::test]
-async fn client_errors_are_not_retried_and_say_what_to_check() {
-    for (status, expected) in [
-        (401, "check OPENAI_API_KEY"),
-        (403, "check OPENAI_API_KEY"),
-        (404, "check the model name and the base URL"),
-        (400, "rejected the request (HTTP 400)"),
-        (422, "rejected the request (HTTP 422)"),
+async fn client_errors_are_not_retried_and_say_what_failed() {
+    for (status, body, kind, expected) in [
+        (
+            401,
+            "{}",
+            ModelErrorKind::Auth,
+            "refused the API key (HTTP 401)",
+        ),
+        (
+            403,
+            "{}",
+            ModelErrorKind::Auth,
+            "refused the API key (HTTP 403)",
+        ),
+        (404, "{}", ModelErrorKind::NotFound, "has no model \"test-model\""),
+        (
+            400,
+            "{}",
+            ModelErrorKind::BadRequest,
+            "rejected the request (HTTP 400)",
+        ),
+        (
+            422,
+            "{}",
+            ModelErrorKind::BadRequest,
+            "rejected the request (HTTP 422)",
+        ),
+        (
+            429,
+            r#"{"error":{"code":"insufficient_quota"}}"#,
+            ModelErrorKind::BadRequest,
+            "out of quota",
+        ),
     ] {
-        let (server, model) = model(
-            Dialect::OpenAi,
-            vec![Reply::status(status, r#"{"error":"no"}"#)],
-        )
-        .await;
-        let err = ask(&model).await.unwrap_err().to_string();
-        assert!(err.contains(expected), "{status}: {err}");
+        let (server, model) = model(Dialect::OpenAi, vec![Reply::status(status, body)]).await;
+        let err = ask(&model).await.unwrap_err();
+        assert_eq!(err.kind(), kind, "{status}: {err}");
+        assert!(err.to_string().contains(expected), "{status}: {err}");
+        assert!(err.retries().is_empty());
         assert_eq!(server.received().len(), 1, "{status} is not retried");
     }
+}
+
+#[tokio::test]
+async fn a_refusal_after_retries_keeps_the_retries_and_its_own_kind() {
+    let (server, model) = model(
+        Dialect::OpenAi,
+        vec![Reply::status(503, "{}"), Reply::status(401, "{}")],
+    )
+    .await;
+    let err = ask(&model).await.unwrap_err();
+    assert_eq!(server.received().len(), 2);
+    assert_eq!(err.kind(), ModelErrorKind::Auth, "{err}");
+    assert_eq!(err.retries().len(), 1, "the 503 is reported for the log");
 }
 
 #[tokio::test]
@@ -193,10 +231,17 @@ async fn retries_stop_at_the_attempt_limit() {
         "{err}"
     );
     assert_eq!(server.received().len(), 4);
-    let agent_providers::ProviderError::GaveUp { retries, .. } = err else {
-        panic!("{err:?}")
-    };
-    assert_eq!(retries.len(), 3, "each retry is reported, for the log");
+    assert_eq!(
+        err.kind(),
+        ModelErrorKind::Server,
+        "the last failure's kind"
+    );
+    assert!(!err.is_retryable(), "the retry budget is spent");
+    assert_eq!(
+        err.retries().len(),
+        3,
+        "each retry is reported, for the log"
+    );
 }
 
 #[tokio::test]
@@ -242,7 +287,9 @@ async fn a_server_that_is_not_there_is_a_retried_connection_error() {
         max_attempts: 2,
         ..quick()
     });
-    let err = ask(&model).await.unwrap_err().to_string();
+    let err = ask(&model).await.unwrap_err();
+    assert_eq!(err.kind(), ModelErrorKind::Transport);
+    let err = err.to_string();
     assert!(
         err.contains("connection error") && err.contains("2 attempts"),
         "{err}"

@@ -78,11 +78,11 @@ async fn every_turn_shape_becomes_its_decision() {
     assert_eq!(invalid.raw, "{half");
     assert_eq!(
         answer(&model, 7).await.unwrap_err(),
-        ProviderError::Failed("503 from upstream".into())
+        ProviderError::Scripted("503 from upstream".into())
     );
     assert_eq!(answer(&model, 8).await.unwrap().usage, Usage::tokens(12, 3));
     let exhausted = answer(&model, 9).await.unwrap_err();
-    assert_eq!(exhausted, ProviderError::ScriptExhausted { turns: 9 });
+    assert_eq!(exhausted.kind(), agent_core::ModelErrorKind::Exhausted);
     assert!(exhausted.to_string().contains("9 turn(s)"));
 }
 

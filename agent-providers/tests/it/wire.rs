@@ -140,7 +140,50 @@ fn anthropic_block_out_of_order_does_not_break_assembly() {
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
         )
         .unwrap_err();
-    assert!(err.contains("overloaded_error"));
+    assert!(err.to_string().contains("overloaded_error"), "{err}");
+    assert_eq!(err.kind(), ModelErrorKind::Server);
+    assert!(err.is_retryable());
+}
+
+#[test]
+fn mid_stream_errors_are_classified_by_their_type() {
+    let anthropic_error = |kind: &str| {
+        anthropic::Stream::default()
+            .push(
+                "error",
+                &format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"m"}}}}"#),
+            )
+            .unwrap_err()
+    };
+    for (kind, expected, retryable) in [
+        ("rate_limit_error", ModelErrorKind::RateLimited, true),
+        ("overloaded_error", ModelErrorKind::Server, true),
+        ("api_error", ModelErrorKind::Server, true),
+        ("authentication_error", ModelErrorKind::Auth, false),
+        ("permission_error", ModelErrorKind::Auth, false),
+        ("not_found_error", ModelErrorKind::NotFound, false),
+        ("invalid_request_error", ModelErrorKind::BadRequest, false),
+        ("something_new", ModelErrorKind::BadRequest, false),
+    ] {
+        let err = anthropic_error(kind);
+        assert_eq!(
+            (err.kind(), err.is_retryable()),
+            (expected, retryable),
+            "{kind}"
+        );
+    }
+    // OpenAI names the class in `type` or `code`; exhausted quota is not worth a retry.
+    let openai_error = |error: &str| {
+        openai::Stream::default()
+            .push(&format!(r#"{{"error":{error}}}"#))
+            .unwrap_err()
+    };
+    let quota = openai_error(r#"{"code":"insufficient_quota","message":"pay"}"#);
+    assert_eq!(quota.kind(), ModelErrorKind::BadRequest);
+    let limited = openai_error(r#"{"type":"rate_limit_exceeded","message":"slow"}"#);
+    assert_eq!(limited.kind(), ModelErrorKind::RateLimited);
+    let garbled = openai::Stream::default().push("{not json").unwrap_err();
+    assert_eq!(garbled.kind(), ModelErrorKind::Decode);
 }
 
 #[test]

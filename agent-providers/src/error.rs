@@ -1,0 +1,165 @@
+//! Why a model call failed, typed: a program decides whether to retry, wait or give up from
+//! the variant, and a person reads the message.
+
+use std::time::Duration;
+
+use agent_core::{ModelErrorKind, Retry};
+
+/// Why a model call failed (after the provider's own retries).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider is limiting requests (HTTP 429, a `rate_limit_error` event).
+    #[error("{message}")]
+    RateLimited {
+        /// What the provider said.
+        message: String,
+        /// How long the provider asked to wait, if it said.
+        retry_after: Option<Duration>,
+    },
+    /// The provider refused the credentials (HTTP 401/403).
+    #[error("{message}")]
+    Auth {
+        /// What the provider said.
+        message: String,
+    },
+    /// The provider has no such model or endpoint (HTTP 404).
+    #[error("{message}")]
+    NotFound {
+        /// What the provider said.
+        message: String,
+    },
+    /// The provider refused the request as it is (another 4xx, an invalid request event).
+    #[error("{message}")]
+    BadRequest {
+        /// What the provider said.
+        message: String,
+    },
+    /// The provider failed on its side (5xx, overloaded, a timeout it reported).
+    #[error("{message}")]
+    Server {
+        /// What the provider said.
+        message: String,
+        /// How long the provider asked to wait, if it said.
+        retry_after: Option<Duration>,
+    },
+    /// The connection failed, broke, or went silent.
+    #[error("{0}")]
+    Transport(String),
+    /// The provider answered something that could not be read.
+    #[error("{0}")]
+    Decode(String),
+    /// The client could not be set up (TLS, HTTP client).
+    #[error("{0}")]
+    Setup(String),
+    /// A scripted or recorded model's failure, played back.
+    #[error("{0}")]
+    Scripted(String),
+    /// A script or recording has no answer for this call.
+    #[error("{0}")]
+    Exhausted(String),
+    /// The provider failed on every attempt the retry budget allowed.
+    #[error("{last} ({why})")]
+    GaveUp {
+        /// The last failure.
+        last: Box<ProviderError>,
+        /// Why no further attempt was made.
+        why: String,
+        /// The attempts before the last one.
+        retries: Vec<Retry>,
+    },
+}
+
+impl ProviderError {
+    /// The class of the failure, as recorded in the log.
+    pub fn kind(&self) -> ModelErrorKind {
+        match self {
+            ProviderError::RateLimited { .. } => ModelErrorKind::RateLimited,
+            ProviderError::Auth { .. } => ModelErrorKind::Auth,
+            ProviderError::NotFound { .. } => ModelErrorKind::NotFound,
+            ProviderError::BadRequest { .. } => ModelErrorKind::BadRequest,
+            ProviderError::Server { .. } => ModelErrorKind::Server,
+            ProviderError::Transport(_) => ModelErrorKind::Transport,
+            ProviderError::Decode(_) => ModelErrorKind::Decode,
+            ProviderError::Setup(_) => ModelErrorKind::Setup,
+            ProviderError::Scripted(_) => ModelErrorKind::Other,
+            ProviderError::Exhausted(_) => ModelErrorKind::Exhausted,
+            ProviderError::GaveUp { last, .. } => last.kind(),
+        }
+    }
+
+    /// Whether the same request may succeed if sent again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::GaveUp { .. } => false,
+            other => other.kind().is_transient(),
+        }
+    }
+
+    /// How long the provider asked to wait before the next attempt.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::RateLimited { retry_after, .. }
+            | ProviderError::Server { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The attempts that failed before the last one (empty unless retried).
+    pub fn retries(&self) -> &[Retry] {
+        match self {
+            ProviderError::GaveUp { retries, .. } => retries,
+            _ => &[],
+        }
+    }
+
+    /// An error of `kind` with `message`, as a recorded failure is played back.
+    pub fn of_kind(kind: ModelErrorKind, message: String) -> ProviderError {
+        match kind {
+            ModelErrorKind::RateLimited => ProviderError::RateLimited {
+                message,
+                retry_after: None,
+            },
+            ModelErrorKind::Auth => ProviderError::Auth { message },
+            ModelErrorKind::NotFound => ProviderError::NotFound { message },
+            ModelErrorKind::BadRequest => ProviderError::BadRequest { message },
+            ModelErrorKind::Server => ProviderError::Server {
+                message,
+                retry_after: None,
+            },
+            ModelErrorKind::Transport => ProviderError::Transport(message),
+            ModelErrorKind::Decode => ProviderError::Decode(message),
+            ModelErrorKind::Setup => ProviderError::Setup(message),
+            ModelErrorKind::Exhausted => ProviderError::Exhausted(message),
+            ModelErrorKind::Other => ProviderError::Scripted(message),
+        }
+    }
+
+    /// The error a provider's error `type` (or `code`) names, for error events and bodies:
+    /// `rate_limit_error`, `overloaded_error`, `authentication_error`, `not_found_error`,
+    /// `invalid_request_error` and their OpenAI counterparts. Exhausted quota (`insufficient_quota`)
+    /// is a refusal, not a rate limit: retrying only bills the wait. An unknown type is the
+    /// provider's own failure only when it says so; otherwise the request is refused.
+    pub fn from_error_type(error_type: &str, message: String) -> ProviderError {
+        let t = error_type.to_ascii_lowercase();
+        if t.contains("quota") {
+            // Out of credit: waiting does not help, paying does.
+            ProviderError::BadRequest { message }
+        } else if t.contains("rate_limit") {
+            ProviderError::RateLimited {
+                message,
+                retry_after: None,
+            }
+        } else if t.contains("overloaded") || t.contains("api_error") || t.contains("server") {
+            ProviderError::Server {
+                message,
+                retry_after: None,
+            }
+        } else if t.contains("auth") || t.contains("permission") || t.contains("api_key") {
+            ProviderError::Auth { message }
+        } else if t.contains("not_found") {
+            ProviderError::NotFound { message }
+        } else {
+            ProviderError::BadRequest { message }
+        }
+    }
+}
