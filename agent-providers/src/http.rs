@@ -265,10 +265,8 @@ impl HttpModel {
                 Dialect::OpenAi => openai.push(&next.data),
                 Dialect::Anthropic => anthropic.push(&next.event, &next.data),
             };
-            if let Some(text) = pushed? {
-                if let Some(sink) = &self.on_text {
-                    sink(&text);
-                }
+            if let (Some(text), Some(sink)) = (pushed?, &self.on_text) {
+                sink(&text);
             }
         }
         let (done, assembled) = match self.dialect {
