@@ -7,8 +7,24 @@ use async_trait::async_trait;
 /// Writes the summary that replaces older turns.
 #[async_trait]
 pub trait Summarizer: Send + Sync {
-    /// Summarizes `history` (the log so far), of which `prompt` is the current view.
-    async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Result<String, String>;
+    /// Summarizes `history` (the log so far), of which `prompt` is the current view. On
+    /// `Err` the runtime falls back to the [`Extractive`] summary: compaction never waits
+    /// on a summarizer that cannot answer.
+    async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Result<String, SummaryError>;
+}
+
+/// Why a summarizer gave no summary.
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    /// The model (or service) that writes summaries failed.
+    #[error("the summarizer failed: {0}")]
+    Failed(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// It answered, but not with a summary (a tool call, an empty text).
+    #[error("the summarizer's answer is not a summary: {0}")]
+    NotASummary(String),
+    /// The history does not fit what the summarizer can read.
+    #[error("the history is too large to summarize")]
+    TooLarge,
 }
 
 /// The instruction a model gets to summarize a run.
@@ -23,6 +39,13 @@ most 400 words.";
 pub struct Extractive {
     /// Longest summary, in characters.
     pub max_chars: usize,
+}
+
+impl Extractive {
+    /// The summary of `history`.
+    pub fn of(&self, history: &[Entry]) -> String {
+        extract(history, self.max_chars)
+    }
 }
 
 impl Default for Extractive {
@@ -116,7 +139,7 @@ pub fn extract(history: &[Entry], max_chars: usize) -> String {
 
 #[async_trait]
 impl Summarizer for Extractive {
-    async fn summarize(&self, history: &[Entry], _prompt: &Prompt) -> Result<String, String> {
-        Ok(extract(history, self.max_chars))
+    async fn summarize(&self, history: &[Entry], _prompt: &Prompt) -> Result<String, SummaryError> {
+        Ok(self.of(history))
     }
 }

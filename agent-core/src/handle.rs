@@ -15,8 +15,13 @@ use std::str::FromStr;
 /// assert_eq!("log:7".parse::<Handle>(), Ok(Handle::Log(7)));
 /// assert_eq!(blob.to_string().parse::<Handle>(), Ok(blob));
 /// assert!("log:x".parse::<Handle>().is_err());
+/// // In JSON, a handle is its text.
+/// assert_eq!(serde_json::to_string(&Handle::Log(7)).unwrap(), r#""log:7""#);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
 pub enum Handle {
     /// A blob: the lowercase hex SHA-256 of its bytes.
     Blob(String),
@@ -66,6 +71,20 @@ impl fmt::Display for Handle {
             Handle::Blob(digest) => write!(f, "{BLOB_PREFIX}{digest}"),
             Handle::Log(version) => write!(f, "{LOG_PREFIX}{version}"),
         }
+    }
+}
+
+impl From<Handle> for String {
+    fn from(handle: Handle) -> String {
+        handle.to_string()
+    }
+}
+
+impl TryFrom<String> for Handle {
+    type Error = HandleError;
+
+    fn try_from(text: String) -> Result<Handle, HandleError> {
+        text.parse()
     }
 }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use agent_core::{Event, Handle};
 use agent_store::Store;
-use agent_tools::{BlobSink, ResultSource};
+use agent_tools::{BlobSink, ResultSource, StorageError};
 
 use crate::redact::Redactor;
 
@@ -38,22 +38,22 @@ impl StoreBlobs {
 }
 
 impl BlobSink for StoreBlobs {
-    fn put(&self, content: &str) -> Result<String, String> {
+    fn put(&self, content: &str) -> Result<Handle, StorageError> {
         let content = self.redactor.redact_str(content);
         self.store
             .put_blob(content.as_bytes())
-            .map_err(|e| e.to_string())
+            .map_err(StorageError::new)
     }
 }
 
 /// The words the gateway puts before a handle it hands out (see `Gateway::shape_output`).
-fn handed_out(content: &str, handle: &str) -> bool {
+fn handed_out(content: &str, handle: &Handle) -> bool {
     content.contains(&format!("stored as {handle};"))
 }
 
 impl ResultSource for StoreBlobs {
-    fn fetch(&self, run_id: &str, handle: &str) -> Result<Option<String>, String> {
-        let log = self.store.load(run_id).map_err(|e| e.to_string())?;
+    fn fetch(&self, run_id: &str, handle: &Handle) -> Result<Option<String>, StorageError> {
+        let log = self.store.load(run_id).map_err(StorageError::new)?;
         let results = || {
             log.iter().filter_map(|e| match &e.event {
                 Event::ToolFinished { result, .. } | Event::CallRejected { result, .. } => {
@@ -62,19 +62,17 @@ impl ResultSource for StoreBlobs {
                 _ => None,
             })
         };
-        match handle.parse::<Handle>() {
-            Ok(blob @ Handle::Blob(_)) => {
-                let handle = blob.to_string();
-                if !results().any(|(_, r)| handed_out(&r.content(), &handle)) {
+        match handle {
+            Handle::Blob(_) => {
+                if !results().any(|(_, r)| handed_out(&r.content(), handle)) {
                     return Ok(None);
                 }
-                let bytes = self.store.get_blob(&handle).map_err(|e| e.to_string())?;
+                let bytes = self.store.get_blob(handle).map_err(StorageError::new)?;
                 Ok(bytes.map(|b| String::from_utf8_lossy(&b).into_owned()))
             }
-            Ok(Handle::Log(version)) => Ok(results()
-                .find(|(v, _)| *v == version)
+            Handle::Log(version) => Ok(results()
+                .find(|(v, _)| v == version)
                 .map(|(_, r)| r.content())),
-            Err(_) => Ok(None),
         }
     }
 }

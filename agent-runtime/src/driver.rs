@@ -589,7 +589,8 @@ impl Runtime {
                             .summarizer
                             .summarize(&log, projector.prompt())
                             .await
-                            .unwrap_or_else(|_| agent_context::extract(&log, 6_000));
+                            // The one fallback: a summary made of the log itself.
+                            .unwrap_or_else(|_| agent_context::Extractive::default().of(&log));
                         let after = projector.tokens_after_compaction(&summary);
                         // Compact only when it helps; otherwise the model gets what there is.
                         if after < before {

@@ -1,8 +1,12 @@
-//! A summarizer that asks the run's own model, falling back to the extractive summary.
+//! A summarizer that asks the run's own model. When it cannot (the model fails, answers
+//! with something else, or the history is too large even halved), it says why and the
+//! runtime falls back to the extractive summary.
 
 use std::sync::Arc;
 
-use agent_context::{Extractive, SUMMARY_INSTRUCTION, Summarizer, context_window, extract};
+use agent_context::{
+    CharEstimate, SUMMARY_INSTRUCTION, Summarizer, SummaryError, TokenCounter, context_window,
+};
 use agent_core::{Decision, Entry, Message, Prompt};
 use agent_providers::{Model, ModelRequest};
 use async_trait::async_trait;
@@ -13,22 +17,18 @@ const ATTEMPTS: usize = 3;
 /// Asks the model for the summary with a fixed instruction.
 pub struct ModelSummarizer {
     model: Arc<dyn Model>,
-    fallback: Extractive,
 }
 
 impl ModelSummarizer {
     /// A summarizer using `model`.
     pub fn new(model: Arc<dyn Model>) -> Self {
-        ModelSummarizer {
-            model,
-            fallback: Extractive::default(),
-        }
+        ModelSummarizer { model }
     }
 }
 
 #[async_trait]
 impl Summarizer for ModelSummarizer {
-    async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Result<String, String> {
+    async fn summarize(&self, _history: &[Entry], prompt: &Prompt) -> Result<String, SummaryError> {
         let window = context_window(self.model.model());
         let mut messages: Vec<Message> = prompt.messages.clone();
         for _ in 0..ATTEMPTS {
@@ -40,30 +40,28 @@ impl Summarizer for ModelSummarizer {
             request
                 .messages
                 .push(Message::user_text(SUMMARY_INSTRUCTION));
-            // A rough size check: four characters a token.
-            let chars = serde_json::to_string(&request)
-                .map(|s| s.len())
-                .unwrap_or(0);
-            if chars / 4 < window * 9 / 10 {
+            // A rough size check is enough: the summary request only has to fit.
+            let text = serde_json::to_string(&request).unwrap_or_default();
+            if CharEstimate.count(&text) < window * 9 / 10 {
                 let reply = self
                     .model
                     .decide(ModelRequest {
                         prompt: &request,
                         step: u32::MAX,
                     })
-                    .await;
-                if let Ok(reply) = reply
-                    && let Ok(Decision::Final { answer }) = reply.decision
-                {
-                    return Ok(answer);
-                }
-                break;
+                    .await
+                    .map_err(|e| SummaryError::Failed(Box::new(e)))?;
+                return match reply.decision {
+                    Ok(Decision::Final { answer }) if !answer.trim().is_empty() => Ok(answer),
+                    Ok(other) => Err(SummaryError::NotASummary(format!("{other:?}"))),
+                    Err(invalid) => Err(SummaryError::NotASummary(invalid.problem)),
+                };
             }
             // Too large: drop the oldest half of the material and try again.
             let drop = messages.len() / 2;
             messages.drain(..drop.max(1));
         }
-        Ok(extract(history, self.fallback.max_chars))
+        Err(SummaryError::TooLarge)
     }
 }
 
@@ -138,10 +136,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failing_model_falls_back_to_the_extractive_summary() {
+    async fn a_failing_model_says_why() {
         let s = ModelSummarizer::new(fake("gpt-4o", None));
-        let summary = s.summarize(&[], &prompt(2, 10)).await.unwrap();
-        assert_eq!(summary, extract(&[], 6_000));
+        let err = s.summarize(&[], &prompt(2, 10)).await.unwrap_err();
+        assert!(matches!(err, SummaryError::Failed(_)), "{err}");
+        assert!(err.to_string().contains("down"), "{err}");
+        let s = ModelSummarizer::new(fake("gpt-4o", Some("  ")));
+        let err = s.summarize(&[], &prompt(2, 10)).await.unwrap_err();
+        assert!(matches!(err, SummaryError::NotASummary(_)), "{err}");
     }
 
     #[tokio::test]
@@ -153,11 +155,11 @@ mod tests {
         let seen = model.seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 1);
         assert!(seen[0] <= 11, "the oldest halves were dropped: {seen:?}");
-        // Far too large: after the bounded attempts, the extractive summary.
+        // Far too large: after the bounded attempts, it gives up.
         let model = fake("gpt-4", Some("never"));
         let s = ModelSummarizer::new(model.clone());
-        let summary = s.summarize(&[], &prompt(400, 4_000)).await.unwrap();
-        assert_eq!(summary, extract(&[], 6_000));
+        let err = s.summarize(&[], &prompt(400, 4_000)).await.unwrap_err();
+        assert!(matches!(err, SummaryError::TooLarge), "{err}");
         assert!(
             model.seen.lock().unwrap().is_empty(),
             "never asked with a request that does not fit"

@@ -1,7 +1,7 @@
 //! A conformance suite every [`Store`] backend must pass. Call [`check_all`] with a fresh,
 //! empty store; each check panics with a message naming the broken promise.
 
-use agent_core::{Budget, Entry, Event, Manifest, Outcome, TerminalReason};
+use agent_core::{Budget, Entry, Event, Handle, Manifest, Outcome, TerminalReason};
 
 use crate::{Store, StoreError};
 
@@ -29,7 +29,11 @@ fn blobs_are_stored_once_by_content(store: &dyn Store) {
     let a = must("put_blob", store.put_blob(big.as_bytes()));
     let b = must("put_blob again", store.put_blob(big.as_bytes()));
     assert_eq!(a, b, "equal contents have one handle");
-    assert!(a.starts_with("blob:sha256:"), "{a}");
+    assert_eq!(
+        a,
+        Handle::of_bytes(big.as_bytes()),
+        "the handle is the content's"
+    );
     assert_eq!(
         must("get_blob", store.get_blob(&a)).map(|v| v.len()),
         Some(100_000),
@@ -37,7 +41,14 @@ fn blobs_are_stored_once_by_content(store: &dyn Store) {
     );
     assert_ne!(must("put_blob other", store.put_blob(b"other")), a);
     assert_eq!(
-        must("get_blob unknown", store.get_blob("blob:sha256:0000")),
+        must(
+            "get_blob unknown",
+            store.get_blob(&Handle::of_bytes(b"never stored"))
+        ),
+        None
+    );
+    assert_eq!(
+        must("get_blob of a log handle", store.get_blob(&Handle::Log(1))),
         None
     );
 }
@@ -65,7 +76,7 @@ pub fn check_reopen(open: &dyn Fn() -> Box<dyn Store>) {
         Some(4),
         "appends continue"
     );
-    let handle = crate::blob_handle(b"kept across handles");
+    let handle = Handle::of_bytes(b"kept across handles");
     assert!(
         must("get_blob after reopening", store.get_blob(&handle)).is_some(),
         "blobs survive reopening"

@@ -27,7 +27,7 @@ pub use memory::MemoryStore;
 pub use sled_store::{FORMAT_VERSION, SledStore};
 pub use summary::RunSummary;
 
-use agent_core::Entry;
+use agent_core::{Entry, Handle};
 
 /// Persistence of event logs. Implementations must make `append` atomic (all entries or
 /// none) and durable before it returns `Ok`.
@@ -47,16 +47,12 @@ pub trait Store: Send + Sync {
     /// Every run's summary, by run id.
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
 
-    /// Stores `bytes` once, by content, durably; returns the handle (`blob:sha256:HEX`).
-    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError>;
+    /// Stores `bytes` once, by content ([`Handle::of_bytes`]), durably; returns its handle.
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError>;
 
-    /// The bytes of a blob, or `None` if the handle names no blob.
-    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError>;
-}
-
-/// The handle of a blob: its SHA-256, so equal contents are stored once.
-pub fn blob_handle(bytes: &[u8]) -> String {
-    agent_core::Handle::of_bytes(bytes).to_string()
+    /// The bytes of a blob, or `None` if the handle names no blob (a `log:N` handle never
+    /// does).
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError>;
 }
 
 /// Checks that a batch continues a log at `current` and was tagged with `expected`.

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use agent_core::Entry;
+use agent_core::{Entry, Handle};
 
 use crate::{RunSummary, Store, StoreError, check_batch};
 
@@ -11,7 +11,7 @@ use crate::{RunSummary, Store, StoreError, check_batch};
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     runs: Mutex<BTreeMap<String, (Vec<Entry>, RunSummary)>>,
-    blobs: Mutex<BTreeMap<String, Vec<u8>>>,
+    blobs: Mutex<BTreeMap<Handle, Vec<u8>>>,
 }
 
 impl MemoryStore {
@@ -58,8 +58,8 @@ impl Store for MemoryStore {
         Ok(self.lock().values().map(|(_, s)| s.clone()).collect())
     }
 
-    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
-        let handle = crate::blob_handle(bytes);
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        let handle = Handle::of_bytes(bytes);
         let mut blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
         blobs
             .entry(handle.clone())
@@ -67,7 +67,7 @@ impl Store for MemoryStore {
         Ok(handle)
     }
 
-    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
         let blobs = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
         Ok(blobs.get(handle).cloned())
     }

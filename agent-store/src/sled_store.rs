@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use agent_core::Entry;
+use agent_core::{Entry, Handle};
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 
@@ -469,19 +469,24 @@ impl Store for SledStore {
             .collect()
     }
 
-    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
-        let handle = crate::blob_handle(bytes);
-        if !self.blobs.contains_key(handle.as_bytes())? {
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        let handle = Handle::of_bytes(bytes);
+        let key = handle.to_string();
+        if !self.blobs.contains_key(key.as_bytes())? {
             if let Some(damage) = self.damage() {
                 return Err(damage);
             }
-            self.blobs.insert(handle.as_bytes(), bytes)?;
+            self.blobs.insert(key.as_bytes(), bytes)?;
             self.flusher.wait_durable(&self.db, &self.marker)?;
         }
         Ok(handle)
     }
 
-    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.blobs.get(handle.as_bytes())?.map(|v| v.to_vec()))
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        if !matches!(handle, Handle::Blob(_)) {
+            return Ok(None);
+        }
+        let key = handle.to_string();
+        Ok(self.blobs.get(key.as_bytes())?.map(|v| v.to_vec()))
     }
 }

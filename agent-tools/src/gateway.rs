@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{
-    CallId, ErrorKind, ScheduledCall, ToolCall, ToolError, ToolResult, ToolSpec, Verdict,
+    CallId, ErrorKind, Handle, ScheduledCall, ToolCall, ToolError, ToolResult, ToolSpec, Verdict,
 };
 use futures::future::join_all;
 use tokio::sync::Semaphore;
@@ -21,15 +21,28 @@ use serde_json::Value;
 /// Where the whole of an output too large for the model is kept; the result keeps the
 /// handle. The store implements it.
 pub trait BlobSink: Send + Sync {
-    /// Stores `content` and returns its handle.
-    fn put(&self, content: &str) -> Result<String, String>;
+    /// Stores `content` and returns its handle (a [`Handle::Blob`]).
+    fn put(&self, content: &str) -> Result<Handle, StorageError>;
 }
 
 /// Where `read_result` finds what a handle names: `blob:sha256:…` (a stored output) or
 /// `log:VERSION` (a result in the run's log). The runtime implements it over the store.
 pub trait ResultSource: Send + Sync {
-    /// The whole text behind `handle` in run `run_id`, or `None` if it names nothing.
-    fn fetch(&self, run_id: &str, handle: &str) -> Result<Option<String>, String>;
+    /// The whole text behind `handle` in run `run_id`, or `None` if it names nothing the
+    /// run may read.
+    fn fetch(&self, run_id: &str, handle: &Handle) -> Result<Option<String>, StorageError>;
+}
+
+/// The storage behind a [`BlobSink`] or a [`ResultSource`] failed (a disk, a database).
+#[derive(Debug, thiserror::Error)]
+#[error("the store failed: {0}")]
+pub struct StorageError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+impl StorageError {
+    /// Wraps the storage's own error.
+    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StorageError {
+        StorageError(error.into())
+    }
 }
 
 /// Bytes of an oversized output shown in its place (CONTRACT §9).
@@ -231,8 +244,10 @@ impl Gateway {
                 reason: format!("no tool is named {:?}", call.name),
             };
         };
-        if let Err(reason) = registered.tool.available() {
-            return Verdict::Unavailable { reason };
+        if let Err(why) = registered.tool.available() {
+            return Verdict::Unavailable {
+                reason: why.to_string(),
+            };
         }
         let problems: Vec<String> = registered
             .validator

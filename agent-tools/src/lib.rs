@@ -37,12 +37,12 @@ mod workspace;
 pub use agent_core::provider_schema;
 pub use gateway::{
     BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
-    ToolActivity, ToolObserver,
+    StorageError, ToolActivity, ToolObserver,
 };
 #[cfg(feature = "process")]
 pub use hooks::CommandHook;
 pub use hooks::{DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError, Subject};
 pub use replay::ToolReplay;
-pub use tool::{Tool, ToolContext, Typed, TypedTool};
+pub use tool::{Tool, ToolContext, Typed, TypedTool, Unavailable};
 pub use workspace::{Resolved, Workspace};

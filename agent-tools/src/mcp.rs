@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::tool::{Tool, ToolContext};
+use crate::tool::{Tool, ToolContext, Unavailable};
 
 /// The `{"mcpServers": {...}}` file.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -112,7 +112,7 @@ enum State {
     /// Died; may be restarted once more.
     Down { restarts_left: u8 },
     /// Died again, or could not restart.
-    Gone(String),
+    Gone(Unavailable),
 }
 
 impl Server {
@@ -139,10 +139,9 @@ impl Server {
         let mut state = self.state.lock().await;
         if let State::Down { restarts_left } = *state {
             *state = if restarts_left == 0 {
-                State::Gone(format!(
-                    "MCP server {} exited and was already restarted once",
-                    self.name
-                ))
+                State::Gone(Unavailable::Exited {
+                    server: format!("MCP server {}", self.name),
+                })
             } else {
                 match Server::spawn(&self.name, &self.config, &self.cwd).await {
                     Ok(client) => State::Up {
@@ -150,9 +149,10 @@ impl Server {
                         restarts_left: restarts_left - 1,
                         generation: 1,
                     },
-                    Err(e) => {
-                        State::Gone(format!("MCP server {} could not restart: {e}", self.name))
-                    }
+                    Err(why) => State::Gone(Unavailable::RestartFailed {
+                        server: format!("MCP server {}", self.name),
+                        why,
+                    }),
                 }
             };
         }
@@ -161,7 +161,7 @@ impl Server {
                 client, generation, ..
             } => (client.peer().clone(), *generation),
             State::Gone(why) => {
-                return Err(ToolError::new(ErrorKind::ExecutionFailed, why.clone()));
+                return Err(ToolError::new(ErrorKind::ExecutionFailed, why.to_string()));
             }
             State::Down { .. } => {
                 return Err(ToolError::new(
@@ -222,14 +222,13 @@ impl Server {
     }
 
     /// `Err(why)` once the server is gone for good.
-    fn available(&self) -> Result<(), String> {
+    fn available(&self) -> Result<(), Unavailable> {
         match self.state.try_lock() {
             Ok(state) => match &*state {
                 State::Gone(why) => Err(why.clone()),
-                State::Down { restarts_left: 0 } => Err(format!(
-                    "MCP server {} exited and was already restarted once",
-                    self.name
-                )),
+                State::Down { restarts_left: 0 } => Err(Unavailable::Exited {
+                    server: format!("MCP server {}", self.name),
+                }),
                 _ => Ok(()),
             },
             // Busy with a call: it is there.
@@ -320,7 +319,7 @@ impl Tool for McpTool {
         self.spec.clone()
     }
 
-    fn available(&self) -> Result<(), String> {
+    fn available(&self) -> Result<(), Unavailable> {
         self.server.available()
     }
 

@@ -26,6 +26,28 @@ pub struct ToolContext {
     pub effect_key: Option<String>,
 }
 
+/// Why a tool cannot be called any more.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// The server behind the tool exited, and was already restarted as often as allowed.
+    #[error("{server} exited and was already restarted once")]
+    Exited {
+        /// The server, as a person knows it (`MCP server NAME`).
+        server: String,
+    },
+    /// The server behind the tool exited and could not be started again.
+    #[error("{server} could not restart: {why}")]
+    RestartFailed {
+        /// The server, as a person knows it.
+        server: String,
+        /// What failed.
+        why: String,
+    },
+    /// Gone for another reason, in the tool's words.
+    #[error("{0}")]
+    Gone(String),
+}
+
 /// A tool the model can call. The gateway validates arguments against `spec().input_schema`
 /// before `call` runs, enforces the timeout and catches panics.
 #[async_trait]
@@ -35,7 +57,7 @@ pub trait Tool: Send + Sync + 'static {
 
     /// `Err(why)` when the tool is gone for good (its server died and did not restart); the
     /// run then stops with `tool_unavailable` instead of calling it.
-    fn available(&self) -> Result<(), String> {
+    fn available(&self) -> Result<(), Unavailable> {
         Ok(())
     }
 

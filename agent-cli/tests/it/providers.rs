@@ -109,7 +109,10 @@ async fn anthropic_run_and_a_rejected_key() {
     assert_eq!(v["reason"], "model_error");
     assert_eq!(v["error_kind"], "auth", "{v}");
     assert!(
-        v["message"].as_str().unwrap().contains("refused the API key"),
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("refused the API key"),
         "{v}"
     );
     assert!(

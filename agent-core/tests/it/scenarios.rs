@@ -446,6 +446,53 @@ fn model_error_ends_the_run_and_is_logged() {
     );
     assert!(r.events().contains(&"model_failed"));
     assert!(r.outcome.message.contains("503"));
+    // The class travels with the failure: into the log and the outcome, for the caller.
+    assert_eq!(r.outcome.model_error, Some(ModelErrorKind::Server));
+    let logged = r.log.iter().find_map(|e| match &e.event {
+        Event::ModelFailed { kind, .. } => Some(*kind),
+        _ => None,
+    });
+    assert_eq!(logged, Some(ModelErrorKind::Server));
+}
+
+#[test]
+fn model_error_kinds_are_written_as_their_names_and_default_for_old_logs() {
+    use ModelErrorKind::*;
+    for kind in [
+        RateLimited,
+        Auth,
+        NotFound,
+        BadRequest,
+        Server,
+        Transport,
+        Decode,
+        Setup,
+        Exhausted,
+        Other,
+    ] {
+        let json = serde_json::to_value(kind).unwrap();
+        assert_eq!(json, kind.as_str(), "{kind:?}");
+        assert_eq!(
+            serde_json::from_value::<ModelErrorKind>(json).unwrap(),
+            kind
+        );
+        assert_eq!(
+            kind.is_transient(),
+            matches!(kind, RateLimited | Server | Transport),
+            "{kind:?}"
+        );
+    }
+    // A log written before kinds were recorded still reads.
+    let old: Event =
+        serde_json::from_str(r#"{"type":"model_failed","turn":1,"message":"503"}"#).unwrap();
+    assert_eq!(
+        old,
+        Event::ModelFailed {
+            turn: 1,
+            message: "503".into(),
+            kind: Other
+        }
+    );
 }
 
 #[test]

@@ -180,7 +180,12 @@ async fn client_errors_are_not_retried_and_say_what_failed() {
             ModelErrorKind::Auth,
             "refused the API key (HTTP 403)",
         ),
-        (404, "{}", ModelErrorKind::NotFound, "has no model \"test-model\""),
+        (
+            404,
+            "{}",
+            ModelErrorKind::NotFound,
+            "has no model \"test-model\"",
+        ),
         (
             400,
             "{}",

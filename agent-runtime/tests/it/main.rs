@@ -68,10 +68,10 @@ impl<S: Store> Store for Watched<S> {
     fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
         self.inner.runs()
     }
-    fn put_blob(&self, bytes: &[u8]) -> Result<String, StoreError> {
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
         self.inner.put_blob(bytes)
     }
-    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.get_blob(handle)
     }
 }
@@ -143,12 +143,13 @@ impl Tool for Dump {
 }
 
 /// The handle a shortened output names (`… stored as HANDLE; …`).
-fn stored_handle(text: &str) -> String {
+fn stored_handle(text: &str) -> Handle {
     text.split("stored as ")
         .nth(1)
         .and_then(|rest| rest.split(';').next())
         .unwrap_or_else(|| panic!("no handle in {text}"))
-        .to_owned()
+        .parse()
+        .unwrap()
 }
 
 /// The built-in tools and `dump`, in `ws`.

@@ -303,10 +303,10 @@ impl Store for NoBlobs {
     fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
         self.0.runs()
     }
-    fn put_blob(&self, _: &[u8]) -> Result<String, StoreError> {
+    fn put_blob(&self, _: &[u8]) -> Result<agent_core::Handle, StoreError> {
         Err(StoreError::Engine("no room for blobs".into()))
     }
-    fn get_blob(&self, handle: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    fn get_blob(&self, handle: &agent_core::Handle) -> Result<Option<Vec<u8>>, StoreError> {
         self.0.get_blob(handle)
     }
 }

@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use agent_core::{ErrorKind, Risk, ToolError};
+use agent_core::{ErrorKind, Handle, HandleError, Risk, ToolError};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -43,10 +43,16 @@ impl TypedTool for ReadResult {
     }
 
     async fn run(&self, args: ReadResultArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let handle: Handle = args.handle.parse().map_err(|e: HandleError| {
+            ToolError::new(
+                ErrorKind::InvalidArguments,
+                format!("{e}; give the handle exactly as it was shown"),
+            )
+        })?;
         let text = self
             .0
-            .fetch(&ctx.run_id, &args.handle)
-            .map_err(|e| ToolError::new(ErrorKind::ExecutionFailed, e))?
+            .fetch(&ctx.run_id, &handle)
+            .map_err(|e| ToolError::new(ErrorKind::ExecutionFailed, e.to_string()))?
             .ok_or_else(|| {
                 ToolError::new(
                     ErrorKind::InvalidArguments,

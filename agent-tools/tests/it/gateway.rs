@@ -330,15 +330,15 @@ async fn concurrency_within_a_group_is_bounded() {
     assert_eq!(most.load(Ordering::SeqCst), 2);
 }
 
-/// Keeps blobs in memory and names them by number.
+/// Keeps blobs in memory and names them by number (as log handles, to tell them apart).
 #[derive(Default)]
 struct Blobs(std::sync::Mutex<Vec<String>>);
 
 impl agent_tools::BlobSink for Blobs {
-    fn put(&self, content: &str) -> Result<String, String> {
+    fn put(&self, content: &str) -> Result<Handle, agent_tools::StorageError> {
         let mut blobs = self.0.lock().unwrap();
         blobs.push(content.to_owned());
-        Ok(format!("blob:{}", blobs.len()))
+        Ok(Handle::Log(blobs.len() as u64))
     }
 }
 
@@ -383,7 +383,7 @@ async fn large_outputs_go_to_the_blob_sink_and_errors_keep_head_and_tail() {
     let ok = results[0].content();
     assert!(
         ok.starts_with(
-            "[output of 1008 characters stored as blob:1; its first 100 bytes follow]\nSTART"
+            "[output of 1008 characters stored as log:1; its first 100 bytes follow]\nSTART"
         ),
         "no read_result registered, none promised: {ok}"
     );
@@ -408,7 +408,7 @@ async fn a_stored_output_points_to_read_result_when_the_model_has_it() {
     g.register(Arc::new(Loud)).unwrap();
     struct Nothing;
     impl agent_tools::ResultSource for Nothing {
-        fn fetch(&self, _: &str, _: &str) -> Result<Option<String>, String> {
+        fn fetch(&self, _: &str, _: &Handle) -> Result<Option<String>, agent_tools::StorageError> {
             Ok(None)
         }
     }
@@ -427,5 +427,60 @@ async fn a_stored_output_points_to_read_result_when_the_model_has_it() {
             .contains("follow; read the rest with read_result]"),
         "{}",
         results[0].content()
+    );
+}
+
+#[tokio::test]
+async fn read_result_takes_only_handles_and_says_what_a_handle_looks_like() {
+    /// Knows one handle; fails for another, as a broken disk would.
+    struct One;
+    impl agent_tools::ResultSource for One {
+        fn fetch(
+            &self,
+            _: &str,
+            handle: &Handle,
+        ) -> Result<Option<String>, agent_tools::StorageError> {
+            match handle {
+                Handle::Log(3) => Ok(Some("the third".into())),
+                Handle::Log(4) => Err(agent_tools::StorageError::new("disk on fire")),
+                _ => Ok(None),
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let g = Gateway::new(Workspace::new(dir.path()).unwrap()).with_result_source(Arc::new(One));
+    let read = |id: &str, handle: &str| ScheduledCall {
+        call: ToolCall::new(id, "read_result", json!({ "handle": handle })),
+        risk: Risk::Read,
+        effect_key: None,
+    };
+    let results = g
+        .execute(
+            "run",
+            vec![vec![
+                read("a", "log:3"),
+                read("b", "../etc/passwd"),
+                read("c", "log:9"),
+                read("d", "log:4"),
+            ]],
+            &CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(results[0].content(), "the third");
+    assert_eq!(results[1].error_kind(), Some(ErrorKind::InvalidArguments));
+    assert!(
+        results[1]
+            .content()
+            .contains("is not a handle (blob:sha256:HEX or log:N)"),
+        "{}",
+        results[1].content()
+    );
+    assert_eq!(results[2].error_kind(), Some(ErrorKind::InvalidArguments));
+    assert!(results[2].content().contains("no stored result"));
+    assert_eq!(results[3].error_kind(), Some(ErrorKind::ExecutionFailed));
+    assert!(
+        results[3]
+            .content()
+            .contains("the store failed: disk on fire")
     );
 }
