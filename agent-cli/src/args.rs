@@ -135,7 +135,7 @@ pub enum Commands {
 }
 
 /// What every command that drives a run needs: model, workspace, policy, MCP servers.
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub struct Setup {
     /// The model: openai:MODEL, anthropic:MODEL, openai-compat:MODEL (with --base-url),
     /// script:PATH (offline) or replay:RUN. Resuming a script run defaults to its script.

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{IsTerminal as _, Write as _};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,23 +19,16 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    Failure, Settings, StoreAccess, budget, gateway, load_model, redactor, runtime, tell, tokio,
-    usage, writable,
-};
-use crate::args::{Limits, Setup};
-use crate::exit::{EXIT_FAILED, EXIT_OK};
+use crate::app::{recorded_model, tell};
+use crate::build::{STREAMED, StoreSource, build, cancel_on_ctrl_c, tokio, writable};
+use crate::exit::EXIT_OK;
+use crate::failure::{Failure, failed, usage};
 use crate::render;
-
-/// Whether this process may ask a person: stdin and stderr are terminals, and the person
-/// did not say `--no-input`.
-pub(super) fn interactive(setup: &Setup) -> bool {
-    !setup.no_input && std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
-}
+use crate::settings::Settings;
 
 /// Each call shown as it starts (a spinner) and as it finishes (one line: the call, ok or
 /// the error kind, how long it took).
-pub(super) fn tool_lines() -> ToolObserver {
+pub(crate) fn tool_lines() -> ToolObserver {
     let running: Arc<Mutex<BTreeMap<CallId, ProgressBar>>> = Arc::default();
     Arc::new(move |activity: ToolActivity<'_>| {
         let Ok(mut running) = running.lock() else {
@@ -198,27 +190,23 @@ pub(super) fn settle_inline(
 /// A token cancelled by the next Ctrl-C (outside the line editor, which reads Ctrl-C as a
 /// key), for one exchange.
 fn exchange_token(rt: &tokio::runtime::Runtime) -> CancellationToken {
-    super::cancel_on_ctrl_c(rt)
+    cancel_on_ctrl_c(rt)
 }
 
 /// `agent chat [RUN]`.
-pub(super) fn chat(
-    settings: &Settings,
-    store_dir: &Path,
-    run: Option<String>,
-    setup: &Setup,
-) -> Result<u8, Failure> {
+pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failure> {
     if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return Err(usage(
             "agent chat needs a terminal; in scripts use `agent run GOAL` and `agent resume RUN \
              MESSAGE`",
         ));
     }
+    let store_dir = &settings.store;
     let store = writable(SledStore::open(store_dir)?)?;
     let mut current: Option<Report> = None;
-    let model_text = match (&run, settings.model(setup.model.as_deref())) {
-        (_, Some(text)) => text,
-        (Some(id), None) => super::recorded_model(&store, id)?,
+    let choice = match (&run, &settings.model) {
+        (_, Some(choice)) => choice.clone(),
+        (Some(id), None) => recorded_model(settings, &store, id)?,
         (None, None) => {
             return Err(usage(
                 "no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in \
@@ -231,23 +219,11 @@ pub(super) fn chat(
     {
         return Err(usage(format!("no run {id} in {}", store_dir.display())));
     }
-    let model = load_model(
-        &model_text,
-        settings,
-        setup,
-        StoreAccess::Open(&store),
-        false,
-    )?;
-    let budget = budget(settings, &Limits::default())?;
+    let budget = settings.budget.apply(agent_core::Budget::default());
     let rt = tokio()?;
-    let gateway =
-        gateway(settings, setup, &rt, StoreAccess::Open(&store))?.with_observer(tool_lines());
-    let redactor = redactor(settings, Some(setup));
-    let runtime = runtime(settings, model, gateway, store, false, redactor);
-    let mut editor = DefaultEditor::new().map_err(|e| Failure {
-        code: EXIT_FAILED,
-        message: format!("cannot read the terminal: {e}"),
-    })?;
+    let runtime = build(settings, &choice, StoreSource::Open(store), &rt, true, true)?;
+    let mut editor =
+        DefaultEditor::new().map_err(|e| failed(format!("cannot read the terminal: {e}")))?;
     let mut always: BTreeSet<String> = BTreeSet::new();
     if let Some(id) = &run {
         // Where the run stands; an interrupted one goes on first.
@@ -274,10 +250,7 @@ pub(super) fn chat(
             Ok(line) => line,
             Err(ReadlineError::Interrupted | ReadlineError::Eof) => break,
             Err(e) => {
-                return Err(Failure {
-                    code: EXIT_FAILED,
-                    message: format!("cannot read the terminal: {e}"),
-                });
+                return Err(failed(format!("cannot read the terminal: {e}")));
             }
         };
         let text = line.trim();
@@ -321,7 +294,7 @@ pub(super) fn chat(
             }
             _ => {}
         }
-        super::STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
+        STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
         let cancel = exchange_token(&rt);
         let result = rt.block_on(async {
             match &run_id {
@@ -387,7 +360,7 @@ fn apply(
     answer: Answer,
     cancel: &CancellationToken,
 ) -> Result<Report, RuntimeError> {
-    super::STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
+    STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
     rt.block_on(async {
         match answer {
             Answer::Approve(ids) => runtime.approve(run_id, ids, cancel.clone()).await,
@@ -412,7 +385,7 @@ fn show_outcome(report: &Report) {
     let o = &report.outcome;
     match (&o.answer, o.reason) {
         (Some(answer), _) => {
-            if !super::STREAMED.load(std::sync::atomic::Ordering::Relaxed) {
+            if !STREAMED.load(std::sync::atomic::Ordering::Relaxed) {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{answer}");
                 let _ = out.flush();

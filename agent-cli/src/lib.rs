@@ -6,13 +6,17 @@
 
 mod app;
 mod args;
+mod build;
+mod chat;
 pub mod config;
 mod exit;
+mod failure;
 mod render;
+pub mod settings;
 mod trust;
 
 pub use app::main;
-pub use args::{Cli, Commands};
+pub use args::{Cli, Commands, Limits, Setup};
 pub use exit::{
     EXIT_CANCELLED, EXIT_FAILED, EXIT_OK, EXIT_PAUSED, EXIT_STOPPED, EXIT_USAGE, exit_code,
 };

@@ -14,6 +14,7 @@ mod crash;
 mod hostile;
 mod providers;
 mod reasons;
+mod settings;
 mod trust;
 
 fn repo() -> PathBuf {

@@ -1,0 +1,89 @@
+//! A command that could not run: its message and its exit code, by the class of the error
+//! (the person's input is a usage error; a store that failed or lost data is a failure).
+
+use agent_core::ReplyError;
+use agent_runtime::RuntimeError;
+use agent_store::StoreError;
+
+use crate::exit::{EXIT_FAILED, EXIT_USAGE};
+use crate::settings::SettingsError;
+
+/// A command that could not run, with its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub code: u8,
+    /// One line: what is wrong and what to do.
+    pub message: String,
+}
+
+/// Bad usage, configuration or input; nothing was written.
+pub fn usage(message: impl std::fmt::Display) -> Failure {
+    Failure {
+        code: EXIT_USAGE,
+        message: message.to_string(),
+    }
+}
+
+/// A failure that is not the person's input: a store that failed or lost data, a client
+/// that could not be set up.
+pub fn failed(message: impl std::fmt::Display) -> Failure {
+    Failure {
+        code: EXIT_FAILED,
+        message: message.to_string(),
+    }
+}
+
+impl From<SettingsError> for Failure {
+    fn from(e: SettingsError) -> Self {
+        usage(e)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        // The library says what is wrong; the command line adds what to do about it.
+        let advice = match &e {
+            StoreError::RunNotFound(_) => "; `agent runs` lists the runs",
+            StoreError::NotAStore(_) => "; choose another --store directory",
+            StoreError::Locked { .. } => ", or use another --store",
+            _ => "",
+        };
+        match e {
+            // The store itself failed or lost data: not the person's input.
+            StoreError::Damaged { .. } | StoreError::Corrupt { .. } | StoreError::Engine(_) => {
+                failed(e)
+            }
+            _ => usage(format!("{e}{advice}")),
+        }
+    }
+}
+
+impl From<RuntimeError> for Failure {
+    fn from(e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::Store(e) => Failure::from(e),
+            RuntimeError::Damaged { .. } => failed(e),
+            RuntimeError::Refused(_) => usage(e),
+            RuntimeError::Reply { run_id, source } => {
+                let what = match source {
+                    ReplyError::AwaitingApproval => format!(
+                        "it waits for approval of its pending calls: use `agent approve \
+                         {run_id}` or `agent deny {run_id} --reason TEXT`"
+                    ),
+                    ReplyError::AwaitingResolution => format!(
+                        "it waits for calls of unknown outcome to be settled: use `agent \
+                         resolve {run_id} --call ID --as committed|rejected|retry`"
+                    ),
+                    ReplyError::NotEnded => format!(
+                        "it was interrupted, not ended: use `agent resume {run_id}` without \
+                         a message first"
+                    ),
+                    other => other.to_string(),
+                };
+                usage(format!("run {run_id} cannot take a message: {what}"))
+            }
+            other => failed(other),
+        }
+    }
+}

@@ -1,0 +1,518 @@
+//! One resolved configuration per command: each value from its flag, else `agent.toml`,
+//! else the environment, else the default, validated here and nowhere else. Resolving reads
+//! no file and starts nothing: the file's contents and the environment's keys come in as
+//! values, so every precedence rule is a unit test (`tests/it/settings.rs`). `build` turns
+//! a `Settings` into working parts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_context::ContextConfig;
+use agent_core::Budget;
+use agent_providers::{Dialect, ModelSpec, Price, RetryPolicy};
+use agent_tools::{Action, HookEvent, Policy};
+
+use crate::args::{Limits, Setup};
+use crate::config::{self, Config};
+
+/// A setting that makes no sense; the message names it and what to give instead. Always
+/// a usage error: nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SettingsError(pub String);
+
+fn bad(message: impl Into<String>) -> SettingsError {
+    SettingsError(message.into())
+}
+
+/// What resolution takes from the environment, read once by the command line and passed
+/// in: the providers' keys.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Env {
+    /// `OPENAI_API_KEY` (also sent to OpenAI-compatible servers when set).
+    pub openai_key: Option<String>,
+    /// `ANTHROPIC_API_KEY`.
+    pub anthropic_key: Option<String>,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the keys themselves.
+        f.debug_struct("Env")
+            .field("openai_key", &self.openai_key.is_some())
+            .field("anthropic_key", &self.anthropic_key.is_some())
+            .finish()
+    }
+}
+
+impl Env {
+    /// The keys this process has (empty values count as unset).
+    pub fn from_process() -> Env {
+        let key = |var: &str| std::env::var(var).ok().filter(|k| !k.trim().is_empty());
+        Env {
+            openai_key: key("OPENAI_API_KEY"),
+            anthropic_key: key("ANTHROPIC_API_KEY"),
+        }
+    }
+}
+
+/// The settings file as read: its contents, where it is (relative paths in it are taken
+/// from its directory), and whether the command line named it (`--config`: trusted as
+/// given).
+#[derive(Debug)]
+pub struct ConfigFile {
+    /// Where it was read.
+    pub path: PathBuf,
+    /// What it says.
+    pub config: Config,
+    /// Named by `--config`.
+    pub explicit: bool,
+}
+
+impl ConfigFile {
+    /// `explicit`, or `./agent.toml` when it exists; `None` when there is no file.
+    pub fn load(explicit: Option<&Path>) -> Result<Option<ConfigFile>, SettingsError> {
+        Ok(config::load(explicit)
+            .map_err(bad)?
+            .map(|(path, config)| ConfigFile {
+                path,
+                config,
+                explicit: explicit.is_some(),
+            }))
+    }
+}
+
+/// The model a command uses, as named (`--model` or `model` in agent.toml).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelChoice {
+    /// An offline script.
+    Script(PathBuf),
+    /// The decisions of a recorded run.
+    Replay(String),
+    /// A provider's HTTP API.
+    Http(HttpChoice),
+}
+
+/// A model behind an HTTP API, with everything needed to reach it.
+#[derive(Clone, PartialEq)]
+pub struct HttpChoice {
+    /// The wire format.
+    pub dialect: Dialect,
+    /// `openai`, `anthropic` or `openai-compat`.
+    pub provider: &'static str,
+    /// The model's name at the provider.
+    pub model: String,
+    /// Where the API is (`None`: an OpenAI-compatible server needs one, and none was given).
+    pub base_url: Option<String>,
+    /// The key sent, if any.
+    pub api_key: Option<String>,
+    /// The variable the key must come from, when the provider needs one.
+    pub key_var: Option<&'static str>,
+}
+
+impl std::fmt::Debug for HttpChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpChoice")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+impl HttpChoice {
+    /// The base URL and key, or what is missing to call the model at all.
+    pub fn ready(&self) -> Result<(&str, Option<&str>), SettingsError> {
+        let Some(url) = self.base_url.as_deref() else {
+            return Err(bad(format!(
+                "--model openai-compat:{} needs --base-url URL (Ollama: http://localhost:11434/v1)",
+                self.model
+            )));
+        };
+        if let (Some(var), None) = (self.key_var, &self.api_key) {
+            let whose = if self.provider == "anthropic" {
+                "Anthropic"
+            } else {
+                "OpenAI"
+            };
+            return Err(bad(format!(
+                "{var} is not set; export your {whose} key, or use --model script:PATH"
+            )));
+        }
+        Ok((url, self.api_key.as_deref()))
+    }
+}
+
+/// Where the MCP servers come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum McpSource {
+    /// `--mcp-config PATH`.
+    Flag(PathBuf),
+    /// `mcp_config` in agent.toml (relative to the file).
+    File(PathBuf),
+    /// The workspace's `.mcp.json`, if there is one.
+    Workspace,
+}
+
+/// One external hook, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HookSetting {
+    /// Before or after a call.
+    pub event: HookEvent,
+    /// The command line (`bash -c`).
+    pub command: String,
+    /// Which tools it applies to, a regular expression (all when `None`).
+    pub matcher: Option<String>,
+    /// Longest time it may take (the hooks' default when `None`).
+    pub timeout: Option<Duration>,
+}
+
+/// Budget values the flags and agent.toml set; the others keep the run's (or the
+/// contract's defaults).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BudgetChanges {
+    /// `--max-steps` / `max_steps`.
+    pub max_steps: Option<u32>,
+    /// `--max-tool-calls` / `max_tool_calls`.
+    pub max_tool_calls: Option<u32>,
+    /// `max_tokens`.
+    pub max_tokens: Option<u64>,
+    /// `max_cost_usd`.
+    pub max_cost_usd: Option<f64>,
+    /// `--timeout` / `timeout`, in milliseconds.
+    pub max_wall_time_ms: Option<u64>,
+}
+
+impl BudgetChanges {
+    /// `budget` with these values in place.
+    pub fn apply(&self, mut budget: Budget) -> Budget {
+        if let Some(n) = self.max_steps {
+            budget.max_steps = n;
+        }
+        if let Some(n) = self.max_tool_calls {
+            budget.max_tool_calls = n;
+        }
+        if self.max_tokens.is_some() {
+            budget.max_tokens = self.max_tokens;
+        }
+        if self.max_cost_usd.is_some() {
+            budget.max_cost_usd = self.max_cost_usd;
+        }
+        if self.max_wall_time_ms.is_some() {
+            budget.max_wall_time_ms = self.max_wall_time_ms;
+        }
+        budget
+    }
+}
+
+/// A command's whole configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The run store's directory.
+    pub store: PathBuf,
+    /// The workspace the tools are confined to.
+    pub workspace: PathBuf,
+    /// The model named, if any (resuming a script run without one uses its script).
+    pub model: Option<ModelChoice>,
+    /// `--base-url` or `base_url`, for a model named later (a recorded one).
+    pub base_url: Option<String>,
+    /// The providers' keys.
+    pub env: Env,
+    /// Whether to stream model replies.
+    pub stream: Option<bool>,
+    /// How model calls are retried, when agent.toml says.
+    pub retry: Option<RetryPolicy>,
+    /// Prices per million tokens, by model name.
+    pub prices: BTreeMap<String, Price>,
+    /// The policy: agent.toml's rules, then the flags'.
+    pub policy: Policy,
+    /// The hooks of agent.toml.
+    pub hooks: Vec<HookSetting>,
+    /// Where MCP servers are configured.
+    pub mcp: McpSource,
+    /// `--tools replay:RUN`: the run whose results answer every call.
+    pub replay_tools: Option<String>,
+    /// Budget values set.
+    pub budget: BudgetChanges,
+    /// The context window, when agent.toml overrides the model's.
+    pub context_window: Option<usize>,
+    /// The compaction threshold, when agent.toml sets it.
+    pub compact_at: Option<f64>,
+    /// `--events`.
+    pub events: bool,
+    /// `--no-input`.
+    pub no_input: bool,
+    /// The settings file in use, and whether the command line named it.
+    pub file: Option<(PathBuf, bool)>,
+    /// What the settings file brings that needs a person's trust (empty when it was named
+    /// explicitly, or brings nothing of the kind).
+    pub file_brings: Vec<String>,
+}
+
+impl Settings {
+    /// Resolves a command's settings: `store` is `--store`, `setup` and `limits` the flags
+    /// (defaults for commands without them), `file` the settings file, `env` the keys.
+    pub fn resolve(
+        file: Option<ConfigFile>,
+        store: Option<&Path>,
+        setup: &Setup,
+        limits: &Limits,
+        env: Env,
+    ) -> Result<Settings, SettingsError> {
+        let (config, base, file) = match file {
+            Some(f) => {
+                let base = f.path.parent().map(Path::to_path_buf).unwrap_or_default();
+                (f.config, base, Some((f.path, f.explicit)))
+            }
+            None => (Config::default(), PathBuf::new(), None),
+        };
+        let relative = |p: &Path| -> PathBuf {
+            if p.is_absolute() || base.as_os_str().is_empty() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let pick = |flag: Option<&Path>, file: &Option<PathBuf>, default: &str| match (flag, file) {
+            (Some(p), _) => p.to_path_buf(),
+            (None, Some(p)) => relative(p),
+            (None, None) => PathBuf::from(default),
+        };
+        let store = pick(store, &config.store, ".agent");
+        let workspace = pick(setup.workspace.as_deref(), &config.workspace, ".");
+        let base_url = setup.base_url.clone().or(config.base_url.clone());
+        let model_text = match (&setup.model, &config.model) {
+            (Some(m), _) => Some(m.clone()),
+            (None, Some(m)) => Some(match m.strip_prefix("script:") {
+                Some(path) => format!("script:{}", relative(Path::new(path)).display()),
+                None => m.clone(),
+            }),
+            (None, None) => None,
+        };
+        let model = model_text
+            .map(|text| model_choice(&text, base_url.as_deref(), &env))
+            .transpose()?;
+
+        let mut policy = Policy::new();
+        let p = &config.policy;
+        for (action, texts) in [
+            (Action::Allow, &p.allow),
+            (Action::Ask, &p.ask),
+            (Action::Deny, &p.deny),
+            (Action::Allow, &setup.allow),
+            (Action::Ask, &setup.ask),
+            (Action::Deny, &setup.deny),
+        ] {
+            for text in texts {
+                policy.add(action, text).map_err(|e| bad(e.to_string()))?;
+            }
+        }
+
+        let hooks = [
+            (HookEvent::PreToolUse, &config.hooks.pre_tool_use),
+            (HookEvent::PostToolUse, &config.hooks.post_tool_use),
+        ]
+        .into_iter()
+        .flat_map(|(event, list)| {
+            list.iter().map(move |h| HookSetting {
+                event,
+                command: h.command.clone(),
+                matcher: h.matcher.clone(),
+                // Checked with the file: within (0, a day].
+                timeout: h.timeout_secs.map(Duration::from_secs_f64),
+            })
+        })
+        .collect();
+
+        let mcp = match (&setup.mcp_config, &config.mcp_config) {
+            (Some(path), _) => McpSource::Flag(path.clone()),
+            (None, Some(path)) => McpSource::File(relative(path)),
+            (None, None) => McpSource::Workspace,
+        };
+        let replay_tools = match &setup.tools {
+            None => None,
+            Some(text) => match text.strip_prefix("replay:").filter(|r| !r.is_empty()) {
+                Some(run) => Some(run.to_owned()),
+                None => {
+                    return Err(bad(format!(
+                        "--tools {text:?}: the only form is replay:RUN"
+                    )));
+                }
+            },
+        };
+
+        let budget = budget_changes(&config, limits)?;
+        let retry = config.retry.as_ref().map(|r| {
+            let mut policy = RetryPolicy::default();
+            if let Some(n) = r.max_attempts {
+                policy.max_attempts = n.max(1);
+            }
+            if let Some(ms) = r.base_ms {
+                policy.base = Duration::from_millis(ms);
+            }
+            if let Some(secs) = r.max_total_wait_secs {
+                policy.max_total_wait = Duration::from_secs(secs);
+            }
+            policy
+        });
+        let prices = config
+            .prices
+            .iter()
+            .map(|(model, p)| {
+                let price = Price {
+                    input_per_million: p.input,
+                    output_per_million: p.output,
+                };
+                (model.clone(), price)
+            })
+            .collect();
+        let file_brings = match &file {
+            Some((_, false)) => brings(&config, setup),
+            _ => Vec::new(),
+        };
+        Ok(Settings {
+            store,
+            workspace,
+            model,
+            base_url,
+            env,
+            stream: config.stream,
+            retry,
+            prices,
+            policy,
+            hooks,
+            mcp,
+            replay_tools,
+            budget,
+            context_window: config.context_window,
+            compact_at: config.compact_at,
+            events: setup.events,
+            no_input: setup.no_input,
+            file,
+            file_brings,
+        })
+    }
+
+    /// The model `text` names, with these settings' base URL and keys (for a model named
+    /// after resolution: the one a run recorded).
+    pub fn model_named(&self, text: &str) -> Result<ModelChoice, SettingsError> {
+        model_choice(text, self.base_url.as_deref(), &self.env)
+    }
+
+    /// How prompts for `model` are bounded: its context window (or agent.toml's), the
+    /// compaction threshold, the default system text.
+    pub fn context_config(&self, model: &str) -> ContextConfig {
+        let defaults = ContextConfig::default();
+        ContextConfig {
+            context_window: self
+                .context_window
+                .unwrap_or_else(|| agent_context::context_window(model)),
+            compact_at: self.compact_at.unwrap_or(defaults.compact_at),
+            ..defaults
+        }
+    }
+}
+
+/// The model a `--model` value names.
+fn model_choice(
+    text: &str,
+    base_url: Option<&str>,
+    env: &Env,
+) -> Result<ModelChoice, SettingsError> {
+    let spec = ModelSpec::parse(text).map_err(|e| bad(format!("--{e}")))?;
+    let http =
+        |dialect, provider, model: String, default: Option<&str>, key: &Option<String>, key_var| {
+            ModelChoice::Http(HttpChoice {
+                dialect,
+                provider,
+                model,
+                base_url: base_url.or(default).map(str::to_owned),
+                api_key: key.clone(),
+                key_var,
+            })
+        };
+    Ok(match spec {
+        ModelSpec::Script(path) => ModelChoice::Script(path),
+        ModelSpec::Replay(run) => ModelChoice::Replay(run),
+        ModelSpec::OpenAi(model) => http(
+            Dialect::OpenAi,
+            "openai",
+            model,
+            Some("https://api.openai.com/v1"),
+            &env.openai_key,
+            Some("OPENAI_API_KEY"),
+        ),
+        ModelSpec::Anthropic(model) => http(
+            Dialect::Anthropic,
+            "anthropic",
+            model,
+            Some("https://api.anthropic.com"),
+            &env.anthropic_key,
+            Some("ANTHROPIC_API_KEY"),
+        ),
+        // A local server may need no key; one is sent when set.
+        ModelSpec::OpenAiCompat(model) => http(
+            Dialect::OpenAi,
+            "openai-compat",
+            model,
+            None,
+            &env.openai_key,
+            None,
+        ),
+    })
+}
+
+/// The budget values of agent.toml, then of the flags, checked.
+fn budget_changes(config: &Config, flags: &Limits) -> Result<BudgetChanges, SettingsError> {
+    let max_steps = flags.max_steps.or(config.max_steps);
+    if max_steps == Some(0) {
+        return Err(bad("--max-steps must be at least 1"));
+    }
+    let max_wall_time_ms = match flags.timeout.or(config.timeout) {
+        Some(secs) => {
+            let secs = config::check_seconds("--timeout", secs, 365.0 * 86_400.0).map_err(bad)?;
+            Some((secs * 1000.0).round() as u64)
+        }
+        None => None,
+    };
+    Ok(BudgetChanges {
+        max_steps,
+        max_tool_calls: flags.max_tool_calls.or(config.max_tool_calls),
+        max_tokens: config.max_tokens,
+        // Checked with the file: positive and finite.
+        max_cost_usd: config.max_cost_usd,
+        max_wall_time_ms,
+    })
+}
+
+/// What a settings file brings that a person must trust before it is used: allow rules,
+/// hook commands, and the MCP servers, workspace and base URL it names (unless a flag
+/// overrides them).
+fn brings(c: &Config, setup: &Setup) -> Vec<String> {
+    let mut brings = Vec::new();
+    if !c.policy.allow.is_empty() {
+        brings.push(format!("allow rules {}", c.policy.allow.join(", ")));
+    }
+    let hooks: Vec<&str> = c
+        .hooks
+        .pre_tool_use
+        .iter()
+        .chain(&c.hooks.post_tool_use)
+        .map(|h| h.command.as_str())
+        .collect();
+    if !hooks.is_empty() {
+        brings.push(format!("hook commands {}", hooks.join(", ")));
+    }
+    if let (Some(mcp), None) = (&c.mcp_config, &setup.mcp_config) {
+        brings.push(format!("the MCP servers of {}", mcp.display()));
+    }
+    if let (Some(ws), None) = (&c.workspace, &setup.workspace) {
+        brings.push(format!("the workspace {}", ws.display()));
+    }
+    if let (Some(url), None) = (&c.base_url, &setup.base_url) {
+        brings.push(format!("base_url {url} (where your API key is sent)"));
+    }
+    brings
+}

@@ -1,0 +1,391 @@
+//! Where each setting comes from: the flag, else `agent.toml` (paths relative to the file),
+//! else the environment, else the default. Resolution is pure, so these run without a
+//! process, a terminal or a disk.
+
+use std::path::{Path, PathBuf};
+
+use agent_cli::settings::{ConfigFile, Env, McpSource, ModelChoice, Settings};
+use agent_cli::{Limits, Setup, config};
+use agent_core::{Budget, Risk, ToolCall, ToolSpec, Verdict};
+use serde_json::json;
+
+/// `agent.toml` with `text`, read from /proj.
+fn file(text: &str) -> Option<ConfigFile> {
+    Some(ConfigFile {
+        path: PathBuf::from("/proj/agent.toml"),
+        config: config::parse(text).unwrap(),
+        explicit: false,
+    })
+}
+
+fn keys() -> Env {
+    Env {
+        openai_key: Some("sk-open".into()),
+        anthropic_key: Some("sk-ant".into()),
+    }
+}
+
+fn resolve(file: Option<ConfigFile>, store: Option<&str>, setup: &Setup) -> Settings {
+    Settings::resolve(
+        file,
+        store.map(Path::new),
+        setup,
+        &Limits::default(),
+        keys(),
+    )
+    .unwrap()
+}
+
+fn setup(f: impl FnOnce(&mut Setup)) -> Setup {
+    let mut s = Setup::default();
+    f(&mut s);
+    s
+}
+
+fn http(settings: &Settings) -> (String, Option<String>, Option<String>) {
+    match &settings.model {
+        Some(ModelChoice::Http(h)) => (h.model.clone(), h.base_url.clone(), h.api_key.clone()),
+        other => panic!("not an HTTP model: {other:?}"),
+    }
+}
+
+#[test]
+fn paths_come_from_the_flag_else_the_file_relative_to_it_else_the_default() {
+    let none = Setup::default();
+    let ws = setup(|s| s.workspace = Some("/elsewhere".into()));
+    let toml = "store = \"runs\"\nworkspace = \"src\"\nmcp_config = \"tools.json\"";
+    let abs = "store = \"/var/runs\"";
+    let mcp = setup(|s| s.mcp_config = Some("flag.json".into()));
+    let cases: Vec<(&str, Settings, (&str, &str, McpSource))> = vec![
+        (
+            "defaults",
+            resolve(None, None, &none),
+            (".agent", ".", McpSource::Workspace),
+        ),
+        (
+            "file",
+            resolve(file(toml), None, &none),
+            (
+                "/proj/runs",
+                "/proj/src",
+                McpSource::File("/proj/tools.json".into()),
+            ),
+        ),
+        (
+            "flags over file",
+            resolve(file(toml), Some("/mine"), &ws),
+            (
+                "/mine",
+                "/elsewhere",
+                McpSource::File("/proj/tools.json".into()),
+            ),
+        ),
+        (
+            "absolute in the file",
+            resolve(file(abs), None, &mcp),
+            ("/var/runs", ".", McpSource::Flag("flag.json".into())),
+        ),
+    ];
+    for (name, s, (store, workspace, mcp)) in cases {
+        assert_eq!(
+            (s.store.as_path(), s.workspace.as_path(), s.mcp),
+            (Path::new(store), Path::new(workspace), mcp),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_model_comes_from_the_flag_else_the_file_and_a_script_is_found_next_to_the_file() {
+    let none = Setup::default();
+    let flag = setup(|s| s.model = Some("script:here.json".into()));
+    let cases = [
+        (resolve(None, None, &none).model, None),
+        (
+            resolve(file("model = \"script:s.json\""), None, &none).model,
+            Some(ModelChoice::Script("/proj/s.json".into())),
+        ),
+        (
+            resolve(file("model = \"script:s.json\""), None, &flag).model,
+            Some(ModelChoice::Script("here.json".into())),
+        ),
+        (
+            resolve(None, None, &setup(|s| s.model = Some("replay:01R".into()))).model,
+            Some(ModelChoice::Replay("01R".into())),
+        ),
+    ];
+    for (i, (got, expected)) in cases.into_iter().enumerate() {
+        assert_eq!(got, expected, "case {i}");
+    }
+    let bad = Settings::resolve(
+        None,
+        None,
+        &setup(|s| s.model = Some("gpt-4o".into())),
+        &Limits::default(),
+        keys(),
+    )
+    .unwrap_err();
+    assert!(bad.to_string().starts_with("--model"), "{bad}");
+}
+
+#[test]
+fn base_urls_and_keys_follow_the_provider() {
+    let model = |m: &str| setup(|s| s.model = Some(m.into()));
+    let cases = [
+        (
+            "openai:gpt-4o",
+            None,
+            "https://api.openai.com/v1",
+            Some("sk-open"),
+        ),
+        (
+            "anthropic:claude",
+            None,
+            "https://api.anthropic.com",
+            Some("sk-ant"),
+        ),
+        (
+            "openai:gpt-4o",
+            Some("base_url = \"http://proxy:1/v1\""),
+            "http://proxy:1/v1",
+            Some("sk-open"),
+        ),
+        (
+            "openai-compat:llama",
+            Some("base_url = \"http://localhost:11434/v1\""),
+            "http://localhost:11434/v1",
+            Some("sk-open"),
+        ),
+    ];
+    for (m, toml, url, key) in cases {
+        let s = resolve(toml.and_then(file), None, &model(m));
+        let (_, got_url, got_key) = http(&s);
+        assert_eq!(
+            (got_url.as_deref(), got_key.as_deref()),
+            (Some(url), key),
+            "{m}"
+        );
+    }
+    // The flag wins over the file.
+    let flagged = setup(|s| {
+        s.model = Some("openai:gpt-4o".into());
+        s.base_url = Some("http://flag/v1".into());
+    });
+    let s = resolve(file("base_url = \"http://file/v1\""), None, &flagged);
+    assert_eq!(http(&s).1.as_deref(), Some("http://flag/v1"));
+}
+
+#[test]
+fn what_a_model_call_lacks_is_said_before_anything_runs() {
+    let no_keys = |m: &str| {
+        Settings::resolve(
+            None,
+            None,
+            &setup(|s| s.model = Some(m.into())),
+            &Limits::default(),
+            Env::default(),
+        )
+        .unwrap()
+    };
+    let ready = |s: &Settings| match &s.model {
+        Some(ModelChoice::Http(h)) => h.ready().map(|_| ()).map_err(|e| e.to_string()),
+        _ => Ok(()),
+    };
+    let cases = [
+        ("openai:gpt-4o", Some("OPENAI_API_KEY is not set")),
+        ("anthropic:claude", Some("ANTHROPIC_API_KEY is not set")),
+        ("openai-compat:llama", Some("needs --base-url URL")),
+        ("script:s.json", None),
+    ];
+    for (m, expected) in cases {
+        let got = ready(&no_keys(m));
+        match expected {
+            Some(text) => assert!(got.as_ref().unwrap_err().contains(text), "{m}: {got:?}"),
+            None => assert_eq!(got, Ok(()), "{m}"),
+        }
+    }
+    // A local server needs no key.
+    let local = Settings::resolve(
+        None,
+        None,
+        &setup(|s| {
+            s.model = Some("openai-compat:llama".into());
+            s.base_url = Some("http://127.0.0.1:1/v1".into());
+        }),
+        &Limits::default(),
+        Env::default(),
+    )
+    .unwrap();
+    assert_eq!(ready(&local), Ok(()));
+    // Keys never show in debug output.
+    assert!(!format!("{local:?}{:?}", keys()).contains("sk-"));
+}
+
+#[test]
+fn budgets_take_the_flag_else_the_file_else_the_run_or_the_default() {
+    let toml =
+        "max_steps = 5\nmax_tool_calls = 7\ntimeout = 30\nmax_tokens = 900\nmax_cost_usd = 0.5";
+    let flags = Limits {
+        max_steps: Some(9),
+        max_tool_calls: None,
+        timeout: Some(1.5),
+    };
+    let with = |file: Option<ConfigFile>, limits: &Limits| {
+        Settings::resolve(file, None, &Setup::default(), limits, Env::default())
+            .unwrap()
+            .budget
+            .apply(Budget::default())
+    };
+    let default = Budget::default();
+    assert_eq!(with(None, &Limits::default()), default);
+    let from_file = with(file(toml), &Limits::default());
+    assert_eq!(
+        (
+            from_file.max_steps,
+            from_file.max_tool_calls,
+            from_file.max_wall_time_ms,
+            from_file.max_tokens,
+            from_file.max_cost_usd,
+        ),
+        (5, 7, Some(30_000), Some(900), Some(0.5))
+    );
+    let flagged = with(file(toml), &flags);
+    assert_eq!(
+        (
+            flagged.max_steps,
+            flagged.max_tool_calls,
+            flagged.max_wall_time_ms
+        ),
+        (9, 7, Some(1_500))
+    );
+    // Changes apply over a running budget, leaving what they do not name.
+    let running = Budget {
+        max_steps: 40,
+        max_tool_calls: 3,
+        ..Budget::default()
+    };
+    let s = Settings::resolve(None, None, &Setup::default(), &flags, Env::default()).unwrap();
+    let next = s.budget.apply(running);
+    assert_eq!((next.max_steps, next.max_tool_calls), (9, 3));
+    for (limits, expected) in [
+        (
+            Limits {
+                max_steps: Some(0),
+                ..Limits::default()
+            },
+            "--max-steps must be at least 1",
+        ),
+        (
+            Limits {
+                timeout: Some(-1.0),
+                ..Limits::default()
+            },
+            "--timeout = -1",
+        ),
+        (
+            Limits {
+                timeout: Some(f64::NAN),
+                ..Limits::default()
+            },
+            "--timeout = NaN",
+        ),
+    ] {
+        let err = Settings::resolve(None, None, &Setup::default(), &limits, Env::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{err}");
+    }
+}
+
+#[test]
+fn policy_rules_of_the_file_and_the_flags_all_apply_and_deny_wins() {
+    let s = resolve(
+        file("[policy]\ndeny = [\"write_file(secrets/**)\"]"),
+        None,
+        &setup(|s| s.allow = vec!["write_file".into()]),
+    );
+    let mut spec = ToolSpec::new("write_file", "w", json!({}), Risk::Write);
+    spec.main_argument = Some("path".into());
+    let call = |path: &str| ToolCall::new("c", "write_file", json!({ "path": path }));
+    assert_eq!(s.policy.verdict(&spec, &call("notes.md")), Verdict::Allow);
+    assert!(matches!(
+        s.policy.verdict(&spec, &call("secrets/key")),
+        Verdict::Deny { .. }
+    ));
+    let bad = Settings::resolve(
+        None,
+        None,
+        &setup(|s| s.deny = vec!["shell(".into()]),
+        &Limits::default(),
+        Env::default(),
+    )
+    .unwrap_err();
+    assert!(bad.to_string().contains("shell("), "{bad}");
+}
+
+#[test]
+fn a_project_file_brings_what_needs_trust_unless_named_or_overridden() {
+    let toml = "base_url = \"http://evil/v1\"\nworkspace = \"/\"\n[policy]\nallow = [\"shell\"]";
+    let brought = resolve(file(toml), None, &Setup::default()).file_brings;
+    assert_eq!(
+        brought,
+        [
+            "allow rules shell",
+            "the workspace /",
+            "base_url http://evil/v1 (where your API key is sent)"
+        ]
+    );
+    // A flag overriding a value: the file no longer brings it.
+    let flags = setup(|s| {
+        s.base_url = Some("http://mine/v1".into());
+        s.workspace = Some(".".into());
+    });
+    assert_eq!(
+        resolve(file(toml), None, &flags).file_brings,
+        ["allow rules shell"]
+    );
+    // Named with --config: used as given.
+    let mut named = file(toml).unwrap();
+    named.explicit = true;
+    assert!(
+        resolve(Some(named), None, &Setup::default())
+            .file_brings
+            .is_empty()
+    );
+}
+
+#[test]
+fn the_context_window_is_the_file_s_else_the_model_s() {
+    let none = resolve(None, None, &Setup::default());
+    assert_eq!(
+        none.context_config("gpt-4").context_window,
+        agent_context::context_window("gpt-4")
+    );
+    let set = resolve(
+        file("context_window = 5000\ncompact_at = 0.5"),
+        None,
+        &Setup::default(),
+    );
+    let c = set.context_config("gpt-4");
+    assert_eq!((c.context_window, c.compact_at), (5_000, 0.5));
+}
+
+#[test]
+fn tools_replay_names_a_run_or_is_refused() {
+    let s = resolve(None, None, &setup(|s| s.tools = Some("replay:01R".into())));
+    assert_eq!(s.replay_tools.as_deref(), Some("01R"));
+    for text in ["replay:", "record:01R"] {
+        let err = Settings::resolve(
+            None,
+            None,
+            &setup(|s| s.tools = Some(text.into())),
+            &Limits::default(),
+            Env::default(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("the only form is replay:RUN"),
+            "{err}"
+        );
+    }
+}
