@@ -7,17 +7,22 @@
 //! reads them back. A `context_compacted` event replaces everything before it by the kept
 //! user messages, the summary and a facts block rebuilt from the log.
 
+mod compact;
+mod mask;
+mod size;
+
 use std::collections::VecDeque;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use agent_core::{
-    CallId, Decision, Entry, Event, Handle, Message, Part, Prompt, Role, ToolCall, ToolResult,
-    ToolSpec,
+    CallId, Decision, Entry, Event, Message, Part, Prompt, Role, ToolCall, ToolResult, ToolSpec,
 };
 
 use crate::DEFAULT_SYSTEM_PROMPT;
 use crate::facts::Facts;
 use crate::tokens::{DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter};
+use mask::ResultMessage;
+use size::Sizes;
 
 /// The fixed prefix of a compaction summary, telling the model what it reads.
 pub const SUMMARY_PREFIX: &str = "[Summary of earlier work. The conversation before this \
@@ -64,33 +69,43 @@ impl Default for ContextConfig {
     }
 }
 
-/// A result message of a closed turn, with the log version of each result in it.
-struct ResultMessage {
-    index: usize,
-    versions: Vec<(CallId, u64)>,
-}
-
-/// The incremental projection of one run's log.
-pub struct Projector {
-    config: ContextConfig,
-    counter: Arc<dyn TokenCounter>,
-    prompt: Prompt,
-    /// Bytes of each message: an upper bound of its tokens, kept eagerly.
-    message_bytes: Vec<usize>,
-    /// Tokens of each message, counted when first asked (the tokenizer is slow to load
-    /// and most prompts are far below any threshold).
-    message_tokens: Vec<OnceLock<usize>>,
-    base_bytes: usize,
-    base_tokens: OnceLock<usize>,
-    tools_text: String,
-    provisional: bool,
-    open_calls: Vec<ToolCall>,
+/// The turn being answered: the calls of the latest assistant message, the results and
+/// notes committed for it so far.
+#[derive(Default)]
+struct OpenTurn {
+    calls: Vec<ToolCall>,
     results: Vec<(CallId, u64, Part)>,
     notes: Vec<String>,
+    /// Whether the prompt ends with a provisional message answering it (replaced as more
+    /// of the turn is committed).
+    shown: bool,
+}
+
+impl OpenTurn {
+    fn is_empty(&self) -> bool {
+        self.calls.is_empty() && self.notes.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.calls.clear();
+        self.results.clear();
+        self.notes.clear();
+    }
+}
+
+/// The incremental projection of one run's log. Its jobs are in modules: building messages
+/// here, their sizes in `size`, keeping results small in `mask`, compaction in `compact`.
+pub struct Projector {
+    config: ContextConfig,
+    prompt: Prompt,
+    sizes: Sizes,
+    turn: OpenTurn,
+    /// Closed turns whose results are still shown whole, oldest first.
     result_messages: VecDeque<ResultMessage>,
     facts: Facts,
     /// Whether the run has `read_result`, so shortened results can point to it.
     reads_back: bool,
+    /// The person's own words (goal, messages, reasons), kept through compactions.
     user_texts: Vec<String>,
     version: u64,
     compacted_at: Option<u64>,
@@ -127,25 +142,16 @@ impl Projector {
         counter: Arc<dyn TokenCounter>,
     ) -> Self {
         let tools_text = serde_json::to_string(&tools).unwrap_or_default();
-        let base_bytes = config.system.len() + tools_text.len();
         let reads_back = tools.iter().any(|t| t.name == READ_RESULT);
         Projector {
+            sizes: Sizes::new(counter, &config.system, tools_text),
             prompt: Prompt {
                 system: config.system.clone(),
                 messages: Vec::new(),
                 tools,
             },
             config,
-            counter,
-            message_bytes: Vec::new(),
-            message_tokens: Vec::new(),
-            base_bytes,
-            base_tokens: OnceLock::new(),
-            tools_text,
-            provisional: false,
-            open_calls: Vec::new(),
-            results: Vec::new(),
-            notes: Vec::new(),
+            turn: OpenTurn::default(),
             result_messages: VecDeque::new(),
             facts: Facts::new(reads_back),
             reads_back,
@@ -162,27 +168,7 @@ impl Projector {
 
     /// Its estimated size in tokens.
     pub fn tokens(&self) -> usize {
-        self.base_tokens()
-            + self
-                .message_tokens
-                .iter()
-                .zip(&self.prompt.messages)
-                .map(|(tokens, message)| {
-                    *tokens.get_or_init(|| message_tokens(self.counter.as_ref(), message))
-                })
-                .sum::<usize>()
-    }
-
-    /// Tokens of the system text and the tool specs.
-    fn base_tokens(&self) -> usize {
-        *self.base_tokens.get_or_init(|| {
-            self.counter.count(&self.config.system) + self.counter.count(&self.tools_text)
-        })
-    }
-
-    /// Its size in bytes, which no token count exceeds.
-    fn bytes(&self) -> usize {
-        self.base_bytes + self.message_bytes.iter().sum::<usize>()
+        self.sizes.tokens(&self.prompt.messages)
     }
 
     /// The last version applied.
@@ -204,7 +190,7 @@ impl Projector {
     pub fn should_compact(&self) -> bool {
         let threshold = self.config.context_window as f64 * self.config.compact_at;
         self.compacted_at != Some(self.version)
-            && self.bytes() as f64 > threshold
+            && self.sizes.bytes() as f64 > threshold
             && self.tokens() as f64 > threshold
     }
 
@@ -230,15 +216,18 @@ impl Projector {
                     raw
                 };
                 self.push(Message::assistant_text(raw));
-                self.notes.push(format!(
+                self.turn.notes.push(format!(
                     "Your reply was not a valid decision: {problem}. Reply with tool calls or a \
                      final answer."
                 ));
             }
             Event::ModelFailed { .. } => self.close_turn(),
             Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => {
-                self.results
-                    .push((result.call_id.clone(), entry.version, result_part(result)));
+                self.turn.results.push((
+                    result.call_id.clone(),
+                    entry.version,
+                    result_part(result),
+                ));
             }
             Event::CorrectionIssued {
                 message, call_ids, ..
@@ -251,17 +240,18 @@ impl Projector {
                         ok: false,
                         content: "not run: this plan was repeated".to_owned(),
                     };
-                    self.results.push((id.clone(), entry.version, part));
+                    self.turn.results.push((id.clone(), entry.version, part));
                 }
-                self.notes.push(message.clone());
+                self.turn.notes.push(message.clone());
             }
             Event::ApprovalGranted { call_ids } if call_ids.is_empty() => {
-                self.notes
+                self.turn
+                    .notes
                     .push("A person approved your request. Go ahead.".to_owned());
             }
             Event::ApprovalDenied { call_ids, reason } => {
                 if call_ids.is_empty() {
-                    self.notes.push(format!(
+                    self.turn.notes.push(format!(
                         "A person did not approve your request ({reason}). Find another way or \
                          give your final answer."
                     ));
@@ -312,7 +302,7 @@ impl Projector {
                 arguments: call.arguments.clone(),
             });
         }
-        self.open_calls = decision.calls().to_vec();
+        self.turn.calls = decision.calls().to_vec();
         self.push(Message {
             role: Role::Assistant,
             parts,
@@ -324,8 +314,8 @@ impl Projector {
     fn answer_parts(&self) -> (Vec<Part>, Vec<(CallId, u64)>) {
         let mut parts = Vec::new();
         let mut versions = Vec::new();
-        for call in &self.open_calls {
-            match self.results.iter().find(|(id, _, _)| *id == call.id) {
+        for call in &self.turn.calls {
+            match self.turn.results.iter().find(|(id, _, _)| *id == call.id) {
                 Some((id, version, part)) => {
                     parts.push(part.clone());
                     versions.push((id.clone(), *version));
@@ -338,70 +328,23 @@ impl Projector {
                 }),
             }
         }
-        self.apply_turn_budget(&mut parts, &versions);
+        mask::turn_budget(&self.config, self.reads_back, &mut parts, &versions);
         parts.extend(
-            self.notes
+            self.turn
+                .notes
                 .iter()
                 .map(|text| Part::Text { text: text.clone() }),
         );
         (parts, versions)
     }
 
-    /// Keeps one turn's results under the budget, cutting the largest first.
-    fn apply_turn_budget(&self, parts: &mut [Part], versions: &[(CallId, u64)]) {
-        let size = |p: &Part| match p {
-            Part::ToolResult { content, .. } => content.chars().count(),
-            _ => 0,
-        };
-        let mut total: usize = parts.iter().map(size).sum();
-        while total > self.config.turn_result_budget {
-            let Some((i, _)) = parts
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| size(p) > self.config.preview_bytes + 400)
-                .max_by_key(|(i, p)| (size(p), std::cmp::Reverse(*i)))
-            else {
-                break;
-            };
-            if let Part::ToolResult {
-                call_id, content, ..
-            } = &mut parts[i]
-            {
-                let version = versions
-                    .iter()
-                    .find(|(id, _)| id == call_id)
-                    .map_or(0, |(_, v)| *v);
-                let before = content.chars().count();
-                let head = head_bytes(content, self.config.preview_bytes);
-                let left_out = before - head.chars().count();
-                let budget = self.config.turn_result_budget;
-                *content = if self.reads_back {
-                    format!(
-                        "{head}\n[{left_out} characters of this result left out: one turn's \
-                         results stay under {budget} characters; read it whole with \
-                         {READ_RESULT} handle \"{}\"]",
-                        Handle::Log(version)
-                    )
-                } else {
-                    format!(
-                        "{head}\n[{left_out} characters of this result left out: one turn's \
-                         results stay under {budget} characters]"
-                    )
-                };
-                total = total - before + content.chars().count();
-            }
-        }
-    }
-
     fn close_turn(&mut self) {
-        if self.open_calls.is_empty() && self.notes.is_empty() {
-            self.results.clear();
+        if self.turn.is_empty() {
+            self.turn.results.clear();
             return;
         }
         let (parts, versions) = self.answer_parts();
-        self.open_calls.clear();
-        self.results.clear();
-        self.notes.clear();
+        self.turn.clear();
         let index = self.prompt.messages.len();
         self.push(Message {
             role: Role::User,
@@ -412,52 +355,17 @@ impl Projector {
                 .push_back(ResultMessage { index, versions });
         }
         while self.result_messages.len() > self.config.recent_result_turns {
-            if let Some(old) = self.result_messages.pop_front() {
-                self.mask(&old);
-            }
-        }
-    }
-
-    /// Shows an older turn's long results by their head and a handle.
-    fn mask(&mut self, old: &ResultMessage) {
-        let keep = self.config.masked_result_chars;
-        let Some(message) = self.prompt.messages.get_mut(old.index) else {
-            return;
-        };
-        for part in &mut message.parts {
-            if let Part::ToolResult {
-                call_id, content, ..
-            } = part
+            if let Some(old) = self.result_messages.pop_front()
+                && let Some(message) = self.prompt.messages.get_mut(old.index)
             {
-                let total = content.chars().count();
-                if total <= keep + 100 {
-                    continue;
-                }
-                let version = old
-                    .versions
-                    .iter()
-                    .find(|(id, _)| id == call_id)
-                    .map_or(0, |(_, v)| *v);
-                let head: String = content.chars().take(keep).collect();
-                let more = total - keep;
-                *content = if self.reads_back {
-                    format!(
-                        "{head}…\n[older result, {more} more characters: {READ_RESULT} handle \
-                         \"{}\"]",
-                        Handle::Log(version)
-                    )
-                } else {
-                    format!("{head}…\n[older result, {more} more characters not shown]")
-                };
+                mask::mask(&self.config, self.reads_back, message, &old);
+                self.sizes.changed(old.index, message);
             }
         }
-        let bytes = message_bytes(message);
-        self.message_bytes[old.index] = bytes;
-        self.message_tokens[old.index] = OnceLock::new();
     }
 
     fn render_provisional(&mut self) {
-        if self.open_calls.is_empty() && self.notes.is_empty() {
+        if self.turn.is_empty() {
             return;
         }
         let (parts, _) = self.answer_parts();
@@ -465,15 +373,14 @@ impl Projector {
             role: Role::User,
             parts,
         });
-        self.provisional = true;
+        self.turn.shown = true;
     }
 
     fn drop_provisional(&mut self) {
-        if self.provisional {
+        if self.turn.shown {
             self.prompt.messages.pop();
-            self.message_tokens.pop();
-            self.message_bytes.pop();
-            self.provisional = false;
+            self.sizes.popped();
+            self.turn.shown = false;
         }
     }
 
@@ -485,8 +392,7 @@ impl Projector {
             Some(last) if last.role == Role::User => {
                 last.parts.push(part);
                 let index = self.prompt.messages.len() - 1;
-                self.message_bytes[index] = message_bytes(&self.prompt.messages[index]);
-                self.message_tokens[index] = OnceLock::new();
+                self.sizes.changed(index, &self.prompt.messages[index]);
             }
             _ => self.push(Message {
                 role: Role::User,
@@ -496,71 +402,39 @@ impl Projector {
     }
 
     fn push(&mut self, message: Message) {
-        self.message_bytes.push(message_bytes(&message));
-        self.message_tokens.push(OnceLock::new());
+        self.sizes.pushed(&message);
         self.prompt.messages.push(message);
     }
 
-    /// The one message a compaction leaves: the person's messages (newest first within
-    /// the budget, the oldest kept one cut), the summary and the facts.
     fn compacted_message(&self, summary: &str) -> Message {
-        let mut kept = Vec::new();
-        let mut budget = self.config.kept_user_tokens;
-        for text in self.user_texts.iter().rev() {
-            let tokens = self.counter.count(text);
-            if tokens <= budget {
-                kept.push(text.clone());
-                budget -= tokens;
-            } else {
-                let share = text.len() * budget / tokens.max(1);
-                let head = head_bytes(text, share);
-                if !head.is_empty() {
-                    kept.push(format!("{head}…"));
-                }
-                break;
-            }
-        }
-        kept.reverse();
-        let mut parts: Vec<Part> = kept.into_iter().map(|text| Part::Text { text }).collect();
-        parts.push(Part::Text {
-            text: if self.reads_back {
-                format!(
-                    "{SUMMARY_PREFIX}\nResults mentioned here can be read again with \
-                     {READ_RESULT}.\n{summary}"
-                )
-            } else {
-                format!("{SUMMARY_PREFIX}\n{summary}")
-            },
-        });
-        parts.push(Part::Text {
-            text: self.facts.render(),
-        });
-        Message {
-            role: Role::User,
-            parts,
-        }
+        compact::compacted_message(
+            &self.config,
+            &self.sizes,
+            &self.user_texts,
+            self.reads_back,
+            summary,
+            self.facts.render(),
+        )
     }
 
     /// The estimated prompt size if the history were compacted with `summary` now.
     pub fn tokens_after_compaction(&self, summary: &str) -> usize {
-        self.base_tokens() + message_tokens(self.counter.as_ref(), &self.compacted_message(summary))
+        self.sizes.base_tokens() + self.sizes.of(&self.compacted_message(summary))
     }
 
     fn compact(&mut self, summary: &str) {
         let message = self.compacted_message(summary);
         self.prompt.messages.clear();
-        self.message_tokens.clear();
-        self.message_bytes.clear();
+        self.sizes.cleared();
         self.result_messages.clear();
-        self.open_calls.clear();
-        self.results.clear();
-        self.notes.clear();
+        self.turn.clear();
         self.push(message);
         self.compacted_at = Some(self.version);
     }
 
     fn call_name(&self, id: &CallId) -> String {
-        self.open_calls
+        self.turn
+            .calls
             .iter()
             .find(|c| &c.id == id)
             .map(|c| c.name.clone())
@@ -575,43 +449,4 @@ fn result_part(result: &ToolResult) -> Part {
         ok: result.is_ok(),
         content: result.content(),
     }
-}
-
-/// The first `max` bytes of `text`, cut at a character boundary.
-fn head_bytes(text: &str, max: usize) -> &str {
-    let mut end = max.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-fn message_bytes(message: &Message) -> usize {
-    let parts: usize = message
-        .parts
-        .iter()
-        .map(|part| match part {
-            Part::Text { text } => text.len(),
-            Part::ToolUse {
-                name, arguments, ..
-            } => name.len() + arguments.to_string().len() + 3,
-            Part::ToolResult { content, .. } => content.len() + 3,
-        })
-        .sum();
-    parts + 4
-}
-
-fn message_tokens(counter: &dyn TokenCounter, message: &Message) -> usize {
-    let parts: usize = message
-        .parts
-        .iter()
-        .map(|part| match part {
-            Part::Text { text } => counter.count(text),
-            Part::ToolUse {
-                name, arguments, ..
-            } => counter.count(name) + counter.count(&arguments.to_string()) + 3,
-            Part::ToolResult { content, .. } => counter.count(content) + 3,
-        })
-        .sum();
-    parts + 4
 }
