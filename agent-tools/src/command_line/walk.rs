@@ -1,172 +1,12 @@
-//! What a `shell` command line really runs, for policy rules on meaning (CONTRACT §5).
-//!
-//! The line is parsed with tree-sitter's bash grammar into a syntax tree, and every simple
-//! command in it is collected, wherever it stands: lists (`;`, `&&`, `||`, `&`, newlines),
-//! pipelines, subshells, brace groups, `if`/`while`/`for`/`case` bodies, function bodies,
-//! what follows a here-document's operator. Each simple command is given as the text a rule
-//! matches: its words with quotes and escapes removed, joined by single spaces
-//! (assignments in front included, redirections left out).
-//!
-//! What a matcher cannot see through is reported as *opaque*, with the reason: command and
-//! process substitution (`$(…)`, backquotes, `<(…)`), commands that run other commands
-//! from their arguments (`eval`, `sh -c`, `xargs`, `sudo`, `env CMD`, `find -exec`, …), a
-//! command whose name is not a plain word (`$CMD`), output redirected to a file, a syntax
-//! the walk does not know, and a line that does not parse. The commands hidden inside those
-//! (the text of a substitution, the script of `sh -c`, what `sudo` or `env` runs) are still
-//! collected, for `deny` rules.
-//!
-//! The line comes from the model, so the analysis is bounded whatever it is: the parser
-//! (an LR parser with error recovery, linear in the line) is given a budget of work in
-//! proportion to the line's length and is stopped past it, the walk stops at a nesting
-//! depth, and scripts inside scripts (`sh -c`, `eval`) are followed a few levels deep.
-//! No clock is involved, so the same line always gets the same analysis.
+//! The walk over the syntax tree: every simple command collected as the text a rule
+//! matches, and what cannot be seen through marked opaque with its reason.
 
-use std::ops::ControlFlow;
+use tree_sitter::Node;
 
-use tree_sitter::{Node, ParseOptions, ParseState, Parser, Tree};
-
-/// Nesting followed into `sh -c` and `eval` scripts, at most.
-const MAX_DEPTH: usize = 8;
-
-/// Depth of the syntax tree walked, at most (a line of thousands of nested parentheses
-/// parses, but is not followed all the way down).
-const MAX_TREE_DEPTH: usize = 256;
-
-/// The parser reports progress every hundred or so operations; a line may use this many
-/// reports, plus one per [`BYTES_PER_REPORT`] bytes. Ordinary lines need one report per
-/// 30 to 100 bytes; the budget is only reached by a line built to make the parser's error
-/// recovery work hard, and such a line is not analysed (it asks a person).
-const BASE_REPORTS: usize = 64;
-const BYTES_PER_REPORT: usize = 4;
-
-/// Commands that run another command (or script) taken from their arguments.
-const WRAPPERS: &[&str] = &[
-    "eval", "exec", "source", ".", "sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "csh",
-    "tcsh", "busybox", "xargs", "sudo", "doas", "su", "env", "nohup", "timeout", "nice", "ionice",
-    "stdbuf", "setsid", "chroot", "command", "builtin", "time", "watch", "parallel", "unbuffer",
-    "flock", "coproc",
-];
-
-/// Shells whose `-c` argument is a script.
-const SHELLS: &[&str] = &[
-    "sh", "bash", "zsh", "dash", "ksh", "mksh", "fish", "csh", "tcsh", "busybox",
-];
-
-/// One simple command as rules see it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SimpleText {
-    /// The words, unquoted, joined by single spaces.
-    pub text: String,
-    /// The same with the command name's directory dropped (`/bin/rm -f x` → `rm -f x`),
-    /// when that differs; `deny` rules match either.
-    pub bare: Option<String>,
-}
-
-/// The analysis of one command line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Analysis {
-    /// The simple commands the line runs directly, in order.
-    pub commands: Vec<SimpleText>,
-    /// Commands found inside what is opaque (substitutions, `sh -c` scripts, what a wrapper
-    /// runs): not enough to allow the line, but a `deny` rule matching one denies it.
-    pub hidden: Vec<SimpleText>,
-    /// Why the line cannot be seen through, if it cannot (one reason per construct).
-    pub opaque: Vec<String>,
-}
-
-impl Analysis {
-    /// Every command text, direct or hidden, in both spellings: what `deny` rules match.
-    pub fn all_texts(&self) -> impl Iterator<Item = &str> {
-        self.commands
-            .iter()
-            .chain(&self.hidden)
-            .flat_map(|c| std::iter::once(c.text.as_str()).chain(c.bare.as_deref()))
-    }
-}
-
-/// Analyses a command line.
-pub fn analyze(line: &str) -> Analysis {
-    analyze_within(line, budget(line))
-}
-
-fn analyze_within(line: &str, budget: usize) -> Analysis {
-    let mut analysis = Analysis::default();
-    Walker {
-        out: &mut analysis,
-        hidden: false,
-        depth: 0,
-        budget: Some(budget),
-    }
-    .line(line);
-    analysis
-}
-
-/// The parser's budget for a line: in proportion to its length.
-fn budget(line: &str) -> usize {
-    BASE_REPORTS + line.len() / BYTES_PER_REPORT
-}
-
-/// Parses a line within a budget of progress reports.
-fn parse_within(line: &str, budget: usize) -> Result<Tree, &'static str> {
-    thread_local! {
-        /// A parser per thread, set up once (it is not `Sync`; setting one up costs more
-        /// than parsing a short line).
-        static PARSER: std::cell::RefCell<Option<Parser>> = const { std::cell::RefCell::new(None) };
-    }
-    PARSER.with(|cell| {
-        let mut slot = cell.try_borrow_mut().map_err(|_| "the parser is busy")?;
-        if slot.is_none() {
-            let mut parser = Parser::new();
-            parser
-                .set_language(&tree_sitter_bash::LANGUAGE.into())
-                .map_err(|_| "the shell grammar does not load")?;
-            *slot = Some(parser);
-        }
-        let parser = slot.as_mut().ok_or("the shell grammar does not load")?;
-        let tree = parse_with(parser, line, budget);
-        if tree.is_err() {
-            // A stopped parse would otherwise be resumed by the next one.
-            parser.reset();
-        }
-        tree
-    })
-}
-
-fn parse_with(parser: &mut Parser, line: &str, budget: usize) -> Result<Tree, &'static str> {
-    let bytes = line.as_bytes();
-    let mut reports = 0usize;
-    let mut progress = |_: &ParseState| {
-        reports += 1;
-        if reports > budget {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    };
-    let options = ParseOptions::new().progress_callback(&mut progress);
-    parser
-        .parse_with_options(
-            &mut |at, _| bytes.get(at..).unwrap_or_default(),
-            None,
-            Some(options),
-        )
-        .ok_or("too complex to analyse")
-}
-
-/// Where a tree first fails to parse, as a byte offset (depth-first, bounded).
-fn first_error(node: Node, level: usize) -> Option<usize> {
-    if node.is_error() || node.is_missing() {
-        return Some(node.start_byte());
-    }
-    if !node.has_error() || level > MAX_TREE_DEPTH {
-        return None;
-    }
-    let mut cursor = node.walk();
-    let found = node
-        .children(&mut cursor)
-        .find_map(|child| first_error(child, level + 1));
-    found.or(Some(node.start_byte()))
-}
+use super::{
+    Analysis, MAX_DEPTH, MAX_TREE_DEPTH, SHELLS, SimpleText, WRAPPERS, budget, first_error,
+    parse_within,
+};
 
 /// Kinds that only group or carry other nodes: walked through.
 const STRUCTURE: &[&str] = &[
@@ -240,14 +80,15 @@ const EXPANSIONS: &[&str] = &[
 /// Redirection operators that write to their target.
 const WRITES: &[&str] = &[">", ">>", ">|", "&>", "&>>", ">&", "<>"];
 
-struct Walker<'a> {
-    out: &'a mut Analysis,
+/// Collects the commands of a line (and of the scripts inside it) into an analysis.
+pub(super) struct Walker<'a> {
+    pub(super) out: &'a mut Analysis,
     /// Inside something opaque: commands go to `hidden`.
-    hidden: bool,
+    pub(super) hidden: bool,
     /// Scripts inside scripts followed so far.
-    depth: usize,
+    pub(super) depth: usize,
     /// The parser's budget for the top line (scripts inside get their own).
-    budget: Option<usize>,
+    pub(super) budget: Option<usize>,
 }
 
 impl Walker<'_> {
@@ -272,7 +113,7 @@ impl Walker<'_> {
         inner.line(script);
     }
 
-    fn line(&mut self, line: &str) {
+    pub(super) fn line(&mut self, line: &str) {
         let budget = self.budget.unwrap_or_else(|| budget(line));
         match parse_within(line, budget) {
             Ok(tree) => {
@@ -695,124 +536,4 @@ fn leaves(node: Node, src: &str, out: &mut Vec<String>, level: usize) {
 /// Redirect targets that write nothing anywhere.
 fn is_harmless_sink(name: &str) -> bool {
     matches!(name, "/dev/null" | "/dev/stdout" | "/dev/stderr")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn texts(line: &str) -> Vec<String> {
-        analyze(line).commands.into_iter().map(|c| c.text).collect()
-    }
-
-    #[test]
-    fn splits_lists_pipes_and_groups() {
-        assert_eq!(
-            texts("git status; echo X > ../outside/file"),
-            ["git status", "echo X"]
-        );
-        assert_eq!(
-            texts("a && b || c | d\ne & f"),
-            ["a", "b", "c", "d", "e", "f"]
-        );
-        assert_eq!(texts("( cd x && make ) ; { ls; }"), ["cd x", "make", "ls"]);
-        assert_eq!(texts("if true; then rm -rf x; fi"), ["true", "rm -rf x"]);
-        assert_eq!(texts("'g'it \"status\" \\--short"), ["git status --short"]);
-        assert_eq!(texts("FOO=1 git status"), ["FOO=1 git status"]);
-    }
-
-    #[test]
-    fn opaque_constructs_are_named() {
-        let a = analyze("echo $(rm -rf x)");
-        assert!(a.opaque[0].contains("command substitution"), "{a:?}");
-        assert_eq!(a.hidden[0].text, "rm -rf x");
-        let a = analyze("sh -c 'rm -rf /'");
-        assert!(!a.opaque.is_empty());
-        assert_eq!(a.hidden[0].text, "rm -rf /");
-        let a = analyze("git status > out.txt");
-        assert!(a.opaque[0].contains("out.txt"), "{a:?}");
-        assert!(analyze("git status 2>/dev/null >&2").opaque.is_empty());
-        let a = analyze("/bin/rm -rf x");
-        assert_eq!(a.commands[0].bare.as_deref(), Some("rm -rf x"));
-    }
-
-    #[test]
-    fn lines_that_broke_the_previous_parser_are_analysed_and_ask() {
-        // Each of these made brush-parser, the parser used before, panic (descriptor and
-        // directory-stack numbers it unwrapped), loop without end (a here-document among
-        // substitutions), allocate more than 2 GB, or take time exponential in the
-        // nesting (`${x[` seven deep took 221 s). The fuzz corpus keeps them all.
-        let subscripts = format!("echo {}1{}", "${x[".repeat(7), "]}".repeat(7));
-        let hang = "(\n\0d x \u{e7}&x &$(\u{c4}echo \u{a4}\u{18} << <<@< <<@<&&& x ";
-        let deep = format!("{}rm x{}", "( ".repeat(23), " )".repeat(23));
-        for line in [
-            ". 2222222222222222222222222>&ot22x-+",
-            "x 4294967296>f",
-            hang,
-        ] {
-            let a = analyze(line);
-            assert!(!a.opaque.is_empty(), "{line:?} should ask: {a:?}");
-        }
-        assert_eq!(texts(&deep), ["rm x"], "23 nested subshells");
-        assert_eq!(
-            texts(&subscripts),
-            [subscripts.as_str()],
-            "expansions are words"
-        );
-        assert!(
-            analyze(&"(".repeat(5000))
-                .opaque
-                .iter()
-                .any(|o| o.contains("does not parse")),
-            "5000 unclosed parentheses"
-        );
-        let nested = format!("{}ls{}", "(".repeat(5000), ")".repeat(5000));
-        assert!(
-            analyze(&nested)
-                .opaque
-                .iter()
-                .any(|o| o.contains("nested too deeply")),
-            "the walk stops at its depth"
-        );
-        assert!(analyze("echo hi 2>/dev/null").opaque.is_empty());
-        assert!(
-            analyze("cat <<EOF\nhi\nEOF\n").opaque.is_empty(),
-            "plain here-documents parse"
-        );
-    }
-
-    #[test]
-    fn the_parser_stops_at_its_budget() {
-        let line = "echo hello world; ".repeat(2000);
-        assert!(parse_within(&line, 0).is_err(), "no budget, no tree");
-        assert!(parse_within(&line, budget(&line)).is_ok());
-        let a = analyze_within(&line, 0);
-        assert_eq!(a.opaque, ["the command line is too complex to analyse"]);
-        assert_eq!(a.commands.len(), 1);
-        assert!(
-            a.commands[0].text == line.trim(),
-            "deny rules see the whole line"
-        );
-    }
-
-    #[test]
-    fn a_stopped_parse_is_not_resumed_by_the_next_one() {
-        let long = "echo hello world; ".repeat(2000);
-        assert!(parse_within(&long, 0).is_err());
-        assert_eq!(texts("git status"), ["git status"]);
-        assert_eq!(analyze("git status").opaque, Vec::<String>::new());
-    }
-
-    #[test]
-    fn line_continuations_join_words_but_not_comments() {
-        assert_eq!(texts("r\\\nm -rf x"), ["rm -rf x"]);
-        assert_eq!(texts("rm -r\\\nf x"), ["rm -rf x"]);
-        assert_eq!(texts("ls # a comment \\\nrm -rf x"), ["ls", "rm -rf x"]);
-        let a = analyze("r\\\n$X -rf x");
-        assert!(a.opaque[0].contains("computed"), "{a:?}");
-        assert!(
-            texts("cd ~+99999999999").len() == 1,
-            "tilde arguments are words"
-        );
-    }
 }

@@ -1,0 +1,300 @@
+//! The drive loop: each command of the machine carried out (model calls, checks, tools,
+//! commits, waits), each answer handed back, until the run ends or pauses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::{
+    CallId, Command, Entry, Input, InputError, Machine, ScheduledCall, ToolCall, Verdict,
+};
+use agent_providers::ModelRequest;
+use tokio_util::sync::CancellationToken;
+
+use super::{Report, Runtime, RuntimeError, report};
+
+impl Runtime {
+    pub(super) async fn drive(
+        &self,
+        run_id: String,
+        mut machine: Machine,
+        mut log: Vec<Entry>,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        let mut projector = self.projector(&log);
+        loop {
+            let Some(command) = machine.poll_command() else {
+                // The machine always queues a command unless it waits for a person.
+                let outcome = machine.outcome().ok_or(InputError::Unexpected {
+                    input: "nothing",
+                    phase: "a phase with no command",
+                })?;
+                return Ok(report(&run_id, &machine, outcome));
+            };
+            match command {
+                Command::CallModel { .. } => {
+                    if projector.should_compact() {
+                        let before = projector.tokens();
+                        let summary = self
+                            .summarizer
+                            .summarize(&log, projector.prompt())
+                            .await
+                            // The one fallback: a summary made of the log itself.
+                            .unwrap_or_else(|_| agent_context::Extractive::default().of(&log));
+                        let after = projector.tokens_after_compaction(&summary);
+                        // Compact only when it helps; otherwise the model gets what there is.
+                        if after < before {
+                            machine.handle(Input::ContextCompacted {
+                                summary,
+                                through_version: projector.version(),
+                                tokens_before: before as u64,
+                                tokens_after: after as u64,
+                            })?;
+                            continue;
+                        }
+                    }
+                    let prompt = projector.prompt();
+                    let step = machine.state().steps;
+                    let request = ModelRequest { prompt, step };
+                    let answer = tokio::select! {
+                        answer = self.model.decide(request) => Some(answer),
+                        () = cancel.cancelled() => None,
+                        () = self.deadline(&machine) => None,
+                    };
+                    self.tick(&mut machine)?;
+                    match answer {
+                        Some(Ok(mut reply)) => {
+                            // The machine only ever holds what the log may hold: secret
+                            // values in calls become references, expanded again to run.
+                            self.redactor.redact_reply(&mut reply);
+                            machine.handle(Input::ModelReplied(reply))?
+                        }
+                        Some(Err(e)) => {
+                            let mut retries = e.retries().to_vec();
+                            for retry in &mut retries {
+                                retry.reason = self.redactor.redact_str(&retry.reason);
+                            }
+                            machine.handle(Input::ModelFailed {
+                                message: self.redactor.redact_str(&e.to_string()),
+                                kind: e.kind(),
+                                retries,
+                            })?
+                        }
+                        None if cancel.is_cancelled() => machine.handle(Input::Cancel)?,
+                        // The deadline passed: the tick above already stopped the run.
+                        None => {}
+                    }
+                }
+                Command::CheckCalls { calls, .. } => {
+                    let verdicts = tokio::select! {
+                        verdicts = self.check(&run_id, &calls) => Some(verdicts),
+                        () = cancel.cancelled() => None,
+                    };
+                    let Some(verdicts) = verdicts else {
+                        machine.handle(Input::Cancel)?;
+                        continue;
+                    };
+                    machine.handle(Input::CallsChecked { verdicts })?;
+                }
+                Command::ExecuteTools { group, .. } => {
+                    if group.iter().any(|c| c.effect_key.is_some()) {
+                        // Crash point: the dispatch record is durable, the effect not done.
+                        fail::fail_point!("after_dispatch", |_| std::process::abort());
+                    }
+                    let results = self.execute(&run_id, &machine, group, &cancel).await;
+                    // Crash point: the tools ran, their results are not committed.
+                    fail::fail_point!("after_tools", |_| std::process::abort());
+                    let results = results
+                        .into_iter()
+                        .map(|mut r| {
+                            self.redactor.redact_result(&mut r);
+                            r
+                        })
+                        .collect::<Vec<_>>();
+                    if cancel.is_cancelled() {
+                        machine.handle(Input::Cancel)?;
+                    }
+                    self.tick(&mut machine)?;
+                    machine.handle(Input::ToolsFinished { results })?;
+                }
+                Command::Commit {
+                    expected_version,
+                    entries,
+                } => {
+                    let run_id = run_id.clone();
+                    let entries = self.redactor.redact_entries(entries);
+                    let store = Arc::clone(&self.store);
+                    let (entries, result) = tokio::task::spawn_blocking(move || {
+                        // Test point: the store refuses this commit (disk full, say).
+                        fail::fail_point!("commit_refused", |_| {
+                            let refused = agent_store::StoreError::Engine(
+                                "the disk is full (injected)".to_owned(),
+                            );
+                            (entries.clone(), Err(refused))
+                        });
+                        let result = store.append(&run_id, expected_version, &entries);
+                        (entries, result)
+                    })
+                    .await
+                    .map_err(|e| RuntimeError::Join(e.to_string()))?;
+                    match result {
+                        Ok(version) => {
+                            if let Some(sink) = &self.sink {
+                                entries.iter().for_each(|e| sink(e));
+                            }
+                            entries.iter().for_each(|e| projector.apply(e));
+                            log.extend(entries);
+                            machine.handle(Input::Committed { version })?;
+                        }
+                        Err(e) => machine.handle(Input::CommitFailed {
+                            message: e.to_string(),
+                        })?,
+                    }
+                }
+                Command::ReconcileEffects { calls, .. } => {
+                    let findings = self.reconcile(calls).await;
+                    machine.handle(Input::EffectsReconciled { findings })?;
+                }
+                Command::AwaitApproval { .. } | Command::AwaitResolution { .. } => {
+                    // No person is attached to this invocation: pause; `agent approve`
+                    // continues later from the committed log.
+                    let outcome = machine.outcome().ok_or(InputError::Unexpected {
+                        input: "AwaitApproval or AwaitResolution",
+                        phase: "not paused",
+                    })?;
+                    return Ok(report(&run_id, &machine, outcome));
+                }
+                Command::Finish(outcome) => return Ok(report(&run_id, &machine, outcome)),
+            }
+        }
+    }
+
+    /// Checks the calls as the model proposed them (secret references expanded); a call
+    /// whose secret this process does not have is refused, with the reason.
+    pub(super) async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
+        let mut expanded = Vec::new();
+        let mut missing = Vec::new();
+        for call in calls {
+            match self.redactor.expand_call(call) {
+                Ok(call) => expanded.push(call),
+                Err(e) => missing.push((call.id.clone(), e.to_string())),
+            }
+        }
+        let mut checked = self.gateway.check(run_id, &expanded).await;
+        checked.extend(
+            missing
+                .into_iter()
+                .map(|(id, reason)| (id, Verdict::Deny { reason })),
+        );
+        // Hooks saw the real values; what they say goes to the log.
+        let redact = |text: &mut String| *text = self.redactor.redact_str(text);
+        for (_, verdict) in &mut checked {
+            match verdict {
+                Verdict::Ask { why } => redact(why),
+                Verdict::Deny { reason } => redact(reason),
+                Verdict::Invalid { message } => redact(message),
+                Verdict::Unavailable { reason } => redact(reason),
+                Verdict::Allow => {}
+            }
+        }
+        // In the model's order.
+        calls
+            .iter()
+            .filter_map(|c| {
+                let at = checked.iter().position(|(id, _)| *id == c.id)?;
+                Some(checked.swap_remove(at))
+            })
+            .collect()
+    }
+
+    /// The calls as proposed (secret references expanded), and those whose secret this
+    /// process does not have.
+    pub(super) fn expand_scheduled(
+        &self,
+        calls: Vec<ScheduledCall>,
+    ) -> (
+        Vec<ScheduledCall>,
+        Vec<(ToolCall, crate::redact::MissingSecret)>,
+    ) {
+        let mut expanded = Vec::new();
+        let mut missing = Vec::new();
+        for mut scheduled in calls {
+            match self.redactor.expand_call(&scheduled.call) {
+                Ok(call) => {
+                    scheduled.call = call;
+                    expanded.push(scheduled);
+                }
+                Err(e) => missing.push((scheduled.call, e)),
+            }
+        }
+        (expanded, missing)
+    }
+
+    /// Asks the tools whether effects in doubt took place, with the calls as proposed.
+    pub(super) async fn reconcile(
+        &self,
+        calls: Vec<ScheduledCall>,
+    ) -> Vec<(CallId, Option<agent_core::Finding>)> {
+        let (expanded, missing) = self.expand_scheduled(calls);
+        let mut findings = self.gateway.reconcile(&expanded).await;
+        // Without the value, no look-up can tell: a person will be asked.
+        findings.extend(missing.into_iter().map(|(call, _)| (call.id, None)));
+        findings
+    }
+
+    /// Runs the tools with the calls as proposed (secret references expanded); a passed
+    /// deadline cancels them like the caller would.
+    pub(super) async fn execute(
+        &self,
+        run_id: &str,
+        machine: &Machine,
+        group: Vec<ScheduledCall>,
+        cancel: &CancellationToken,
+    ) -> Vec<agent_core::ToolResult> {
+        let order: Vec<CallId> = group.iter().map(|s| s.call.id.clone()).collect();
+        let (runnable, missing) = self.expand_scheduled(group);
+        let refused = missing.into_iter().map(|(call, e)| {
+            agent_core::ToolResult::error(
+                call.id,
+                call.name,
+                agent_core::ToolError::new(
+                    agent_core::ErrorKind::ExecutionFailed,
+                    format!("not run: {e}"),
+                ),
+            )
+        });
+        let token = cancel.child_token();
+        let run = self.gateway.execute(run_id, vec![runnable], &token);
+        tokio::pin!(run);
+        let mut results = tokio::select! {
+            results = &mut run => results,
+            () = self.deadline(machine) => {
+                token.cancel();
+                run.await
+            }
+        };
+        results.extend(refused);
+        order
+            .iter()
+            .filter_map(|id| {
+                let at = results.iter().position(|r| r.call_id == *id)?;
+                Some(results.swap_remove(at))
+            })
+            .collect()
+    }
+
+    /// Resolves when the run's wall-clock budget is spent; never if it has none.
+    pub(super) async fn deadline(&self, machine: &Machine) {
+        match machine.budget().max_wall_time_ms {
+            Some(max) => {
+                let end = machine.state().started_at_ms.saturating_add(max);
+                let left = end.saturating_sub(self.clock.now_ms());
+                tokio::time::sleep(Duration::from_millis(left)).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    pub(super) fn tick(&self, machine: &mut Machine) -> Result<(), InputError> {
+        machine.handle(Input::Tick(self.clock.now_ms()))
+    }
+}
