@@ -6,5 +6,7 @@ mod exchanges;
 mod harness;
 mod props;
 mod recovery;
+mod resumes;
 mod scenarios;
 mod snapshots;
+mod stops;

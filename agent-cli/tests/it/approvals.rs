@@ -1,0 +1,204 @@
+//! Approvals and settings on the command line: asking, approving, denying, allow and deny
+//! flags, and agent.toml (policy, hooks, budgets) once trusted.
+
+use super::*;
+
+#[test]
+fn a_write_asks_then_approve_runs_it_and_completes() {
+    let env = Env::new();
+    let model = write_script(&env);
+    let out = env.run(&["run", "--json", "--model", &model, "save the answer"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "paused");
+    assert_eq!(v["reason"], "approval_required");
+    assert_eq!(v["pending"][0]["call_id"], "w1");
+    assert_eq!(v["pending"][0]["tool"], "write_file");
+    assert_eq!(v["pending"][0]["arguments"]["path"], "out/result.txt");
+    assert!(
+        !env.dir.path().join("out/result.txt").exists(),
+        "nothing ran before approval"
+    );
+    let id = v["run_id"].as_str().unwrap();
+
+    let wrong = env.run(&["approve", id, "--call", "nope"]);
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        stderr(&wrong).contains("call nope is not pending"),
+        "{}",
+        stderr(&wrong)
+    );
+
+    let done = env.run(&["approve", "--json", id]);
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    let v: Value = serde_json::from_slice(&done.stdout).unwrap();
+    assert_eq!(
+        (v["reason"].as_str(), v["tool_calls"].as_u64()),
+        (Some("completed"), Some(1))
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("out/result.txt")).unwrap(),
+        "42\n"
+    );
+}
+
+#[test]
+fn deny_tells_the_model_and_nothing_is_written() {
+    let env = Env::new();
+    let model = write_script(&env);
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = env.run(&["deny", "--json", &id, "--reason", "not in this repo"]);
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(!env.dir.path().join("out").exists());
+    let show = stdout(&env.run(&["show", &id]));
+    assert!(
+        show.contains("approval_denied") && show.contains("not in this repo"),
+        "{show}"
+    );
+}
+
+#[test]
+fn allow_and_deny_flags_decide_without_asking() {
+    let env = Env::new();
+    let model = write_script(&env);
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--allow",
+        "write_file(out/**)",
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.dir.path().join("out/result.txt").exists());
+
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "rm -rf notes"}}]},
+        {"tool_calls": [{"id": "s2", "name": "shell", "arguments": {"command": "rm -rf other"}}]},
+        {"tool_calls": [{"id": "s3", "name": "shell", "arguments": {"command": "rm -rf again"}}]},
+        {"final": "x"}
+    ]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--allow",
+        "shell",
+        "--deny",
+        "shell(rm *)",
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"], "policy_violation");
+    assert_eq!(v["tool_calls"], 0);
+}
+
+#[test]
+fn agent_toml_sets_policy_hooks_and_budgets_once_trusted() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "touch made.txt"}}]},
+        {"tool_calls": [{"id": "s2", "name": "shell", "arguments": {"command": "touch no.txt"}}]},
+        {"final": "done"}
+    ]));
+    let hook = env.dir.path().join("gate.sh");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\nif grep -q no.txt; then echo 'no.txt is reserved' >&2; exit 2; fi\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "model = {model:?}\nmax_steps = 5\n[policy]\nallow = [\"shell(touch *)\"]\n\
+         [[hooks.pre_tool_use]]\ncommand = \"sh {}\"\nmatcher = \"shell\"\n",
+        hook.display()
+    );
+    std::fs::write(env.dir.path().join("agent.toml"), &toml).unwrap();
+    // A project file that brings rules and commands is not used before a person trusts it.
+    let out = env.run(&["run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not trusted") && err.contains("agent trust"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!env.store().exists(), "nothing is written");
+    let trusted = env.run(&["trust"]);
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    assert!(stdout(&trusted).contains("agent.toml"));
+
+    let out = env.run(&["run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.dir.path().join("made.txt").exists());
+    assert!(!env.dir.path().join("no.txt").exists());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let show = stdout(&env.run(&["show", v["run_id"].as_str().unwrap()]));
+    assert!(show.contains("no.txt is reserved"), "{show}");
+
+    // A changed file must be trusted again.
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        toml.replace("touch *", "*"),
+    )
+    .unwrap();
+    let out = env.run(&["run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // Named on the command line, the file is the person's choice.
+    let out = env.run(&["--config", "agent.toml", "run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_project_file_that_only_narrows_needs_no_trust() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "ok"}]));
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        format!("model = {model:?}\nmax_steps = 3\n[policy]\ndeny = [\"shell(rm *)\"]\n"),
+    )
+    .unwrap();
+    let out = env.run(&["run", "--json", "g"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_settings_are_one_line_exit_2() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "x"}]));
+    std::fs::write(env.dir.path().join("bad.toml"), "max_stepz = 3\n").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--config", "bad.toml", "run", "--model", &model, "g"],
+            "line 1: unknown field `max_stepz`",
+        ),
+        (
+            vec!["--config", "missing.toml", "run", "--model", &model, "g"],
+            "--config missing.toml",
+        ),
+        (
+            vec!["run", "--model", &model, "--allow", "shell(", "g"],
+            "policy rule \"shell(\"",
+        ),
+        (
+            vec!["run", "--model", &model, "--mcp-config", "none.json", "g"],
+            "MCP config none.json",
+        ),
+        (vec!["run", "g"], "no model"),
+    ];
+    for (args, expected) in cases {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!env.store().exists());
+    }
+}

@@ -1,0 +1,384 @@
+//! Runs that go on from their log: resumption, approvals and settlements of calls of
+//! unknown outcome, and logs the fold refuses.
+
+use agent_core::*;
+use serde_json::json;
+
+use crate::harness::{Person, Reply::*, T0, check, tool, world};
+use crate::scenarios::{read, write_world};
+
+#[test]
+fn resume_from_a_paused_log_continues_with_the_approval() {
+    let paused = check(write_world(None), TerminalReason::ApprovalRequired);
+    let tools: Vec<ToolSpec> = write_world(None)
+        .tools
+        .iter()
+        .map(|t| t.spec.clone())
+        .collect();
+    let mut m = Machine::resume(tools, &paused.log, T0 + 60_000).unwrap();
+    let Some(Command::AwaitApproval { pending, .. }) = m.poll_command() else {
+        panic!("a resumed paused run asks the person again");
+    };
+    assert_eq!(pending.len(), 1);
+    m.handle(Input::ApprovalGranted {
+        call_ids: vec![CallId::from("w1")],
+    })
+    .unwrap();
+    let Some(Command::ExecuteTools { group, .. }) = m.poll_command() else {
+        panic!("approval runs the batch, reads first");
+    };
+    let ids: Vec<&str> = group.iter().map(|c| c.call.id.as_str()).collect();
+    assert_eq!(ids, ["r1"]);
+    assert_eq!(
+        m.handle(Input::ApprovalGranted { call_ids: vec![] })
+            .unwrap_err(),
+        InputError::Unexpected {
+            input: "ApprovalGranted",
+            phase: "AwaitingTools"
+        }
+    );
+}
+
+#[test]
+fn approving_a_call_that_is_not_pending_is_refused() {
+    let paused = check(write_world(None), TerminalReason::ApprovalRequired);
+    let tools: Vec<ToolSpec> = write_world(None)
+        .tools
+        .iter()
+        .map(|t| t.spec.clone())
+        .collect();
+    let mut m = Machine::resume(tools, &paused.log, T0).unwrap();
+    let _ = m.poll_command();
+    assert_eq!(
+        m.handle(Input::ApprovalGranted {
+            call_ids: vec![CallId::from("r1")]
+        })
+        .unwrap_err(),
+        InputError::NotPending(CallId::from("r1"))
+    );
+}
+
+#[test]
+fn resume_of_a_damaged_log_is_an_error_not_a_panic() {
+    let done = check(world(vec![Final("x")]), TerminalReason::Completed);
+    let mut gap = done.log.clone();
+    gap.remove(1);
+    let err = Machine::resume(vec![], &gap, T0).unwrap_err();
+    assert!(err.to_string().contains("not contiguous"), "{err}");
+    assert!(Machine::resume(vec![], &[], T0).is_err());
+    let mut headless = done.log.clone();
+    headless.remove(0);
+    for (i, e) in headless.iter_mut().enumerate() {
+        e.version = i as u64 + 1;
+    }
+    assert!(Machine::resume(vec![], &headless, T0).is_err());
+}
+
+#[test]
+fn resume_of_a_finished_run_only_finishes() {
+    let done = check(world(vec![Final("x")]), TerminalReason::Completed);
+    let mut m = Machine::resume(vec![], &done.log, T0).unwrap();
+    let Some(Command::Finish(outcome)) = m.poll_command() else {
+        panic!()
+    };
+    assert_eq!(outcome.answer.as_deref(), Some("x"));
+    assert_eq!(m.poll_command(), None);
+}
+
+#[test]
+fn a_batch_is_committed_in_the_models_order_whatever_happened_to_each_call() {
+    let mut w = world(vec![
+        Calls(vec![
+            read("c1", "a"),
+            ("c2", "missing_tool", json!({})),
+            ("c3", "write", json!({"n": 1})),
+            ("c4", "slow_read", json!({})),
+        ]),
+        Final("ok"),
+    ]);
+    w.verdicts.insert(
+        "write".into(),
+        Verdict::Deny {
+            reason: "no".into(),
+        },
+    );
+    let r = check(w, TerminalReason::Completed);
+    let ids: Vec<&str> = r.results().iter().map(|x| x.call_id.as_str()).collect();
+    assert_eq!(ids, ["c1", "c2", "c3", "c4"]);
+}
+
+#[test]
+fn unknown_outcome_settled_by_a_person_continues_without_running_it_again() {
+    let script = || {
+        vec![
+            Calls(vec![("p1", "pay", json!({"amount": 10}))]),
+            Final("paid"),
+        ]
+    };
+    let pay = || tool("pay", Risk::External).fails(ErrorKind::OutcomeUnknown, "connection reset");
+    let mut w = world(script());
+    w.tools.push(pay());
+    w.verdicts.insert("pay".into(), Verdict::Allow);
+    w.person.push_back(Person::Settle(Resolution::Committed));
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(
+        r.executed.len(),
+        1,
+        "the person's word, not a second payment"
+    );
+    assert!(r.result_of("p1").content().contains("a person confirmed"));
+    assert!(r.events().contains(&"effect_resolved"));
+}
+
+#[test]
+fn unknown_outcome_settled_as_retry_runs_the_call_again_once() {
+    let script = || {
+        vec![
+            Calls(vec![("p1", "pay", json!({"amount": 10}))]),
+            Final("paid"),
+        ]
+    };
+    let mut w = world(script());
+    w.tools
+        .push(tool("pay", Risk::External).fails(ErrorKind::OutcomeUnknown, "connection reset"));
+    w.verdicts.insert("pay".into(), Verdict::Allow);
+    // Retry: it runs again, is in doubt again; then the person confirms it.
+    w.person.push_back(Person::Settle(Resolution::Retry));
+    w.person.push_back(Person::Settle(Resolution::Committed));
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(
+        r.executed.len(),
+        2,
+        "run again exactly once, on the person's word"
+    );
+    let settled = r
+        .events()
+        .iter()
+        .filter(|e| **e == "effect_resolved")
+        .count();
+    assert_eq!(settled, 2);
+}
+
+#[test]
+fn unknown_outcome_settled_as_rejected_is_not_run_again() {
+    let script = || {
+        vec![
+            Calls(vec![("p1", "pay", json!({"amount": 10}))]),
+            Final("not paid"),
+        ]
+    };
+    let mut w = world(script());
+    w.tools
+        .push(tool("pay", Risk::External).fails(ErrorKind::OutcomeUnknown, "connection reset"));
+    w.verdicts.insert("pay".into(), Verdict::Allow);
+    w.person.push_back(Person::Settle(Resolution::Rejected));
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(r.executed.len(), 1, "never run again");
+    let result = r.result_of("p1");
+    assert!(
+        !result.is_ok(),
+        "the model is told it did not take effect: {result:?}"
+    );
+    assert!(r.events().contains(&"effect_resolved"));
+}
+
+/// The fold refuses what no run can have written: events before the start, a second
+/// start, events after an end for good. A run paused by its end may still be cancelled.
+#[test]
+fn the_fold_refuses_logs_no_run_writes() {
+    let done = check(world(vec![Final("x")]), TerminalReason::Completed);
+    let renumber = |mut log: Vec<Entry>| {
+        for (i, e) in log.iter_mut().enumerate() {
+            e.version = i as u64 + 1;
+        }
+        log
+    };
+    let refused = |log: &[Entry]| RunState::fold(log).unwrap_err();
+    let headless = renumber(done.log[1..].to_vec());
+    let err = refused(&headless);
+    assert_eq!((err.version, err.event), (1, done.log[1].event.name()));
+    assert!(err.problem.contains("run_started"), "{err}");
+    let twice = renumber(vec![done.log[0].clone(), done.log[0].clone()]);
+    let err = refused(&twice);
+    assert_eq!((err.version, err.event), (2, "run_started"));
+    let ended_at = |reason: TerminalReason| Entry {
+        version: 0,
+        at_ms: T0,
+        event: Event::RunEnded {
+            outcome: Outcome::stop(reason, "x"),
+        },
+    };
+    let mut after_end = done.log.clone();
+    after_end.push(ended_at(TerminalReason::Cancelled));
+    let after_end = renumber(after_end);
+    let err = refused(&after_end);
+    assert_eq!(
+        (err.version, err.event),
+        (after_end.len() as u64, "run_ended")
+    );
+    // A question for a person ends the invocation, not the run: cancelling it is allowed,
+    // and only that.
+    let asked = check(
+        world(vec![Clarify("which?")]),
+        TerminalReason::ClarificationRequired,
+    );
+    let mut cancelled = asked.log.clone();
+    cancelled.push(ended_at(TerminalReason::Cancelled));
+    let state = RunState::fold(&renumber(cancelled)).unwrap();
+    assert_eq!(
+        state.outcome().map(|o| o.reason),
+        Some(TerminalReason::Cancelled)
+    );
+    let mut completed = asked.log.clone();
+    completed.push(ended_at(TerminalReason::Completed));
+    let completed = renumber(completed);
+    let err = refused(&completed);
+    assert_eq!(
+        (err.version, err.event),
+        (completed.len() as u64, "run_ended")
+    );
+}
+
+/// After a crash right after a dispatch record, what the tool finds decides: not applied,
+/// the call runs; applied, it does not, and its receipt is the result.
+#[test]
+fn a_finding_after_a_crash_decides_whether_the_call_runs() {
+    use crate::harness::{resume, run};
+    for (finding, runs) in [
+        (Finding::NotApplied, 1),
+        (
+            Finding::Applied {
+                receipt: "the line is there".into(),
+            },
+            0,
+        ),
+    ] {
+        let mut w = world(vec![
+            Calls(vec![("w1", "write", json!({"n": 1}))]),
+            Final("done"),
+        ]);
+        w.reconcile = Some(finding.clone());
+        let full = run(w.clone());
+        let at = full
+            .boundaries
+            .iter()
+            .find(|b| {
+                matches!(
+                    full.log[b.log_len - 1].event,
+                    Event::EffectDispatched { .. }
+                )
+            })
+            .unwrap();
+        let resumed = resume(w, &full.log, at);
+        assert_eq!(
+            resumed.outcome.reason,
+            TerminalReason::Completed,
+            "{finding:?}"
+        );
+        assert_eq!(resumed.executed.len(), runs, "{finding:?}");
+        let result = resumed.result_of("w1").content();
+        if runs == 0 {
+            assert!(result.contains("the line is there"), "{result}");
+        }
+    }
+}
+
+/// Paused for approval, a run ignores a passing deadline (nobody is waiting on the clock)
+/// but ends on a cancel.
+#[test]
+fn a_paused_run_ends_on_a_cancel_not_on_the_clock() {
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"n": 1}))]),
+        Final("x"),
+    ]);
+    w.asks_for("write");
+    w.budget.max_wall_time_ms = Some(1_000);
+    let paused = check(w.clone(), TerminalReason::ApprovalRequired);
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut m = Machine::resume(specs, &paused.log, T0).unwrap();
+    assert!(matches!(
+        m.poll_command(),
+        Some(Command::AwaitApproval { .. })
+    ));
+    m.handle(Input::Tick(T0 + 60_000)).unwrap();
+    assert_eq!(m.poll_command(), None, "still waiting for the person");
+    m.handle(Input::Cancel).unwrap();
+    let Some(Command::Commit { entries, .. }) = m.poll_command() else {
+        panic!("the cancel is committed")
+    };
+    assert!(matches!(&entries.last().unwrap().event,
+        Event::RunEnded { outcome } if outcome.reason == TerminalReason::Cancelled));
+}
+
+/// A call a person approved before a restart is not asked about again: after the crash
+/// its effect is looked up (not applied), and it runs on the approval already committed.
+#[test]
+fn an_approval_committed_before_a_crash_holds_after_it() {
+    use crate::harness::{resume, run};
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"n": 1}))]),
+        Final("written"),
+    ]);
+    w.asks_for("write");
+    w.person.push_back(Person::Approve);
+    w.reconcile = Some(Finding::NotApplied);
+    let full = run(w.clone());
+    assert_eq!(full.outcome.reason, TerminalReason::Completed);
+    let granted = full
+        .boundaries
+        .iter()
+        .find(|b| {
+            full.log[..b.log_len]
+                .iter()
+                .any(|e| matches!(e.event, Event::ApprovalGranted { .. }))
+        })
+        .unwrap();
+    let resumed = resume(w, &full.log, granted);
+    assert_eq!(resumed.outcome.reason, TerminalReason::Completed);
+    assert_eq!(resumed.executed.len(), 1);
+    assert!(
+        !resumed.events()[granted.log_len..].contains(&"approval_requested"),
+        "{:?}",
+        resumed.events()
+    );
+}
+
+/// Approving one of two pending calls records the approval and waits for the other: nothing
+/// runs before every pending call is settled (cargo-mutants found no test of it).
+#[test]
+fn approving_one_of_two_pending_calls_waits_for_the_other() {
+    let mut w = world(vec![
+        Calls(vec![
+            ("w1", "write", json!({"path": "a"})),
+            ("w2", "write", json!({"path": "b"})),
+        ]),
+        Final("done"),
+    ]);
+    w.asks_for("write");
+    w.person.push_back(Person::Away);
+    let paused = check(w.clone(), TerminalReason::ApprovalRequired);
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut m = Machine::resume(specs, &paused.log, T0 + 1_000).unwrap();
+    assert!(matches!(
+        m.poll_command(),
+        Some(Command::AwaitApproval { .. })
+    ));
+    m.handle(Input::ApprovalGranted {
+        call_ids: vec!["w1".into()],
+    })
+    .unwrap();
+    let Some(Command::Commit { entries, .. }) = m.poll_command() else {
+        panic!("the approval is committed first");
+    };
+    let names: Vec<&str> = entries.iter().map(|e| e.event.name()).collect();
+    assert_eq!(names, ["approval_granted"], "nothing dispatched yet");
+    let version = entries.last().unwrap().version;
+    m.handle(Input::Committed { version }).unwrap();
+    match m.poll_command() {
+        Some(Command::AwaitApproval { pending, .. }) => {
+            let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
+            assert_eq!(ids, ["w2"]);
+        }
+        other => panic!("expected to wait for w2, got {other:?}"),
+    }
+}

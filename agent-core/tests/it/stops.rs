@@ -1,0 +1,289 @@
+//! Runs that stop: cancellation, deadlines, every budget, denials, unavailable tools,
+//! failed commits, inputs out of turn.
+
+use agent_core::*;
+use serde_json::json;
+
+use crate::harness::{Reply::*, T0, check, tool, world};
+use crate::scenarios::read;
+
+#[test]
+fn cancel_while_tools_run_keeps_their_results_and_starts_nothing_new() {
+    let mut w = world(vec![
+        Calls(vec![
+            read("r1", "a"),
+            ("w1", "write", json!({})),
+            ("w2", "write", json!({})),
+        ]),
+        Final("never"),
+    ]);
+    w.cancel_in_tools_of_turn = Some(1);
+    let r = check(w, TerminalReason::Cancelled);
+    // Only the first group started; its result is kept as `cancelled`.
+    assert_eq!(r.executed_names(), ["read"]);
+    assert_eq!(r.result_of("r1").error_kind(), Some(ErrorKind::Cancelled));
+    // The calls that never started are answered, and not counted as started.
+    let w1 = r.result_of("w1");
+    assert_eq!(w1.error_kind(), Some(ErrorKind::Cancelled));
+    assert!(w1.content().contains("not started"));
+    assert_eq!(RunState::fold(&r.log).unwrap().tool_calls, 1);
+    assert_eq!(r.model_calls, 1);
+}
+
+#[test]
+fn deadline_while_the_model_thinks() {
+    let mut w = world(vec![Calls(vec![read("c1", "a")]), Final("too late")]);
+    w.script[1].delay_ms = 5_000;
+    w.budget.max_wall_time_ms = Some(1_000);
+    let r = check(w, TerminalReason::DeadlineExceeded);
+    assert_eq!(r.executed.len(), 1);
+    assert_eq!(r.outcome.answer, None);
+    assert!(
+        r.outcome.message.contains("wall-clock budget of 1.0 s"),
+        "{}",
+        r.outcome.message
+    );
+    let end = r.log.last().unwrap();
+    assert!(end.at_ms >= T0 + 1_000);
+}
+
+#[test]
+fn deadline_during_tools_is_applied_when_they_return() {
+    let mut w = world(vec![
+        Calls(vec![("s", "slow_read", json!({}))]),
+        Final("never"),
+    ]);
+    w.budget.max_wall_time_ms = Some(100);
+    let r = check(w, TerminalReason::DeadlineExceeded);
+    assert!(
+        r.result_of("s").is_ok(),
+        "the result that came back is kept"
+    );
+    assert_eq!(r.model_calls, 1);
+}
+
+#[test]
+fn max_steps_stops_before_the_next_model_call() {
+    let mut w = world(vec![
+        Calls(vec![read("a", "1")]),
+        Calls(vec![read("b", "2")]),
+        Calls(vec![read("c", "3")]),
+    ]);
+    w.budget.max_steps = 2;
+    let r = check(w, TerminalReason::MaxSteps);
+    assert_eq!(r.model_calls, 2);
+    assert_eq!(r.executed.len(), 2);
+}
+
+#[test]
+fn a_batch_past_the_tool_budget_is_not_started_at_all() {
+    let mut w = world(vec![
+        Calls(vec![read("a", "1")]),
+        Calls(vec![read("b", "2"), read("c", "3")]),
+    ]);
+    w.budget.max_tool_calls = 2;
+    let r = check(w, TerminalReason::ToolBudgetExhausted);
+    assert_eq!(r.executed_names(), ["read"]);
+    assert!(
+        r.outcome.message.contains("tool-call budget (1 of 2 used)"),
+        "{}",
+        r.outcome.message
+    );
+}
+
+#[test]
+fn retrying_the_same_call_past_its_retry_budget() {
+    let again = || Calls(vec![("c1", "flaky", json!({"q": 1}))]);
+    let mut w = world(vec![again(), again(), again(), again(), Final("never")]);
+    w.tools
+        .push(tool("flaky", Risk::Read).fails(ErrorKind::Timeout, "took too long"));
+    w.budget.max_repeated_plan = 10;
+    let r = check(w, TerminalReason::ToolBudgetExhausted);
+    // One run plus max_retries_per_tool (2) retries.
+    assert_eq!(r.executed.len(), 3);
+    assert!(r.outcome.message.contains("max_retries_per_tool"));
+}
+
+#[test]
+fn token_budget_stops_before_the_next_model_call() {
+    let mut w = world(vec![
+        Calls(vec![read("a", "1")]),
+        Calls(vec![read("b", "2")]),
+        Final("never"),
+    ]);
+    w.budget.max_tokens = Some(200);
+    let r = check(w, TerminalReason::CostBudgetExceeded);
+    assert_eq!(
+        r.model_calls, 2,
+        "120 tokens per call: the third would start past 200"
+    );
+}
+
+#[test]
+fn money_budget_stops_before_the_next_model_call() {
+    let mut w = world(vec![Calls(vec![read("a", "1")]), Final("never")]);
+    w.script[0].usage.cost_usd = 0.75;
+    w.budget.max_cost_usd = Some(0.5);
+    let r = check(w, TerminalReason::CostBudgetExceeded);
+    assert_eq!(r.model_calls, 1);
+    assert!(r.outcome.message.contains("$0.7500"));
+}
+
+#[test]
+fn denials_until_the_limit_are_a_policy_violation() {
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"n": 1}))]),
+        Calls(vec![("w2", "write", json!({"n": 2}))]),
+        Calls(vec![("w3", "write", json!({"n": 3}))]),
+        Final("never"),
+    ]);
+    w.verdicts.insert(
+        "write".into(),
+        Verdict::Deny {
+            reason: "writes are denied by --deny write".into(),
+        },
+    );
+    let r = check(w, TerminalReason::PolicyViolation);
+    assert!(r.executed.is_empty());
+    assert_eq!(r.result_of("w1").error_kind(), Some(ErrorKind::Denied));
+    assert_eq!(r.model_calls, 3);
+}
+
+#[test]
+fn a_denial_then_another_plan_resets_the_denial_count() {
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"n": 1}))]),
+        Calls(vec![("w2", "write", json!({"n": 2}))]),
+        Calls(vec![read("r", "a")]),
+        Calls(vec![("w3", "write", json!({"n": 3}))]),
+        Final("ok"),
+    ]);
+    w.verdicts.insert(
+        "write".into(),
+        Verdict::Deny {
+            reason: "no".into(),
+        },
+    );
+    check(w, TerminalReason::Completed);
+}
+
+#[test]
+fn unavailable_tool_fails_the_run() {
+    let mut w = world(vec![Calls(vec![read("c1", "a")]), Final("never")]);
+    w.verdicts.insert(
+        "read".into(),
+        Verdict::Unavailable {
+            reason: "its MCP server exited and did not restart".into(),
+        },
+    );
+    let r = check(w, TerminalReason::ToolUnavailable);
+    assert!(r.executed.is_empty());
+    assert!(r.outcome.message.contains("MCP server"));
+}
+
+#[test]
+fn unknown_outcome_of_a_side_effect_pauses_and_is_not_repeated() {
+    let mut w = world(vec![
+        Calls(vec![("p1", "pay", json!({"amount": 10}))]),
+        Final("never"),
+    ]);
+    w.tools.push(tool("pay", Risk::External).fails(
+        ErrorKind::OutcomeUnknown,
+        "connection reset after the request was sent",
+    ));
+    let r = check(w, TerminalReason::OutcomeUnknown);
+    assert_eq!(r.executed.len(), 1);
+    assert!(r.outcome.message.contains("p1"));
+    assert_eq!(r.model_calls, 1);
+}
+
+#[test]
+fn commit_failure_stops_with_checkpoint_failed_and_asks_nothing_more() {
+    let mut w = world(vec![Calls(vec![read("c1", "a")]), Final("never")]);
+    w.fail_commit = Some(2);
+    let r = check(w, TerminalReason::CheckpointFailed);
+    assert_eq!(
+        r.model_calls, 1,
+        "the model is not asked again after a failed commit"
+    );
+    assert_eq!(
+        r.events(),
+        ["run_started"],
+        "the failed turn is not in the log"
+    );
+    assert!(r.outcome.message.contains("disk full"));
+}
+
+#[test]
+fn failing_the_very_first_commit_never_asks_the_model() {
+    let mut w = world(vec![Final("never")]);
+    w.fail_commit = Some(1);
+    let r = check(w, TerminalReason::CheckpointFailed);
+    assert_eq!(r.model_calls, 0);
+}
+
+#[test]
+fn inputs_out_of_turn_are_refused_without_changing_anything() {
+    let config = RunConfig {
+        run_id: "r".into(),
+        goal: "g".into(),
+        manifest: crate::harness::manifest(Budget::default()),
+        tools: vec![],
+    };
+    let mut m = Machine::start(config, 0);
+    let err = m
+        .handle(Input::ToolsFinished { results: vec![] })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        InputError::Unexpected {
+            input: "ToolsFinished",
+            phase: "AwaitingCommit"
+        }
+    );
+    assert!(matches!(m.poll_command(), Some(Command::Commit { .. })));
+    assert_eq!(m.poll_command(), None);
+}
+
+/// `max_write_actions` counts within one batch too: with one write left, the second write
+/// of a batch waits for a person.
+#[test]
+fn the_write_budget_counts_within_a_batch() {
+    let mut w = world(vec![
+        Calls(vec![
+            ("w1", "write", json!({"n": 1})),
+            ("w2", "write", json!({"n": 2})),
+        ]),
+        Final("x"),
+    ]);
+    w.budget.max_write_actions = Some(1);
+    let r = check(w, TerminalReason::ApprovalRequired);
+    let pending: Vec<&str> = r
+        .outcome
+        .pending
+        .iter()
+        .map(|p| p.call_id.as_str())
+        .collect();
+    assert_eq!(pending, ["w2"]);
+    assert!(r.outcome.pending[0].why.contains("max_write_actions = 1"));
+}
+
+/// The tool-call budget allows exactly that many calls: a batch that reaches it runs, one
+/// that would pass it does not start.
+#[test]
+fn the_tool_call_budget_is_a_limit_reached_not_passed() {
+    let mut w = world(vec![
+        Calls(vec![read("c1", "a"), read("c2", "b")]),
+        Final("two read"),
+    ]);
+    w.budget.max_tool_calls = 2;
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(r.executed.len(), 2);
+    let mut w = world(vec![
+        Calls(vec![read("c1", "a"), read("c2", "b"), read("c3", "c")]),
+        Final("never"),
+    ]);
+    w.budget.max_tool_calls = 2;
+    let r = check(w, TerminalReason::ToolBudgetExhausted);
+    assert!(r.executed.is_empty());
+}

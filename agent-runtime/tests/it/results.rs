@@ -1,0 +1,374 @@
+//! What the model sees of results: large outputs kept as blobs, compaction, masked results
+//! read back, and prompts replayed byte for byte.
+
+use super::*;
+
+#[tokio::test]
+async fn large_outputs_are_kept_as_blobs_in_the_store() {
+    let s = setup();
+    std::fs::write(s.dir.path().join("ws/big.txt"), "line\n".repeat(20_000)).unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "dump", "arguments": {"path": "big.txt"}}]},
+        {"final": "big"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = ScriptModel::from_json(&script.to_string()).unwrap();
+    let gateway = with_dump(s.dir.path().join("ws"))
+        .with_blob_sink(Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store))));
+    let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store));
+    rt.start(
+        RunRequest::new("run-b", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let log = store.load("run-b").unwrap();
+    let result = log
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } => Some(result.content()),
+            _ => None,
+        })
+        .unwrap();
+    let handle = stored_handle(&result);
+    let blob = store.get_blob(&handle).unwrap().unwrap();
+    assert_eq!(blob.len(), 100_000, "the whole output is kept");
+    assert!(
+        result.len() < 2_300,
+        "the log keeps a 2,000-byte preview: {}",
+        result.len()
+    );
+}
+
+#[tokio::test]
+async fn a_long_run_is_compacted_and_the_model_sees_the_summary_and_facts() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..12)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+            "arguments": {"path": "big.txt", "offset": i + 1}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "done"}));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s
+        .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
+        .with_context(agent_context::ContextConfig {
+            context_window: 6_000,
+            ..agent_context::ContextConfig::default()
+        });
+    let report = rt
+        .start(
+            RunRequest::new("run-c", "read the big file", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(report.state.steps, 13, "compaction is not a model call");
+    let log = store.load("run-c").unwrap();
+    let compactions: Vec<(u64, u64)> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ContextCompacted {
+                tokens_before,
+                tokens_after,
+                ..
+            } => Some((*tokens_before, *tokens_after)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !compactions.is_empty(),
+        "a 6,000-token window forces a compaction"
+    );
+    assert!(compactions.iter().all(|(before, after)| after < before));
+    // CONTRACT §9: past 80% of the window the history is compacted, so no prompt the
+    // model got was estimated above 80% of it.
+    let prompts = s.prompts.lock().unwrap();
+    for (i, entry) in log.iter().enumerate() {
+        if matches!(
+            entry.event,
+            Event::DecisionProposed { .. } | Event::DecisionRejected { .. }
+        ) {
+            let estimated = rt.projector(&log[..i]).tokens();
+            assert!(
+                estimated * 10 <= 6_000 * 8,
+                "the prompt before entry {} was estimated at {estimated} tokens",
+                entry.version
+            );
+        }
+    }
+    let compacted = prompts.iter().find(|p| {
+        p.messages.first().is_some_and(|m| {
+            m.parts.iter().any(|part|
+            matches!(part, Part::Text { text } if text.starts_with(agent_context::SUMMARY_PREFIX)))
+        })
+    });
+    assert!(compacted.is_some(), "the model saw the summary");
+}
+
+#[tokio::test]
+async fn read_result_reads_back_a_masked_older_result() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/long.txt"),
+        format!("BEGIN {} END\n", "y".repeat(3_000)),
+    )
+    .unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "long.txt"}}]},
+        {"tool_calls": [{"id": "c2", "name": "list_dir", "arguments": {}}]},
+        {"tool_calls": [{"id": "c3", "name": "list_dir", "arguments": {"path": "."}}]},
+        {"tool_calls": [{"id": "c4", "name": "glob", "arguments": {"pattern": "*"}}]},
+        {"tool_calls": [{"id": "c5", "name": "read_result", "arguments": {"handle": "log:3"}}]},
+        {"final": "done"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = ScriptModel::from_json(&script.to_string()).unwrap();
+    let blobs = Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store)));
+    let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
+        .unwrap()
+        .with_result_source(blobs);
+    let model = Recording {
+        inner: model,
+        trace: Arc::clone(&s.trace),
+        prompts: Arc::clone(&s.prompts),
+    };
+    let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store));
+    let report = rt
+        .start(
+            RunRequest::new("run-r", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let prompts = s.prompts.lock().unwrap();
+    let last = serde_json::to_string(prompts.last().unwrap()).unwrap();
+    assert!(
+        last.contains("read_result handle \\\"log:3\\\""),
+        "c1 is masked: {last}"
+    );
+    let log = store.load("run-r").unwrap();
+    let read_back = log
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } if result.call_id.as_str() == "c5" => {
+                Some(result.content())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        read_back.contains("BEGIN") && read_back.contains("END"),
+        "{}",
+        &read_back[..100]
+    );
+}
+
+#[tokio::test]
+async fn read_result_reads_only_handles_its_own_run_handed_out() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        format!("PRIVATE {}\n", "z".repeat(60_000)),
+    )
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let blobs = Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store)));
+    let runtime = |script: Value| {
+        let gateway = with_dump(s.dir.path().join("ws"))
+            .with_blob_sink(blobs.clone())
+            .with_result_source(blobs.clone());
+        let model = ScriptModel::from_json(&script.to_string()).unwrap();
+        Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store))
+    };
+    let result_of = |run: &str, call: &str| {
+        store
+            .load(run)
+            .unwrap()
+            .iter()
+            .find_map(|e| match &e.event {
+                Event::ToolFinished { result, .. } if result.call_id.as_str() == call => {
+                    Some(result.content())
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    runtime(json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "dump", "arguments": {"path": "big.txt"}}]},
+        {"final": "read"}
+    ]}))
+    .start(
+        RunRequest::new("run-a", "g", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let shown = result_of("run-a", "c1");
+    let handle = stored_handle(&shown);
+    // Its own run reads it back; another run that learned the handle cannot.
+    for (run, turns) in [
+        (
+            "run-a2",
+            vec![
+                json!({"tool_calls": [{"id": "c1", "name": "dump", "arguments": {"path": "big.txt"}}]}),
+            ],
+        ),
+        (
+            "run-b",
+            vec![json!({"tool_calls": [{"id": "l1", "name": "list_dir", "arguments": {}}]})],
+        ),
+    ] {
+        let mut turns = turns;
+        turns.push(json!({"tool_calls": [{"id": "r1", "name": "read_result", "arguments": {"handle": handle}}]}));
+        turns.push(json!({"final": "done"}));
+        runtime(json!({ "turns": turns }))
+            .start(
+                RunRequest::new(run, "g", Budget::default()),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+    }
+    assert!(result_of("run-a2", "r1").contains("PRIVATE"));
+    let refused = result_of("run-b", "r1");
+    assert!(
+        !refused.contains("PRIVATE") && refused.contains("no stored result"),
+        "{refused}"
+    );
+}
+
+/// The prompt is a function of the committed log: rebuilding it from each prefix of the log
+/// gives, byte for byte, what the model got at each call, compactions included.
+#[tokio::test]
+async fn replaying_the_log_reproduces_every_prompt_byte_for_byte() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..12)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+            "arguments": {"path": "big.txt", "offset": i + 1}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "done"}));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let context = agent_context::ContextConfig {
+        context_window: 6_000,
+        ..agent_context::ContextConfig::default()
+    };
+    let rt = s
+        .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
+        .with_context(context);
+    rt.start(
+        RunRequest::new("run-p", "read the big file", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let log = store.load("run-p").unwrap();
+    assert!(
+        log.iter()
+            .any(|e| matches!(e.event, Event::ContextCompacted { .. })),
+        "the run compacted"
+    );
+    // Each model call answered with the entry that records its decision: the prompt it got
+    // is the projection of everything before that entry.
+    let calls: Vec<usize> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| {
+            matches!(
+                e.event,
+                Event::DecisionProposed { .. } | Event::DecisionRejected { .. }
+            )
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let prompts = s.prompts.lock().unwrap();
+    assert_eq!(calls.len(), prompts.len());
+    for (n, (at, sent)) in calls.iter().zip(prompts.iter()).enumerate() {
+        let rebuilt = rt.projector(&log[..*at]).prompt().clone();
+        assert_eq!(
+            serde_json::to_string(&rebuilt).unwrap(),
+            serde_json::to_string(sent).unwrap(),
+            "model call {}",
+            n + 1
+        );
+    }
+}
+
+#[tokio::test]
+async fn read_result_pages_through_a_blob_by_offset_and_limit() {
+    let s = setup();
+    let text: String = (0..20_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let whole = format!("{text}{text}{text}");
+    std::fs::write(s.dir.path().join("ws/abc.txt"), &whole).unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let blobs = Arc::new(agent_runtime::StoreBlobs::new(Arc::clone(&store)));
+    let gateway = with_dump(s.dir.path().join("ws"))
+        .with_blob_sink(blobs.clone())
+        .with_result_source(blobs);
+    let first = json!({"turns": [
+        {"tool_calls": [{"id": "d1", "name": "dump", "arguments": {"path": "abc.txt"}}]},
+        {"final": "x"}
+    ]});
+    let gateway = Arc::new(gateway);
+    let model = ScriptModel::from_json(&first.to_string()).unwrap();
+    Runtime::new(Arc::new(model), Arc::clone(&gateway), Arc::clone(&store))
+        .start(
+            RunRequest::new("run-o", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let log = store.load("run-o").unwrap();
+    let shown = serde_json::to_string(&log).unwrap();
+    let handle = stored_handle(&shown);
+    // A second model turn, on the same run, reads a page of it.
+    let page = json!({"turns": [
+        {"tool_calls": [{"id": "d1", "name": "dump", "arguments": {"path": "abc.txt"}}]},
+        {"tool_calls": [{"id": "r1", "name": "read_result",
+            "arguments": {"handle": handle, "offset": 26_003, "limit": 5}}]},
+        {"final": "x"}
+    ]});
+    let model = ScriptModel::from_json(&page.to_string()).unwrap();
+    Runtime::new(Arc::new(model), gateway, Arc::clone(&store))
+        .start(
+            RunRequest::new("run-p2", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let read = store
+        .load("run-p2")
+        .unwrap()
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } if result.call_id.as_str() == "r1" => {
+                Some(result.content())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        read,
+        format!(
+            "{}\n(characters 26003-26008 of 60000; call again with offset 26008 for more)",
+            &whole[26_003..26_008]
+        )
+    );
+}
