@@ -299,11 +299,7 @@ fn drive_existing(
         Resume::Reply(text) => {
             let state = RunState::fold(&log)
                 .map_err(|e| failed(format!("the log of run {run_id} is damaged: {e}")))?;
-            let current = match (&state.budget, &state.manifest) {
-                (Some(budget), _) => budget.clone(),
-                (None, Some(manifest)) => manifest.budget.clone(),
-                (None, None) => Budget::default(),
-            };
+            let current = state.budget_in_force().unwrap_or_default();
             let new = settings.budget.apply(current.clone());
             Some((text.clone(), (new != current).then_some(new)))
         }

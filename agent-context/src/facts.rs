@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use agent_core::{Budget, Decision, Entry, Event, ToolCall, ToolResult, canonical_json};
+use agent_core::{Entry, Event, RunState, ToolResult, ToolSpec, canonical_json};
 
 /// Side-effect actions listed at most (the oldest are counted, not listed).
 const MAX_ACTIONS: usize = 60;
@@ -11,21 +11,15 @@ const LAST_CALLS: usize = 5;
 /// Characters of a result quoted in the block.
 const EXCERPT: usize = 200;
 
-/// Facts accumulated event by event.
+/// Facts accumulated event by event. The counts are the run's own state, folded as the
+/// machine folds it; the block adds what was done, call by call.
 #[derive(Clone, Debug, Default)]
 pub struct Facts {
     /// Whether the run has `read_result` to read stored results with.
     reads_back: bool,
-    goal: String,
-    budget: Budget,
-    steps: u32,
-    tool_calls: u32,
-    /// Model calls and tool calls before the current exchange (step and tool-call limits
-    /// count per exchange).
-    exchange_steps: u32,
-    exchange_tool_calls: u32,
-    tokens: u64,
-    calls: Vec<ToolCall>,
+    /// The tools whose main argument is a path: what their side effects wrote.
+    path_tools: BTreeSet<String>,
+    state: RunState,
     actions: Vec<String>,
     files: BTreeSet<String>,
     handles: BTreeSet<String>,
@@ -42,59 +36,42 @@ fn excerpt(text: &str) -> String {
 }
 
 impl Facts {
-    /// Empty facts; `reads_back` when the run has `read_result`.
-    pub fn new(reads_back: bool) -> Facts {
+    /// Empty facts for a run with `tools`.
+    pub fn new(tools: &[ToolSpec]) -> Facts {
         Facts {
-            reads_back,
+            reads_back: tools.iter().any(|t| t.name == "read_result"),
+            path_tools: tools
+                .iter()
+                .filter(|t| t.main_argument.as_deref() == Some("path"))
+                .map(|t| t.name.clone())
+                .collect(),
             ..Facts::default()
         }
     }
 
     /// Takes one event into account.
     pub fn apply(&mut self, entry: &Entry) {
+        // A log the fold refuses is still shown as far as it goes; the runtime never runs
+        // one.
+        let _ = self.state.apply(entry);
         match &entry.event {
-            Event::RunStarted { goal, manifest, .. } => {
-                self.goal.clone_from(goal);
-                self.budget = manifest.budget.clone();
-            }
-            Event::DecisionProposed {
-                decision, usage, ..
-            } => {
-                self.steps += 1;
-                self.tokens = self.tokens.saturating_add(usage.total_tokens());
-                if let Decision::ToolCalls { calls } | Decision::RequestApproval { calls, .. } =
-                    decision
-                {
-                    self.calls.extend(calls.iter().cloned());
-                }
-            }
-            Event::DecisionRejected { usage, .. } => {
-                self.steps += 1;
-                self.tokens = self.tokens.saturating_add(usage.total_tokens());
-            }
-            Event::ModelFailed { .. } => self.steps += 1,
             Event::ToolFinished {
                 turn,
                 result,
                 effect_key,
-            } => {
-                self.tool_calls += 1;
-                self.record(*turn, result, effect_key.as_deref());
-            }
+            } => self.record(*turn, result, effect_key.as_deref()),
             Event::CallRejected { turn, result } => self.record(*turn, result, None),
-            Event::UserMessage { budget, .. } => {
-                self.exchange_steps = self.steps;
-                self.exchange_tool_calls = self.tool_calls;
-                if let Some(budget) = budget {
-                    self.budget = budget.clone();
-                }
-            }
             _ => {}
         }
     }
 
     fn record(&mut self, turn: u32, result: &ToolResult, effect_key: Option<&str>) {
-        let call = self.calls.iter().rev().find(|c| c.id == result.call_id);
+        // A result answers a call of the latest decision.
+        let call = self
+            .state
+            .turn_calls
+            .iter()
+            .find(|c| c.id == result.call_id);
         let args = call.map_or_else(String::new, |c| canonical_json(&c.arguments));
         let status = match result.error_kind() {
             None => "ok".to_owned(),
@@ -114,7 +91,7 @@ impl Facts {
                 excerpt(&content)
             ));
             if result.is_ok()
-                && matches!(result.name.as_str(), "write_file" | "edit_file")
+                && self.path_tools.contains(&result.name)
                 && let Some(path) = call.and_then(|c| c.arguments.get("path")?.as_str())
             {
                 self.files.insert(path.to_owned());
@@ -134,11 +111,12 @@ impl Facts {
     /// The block, as the model reads it.
     pub fn render(&self) -> String {
         let mut out = String::from("Runtime facts, rebuilt from the event log:\n");
-        out.push_str(&format!("Goal: {}\n", self.goal));
-        let reads = self.tool_calls as usize - self.actions.len().min(self.tool_calls as usize);
+        let state = &self.state;
+        out.push_str(&format!("Goal: {}\n", state.goal));
+        let reads = state.tool_calls as usize - self.actions.len().min(state.tool_calls as usize);
         out.push_str(&format!(
             "Tool calls run: {} ({} with side effects, {reads} reads).\n",
-            self.tool_calls,
+            state.tool_calls,
             self.actions.len()
         ));
         if !self.actions.is_empty() {
@@ -165,20 +143,19 @@ impl Facts {
             };
             out.push_str(&format!("Stored results{how}: {}\n", handles.join(", ")));
         }
-        let b = &self.budget;
+        let b = state.budget_in_force().unwrap_or_default();
         out.push_str(&format!(
             "Budgets left: {} of {} model calls, {} of {} tool calls",
-            b.max_steps
-                .saturating_sub(self.steps.saturating_sub(self.exchange_steps)),
+            b.max_steps.saturating_sub(state.exchange_steps_used()),
             b.max_steps,
             b.max_tool_calls
-                .saturating_sub(self.tool_calls.saturating_sub(self.exchange_tool_calls)),
+                .saturating_sub(state.exchange_tool_calls_used()),
             b.max_tool_calls
         ));
         if let Some(max) = b.max_tokens {
             out.push_str(&format!(
                 ", {} of {max} tokens",
-                max.saturating_sub(self.tokens)
+                max.saturating_sub(state.usage.total_tokens())
             ));
         }
         out.push_str(".\n");

@@ -351,6 +351,20 @@ pub enum ModelErrorKind {
 }
 
 impl ModelErrorKind {
+    /// Every kind.
+    pub const ALL: [ModelErrorKind; 10] = [
+        ModelErrorKind::RateLimited,
+        ModelErrorKind::Auth,
+        ModelErrorKind::NotFound,
+        ModelErrorKind::BadRequest,
+        ModelErrorKind::Server,
+        ModelErrorKind::Transport,
+        ModelErrorKind::Decode,
+        ModelErrorKind::Setup,
+        ModelErrorKind::Exhausted,
+        ModelErrorKind::Other,
+    ];
+
     /// The kind as written in the log and in `--json` output.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -226,6 +226,14 @@ impl RunState {
             .unwrap_or(0)
     }
 
+    /// The budget in force: the one a message set last, else the run's own (`None` before
+    /// the run started).
+    pub fn budget_in_force(&self) -> Option<crate::budget::Budget> {
+        self.budget
+            .clone()
+            .or_else(|| self.manifest.as_ref().map(|m| m.budget.clone()))
+    }
+
     /// Model calls made in the current exchange.
     pub fn exchange_steps_used(&self) -> u32 {
         self.steps.saturating_sub(self.exchange_steps)

@@ -143,6 +143,7 @@ impl Projector {
     ) -> Self {
         let tools_text = serde_json::to_string(&tools).unwrap_or_default();
         let reads_back = tools.iter().any(|t| t.name == READ_RESULT);
+        let facts = Facts::new(&tools);
         Projector {
             sizes: Sizes::new(counter, &config.system, tools_text),
             prompt: Prompt {
@@ -153,7 +154,7 @@ impl Projector {
             config,
             turn: OpenTurn::default(),
             result_messages: VecDeque::new(),
-            facts: Facts::new(reads_back),
+            facts,
             reads_back,
             user_texts: Vec::new(),
             version: 0,

@@ -255,12 +255,15 @@ fn one_turns_results_stay_under_the_turn_budget_largest_cut_first() {
     assert_eq!(results[2].1.len(), 5_000);
 }
 
+/// Four writes, each followed by the model asking a person, who says no with a note: a
+/// log the machine could have written (the facts fold it as the machine does).
 fn write_log() -> Log {
     let mut log = Log::new("Write the report");
     for t in 1..=4u32 {
         let id = format!("w{t}");
+        let (write, ask) = (2 * t - 1, 2 * t);
         log.calls(
-            t,
+            write,
             vec![ToolCall::new(
                 id.as_str(),
                 "write_file",
@@ -268,13 +271,27 @@ fn write_log() -> Log {
             )],
         )
         .push(Event::ToolFinished {
-            turn: t,
+            turn: write,
             result: ToolResult::ok(
                 id.as_str().into(),
                 "write_file",
                 format!("wrote 1 bytes to out/part{t}.md (sha256 abc{t})"),
             ),
             effect_key: Some(format!("eff_{t:032}")),
+        })
+        .push(Event::DecisionProposed {
+            turn: ask,
+            decision: Decision::RequestApproval {
+                summary: format!("part {t} done; go on?"),
+                calls: vec![],
+            },
+            usage: Usage::default(),
+        })
+        .push(Event::ApprovalRequested {
+            turn: ask,
+            summary: Some(format!("part {t} done; go on?")),
+            pending: vec![],
+            allowed: vec![],
         });
         log.push(Event::ApprovalDenied {
             call_ids: vec![],
@@ -298,7 +315,10 @@ fn compaction_keeps_the_facts_and_the_newest_user_messages() {
         kept_user_tokens: 250,
         ..config()
     };
-    let p = projector(&log.0, small);
+    // The run's write tool takes a path: what it wrote is listed as files.
+    let mut write = ToolSpec::new("write_file", "w", json!({}), Risk::Write);
+    write.main_argument = Some("path".into());
+    let p = projector_with(&log.0, small, vec![read_result(), write]);
     assert_eq!(p.prompt().messages.len(), 1);
     let texts: Vec<&str> = p.prompt().messages[0]
         .parts
@@ -320,7 +340,11 @@ fn compaction_keeps_the_facts_and_the_newest_user_messages() {
         );
     }
     assert!(
-        facts.contains("Budgets left: 28 of 32 model calls"),
+        facts.contains("Files written: out/part1.md, out/part2.md, out/part3.md, out/part4.md"),
+        "{facts}"
+    );
+    assert!(
+        facts.contains("Budgets left: 24 of 32 model calls, 124 of 128 tool calls"),
         "{facts}"
     );
     let summary = texts[texts.len() - 2];

@@ -127,17 +127,13 @@ impl Machine {
         now_ms: u64,
     ) -> Result<Machine, FoldError> {
         let state = RunState::fold(entries)?;
-        let Some(manifest) = &state.manifest else {
+        let Some(budget) = state.budget_in_force() else {
             return Err(FoldError {
                 version: 0,
                 event: "run_started",
                 problem: "the log is empty".into(),
             });
         };
-        let budget = state
-            .budget
-            .clone()
-            .unwrap_or_else(|| manifest.budget.clone());
         let mut machine = Machine::empty(tools, budget, state, now_ms);
         machine.after_commit();
         Ok(machine)
@@ -164,13 +160,10 @@ impl Machine {
             Status::AwaitingResolution { .. } => return Err(ReplyError::AwaitingResolution),
             Status::New | Status::Running => return Err(ReplyError::NotEnded),
         }
-        let Some(manifest) = &state.manifest else {
+        let Some(in_force) = state.budget_in_force() else {
             return Err(ReplyError::NotEnded);
         };
-        let effective = budget
-            .clone()
-            .or_else(|| state.budget.clone())
-            .unwrap_or_else(|| manifest.budget.clone());
+        let effective = budget.clone().unwrap_or(in_force);
         let mut machine = Machine::empty(tools, effective, state, now_ms);
         machine.stage(Event::UserMessage { text, budget });
         machine.commit();

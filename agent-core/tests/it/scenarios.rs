@@ -461,18 +461,7 @@ fn model_error_ends_the_run_and_is_logged() {
 #[test]
 fn model_error_kinds_are_written_as_their_names_and_default_for_old_logs() {
     use ModelErrorKind::*;
-    for kind in [
-        RateLimited,
-        Auth,
-        NotFound,
-        BadRequest,
-        Server,
-        Transport,
-        Decode,
-        Setup,
-        Exhausted,
-        Other,
-    ] {
+    for kind in ModelErrorKind::ALL {
         let json = serde_json::to_value(kind).unwrap();
         assert_eq!(json, kind.as_str(), "{kind:?}");
         assert_eq!(
