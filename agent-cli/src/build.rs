@@ -154,7 +154,14 @@ pub fn gateway(
     }
     if let Some(path) = mcp_path(settings, &root) {
         let config = McpConfig::from_path(&path).map_err(usage)?;
-        for tool in rt.block_on(mcp::connect(&config, &root)).map_err(usage)? {
+        let started = rt.block_on(mcp::connect_within(&config, &root, settings.mcp_timeout));
+        let tools = started.map_err(|e| match e {
+            mcp::McpError::TimedOut { .. } => usage(format!(
+                "{e}; set MCP_TIMEOUT (milliseconds) to wait longer"
+            )),
+            other => usage(other),
+        })?;
+        for tool in tools {
             gateway.register(tool).map_err(usage)?;
         }
     }

@@ -34,6 +34,9 @@ pub struct Env {
     pub openai_key: Option<String>,
     /// `ANTHROPIC_API_KEY`.
     pub anthropic_key: Option<String>,
+    /// `MCP_TIMEOUT`, in milliseconds (as Claude Code reads it): how long an MCP server
+    /// may take to start and list its tools.
+    pub mcp_timeout_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for Env {
@@ -42,6 +45,7 @@ impl std::fmt::Debug for Env {
         f.debug_struct("Env")
             .field("openai_key", &self.openai_key.is_some())
             .field("anthropic_key", &self.anthropic_key.is_some())
+            .field("mcp_timeout_ms", &self.mcp_timeout_ms)
             .finish()
     }
 }
@@ -53,6 +57,10 @@ impl Env {
         Env {
             openai_key: key("OPENAI_API_KEY"),
             anthropic_key: key("ANTHROPIC_API_KEY"),
+            mcp_timeout_ms: std::env::var("MCP_TIMEOUT")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .filter(|ms| *ms > 0),
         }
     }
 }
@@ -232,6 +240,8 @@ pub struct Settings {
     pub hooks: Vec<HookSetting>,
     /// Where MCP servers are configured.
     pub mcp: McpSource,
+    /// How long each MCP server may take to start and list its tools.
+    pub mcp_timeout: Duration,
     /// `--tools replay:RUN`: the run whose results answer every call.
     pub replay_tools: Option<String>,
     /// Budget values set.
@@ -368,6 +378,10 @@ impl Settings {
                 (model.clone(), price)
             })
             .collect();
+        let mcp_timeout = env.mcp_timeout_ms.map_or(
+            agent_tools::mcp::DEFAULT_STARTUP_TIMEOUT,
+            Duration::from_millis,
+        );
         let file_brings = match &file {
             Some((_, false)) => brings(&config, setup),
             _ => Vec::new(),
@@ -384,6 +398,7 @@ impl Settings {
             policy,
             hooks,
             mcp,
+            mcp_timeout,
             replay_tools,
             budget,
             context_window: config.context_window,

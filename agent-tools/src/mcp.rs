@@ -64,6 +64,17 @@ pub enum McpError {
         /// What happened.
         message: String,
     },
+    /// A server did not start and list its tools in the time it was given.
+    #[error(
+        "MCP server {server:?} failed to start: it did not start and list its tools within {} ms",
+        waited.as_millis()
+    )]
+    TimedOut {
+        /// The server's name.
+        server: String,
+        /// How long it was given.
+        waited: Duration,
+    },
 }
 
 impl McpConfig {
@@ -296,15 +307,9 @@ fn kind_of(value: &impl serde::Serialize) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// How long a server may take to start, answer the handshake and list its tools: the
-/// `MCP_TIMEOUT` environment variable in milliseconds (as Claude Code reads it), else 30 s.
-pub fn startup_timeout() -> Duration {
-    std::env::var("MCP_TIMEOUT")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|ms| *ms > 0)
-        .map_or(Duration::from_secs(30), Duration::from_millis)
-}
+/// How long a server may take to start, answer the handshake and list its tools, unless
+/// told otherwise ([`connect_within`]).
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One tool of a server.
 struct McpTool {
@@ -373,9 +378,9 @@ fn spec_of(server: &str, def: &McpToolDef) -> ToolSpec {
 }
 
 /// Starts every configured server (in `cwd`) and returns their tools, each server given
-/// [`startup_timeout`] to start, answer and list its tools.
+/// [`DEFAULT_STARTUP_TIMEOUT`] to start, answer and list its tools.
 pub async fn connect(config: &McpConfig, cwd: &Path) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-    connect_within(config, cwd, startup_timeout()).await
+    connect_within(config, cwd, DEFAULT_STARTUP_TIMEOUT).await
 }
 
 /// [`connect`] with a start-up timeout of its own.
@@ -402,11 +407,10 @@ pub async fn connect_within(
         let (client, defs) = match started {
             Ok(result) => result.map_err(start)?,
             Err(_) => {
-                return Err(start(format!(
-                    "it did not start and list its tools within {} ms (set MCP_TIMEOUT, in \
-                     milliseconds, to wait longer)",
-                    timeout.as_millis()
-                )));
+                return Err(McpError::TimedOut {
+                    server: name.clone(),
+                    waited: timeout,
+                });
             }
         };
         let server = Arc::new(Server {

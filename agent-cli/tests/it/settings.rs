@@ -22,6 +22,7 @@ fn keys() -> Env {
     Env {
         openai_key: Some("sk-open".into()),
         anthropic_key: Some("sk-ant".into()),
+        ..Env::default()
     }
 }
 
@@ -388,4 +389,19 @@ fn tools_replay_names_a_run_or_is_refused() {
             "{err}"
         );
     }
+}
+
+#[test]
+fn mcp_servers_get_the_environment_s_start_up_time_else_the_default() {
+    let with = |ms: Option<u64>| {
+        let env = Env {
+            mcp_timeout_ms: ms,
+            ..Env::default()
+        };
+        Settings::resolve(None, None, &Setup::default(), &Limits::default(), env)
+            .unwrap()
+            .mcp_timeout
+    };
+    assert_eq!(with(None), agent_tools::mcp::DEFAULT_STARTUP_TIMEOUT);
+    assert_eq!(with(Some(1_500)), std::time::Duration::from_millis(1_500));
 }

@@ -210,6 +210,13 @@ impl Runtime {
         self
     }
 
+    /// Counts prompt tokens with `counter` (default: tiktoken's o200k, loaded when a count
+    /// is first needed).
+    pub fn with_token_counter(mut self, counter: Arc<dyn TokenCounter>) -> Runtime {
+        self.counter = counter;
+        self
+    }
+
     /// Writes compaction summaries with `summarizer` (default: the extractive one).
     pub fn with_summarizer(mut self, summarizer: Arc<dyn Summarizer>) -> Runtime {
         self.summarizer = summarizer;

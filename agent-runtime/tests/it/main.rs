@@ -463,3 +463,41 @@ async fn a_runtime_without_a_model_cancels_and_refuses_what_needs_one() {
     let cancelled = bare.cancel("run-w").await.unwrap();
     assert_eq!(cancelled.outcome.reason, TerminalReason::Cancelled);
 }
+
+/// Counts one token per character, and how often it was asked.
+struct PerChar(std::sync::atomic::AtomicUsize);
+
+impl agent_context::TokenCounter for PerChar {
+    fn count(&self, text: &str) -> usize {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        text.chars().count()
+    }
+}
+
+#[tokio::test]
+async fn the_token_counter_is_the_one_given() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    paused_on_save(&s, &store, "run-t", "saved").await;
+    let log = store.load("run-t").unwrap();
+    let counter = Arc::new(PerChar(std::sync::atomic::AtomicUsize::new(0)));
+    let runtime = Runtime::without_model(
+        Arc::new(Gateway::new(Workspace::new(s.dir.path()).unwrap())),
+        Arc::clone(&store),
+    )
+    .with_token_counter(counter.clone());
+    let tokens = runtime.projector(&log).tokens();
+    assert!(
+        counter.0.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "it was asked"
+    );
+    let default = Runtime::without_model(
+        Arc::new(Gateway::new(Workspace::new(s.dir.path()).unwrap())),
+        Arc::clone(&store),
+    );
+    assert_ne!(
+        tokens,
+        default.projector(&log).tokens(),
+        "not tiktoken's count"
+    );
+}
