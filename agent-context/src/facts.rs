@@ -27,12 +27,7 @@ pub struct Facts {
 }
 
 fn excerpt(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("");
-    let mut out: String = line.chars().take(EXCERPT).collect();
-    if out.len() < text.len() {
-        out.push('…');
-    }
-    out
+    crate::summarize::first_line(text, EXCERPT)
 }
 
 impl Facts {

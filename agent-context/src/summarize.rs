@@ -54,7 +54,8 @@ impl Default for Extractive {
     }
 }
 
-fn first_line(text: &str, max: usize) -> String {
+/// The first line of `text`, at most `max` characters, with `…` when anything was left out.
+pub(crate) fn first_line(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or("");
     let mut out: String = line.chars().take(max).collect();
     if out.len() < text.len() {

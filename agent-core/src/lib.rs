@@ -79,6 +79,6 @@ pub use schedule::{ScheduledCall, schedule};
 pub use schema::provider_schema;
 pub use state::{Approval, FoldError, PlanTrack, RunState, Status};
 pub use tool::{
-    DEFAULT_RESULT_LIMIT, DEFAULT_TOOL_TIMEOUT_MS, ErrorKind, Risk, ToolError, ToolOutcome,
-    ToolResult, ToolSpec,
+    DEFAULT_RESULT_LIMIT, DEFAULT_TOOL_TIMEOUT_MS, ErrorKind, PREVIEW_BYTES, Risk, ToolError,
+    ToolOutcome, ToolResult, ToolSpec,
 };

@@ -9,6 +9,8 @@ use crate::decision::CallId;
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 120_000;
 /// Default size limit of one tool result, in characters (CONTRACT §9).
 pub const DEFAULT_RESULT_LIMIT: usize = 50_000;
+/// Bytes of an oversized output shown in its place, before its handle (CONTRACT §9).
+pub const PREVIEW_BYTES: usize = 2_000;
 
 /// How much harm a tool can do, which decides default policy and scheduling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -45,8 +45,7 @@ impl StorageError {
     }
 }
 
-/// Bytes of an oversized output shown in its place (CONTRACT §9).
-pub const PREVIEW_BYTES: usize = 2_000;
+pub use agent_core::PREVIEW_BYTES;
 
 /// Deepest nesting accepted in a tool's input schema (an MCP server's, say).
 pub const MAX_SCHEMA_DEPTH: usize = 64;

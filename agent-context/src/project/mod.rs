@@ -63,7 +63,7 @@ impl Default for ContextConfig {
             recent_result_turns: 2,
             masked_result_chars: 100,
             turn_result_budget: 200_000,
-            preview_bytes: 2_000,
+            preview_bytes: agent_core::PREVIEW_BYTES,
             kept_user_tokens: 20_000,
         }
     }
