@@ -44,6 +44,11 @@ impl Facts {
         }
     }
 
+    /// The run's state, folded from the events applied so far.
+    pub fn state(&self) -> &RunState {
+        &self.state
+    }
+
     /// Takes one event into account.
     pub fn apply(&mut self, entry: &Entry) {
         // A log the fold refuses is still shown as far as it goes; the runtime never runs

@@ -234,6 +234,15 @@ impl RunState {
             .or_else(|| self.manifest.as_ref().map(|m| m.budget.clone()))
     }
 
+    /// The tool a call of the latest turn names (empty if the turn has no such call).
+    pub fn call_name(&self, id: &CallId) -> String {
+        self.turn_calls
+            .iter()
+            .find(|c| &c.id == id)
+            .map(|c| c.name.clone())
+            .unwrap_or_default()
+    }
+
     /// Model calls made in the current exchange.
     pub fn exchange_steps_used(&self) -> u32 {
         self.steps.saturating_sub(self.exchange_steps)

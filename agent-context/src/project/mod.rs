@@ -234,7 +234,8 @@ impl Projector {
                 message, call_ids, ..
             } => {
                 for id in call_ids {
-                    let name = self.call_name(id);
+                    // A repeated plan's calls: the latest turn's, as the run's state has them.
+                    let name = self.facts.state().call_name(id);
                     let part = Part::ToolResult {
                         call_id: id.clone(),
                         name,
@@ -431,15 +432,6 @@ impl Projector {
         self.turn.clear();
         self.push(message);
         self.compacted_at = Some(self.version);
-    }
-
-    fn call_name(&self, id: &CallId) -> String {
-        self.turn
-            .calls
-            .iter()
-            .find(|c| &c.id == id)
-            .map(|c| c.name.clone())
-            .unwrap_or_default()
     }
 }
 

@@ -254,12 +254,4 @@ impl Machine {
         Ok(call_ids)
     }
 
-    pub(super) fn call_name(&self, id: &CallId) -> String {
-        self.working
-            .turn_calls
-            .iter()
-            .find(|c| &c.id == id)
-            .map(|c| c.name.clone())
-            .unwrap_or_default()
-    }
 }

@@ -369,7 +369,7 @@ impl Machine {
                 });
                 let turn = self.working.turn;
                 for id in ids {
-                    let name = self.call_name(&id);
+                    let name = self.working.call_name(&id);
                     self.stage(Event::CallRejected {
                         turn,
                         result: ToolResult::error(
