@@ -188,11 +188,19 @@ impl Projector {
     }
 
     /// Whether the prompt passed the compaction threshold and has not just been compacted.
+    /// The tokens are counted only when no cheaper bound (the bytes, or the provider's
+    /// count of the last prompt plus the bytes added since) settles it below the threshold.
     pub fn should_compact(&self) -> bool {
         let threshold = self.config.context_window as f64 * self.config.compact_at;
         self.compacted_at != Some(self.version)
-            && self.sizes.bytes() as f64 > threshold
+            && self.sizes.upper_bound() as f64 > threshold
             && self.tokens() as f64 > threshold
+    }
+
+    /// A number of tokens this prompt cannot exceed, found without a tokenizer: its bytes,
+    /// or the provider's count of the last prompt plus the bytes added since.
+    pub fn upper_bound(&self) -> usize {
+        self.sizes.upper_bound()
     }
 
     /// Applies the next committed entry.
@@ -205,11 +213,21 @@ impl Projector {
                 self.user_texts.push(goal.clone());
                 self.push(Message::user_text(goal.clone()));
             }
-            Event::DecisionProposed { decision, .. } => {
+            Event::DecisionProposed {
+                decision, usage, ..
+            } => {
+                // The provider's count of the prompt this reply answered.
+                self.sizes.reported(usage.input_tokens);
                 self.close_turn();
                 self.assistant(decision);
             }
-            Event::DecisionRejected { raw, problem, .. } => {
+            Event::DecisionRejected {
+                raw,
+                problem,
+                usage,
+                ..
+            } => {
+                self.sizes.reported(usage.input_tokens);
                 self.close_turn();
                 let raw = if raw.trim().is_empty() {
                     "(empty reply)"
@@ -428,6 +446,7 @@ impl Projector {
         let message = self.compacted_message(summary);
         self.prompt.messages.clear();
         self.sizes.cleared();
+        self.sizes.forget_reported();
         self.result_messages.clear();
         self.turn.clear();
         self.push(message);

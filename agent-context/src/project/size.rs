@@ -1,6 +1,7 @@
 //! Size accounting of a prompt: bytes kept eagerly (an upper bound of tokens, cheap), tokens
 //! counted only when asked (the tokenizer is slow to load, and most prompts are far below
-//! any threshold).
+//! any threshold). When the provider said how many tokens the last prompt had, that count
+//! plus the bytes added since is a tighter bound, still without a tokenizer.
 
 use std::sync::{Arc, OnceLock};
 
@@ -17,6 +18,11 @@ pub(super) struct Sizes {
     base_tokens: OnceLock<usize>,
     message_bytes: Vec<usize>,
     message_tokens: Vec<OnceLock<usize>>,
+    /// The provider's count of the last prompt sent, when it gave one.
+    reported: Option<usize>,
+    /// Bytes of the messages added or changed since that prompt (an upper bound of their
+    /// tokens; a message removed since takes its bytes off only if it was added since).
+    since: usize,
 }
 
 impl Sizes {
@@ -28,18 +34,46 @@ impl Sizes {
             base_tokens: OnceLock::new(),
             message_bytes: Vec::new(),
             message_tokens: Vec::new(),
+            reported: None,
+            since: 0,
+        }
+    }
+
+    /// The provider counted `tokens` in the prompt as it stands (0: it did not say).
+    pub(super) fn reported(&mut self, tokens: u64) {
+        self.reported = (tokens > 0).then(|| usize::try_from(tokens).unwrap_or(usize::MAX));
+        self.since = 0;
+    }
+
+    /// No count of the provider's describes this prompt any more (it was compacted).
+    pub(super) fn forget_reported(&mut self) {
+        self.reported = None;
+        self.since = 0;
+    }
+
+    /// A number of tokens the prompt cannot exceed, found without a tokenizer: its bytes,
+    /// or the provider's last count plus the bytes added since, whichever is smaller.
+    pub(super) fn upper_bound(&self) -> usize {
+        let bytes = self.bytes();
+        match self.reported {
+            Some(reported) => bytes.min(reported.saturating_add(self.since)),
+            None => bytes,
         }
     }
 
     /// A message was added at the end.
     pub(super) fn pushed(&mut self, message: &Message) {
-        self.message_bytes.push(message_bytes(message));
+        let bytes = message_bytes(message);
+        self.since = self.since.saturating_add(bytes);
+        self.message_bytes.push(bytes);
         self.message_tokens.push(OnceLock::new());
     }
 
-    /// The last message was removed.
+    /// The last message, added since the provider's last count, was removed.
     pub(super) fn popped(&mut self) {
-        self.message_bytes.pop();
+        if let Some(bytes) = self.message_bytes.pop() {
+            self.since = self.since.saturating_sub(bytes);
+        }
         self.message_tokens.pop();
     }
 
@@ -47,6 +81,8 @@ impl Sizes {
     pub(super) fn changed(&mut self, index: usize, message: &Message) {
         if let Some(bytes) = self.message_bytes.get_mut(index) {
             *bytes = message_bytes(message);
+            // Counted whole: what it replaced may have been counted by the provider.
+            self.since = self.since.saturating_add(*bytes);
             self.message_tokens[index] = OnceLock::new();
         }
     }

@@ -7,6 +7,7 @@ use agent_context::{
 };
 use agent_core::*;
 use serde_json::json;
+use std::sync::Arc;
 
 use crate::conversation::compact_extractively;
 use crate::{Log, pairs_every_call};
@@ -411,4 +412,71 @@ fn snapshot_of_an_oversized_result_replaced_by_its_preview_and_handle() {
     };
     let p = projector(&log.0, small_budget);
     insta::assert_snapshot!("oversized", snapshot_text(p.prompt()));
+}
+
+/// Counts four bytes a token, and how often it was asked.
+struct Counted(std::sync::atomic::AtomicUsize);
+
+impl agent_context::TokenCounter for Counted {
+    fn count(&self, text: &str) -> usize {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        text.len().div_ceil(4)
+    }
+}
+
+/// A run of reads whose model reported `reported` input tokens on each call.
+fn reads_with_usage(turns: u32, reported: u64) -> Log {
+    let mut log = Log::new("read them");
+    for t in 1..=turns {
+        let id = format!("r{t}");
+        log.push(Event::DecisionProposed {
+            turn: t,
+            decision: Decision::ToolCalls {
+                calls: vec![ToolCall::new(
+                    id.as_str(),
+                    "read_file",
+                    json!({"path": "f"}),
+                )],
+            },
+            usage: Usage::tokens(reported, 10),
+        })
+        .finished(
+            t,
+            ToolResult::ok(id.as_str().into(), "read_file", "x".repeat(2_000)),
+        );
+    }
+    log
+}
+
+#[test]
+fn the_provider_s_count_settles_compaction_without_a_tokenizer() {
+    // 40 turns of 2 KB, none masked: about 80 KB of prompt, past a 20,000-token threshold
+    // by bytes.
+    let config = ContextConfig {
+        context_window: 25_000,
+        compact_at: 0.8,
+        recent_result_turns: 100,
+        ..config()
+    };
+    let project = |log: &Log| {
+        let counter = Arc::new(Counted(std::sync::atomic::AtomicUsize::new(0)));
+        let mut p = Projector::new(config.clone(), vec![], counter.clone());
+        log.0.iter().for_each(|e| p.apply(e));
+        let compact = p.should_compact();
+        let counted = counter.0.load(std::sync::atomic::Ordering::Relaxed);
+        (compact, counted, p.upper_bound())
+    };
+    // The provider counted 5,000 tokens last time; what came since is a few KB.
+    let (compact, counted, bound) = project(&reads_with_usage(40, 5_000));
+    assert!(!compact);
+    assert_eq!(counted, 0, "no token was counted");
+    assert!(bound < 20_000 && bound > 5_000, "{bound}");
+    // Without a count from the provider, the bytes do not settle it: tokens are counted.
+    let (compact, counted, bound) = project(&reads_with_usage(40, 0));
+    assert!(compact, "80 KB at four bytes a token is past 20,000");
+    assert!(counted > 0);
+    assert!(bound > 80_000, "{bound}");
+    // A count near the threshold is not trusted to settle it either.
+    let (_, counted, _) = project(&reads_with_usage(40, 19_000));
+    assert!(counted > 0, "19,000 plus what came since may pass 20,000");
 }

@@ -253,5 +253,4 @@ impl Machine {
         }
         Ok(call_ids)
     }
-
 }

@@ -17,10 +17,13 @@ impl Runtime {
         &self,
         run_id: String,
         mut machine: Machine,
-        mut log: Vec<Entry>,
+        log: Vec<Entry>,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        // The projection holds what the next prompt needs; the log itself stays in the
+        // store (read again only to summarize it), so memory does not grow with the run.
         let mut projector = self.projector(&log);
+        drop(log);
         loop {
             let Some(command) = machine.poll_command() else {
                 // The machine always queues a command unless it waits for a person.
@@ -34,6 +37,7 @@ impl Runtime {
                 Command::CallModel { .. } => {
                     if projector.should_compact() {
                         let before = projector.tokens();
+                        let log = self.load_log(&run_id).await?;
                         let summary = self
                             .summarizer
                             .summarize(&log, projector.prompt())
@@ -142,7 +146,6 @@ impl Runtime {
                                 entries.iter().for_each(|e| sink(e));
                             }
                             entries.iter().for_each(|e| projector.apply(e));
-                            log.extend(entries);
                             machine.handle(Input::Committed { version })?;
                         }
                         Err(e) => machine.handle(Input::CommitFailed {
