@@ -387,11 +387,13 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
     // A command that only reads starts nothing and calls nothing: no model, no MCP
     // server, no hook. The model's name sets the context window; the tools are the ones the
     // run recorded at its start.
-    let (recorded_model, recorded) = match log.first().map(|e| &e.event) {
-        Some(Event::RunStarted { manifest, .. }) => {
-            (manifest.model.clone(), manifest.tools.clone())
-        }
-        _ => (String::new(), Vec::new()),
+    let (recorded_model, recorded, scripted) = match log.first().map(|e| &e.event) {
+        Some(Event::RunStarted { manifest, .. }) => (
+            manifest.model.clone(),
+            manifest.tools.clone(),
+            manifest.provider == "script",
+        ),
+        _ => (String::new(), Vec::new(), false),
     };
     let model_name = match &settings.model {
         Some(ModelChoice::Http(http)) => http.model.clone(),
@@ -407,7 +409,13 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
     let mut projector = Projector::new(
         settings.context_config(&model_name),
         tools,
-        Arc::new(agent_context::Tiktoken),
+        // Counted as the run counts them (`build::runtime`): a script's prompts at four
+        // bytes a token, a real model's with o200k.
+        if scripted {
+            Arc::new(agent_context::CharEstimate)
+        } else {
+            Arc::new(agent_context::Tiktoken)
+        },
     );
     for entry in &log {
         projector.apply(entry);

@@ -256,7 +256,7 @@ pub fn redactor(settings: &Settings) -> Redactor {
 
 /// The runtime over `store`: outputs too large for the model are kept whole in the store
 /// and read back with `read_result` (as are older results the prompt shows shortened); a
-/// real model writes the summaries of compaction.
+/// real model writes the summaries of compaction and has its tokens counted with o200k.
 pub fn runtime(
     settings: &Settings,
     model: Arc<dyn Model>,
@@ -276,6 +276,10 @@ pub fn runtime(
         .with_context(context);
     if real_model {
         runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(model)));
+    } else {
+        // A script has no tokenizer of its own: its prompts are estimated at four bytes a
+        // token, and no process pays for loading o200k to play one.
+        runtime = runtime.with_token_counter(Arc::new(agent_context::CharEstimate));
     }
     if settings.events {
         runtime = runtime.with_event_sink(event_printer());

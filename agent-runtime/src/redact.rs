@@ -18,7 +18,7 @@
 //!   ordinary identifiers (`sk-learn-style-names`, `pk_sequence_generator_name`) and source
 //!   text are left alone.
 
-use regex::{Captures, Regex};
+use regex::{Captures, Regex, RegexSet};
 use serde_json::Value;
 
 use agent_core::{Decision, Entry, ModelReply, SecretRef, ToolCall, ToolResult};
@@ -46,6 +46,8 @@ pub struct Redactor {
     /// `(name, value)`, longest value first.
     secrets: Vec<(String, String)>,
     patterns: Vec<Pattern>,
+    /// Every pattern at once: one scan tells whether any of them needs looking at.
+    any_pattern: RegexSet,
 }
 
 #[derive(Clone, Debug)]
@@ -72,9 +74,13 @@ impl Redactor {
 
     /// Secrets given as `(name, value)` pairs, and the credential formats.
     pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Redactor {
+        let patterns = patterns();
+        let any_pattern = RegexSet::new(patterns.iter().map(|p| p.regex.as_str()))
+            .unwrap_or_else(|_| RegexSet::empty());
         let mut redactor = Redactor {
             secrets: Vec::new(),
-            patterns: patterns(),
+            patterns,
+            any_pattern,
         };
         redactor.add(secrets);
         redactor
@@ -85,6 +91,7 @@ impl Redactor {
         Redactor {
             secrets: Vec::new(),
             patterns: Vec::new(),
+            any_pattern: RegexSet::empty(),
         }
     }
 
@@ -109,8 +116,9 @@ impl Redactor {
     /// `text` with every known value and credential format replaced.
     pub fn redact_str(&self, text: &str) -> String {
         let mut out = self.replace_values(text, |name| format!("[REDACTED:{name}]"), |_, _| {});
-        for pattern in &self.patterns {
-            if !pattern.regex.is_match(&out) {
+        let matched = self.any_pattern.matches(&out);
+        for (i, pattern) in self.patterns.iter().enumerate() {
+            if !matched.matched(i) {
                 continue;
             }
             out = pattern
@@ -335,21 +343,35 @@ impl Redactor {
                 let Ok(mut value) = serde_json::to_value(&entry) else {
                     return entry;
                 };
-                self.redact_value(&mut value);
+                // Most entries hold nothing to redact: they are kept as they are, without
+                // being read back from JSON.
+                if !self.redact_value(&mut value) {
+                    return entry;
+                }
                 serde_json::from_value(value).unwrap_or(entry)
             })
             .collect()
     }
 
-    fn redact_value(&self, value: &mut Value) {
+    /// Redacts every string of `value` but calls' arguments; whether anything changed.
+    fn redact_value(&self, value: &mut Value) -> bool {
         match value {
-            Value::String(s) => *s = self.redact_str(s),
-            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
+            Value::String(s) => {
+                let redacted = self.redact_str(s);
+                let changed = redacted != *s;
+                if changed {
+                    *s = redacted;
+                }
+                changed
+            }
+            Value::Array(items) => items
+                .iter_mut()
+                .fold(false, |changed, v| self.redact_value(v) | changed),
             Value::Object(map) => map
                 .iter_mut()
                 .filter(|(key, _)| !matches!(key.as_str(), "arguments" | "secrets"))
-                .for_each(|(_, v)| self.redact_value(v)),
-            _ => {}
+                .fold(false, |changed, (_, v)| self.redact_value(v) | changed),
+            _ => false,
         }
     }
 }

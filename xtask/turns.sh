@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The side-by-side workload of ../shared/bench (N one-call `read_file` turns, then a final
+# answer) through the release `agent` binary: wall and CPU time, peak memory and store
+# size; with --callgrind, the instructions spent driving the run (the drive loop and the
+# commits it waits for, not the idle background threads, whose counts vary with timing).
+#
+#   xtask/turns.sh N [--callgrind]
+set -euo pipefail
+n="${1:?usage: xtask/turns.sh N [--callgrind]}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+python3 "$root/../shared/bench/gen_script.py" "$n" "$work"
+cargo build -q --release -p agent-cli --manifest-path "$root/Cargo.toml"
+agent="$root/target/release/agent"
+args=(run --model "script:$work/script.json" --workspace "$work" --store "$work/.agent"
+  --max-steps $((n + 5)) --max-tool-calls $((n + 5)) --json "read the records")
+if [ "${2:-}" = "--callgrind" ]; then
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
+    "--toggle-collect=*Runtime*drive*" "--toggle-collect=*SledStore*as*agent_store*Store*append*" \
+    "$agent" "${args[@]}" > /dev/null 2> "$work/cg.err"
+  total=$(grep -oE "Collected : [0-9]+" "$work/cg.err" | grep -oE "[0-9]+")
+  echo "N=$n: $total instructions driving the run, $((total / n)) per turn"
+else
+  /usr/bin/time -f "N=$n: %e s wall, %U s user, %S s system, %M KB peak resident" \
+    "$agent" "${args[@]}" > /dev/null
+  echo "N=$n: store $(du -sk "$work/.agent" | cut -f1) KB"
+fi
