@@ -7,9 +7,10 @@ use async_trait::async_trait;
 /// Writes the summary that replaces older turns.
 #[async_trait]
 pub trait Summarizer: Send + Sync {
-    /// Summarizes `history` (the log so far), of which `prompt` is the current view. On
-    /// `Err` the runtime falls back to the [`Extractive`] summary: compaction never waits
-    /// on a summarizer that cannot answer.
+    /// Summarizes `history` (the log since the last compaction, that compaction's event
+    /// first: `Projector::summary_from`), of which `prompt` is the current view. On `Err`
+    /// the runtime falls back to the [`Extractive`] summary: compaction never waits on a
+    /// summarizer that cannot answer.
     async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Result<String, SummaryError>;
 }
 

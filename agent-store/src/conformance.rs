@@ -22,6 +22,32 @@ pub fn check_all(store: &dyn Store) {
     unknown_runs_are_not_found(store);
     the_index_follows_the_log(store);
     blobs_are_stored_once_by_content(store);
+    a_log_reads_from_any_version(store);
+}
+
+fn a_log_reads_from_any_version(store: &dyn Store) {
+    let run = "conf-from";
+    let other = "conf-from-2";
+    must("append", store.append(run, 0, &[started(run, 1)]));
+    must(
+        "append",
+        store.append(run, 1, &[filler(2, 1), filler(3, 2)]),
+    );
+    must("append", store.append(other, 0, &[started(other, 1)]));
+    let versions = |from: u64| -> Vec<u64> {
+        must("load_from", store.load_from(run, from))
+            .iter()
+            .map(|e| e.version)
+            .collect()
+    };
+    assert_eq!(versions(0), [1, 2, 3], "0 is the whole log");
+    assert_eq!(versions(1), [1, 2, 3]);
+    assert_eq!(versions(3), [3], "another run's entries are not read");
+    assert_eq!(versions(4), Vec::<u64>::new(), "past the end: nothing");
+    assert!(matches!(
+        store.load_from("conf-from-none", 2),
+        Err(StoreError::RunNotFound(_))
+    ));
 }
 
 fn blobs_are_stored_once_by_content(store: &dyn Store) {

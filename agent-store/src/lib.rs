@@ -44,6 +44,14 @@ pub trait Store: Send + Sync {
     /// The run's whole log, in version order.
     fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError>;
 
+    /// The run's log from version `from` on (all of it for 0 or 1), in version order: what
+    /// a reader that already has the rest needs, without reading the whole log.
+    fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
+        let mut log = self.load(run_id)?;
+        log.retain(|e| e.version >= from);
+        Ok(log)
+    }
+
     /// Every run's summary, by run id.
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
 

@@ -429,16 +429,26 @@ impl Store for SledStore {
     }
 
     fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.load_from(run_id, 1)
+    }
+
+    fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
         let key = run_key(run_id)?;
         let Some(summary) = self.runs.get(&key)? else {
             return Err(StoreError::RunNotFound(run_id.to_owned()));
         };
         let summary = decode_summary(run_id, &summary)?;
+        let first = from.clamp(1, summary.version.saturating_add(1));
         let mut prefix = key;
         prefix.push(0);
-        let mut entries = Vec::with_capacity(usize::try_from(summary.version).unwrap_or(0));
-        for item in self.events.scan_prefix(&prefix) {
+        let wanted = summary.version.saturating_sub(first - 1);
+        let mut entries = Vec::with_capacity(usize::try_from(wanted).unwrap_or(0));
+        for item in self.events.range(event_key(run_id, first)..) {
             let (k, v) = item?;
+            if !k.starts_with(&prefix) {
+                // The next run's entries: this run's log ended.
+                break;
+            }
             let entry: Entry = serde_json::from_slice(&v).map_err(|e| {
                 let version = k
                     .get(prefix.len()..)
@@ -449,7 +459,7 @@ impl Store for SledStore {
                     message: e.to_string(),
                 }
             })?;
-            let expected = entries.len() as u64 + 1;
+            let expected = first + entries.len() as u64;
             if entry.version != expected {
                 return Err(StoreError::Corrupt {
                     what: format!("run {run_id}"),
@@ -458,13 +468,13 @@ impl Store for SledStore {
             }
             entries.push(entry);
         }
-        if entries.len() as u64 != summary.version {
+        if entries.len() as u64 != wanted {
             return Err(StoreError::Corrupt {
                 what: format!("run {run_id}"),
                 message: format!(
                     "the index says version {}, the log holds {} entries",
                     summary.version,
-                    entries.len()
+                    first - 1 + entries.len() as u64
                 ),
             });
         }

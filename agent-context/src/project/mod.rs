@@ -108,6 +108,7 @@ pub struct Projector {
     /// The person's own words (goal, messages, reasons), kept through compactions.
     user_texts: Vec<String>,
     version: u64,
+    /// The version of the last `context_compacted` event applied.
     compacted_at: Option<u64>,
 }
 
@@ -175,6 +176,12 @@ impl Projector {
     /// The last version applied.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Where the history a summary needs starts: the last `context_compacted` event (what
+    /// came before it is in its summary), or the start of the log.
+    pub fn summary_from(&self) -> u64 {
+        self.compacted_at.unwrap_or(1)
     }
 
     /// The configuration.

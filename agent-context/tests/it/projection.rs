@@ -480,3 +480,35 @@ fn the_provider_s_count_settles_compaction_without_a_tokenizer() {
     let (_, counted, _) = project(&reads_with_usage(40, 19_000));
     assert!(counted > 0, "19,000 plus what came since may pass 20,000");
 }
+
+#[test]
+fn a_summary_needs_only_the_log_since_the_last_compaction() {
+    let mut log = reads_log(6, 300);
+    compact_extractively(&mut log, 1_000);
+    let more = reads_log(4, 300);
+    for e in more.0.into_iter().skip(1) {
+        let mut event = e.event;
+        if let Event::DecisionProposed { turn, .. } | Event::ToolFinished { turn, .. } = &mut event
+        {
+            *turn += 6;
+        }
+        log.push(event);
+    }
+    compact_extractively(&mut log, 1_000);
+    log.calls(
+        11,
+        vec![ToolCall::new("late", "read_file", json!({"path": "z"}))],
+    );
+    let p = projector(&log.0, config());
+    let from = p.summary_from();
+    assert_eq!(
+        log.0[usize::try_from(from).unwrap() - 1].event.name(),
+        "context_compacted",
+        "it starts at the last compaction"
+    );
+    let tail = &log.0[usize::try_from(from).unwrap() - 1..];
+    assert!(tail.len() < log.0.len() / 2);
+    assert_eq!(extract(tail, 6_000), extract(&log.0, 6_000));
+    assert!(extract(tail, 6_000).starts_with("Earlier: "));
+    assert_eq!(projector(&log.0[..3], config()).summary_from(), 1);
+}

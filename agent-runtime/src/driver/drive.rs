@@ -37,7 +37,10 @@ impl Runtime {
                 Command::CallModel { .. } => {
                     if projector.should_compact() {
                         let before = projector.tokens();
-                        let log = self.load_log(&run_id).await?;
+                        // What came before the last compaction is in its summary.
+                        let log = self
+                            .load_log_from(&run_id, projector.summary_from())
+                            .await?;
                         let summary = self
                             .summarizer
                             .summarize(&log, projector.prompt())

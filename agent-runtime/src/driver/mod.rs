@@ -554,11 +554,17 @@ impl Runtime {
 
     /// A run's committed log, read off the async threads.
     async fn load_log(&self, run_id: &str) -> Result<Vec<Entry>, RuntimeError> {
+        self.load_log_from(run_id, 1).await
+    }
+
+    async fn load_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, RuntimeError> {
         let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
-        Ok(tokio::task::spawn_blocking(move || store.load(&id))
-            .await
-            .map_err(|e| RuntimeError::Join(e.to_string()))??)
+        Ok(
+            tokio::task::spawn_blocking(move || store.load_from(&id, from))
+                .await
+                .map_err(|e| RuntimeError::Join(e.to_string()))??,
+        )
     }
 
     async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
