@@ -40,6 +40,7 @@ impl Facts {
                 .filter(|t| t.main_argument.as_deref() == Some("path"))
                 .map(|t| t.name.clone())
                 .collect(),
+            state: RunState::for_display(),
             ..Facts::default()
         }
     }

@@ -21,40 +21,43 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// Two values that differ only in key order or formatting give the same text, which is
 /// what makes plan fingerprints independent of how a model happened to write them.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
     write_canonical(value, &mut out);
-    out
+    // Only JSON text was written: valid UTF-8.
+    String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Appends the canonical JSON text of `value` to `out`, without intermediate values.
+pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, v)) in members.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                if let Some(v) = map.get(key) {
-                    write_canonical(v, out);
-                }
+                // Writing a string or a number into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut *out, key);
+                out.push(b':');
+                write_canonical(v, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
     }
 }
 

@@ -1,31 +1,35 @@
 //! Plan fingerprints and the correction message of CONTRACT §6.
 
 use crate::decision::ToolCall;
-use crate::digest::{canonical_json, sha256_hex};
+use crate::digest::{canonical_json, sha256_hex, write_canonical};
 use crate::tool::ToolResult;
 
 /// Fingerprint of a batch: a hash of its calls' names and canonical arguments, independent
 /// of call ids and of the order the calls were listed in.
 pub fn fingerprint(calls: &[ToolCall]) -> String {
-    let mut parts: Vec<String> = calls
+    let mut parts: Vec<Vec<u8>> = calls
         .iter()
-        .map(|c| format!("{}\u{0}{}", c.name, canonical_json(&c.arguments)))
+        .map(|c| {
+            let mut part = Vec::with_capacity(c.name.len() + 64);
+            part.extend_from_slice(c.name.as_bytes());
+            part.push(0);
+            write_canonical(&c.arguments, &mut part);
+            part
+        })
         .collect();
     parts.sort();
-    sha256_hex(parts.join("\n").as_bytes())
+    sha256_hex(&parts.join(&b'\n'))
 }
 
 /// Identity of one request for the retry budget: the same id, tool and arguments.
 pub(crate) fn call_signature(call: &ToolCall) -> String {
-    sha256_hex(
-        format!(
-            "{}\u{0}{}\u{0}{}",
-            call.id,
-            call.name,
-            canonical_json(&call.arguments)
-        )
-        .as_bytes(),
-    )
+    let mut text = Vec::with_capacity(call.id.as_str().len() + call.name.len() + 64);
+    text.extend_from_slice(call.id.as_str().as_bytes());
+    text.push(0);
+    text.extend_from_slice(call.name.as_bytes());
+    text.push(0);
+    write_canonical(&call.arguments, &mut text);
+    sha256_hex(&text)
 }
 
 /// Longest excerpt of a previous result quoted in a correction.
@@ -76,6 +80,25 @@ pub fn correction_message(calls: &[ToolCall], repeats: u32, learned: &[ToolResul
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Fingerprints are stored in `correction_issued` events: the same plan keeps the
+    /// same fingerprint across versions (computed independently, with Python's `json` and
+    /// `hashlib`).
+    #[test]
+    fn fingerprints_keep_their_value() {
+        let calls = [
+            ToolCall::new("x", "read_file", json!({"path": "a\"b\u{e9}\n"})),
+            ToolCall::new(
+                "y",
+                "grep",
+                json!({"z": [1, 2.5, null, true], "a": {"y": 1, "x": "q"}}),
+            ),
+        ];
+        assert_eq!(
+            fingerprint(&calls),
+            "e94d38c95a2169de00863046790da82f7da035903a978c8c8d2b9a8d8447dac5"
+        );
+    }
 
     #[test]
     fn fingerprint_ignores_ids_order_and_key_order() {

@@ -151,6 +151,9 @@ pub struct RunState {
     invalid_before: u32,
     denials_before: u32,
     attempts: BTreeMap<String, u32>,
+    /// Whether repeated plans and reruns are tracked (hashes of every call); a fold that
+    /// only shows a run does without.
+    tracks_repeats: bool,
 }
 
 impl Default for RunState {
@@ -186,11 +189,22 @@ impl Default for RunState {
             invalid_before: 0,
             denials_before: 0,
             attempts: BTreeMap::new(),
+            tracks_repeats: true,
         }
     }
 }
 
 impl RunState {
+    /// An empty state for showing a run rather than driving it: counts, budgets, status
+    /// and the latest turn as usual, but no plan fingerprints or rerun counts (`plan` stays
+    /// empty, `runs_of` is 0), which cost a hash of every call.
+    pub fn for_display() -> RunState {
+        RunState {
+            tracks_repeats: false,
+            ..RunState::default()
+        }
+    }
+
     /// Folds a whole log.
     pub fn fold<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Result<RunState, FoldError> {
         let mut state = RunState::default();
@@ -365,6 +379,7 @@ impl RunState {
                 self.turn_calls = decision.calls().to_vec();
                 self.tally.calls = u32::try_from(self.turn_calls.len()).unwrap_or(u32::MAX);
                 match decision {
+                    Decision::ToolCalls { .. } if !self.tracks_repeats => {}
                     Decision::ToolCalls { calls } => {
                         let fp = fingerprint(calls);
                         if self.plan.last.as_deref() == Some(fp.as_str()) {
@@ -491,7 +506,9 @@ impl RunState {
                 if effect_key.is_some() {
                     self.write_actions += 1;
                 }
-                if let Some(call) = self.turn_calls.iter().find(|c| c.id == result.call_id) {
+                if self.tracks_repeats
+                    && let Some(call) = self.turn_calls.iter().find(|c| c.id == result.call_id)
+                {
                     *self.attempts.entry(call_signature(call)).or_insert(0) += 1;
                 }
                 self.record_result(*turn, result);

@@ -402,6 +402,28 @@ fn repeated_plan_gets_one_correction_then_no_progress() {
         corrections[0]
     );
     assert_eq!(r.model_calls, 4);
+    // A fold for display counts the same, without hashing calls.
+    let driving = RunState::fold(&r.log).unwrap();
+    let mut shown = RunState::for_display();
+    r.log.iter().for_each(|e| shown.apply(e).unwrap());
+    assert_eq!(
+        (
+            shown.steps,
+            shown.tool_calls,
+            shown.version,
+            &shown.turn_calls
+        ),
+        (
+            driving.steps,
+            driving.tool_calls,
+            driving.version,
+            &driving.turn_calls
+        )
+    );
+    assert!(driving.plan.last.is_some() && shown.plan.last.is_none());
+    let call = &driving.turn_calls[0];
+    assert!(driving.runs_of(call) > 0);
+    assert_eq!(shown.runs_of(call), 0);
 }
 
 #[test]
