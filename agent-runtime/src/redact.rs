@@ -48,6 +48,10 @@ pub struct Redactor {
     patterns: Vec<Pattern>,
     /// Every pattern at once: one scan tells whether any of them needs looking at.
     any_pattern: RegexSet,
+    /// The literal every pattern's match contains, in any case, and each secret value as
+    /// JSON writes it: text of a serialized entry in which none occurs has nothing to redact.
+    anchors: Option<Regex>,
+    escaped_secrets: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -81,6 +85,8 @@ impl Redactor {
             secrets: Vec::new(),
             patterns,
             any_pattern,
+            anchors: Regex::new(ANCHORS).ok(),
+            escaped_secrets: Vec::new(),
         };
         redactor.add(secrets);
         redactor
@@ -92,6 +98,8 @@ impl Redactor {
             secrets: Vec::new(),
             patterns: Vec::new(),
             any_pattern: RegexSet::empty(),
+            anchors: None,
+            escaped_secrets: Vec::new(),
         }
     }
 
@@ -111,6 +119,28 @@ impl Redactor {
         // Longest first, so a secret that contains another is replaced whole.
         self.secrets
             .sort_by_key(|(_, value)| std::cmp::Reverse(value.len()));
+        // JSON escapes a string character by character: a string holds a value exactly
+        // when its JSON text holds the value's JSON text.
+        self.escaped_secrets = self
+            .secrets
+            .iter()
+            .map(|(_, value)| {
+                let quoted = serde_json::to_string(value).unwrap_or_default();
+                quoted[1..quoted.len().saturating_sub(1).max(1)].to_owned()
+            })
+            .collect();
+    }
+
+    /// Whether an entry whose JSON text is `json` may hold anything to redact (false
+    /// positives only cost the full check).
+    fn may_hold_secrets(&self, json: &str) -> bool {
+        self.escaped_secrets
+            .iter()
+            .any(|s| json.contains(s.as_str()))
+            || self
+                .anchors
+                .as_ref()
+                .is_none_or(|anchors| anchors.is_match(json))
     }
 
     /// `text` with every known value and credential format replaced.
@@ -344,6 +374,11 @@ impl Redactor {
         entries
             .into_iter()
             .map(|entry| {
+                if let Ok(json) = serde_json::to_string(&entry)
+                    && !self.may_hold_secrets(&json)
+                {
+                    return entry;
+                }
                 let Ok(mut value) = serde_json::to_value(&entry) else {
                     return entry;
                 };
@@ -385,6 +420,10 @@ fn escape_pointer(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
+/// A literal each credential pattern's match contains (matched in any case, so a superset):
+/// keep it in step with [`patterns`].
+const ANCHORS: &str = r"(?i)sk-|gh[pousr]_|github_pat_|akia|asia|xox|authorization|bearer|://";
+
 fn patterns() -> Vec<Pattern> {
     [
         // OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-api03-…) keys.
@@ -415,6 +454,40 @@ fn patterns() -> Vec<Pattern> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The quick check before an entry is redacted never skips one that holds something
+    /// to redact: a sample of every credential format, and secrets JSON escapes.
+    #[test]
+    fn the_quick_check_sees_every_pattern_and_escaped_secrets() {
+        let r = Redactor::new([
+            ("QUOTED_TOKEN".to_owned(), "ab\"c\\d\ne-123456".to_owned()),
+            ("PLAIN_KEY".to_owned(), "plainsecretvalue42".to_owned()),
+        ]);
+        let samples = [
+            format!("key sk-proj-{}", "A1b2".repeat(6)),
+            format!("token ghp_{}", "a1".repeat(16)),
+            format!("github_pat_{}", "A_1".repeat(8)),
+            // Written in pieces: this file itself goes through the redactor in a test.
+            format!("id AKIA{}", "IOSFODNN7EXAMPLE"),
+            format!("xoxb-{}", "1a".repeat(6)),
+            format!("Authorization: Basic {}", "dXNlcjpwYXNzd29yZA=="),
+            format!("bearer\t{}", "tok1".repeat(5)),
+            format!("postgres://me:{}@db/x", "hunter2"),
+            "the value ab\"c\\d\ne-123456 leaked".to_owned(),
+            "plainsecretvalue42".to_owned(),
+        ];
+        for sample in &samples {
+            assert_ne!(
+                &r.redact_str(sample),
+                sample,
+                "a sample that is redacted: {sample}"
+            );
+            let json = serde_json::to_string(&json!({ "content": sample })).unwrap();
+            assert!(r.may_hold_secrets(&json), "{json}");
+        }
+        let clean = serde_json::to_string(&json!({"content": "fn main() {}\n"})).unwrap();
+        assert!(!r.may_hold_secrets(&clean));
+    }
 
     #[test]
     fn replaces_known_values_and_formats() {
