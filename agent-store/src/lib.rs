@@ -17,12 +17,16 @@
 pub mod conformance;
 mod error;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sled")]
 mod sled_store;
 mod summary;
 
 pub use error::StoreError;
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 #[cfg(feature = "sled")]
 pub use sled_store::{FORMAT_VERSION, SledStore};
 pub use summary::RunSummary;

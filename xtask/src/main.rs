@@ -3,6 +3,7 @@
 //! fuzz targets (nightly toolchain, `cargo install cargo-fuzz`).
 #![allow(clippy::print_stderr)]
 
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
@@ -52,7 +53,7 @@ const ABSENCES: &[(&str, &[&str])] = &[
 /// Crates taken without their default features must leave their heavy parts behind
 /// (pick-and-mix): checked on `cargo tree -e normal --no-default-features`.
 const LEAN: &[(&str, &[&str])] = &[
-    ("agent-store", &["sled"]),
+    ("agent-store", &["sled", "postgres", "tokio-postgres"]),
     ("agent-providers", &["reqwest", "hyper", "rustls"]),
     ("agent-tools", &["rmcp", "nix"]),
 ];
@@ -61,10 +62,11 @@ fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
         "ci" => ci(),
+        "test" => test(),
         "layering" => layering(),
         "bench" => bench(),
         "fuzz" => fuzz(std::env::args().skip(2).collect()),
-        _ => bail!("usage: cargo xtask <ci|layering|bench|fuzz>"),
+        _ => bail!("usage: cargo xtask <ci|test|layering|bench|fuzz>"),
     }
 }
 
@@ -96,11 +98,11 @@ fn ci() -> Result<()> {
     clippy.extend(lean);
     clippy.extend(["--", "-D", "warnings"]);
     run("cargo", &clippy, &[])?;
-    let mut test = vec!["test", "--no-default-features", "--lib"];
-    test.extend(lean);
-    run("cargo", &test, &[])?;
+    let mut lean_tests = vec!["test", "--no-default-features", "--lib"];
+    lean_tests.extend(lean);
+    run("cargo", &lean_tests, &[])?;
     // The README's test command.
-    run("cargo", &["test", "--workspace"], &[])?;
+    test()?;
     run(
         "cargo",
         &["doc", "--workspace", "--no-deps"],
@@ -108,6 +110,34 @@ fn ci() -> Result<()> {
     )?;
     eprintln!("xtask: ci passed");
     Ok(())
+}
+
+/// The README's test command: every test of the workspace, once what they need is here.
+fn test() -> Result<()> {
+    ensure_postgres()?;
+    run("cargo", &["test", "--workspace"], &[])
+}
+
+/// The PostgreSQL server's programs (the store's tests start a throwaway cluster): on the
+/// `PATH` or in the distribution's place, else installed from the distribution's packages.
+fn ensure_postgres() -> Result<()> {
+    let found = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    let on_path =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|dir| found(&dir)));
+    let packaged = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|dirs| dirs.flatten().any(|d| found(&d.path().join("bin"))))
+        .unwrap_or(false);
+    if on_path || packaged {
+        return Ok(());
+    }
+    eprintln!("xtask: installing PostgreSQL (the store's tests start a cluster of their own)");
+    let apt = |args: &[&str]| run("apt-get", args, &[("DEBIAN_FRONTEND", "noninteractive")]);
+    apt(&["update", "-qq"])
+        .and_then(|()| apt(&["install", "-y", "-qq", "postgresql"]))
+        .context(
+            "PostgreSQL's server (initdb, pg_ctl) is missing and could not be installed; \
+             install the distribution's postgresql package",
+        )
 }
 
 fn bench() -> Result<()> {

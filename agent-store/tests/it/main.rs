@@ -1,6 +1,8 @@
 //! The stores against the conformance suite, and the sled store on real disk.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[cfg(feature = "postgres")]
+mod postgres;
 mod roundtrip;
 
 use agent_store::conformance::{check_all, filler, started};

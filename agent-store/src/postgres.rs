@@ -1,0 +1,265 @@
+//! The store on PostgreSQL (feature `postgres`): one database shared by any number of
+//! processes and machines.
+//!
+//! Three tables: `agent_events` (one row per entry, primary key run id and version),
+//! `agent_runs` (each run's version and summary) and `agent_blobs` (content-addressed
+//! outputs). A commit is one transaction: the run's row is locked (`FOR UPDATE`), its
+//! version checked against the commit's, the entries inserted and the summary written. Two
+//! writers that both think they are first both insert version 1 of a new run: the primary
+//! key refuses the second, which is reported as the conflict it is. The database enforces
+//! the expected-version check; nothing here relies on one writer per run.
+//!
+//! The client is the synchronous `postgres` crate (tokio-postgres underneath, on a runtime
+//! of its own), behind a mutex: the `Store` trait is synchronous and the runtime calls it
+//! from blocking threads. Call it from a blocking context, never from inside an async task.
+
+use std::sync::Mutex;
+
+use agent_core::{Entry, Handle};
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+
+use crate::{RunSummary, Store, StoreError, check_batch};
+
+/// The schema, created when missing.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS agent_runs (
+    run_id  TEXT PRIMARY KEY,
+    version BIGINT NOT NULL,
+    summary TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agent_events (
+    run_id  TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    entry   TEXT NOT NULL,
+    PRIMARY KEY (run_id, version)
+);
+CREATE TABLE IF NOT EXISTS agent_blobs (
+    handle TEXT PRIMARY KEY,
+    bytes  BYTEA NOT NULL
+);
+";
+
+/// A store in a PostgreSQL database.
+pub struct PostgresStore {
+    client: Mutex<Client>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the connection string: it may hold a password.
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+fn engine(e: &postgres::Error) -> StoreError {
+    StoreError::Engine(format!("PostgreSQL: {e}"))
+}
+
+fn version(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn signed(v: u64, run_id: &str) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Corrupt {
+        what: format!("run {run_id}"),
+        message: format!("version {v} does not fit the database"),
+    })
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://user@host/db`, or the key-value form, including
+    /// `host=/path/to/socket/dir`) and creates the tables when missing.
+    pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        let mut client = Client::connect(url, NoTls)
+            .map_err(|e| StoreError::Engine(format!("cannot connect to PostgreSQL: {e}")))?;
+        client.batch_execute(SCHEMA).map_err(|e| engine(&e))?;
+        Ok(PostgresStore {
+            client: Mutex::new(client),
+        })
+    }
+
+    fn client(&self) -> std::sync::MutexGuard<'_, Client> {
+        // A panic while holding the lock leaves the client as it was between statements.
+        self.client.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn decode_summary(run_id: &str, text: &str) -> Result<RunSummary, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        what: format!("summary of run {run_id}"),
+        message: e.to_string(),
+    })
+}
+
+impl Store for PostgresStore {
+    fn append(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+    ) -> Result<u64, StoreError> {
+        if run_id.is_empty() || run_id.contains('\0') {
+            return Err(StoreError::InvalidRunId(run_id.to_owned()));
+        }
+        let encoded: Vec<(i64, String)> = entries
+            .iter()
+            .map(|e| {
+                let text = serde_json::to_string(e).map_err(|err| StoreError::Corrupt {
+                    what: format!("new entry {} of run {run_id}", e.version),
+                    message: err.to_string(),
+                })?;
+                Ok((signed(e.version, run_id)?, text))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        let mut client = self.client();
+        let mut tx = client.transaction().map_err(|e| engine(&e))?;
+        let row = tx
+            .query_opt(
+                "SELECT version, summary FROM agent_runs WHERE run_id = $1 FOR UPDATE",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        let mut summary = match &row {
+            Some(row) => decode_summary(run_id, row.get(1))?,
+            None => RunSummary::new(run_id),
+        };
+        let current = row.as_ref().map_or(0, |r| version(r.get(0)));
+        check_batch(run_id, current, expected_version, entries)?;
+        let conflict = |e: postgres::Error| {
+            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+                // Another writer committed these versions first.
+                StoreError::Conflict {
+                    run_id: run_id.to_owned(),
+                    expected: expected_version,
+                    actual: expected_version + 1,
+                }
+            } else {
+                engine(&e)
+            }
+        };
+        for (v, text) in &encoded {
+            tx.execute(
+                "INSERT INTO agent_events (run_id, version, entry) VALUES ($1, $2, $3)",
+                &[&run_id, v, text],
+            )
+            .map_err(conflict)?;
+        }
+        for entry in entries {
+            summary.apply(entry);
+        }
+        let text = serde_json::to_string(&summary).map_err(|e| StoreError::Corrupt {
+            what: format!("summary of run {run_id}"),
+            message: e.to_string(),
+        })?;
+        let new_version = signed(summary.version, run_id)?;
+        tx.execute(
+            "INSERT INTO agent_runs (run_id, version, summary) VALUES ($1, $2, $3)
+             ON CONFLICT (run_id) DO UPDATE SET version = $2, summary = $3",
+            &[&run_id, &new_version, &text],
+        )
+        .map_err(conflict)?;
+        tx.commit().map_err(conflict)?;
+        Ok(summary.version)
+    }
+
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.load_from(run_id, 1)
+    }
+
+    fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
+        let mut client = self.client();
+        // One snapshot for the version and the entries.
+        let mut tx = client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(|e| engine(&e))?;
+        let Some(row) = tx
+            .query_opt(
+                "SELECT version FROM agent_runs WHERE run_id = $1",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?
+        else {
+            return Err(StoreError::RunNotFound(run_id.to_owned()));
+        };
+        let last = version(row.get(0));
+        let first = from.clamp(1, last.saturating_add(1));
+        let rows = tx
+            .query(
+                "SELECT version, entry FROM agent_events
+                 WHERE run_id = $1 AND version >= $2 AND version <= $3 ORDER BY version",
+                &[&run_id, &signed(first, run_id)?, &signed(last, run_id)?],
+            )
+            .map_err(|e| engine(&e))?;
+        tx.commit().map_err(|e| engine(&e))?;
+        let mut entries = Vec::with_capacity(rows.len());
+        for row in rows {
+            let v = version(row.get(0));
+            let entry: Entry =
+                serde_json::from_str(row.get(1)).map_err(|e| StoreError::Corrupt {
+                    what: format!("entry {v} of run {run_id}"),
+                    message: e.to_string(),
+                })?;
+            let expected = first + entries.len() as u64;
+            if entry.version != expected || v != expected {
+                return Err(StoreError::Corrupt {
+                    what: format!("run {run_id}"),
+                    message: format!("entry {} found where {expected} belongs", entry.version),
+                });
+            }
+            entries.push(entry);
+        }
+        if first + entries.len() as u64 != last + 1 {
+            return Err(StoreError::Corrupt {
+                what: format!("run {run_id}"),
+                message: format!(
+                    "the index says version {last}, the log holds {} entries",
+                    first - 1 + entries.len() as u64
+                ),
+            });
+        }
+        Ok(entries)
+    }
+
+    fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
+        let rows = self
+            .client()
+            .query(
+                "SELECT run_id, summary FROM agent_runs ORDER BY run_id",
+                &[],
+            )
+            .map_err(|e| engine(&e))?;
+        rows.iter()
+            .map(|row| decode_summary(row.get(0), row.get(1)))
+            .collect()
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        let handle = Handle::of_bytes(bytes);
+        self.client()
+            .execute(
+                "INSERT INTO agent_blobs (handle, bytes) VALUES ($1, $2)
+                 ON CONFLICT (handle) DO NOTHING",
+                &[&handle.to_string(), &bytes],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(handle)
+    }
+
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        if !matches!(handle, Handle::Blob(_)) {
+            return Ok(None);
+        }
+        let row = self
+            .client()
+            .query_opt(
+                "SELECT bytes FROM agent_blobs WHERE handle = $1",
+                &[&handle.to_string()],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(row.map(|r| r.get(0)))
+    }
+}
