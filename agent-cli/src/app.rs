@@ -9,18 +9,17 @@ use std::sync::Arc;
 use agent_context::Projector;
 use agent_core::{Budget, CallId, Event, Resolution, RunState};
 use agent_runtime::{CancellationToken, Redactor, Report, RunRequest, Runtime};
-use agent_store::{SledStore, Store};
+
 use agent_tools::{Gateway, Workspace};
 
 use crate::args::{Cli, Commands, Limits, Setup};
-use crate::build::{
-    StoreSource, build, cancel_on_ctrl_c, interactive, open_existing, tokio, writable,
-};
+use crate::build::{StoreSource, build, cancel_on_ctrl_c, interactive, tokio};
 use crate::chat;
 use crate::exit::{EXIT_OK, exit_code};
 use crate::failure::{Failure, failed, usage};
 use crate::render;
 use crate::settings::{ConfigFile, Env, ModelChoice, Settings};
+use crate::stores::{OpenStore, StoreLocation};
 use crate::trust;
 
 /// Writes to standard output; a reader that went away (`agent context RUN | head -1`) is
@@ -209,7 +208,7 @@ fn run(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {
     let budget = settings.budget.apply(Budget::default());
     let rt = tokio()?;
     let asks = interactive(settings);
-    let store = StoreSource::Dir(&settings.store);
+    let store = StoreSource::At(&settings.store);
     let runtime = build(settings, choice, store, &rt, !json, asks)?;
     let cancel = cancel_on_ctrl_c(&rt);
     let run_id = ulid::Ulid::generate().to_string();
@@ -247,10 +246,10 @@ fn ask_inline(
 /// The model a run continues with when none is given: its own script, for a script run.
 pub(crate) fn recorded_model(
     settings: &Settings,
-    store: &SledStore,
+    store: &OpenStore,
     run_id: &str,
 ) -> Result<ModelChoice, Failure> {
-    let log = store.load(run_id)?;
+    let log = store.as_store().load(run_id)?;
     let Some(Event::RunStarted { manifest, .. }) = log.first().map(|e| &e.event) else {
         return Err(usage(format!("run {run_id} has no start event")));
     };
@@ -264,13 +263,13 @@ pub(crate) fn recorded_model(
 }
 
 /// The id of the run started last in the store.
-fn newest_run(store_dir: &Path) -> Result<String, Failure> {
-    let store = open_existing(store_dir)?;
-    let runs = store.runs()?;
+fn newest_run(location: &StoreLocation) -> Result<String, Failure> {
+    let store = OpenStore::must_exist(location)?;
+    let runs = store.as_store().runs()?;
     runs.into_iter()
         .max_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)))
         .map(|r| r.run_id)
-        .ok_or_else(|| usage(format!("no runs in {} yet", store_dir.display())))
+        .ok_or_else(|| usage(format!("no runs in {location} yet")))
 }
 
 /// What to do with an existing run.
@@ -288,8 +287,8 @@ fn drive_existing(
     run_id: &str,
     what: Resume,
 ) -> Result<u8, Failure> {
-    let store = writable(open_existing(&settings.store)?)?;
-    let log = store.load(run_id)?;
+    let store = OpenStore::must_exist(&settings.store)?.writable()?;
+    let log = store.as_store().load(run_id)?;
     let choice = match &settings.model {
         Some(choice) => choice.clone(),
         None => recorded_model(settings, &store, run_id)?,
@@ -310,7 +309,7 @@ fn drive_existing(
     let runtime = build(
         settings,
         &choice,
-        StoreSource::Open(store),
+        StoreSource::Open(Box::new(store)),
         &rt,
         !json,
         asks,
@@ -336,10 +335,10 @@ fn drive_existing(
 }
 
 fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> {
-    let store = writable(open_existing(&settings.store)?)?;
+    let store = OpenStore::must_exist(&settings.store)?.writable()?;
     let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
     // Cancelling asks no model and starts nothing.
-    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), Arc::new(store))
+    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), store.into_shared())
         .with_redactor(Redactor::from_env());
     let rt = tokio()?;
     let report = rt.block_on(runtime.cancel(run_id))?;
@@ -359,7 +358,7 @@ fn finish(report: &Report, json: bool) -> u8 {
 }
 
 /// After a read-only command printed what a damaged store still holds: the damage.
-fn report_damage(store: &SledStore) -> Result<u8, Failure> {
+fn report_damage(store: &OpenStore) -> Result<u8, Failure> {
     match store.damage() {
         Some(damage) => Err(failed(damage)),
         None => Ok(EXIT_OK),
@@ -367,12 +366,12 @@ fn report_damage(store: &SledStore) -> Result<u8, Failure> {
 }
 
 fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Result<u8, Failure> {
-    let store_dir = &settings.store;
-    let store = open_existing(store_dir)?;
+    let location = &settings.store;
+    let store = OpenStore::must_exist(location)?;
     let damage = store.damage();
-    let mut log = store.load(run_id)?;
+    let mut log = store.as_store().load(run_id)?;
     if log.is_empty() {
-        return Err(usage(format!("no run {run_id} in {}", store_dir.display())));
+        return Err(usage(format!("no run {run_id} in {location}")));
     }
     if let Some(n) = at {
         // The prompt of call N is the projection of everything committed before it.
@@ -455,10 +454,10 @@ fn model_call(event: &Event) -> Option<u32> {
     }
 }
 
-fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {
-    let store = SledStore::open_existing(store_dir)?;
+fn runs(location: &StoreLocation, json: bool) -> Result<u8, Failure> {
+    let store = OpenStore::existing(location)?;
     let mut runs = match &store {
-        Some(store) => store.runs()?,
+        Some(store) => store.as_store().runs()?,
         None => Vec::new(),
     };
     runs.sort_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)));
@@ -476,9 +475,14 @@ fn runs(store_dir: &Path, json: bool) -> Result<u8, Failure> {
     }
 }
 
-fn show(store_dir: &Path, json: bool, run_id: &str, call: Option<&str>) -> Result<u8, Failure> {
-    let store = open_existing(store_dir)?;
-    let entries = store.load(run_id)?;
+fn show(
+    location: &StoreLocation,
+    json: bool,
+    run_id: &str,
+    call: Option<&str>,
+) -> Result<u8, Failure> {
+    let store = OpenStore::must_exist(location)?;
+    let entries = store.as_store().load(run_id)?;
     if let Some(id) = call {
         // Every proposal of that call id (a model may reuse ids across turns).
         let found: Vec<serde_json::Value> = entries

@@ -6,9 +6,9 @@ use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::stores::{OpenStore, StoreLocation};
 use agent_providers::{HttpModel, Model, ReplayModel, ScriptModel};
 use agent_runtime::{CancellationToken, EventSink, ModelSummarizer, Redactor, Runtime, StoreBlobs};
-use agent_store::{SledStore, Store};
 use agent_tools::mcp::{self, McpConfig};
 use agent_tools::{CommandHook, Gateway, ToolReplay, Workspace};
 
@@ -25,35 +25,17 @@ pub static STREAMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBo
 #[derive(Clone, Copy)]
 pub enum StoreAccess<'a> {
     /// Not open yet: open it for the look-up only.
-    Dir(&'a Path),
+    At(&'a StoreLocation),
     /// Already open in this process (sled allows one handle).
-    Open(&'a SledStore),
+    Open(&'a OpenStore),
 }
 
 impl StoreAccess<'_> {
     fn load(self, run: &str) -> Result<Vec<agent_core::Entry>, Failure> {
         Ok(match self {
-            StoreAccess::Dir(dir) => open_existing(dir)?.load(run)?,
-            StoreAccess::Open(store) => store.load(run)?,
+            StoreAccess::At(location) => OpenStore::must_exist(location)?.as_store().load(run)?,
+            StoreAccess::Open(store) => store.as_store().load(run)?,
         })
-    }
-}
-
-/// The store at `dir`, which must exist.
-pub fn open_existing(dir: &Path) -> Result<SledStore, Failure> {
-    SledStore::open_existing(dir)?.ok_or_else(|| {
-        usage(format!(
-            "no store at {}; runs are created by `agent run` (or pass --store DIR)",
-            dir.display()
-        ))
-    })
-}
-
-/// A store that may be written: a damaged one is refused before anything happens.
-pub fn writable(store: SledStore) -> Result<SledStore, Failure> {
-    match store.damage() {
-        Some(damage) => Err(failed(damage)),
-        None => Ok(store),
     }
 }
 
@@ -261,10 +243,10 @@ pub fn runtime(
     settings: &Settings,
     model: Arc<dyn Model>,
     gateway: Gateway,
-    store: SledStore,
+    store: OpenStore,
     redactor: Redactor,
 ) -> Runtime {
-    let store: Arc<dyn Store> = Arc::new(store);
+    let store = store.into_shared();
     let blobs = Arc::new(StoreBlobs::new(Arc::clone(&store)).with_redactor(redactor.clone()));
     let gateway = gateway
         .with_blob_sink(blobs.clone())
@@ -333,10 +315,10 @@ pub fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
 
 /// Where the run store comes from for [`build`].
 pub enum StoreSource<'a> {
-    /// The directory of a store to open (or create) once every input is checked.
-    Dir(&'a Path),
+    /// A store to open (or create) once every input is checked.
+    At(&'a StoreLocation),
     /// A store this process already opened.
-    Open(SledStore),
+    Open(Box<OpenStore>),
 }
 
 /// The whole runtime of a command that drives runs: the model `choice` names, the gateway,
@@ -351,8 +333,8 @@ pub fn build(
 ) -> Result<Runtime, Failure> {
     let (model, gateway) = {
         let access = match &store {
-            StoreSource::Dir(dir) => StoreAccess::Dir(dir),
-            StoreSource::Open(store) => StoreAccess::Open(store),
+            StoreSource::At(location) => StoreAccess::At(location),
+            StoreSource::Open(store) => StoreAccess::Open(store.as_ref()),
         };
         (
             model(choice, settings, access, live)?,
@@ -366,8 +348,8 @@ pub fn build(
     };
     // Written to only now, when everything that can be wrong with the input was checked.
     let store = match store {
-        StoreSource::Dir(dir) => writable(SledStore::open(dir)?)?,
-        StoreSource::Open(store) => store,
+        StoreSource::At(location) => OpenStore::create(location)?.writable()?,
+        StoreSource::Open(store) => *store,
     };
     Ok(runtime(settings, model, gateway, store, redactor(settings)))
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_core::{CallId, PendingCall, TerminalReason};
 use agent_runtime::{Report, RunRequest, Runtime, RuntimeError};
-use agent_store::{SledStore, Store as _};
+
 use agent_tools::{ToolActivity, ToolObserver};
 use indicatif::{ProgressBar, ProgressStyle};
 use rustyline::DefaultEditor;
@@ -20,11 +20,12 @@ use rustyline::error::ReadlineError;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::{recorded_model, tell};
-use crate::build::{STREAMED, StoreSource, build, cancel_on_ctrl_c, tokio, writable};
+use crate::build::{STREAMED, StoreSource, build, cancel_on_ctrl_c, tokio};
 use crate::exit::EXIT_OK;
 use crate::failure::{Failure, failed, usage};
 use crate::render;
 use crate::settings::Settings;
+use crate::stores::OpenStore;
 
 /// Each call shown as it starts (a spinner) and as it finishes (one line: the call, ok or
 /// the error kind, how long it took).
@@ -201,8 +202,8 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
              MESSAGE`",
         ));
     }
-    let store_dir = &settings.store;
-    let store = writable(SledStore::open(store_dir)?)?;
+    let location = &settings.store;
+    let store = OpenStore::create(location)?.writable()?;
     let mut current: Option<Report> = None;
     let choice = match (&run, &settings.model) {
         (_, Some(choice)) => choice.clone(),
@@ -215,13 +216,20 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         }
     };
     if let Some(id) = &run
-        && store.load(id)?.is_empty()
+        && store.as_store().load(id)?.is_empty()
     {
-        return Err(usage(format!("no run {id} in {}", store_dir.display())));
+        return Err(usage(format!("no run {id} in {location}")));
     }
     let budget = settings.budget.apply(agent_core::Budget::default());
     let rt = tokio()?;
-    let runtime = build(settings, &choice, StoreSource::Open(store), &rt, true, true)?;
+    let runtime = build(
+        settings,
+        &choice,
+        StoreSource::Open(Box::new(store)),
+        &rt,
+        true,
+        true,
+    )?;
     let mut editor =
         DefaultEditor::new().map_err(|e| failed(format!("cannot read the terminal: {e}")))?;
     let mut always: BTreeSet<String> = BTreeSet::new();

@@ -16,7 +16,7 @@
 //! };
 //! let limits = Limits { max_steps: Some(5), ..Limits::default() };
 //! let settings = Settings::resolve(None, None, &setup, &limits, Env::default()).unwrap();
-//! assert_eq!(settings.store, std::path::Path::new(".agent"));
+//! assert_eq!(settings.store.dir(), Some(std::path::Path::new(".agent")));
 //! assert_eq!(settings.budget.max_steps, Some(5));
 //! let Some(ModelChoice::Http(http)) = &settings.model else { unreachable!() };
 //! // No key in this environment: said before anything is written.
@@ -33,6 +33,7 @@ mod exit;
 mod failure;
 mod render;
 pub mod settings;
+pub mod stores;
 mod trust;
 
 pub use app::main;

@@ -15,6 +15,7 @@ use agent_tools::{Action, HookEvent, Policy};
 
 use crate::args::{Limits, Setup};
 use crate::config::{self, Config};
+use crate::stores::StoreLocation;
 
 /// A setting that makes no sense; the message names it and what to give instead. Always
 /// a usage error: nothing was written.
@@ -37,6 +38,9 @@ pub struct Env {
     /// `MCP_TIMEOUT`, in milliseconds (as Claude Code reads it): how long an MCP server
     /// may take to start and list its tools.
     pub mcp_timeout_ms: Option<u64>,
+    /// `AGENT_STORE`: the store when `--store` does not name one (a directory or a
+    /// PostgreSQL URL; it may hold a password).
+    pub store: Option<String>,
 }
 
 impl std::fmt::Debug for Env {
@@ -46,6 +50,7 @@ impl std::fmt::Debug for Env {
             .field("openai_key", &self.openai_key.is_some())
             .field("anthropic_key", &self.anthropic_key.is_some())
             .field("mcp_timeout_ms", &self.mcp_timeout_ms)
+            .field("store", &self.store.as_deref().map(StoreLocation::parse))
             .finish()
     }
 }
@@ -61,6 +66,9 @@ impl Env {
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .filter(|ms| *ms > 0),
+            store: std::env::var("AGENT_STORE")
+                .ok()
+                .filter(|s| !s.trim().is_empty()),
         }
     }
 }
@@ -218,8 +226,8 @@ impl BudgetChanges {
 /// A command's whole configuration.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// The run store's directory.
-    pub store: PathBuf,
+    /// Where runs are kept.
+    pub store: StoreLocation,
     /// The workspace the tools are confined to.
     pub workspace: PathBuf,
     /// The model named, if any (resuming a script run without one uses its script).
@@ -290,7 +298,17 @@ impl Settings {
             (None, Some(p)) => relative(p),
             (None, None) => PathBuf::from(default),
         };
-        let store = pick(store, &config.store, ".agent");
+        // The flag, else AGENT_STORE (a worker's environment names the shared database),
+        // else the project's file, else `.agent`; a URL is never taken as a path.
+        let store = match (store, &env.store, &config.store) {
+            (Some(flag), _, _) => StoreLocation::parse(&flag.to_string_lossy()),
+            (None, Some(text), _) => StoreLocation::parse(text),
+            (None, None, Some(path)) => match StoreLocation::parse(&path.to_string_lossy()) {
+                StoreLocation::Dir(dir) => StoreLocation::Dir(relative(&dir)),
+                url => url,
+            },
+            (None, None, None) => StoreLocation::Dir(PathBuf::from(".agent")),
+        };
         let workspace = pick(setup.workspace.as_deref(), &config.workspace, ".");
         let base_url = setup.base_url.clone().or(config.base_url.clone());
         let model_text = match (&setup.model, &config.model) {

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use agent_cli::settings::{ConfigFile, Env, McpSource, ModelChoice, Settings};
+use agent_cli::stores::StoreLocation;
 use agent_cli::{Limits, Setup, config};
 use agent_core::{Budget, Risk, ToolCall, ToolSpec, Verdict};
 use serde_json::json;
@@ -89,8 +90,8 @@ fn paths_come_from_the_flag_else_the_file_relative_to_it_else_the_default() {
     ];
     for (name, s, (store, workspace, mcp)) in cases {
         assert_eq!(
-            (s.store.as_path(), s.workspace.as_path(), s.mcp),
-            (Path::new(store), Path::new(workspace), mcp),
+            (s.store.dir(), s.workspace.as_path(), s.mcp),
+            (Some(Path::new(store)), Path::new(workspace), mcp),
             "{name}"
         );
     }
@@ -404,4 +405,56 @@ fn mcp_servers_get_the_environment_s_start_up_time_else_the_default() {
     };
     assert_eq!(with(None), agent_tools::mcp::DEFAULT_STARTUP_TIMEOUT);
     assert_eq!(with(Some(1_500)), std::time::Duration::from_millis(1_500));
+}
+
+#[test]
+fn the_store_is_the_flag_else_agent_store_else_the_file_and_a_url_is_no_path() {
+    let url = "postgres://agent:hunter2@db.example/runs";
+    let with = |flag: Option<&str>, env: Option<&str>, toml: Option<&str>| {
+        let env = Env {
+            store: env.map(str::to_owned),
+            ..Env::default()
+        };
+        Settings::resolve(
+            toml.and_then(file),
+            flag.map(Path::new),
+            &Setup::default(),
+            &Limits::default(),
+            env,
+        )
+        .unwrap()
+        .store
+    };
+    let dir = |d: &str| StoreLocation::Dir(d.into());
+    let cases = [
+        (with(None, None, None), dir(".agent")),
+        (
+            with(None, None, Some("store = \"runs\"")),
+            dir("/proj/runs"),
+        ),
+        (
+            with(None, Some(url), Some("store = \"runs\"")),
+            StoreLocation::Postgres(url.into()),
+        ),
+        (with(Some("/mine"), Some(url), None), dir("/mine")),
+        (
+            with(Some(url), None, None),
+            StoreLocation::Postgres(url.into()),
+        ),
+        (
+            with(None, None, Some("store = \"postgresql://h/db\"")),
+            StoreLocation::Postgres("postgresql://h/db".into()),
+        ),
+    ];
+    for (i, (got, expected)) in cases.into_iter().enumerate() {
+        assert_eq!(got, expected, "case {i}");
+    }
+    // Shown without its password, wherever it is printed.
+    let shown = StoreLocation::Postgres(url.into()).to_string();
+    assert_eq!(shown, "postgres://agent@db.example/runs");
+    let env = Env {
+        store: Some(url.into()),
+        ..Env::default()
+    };
+    assert!(!format!("{env:?}").contains("hunter2"));
 }

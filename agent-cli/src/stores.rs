@@ -1,0 +1,140 @@
+//! Where runs are kept: a directory (sled, the embedded default) or a PostgreSQL database
+//! (`--store postgres://…`), and the store opened there.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agent_store::{PostgresStore, SledStore, Store, StoreError};
+
+use crate::failure::{Failure, failed, usage};
+
+/// Where the run store is.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// A directory of sled files.
+    Dir(PathBuf),
+    /// A PostgreSQL connection string (`postgres://…` or `postgresql://…`).
+    Postgres(String),
+}
+
+impl StoreLocation {
+    /// A `--store` value: a PostgreSQL URL, or a directory.
+    pub fn parse(text: &str) -> StoreLocation {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            StoreLocation::Postgres(text.to_owned())
+        } else {
+            StoreLocation::Dir(PathBuf::from(text))
+        }
+    }
+
+    /// The directory, for a sled store.
+    pub fn dir(&self) -> Option<&Path> {
+        match self {
+            StoreLocation::Dir(dir) => Some(dir),
+            StoreLocation::Postgres(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl std::fmt::Display for StoreLocation {
+    /// The directory, or the database without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::Dir(dir) => write!(f, "{}", dir.display()),
+            StoreLocation::Postgres(url) => {
+                let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+                match rest.split_once('@') {
+                    Some((user, host)) => {
+                        let user = user.split(':').next().unwrap_or_default();
+                        write!(f, "{scheme}://{user}@{host}")
+                    }
+                    None => write!(f, "{scheme}://{rest}"),
+                }
+            }
+        }
+    }
+}
+
+/// An open store.
+pub enum OpenStore {
+    /// sled in a directory.
+    Sled(SledStore),
+    /// PostgreSQL.
+    Postgres(PostgresStore),
+}
+
+impl OpenStore {
+    /// Opens the store at `location`, creating a directory store when missing.
+    pub fn create(location: &StoreLocation) -> Result<OpenStore, Failure> {
+        Ok(match location {
+            StoreLocation::Dir(dir) => OpenStore::Sled(SledStore::open(dir)?),
+            StoreLocation::Postgres(url) => OpenStore::Postgres(connect(url, location)?),
+        })
+    }
+
+    /// Opens the store at `location` if there is one (a database always is).
+    pub fn existing(location: &StoreLocation) -> Result<Option<OpenStore>, Failure> {
+        Ok(match location {
+            StoreLocation::Dir(dir) => SledStore::open_existing(dir)?.map(OpenStore::Sled),
+            StoreLocation::Postgres(url) => Some(OpenStore::Postgres(connect(url, location)?)),
+        })
+    }
+
+    /// Opens the store at `location`, which must exist.
+    pub fn must_exist(location: &StoreLocation) -> Result<OpenStore, Failure> {
+        OpenStore::existing(location)?.ok_or_else(|| {
+            usage(format!(
+                "no store at {location}; runs are created by `agent run` (or pass --store DIR)"
+            ))
+        })
+    }
+
+    /// Why the store may not be written, if it lost data.
+    pub fn damage(&self) -> Option<StoreError> {
+        match self {
+            OpenStore::Sled(store) => store.damage(),
+            OpenStore::Postgres(_) => None,
+        }
+    }
+
+    /// The store that may be written: a damaged one is refused before anything happens.
+    pub fn writable(self) -> Result<OpenStore, Failure> {
+        match self.damage() {
+            Some(damage) => Err(failed(damage)),
+            None => Ok(self),
+        }
+    }
+
+    /// As the `Store` trait.
+    pub fn as_store(&self) -> &dyn Store {
+        match self {
+            OpenStore::Sled(store) => store,
+            OpenStore::Postgres(store) => store,
+        }
+    }
+
+    /// Shared, for the runtime.
+    pub fn into_shared(self) -> Arc<dyn Store> {
+        match self {
+            OpenStore::Sled(store) => Arc::new(store),
+            OpenStore::Postgres(store) => Arc::new(store),
+        }
+    }
+}
+
+fn connect(url: &str, location: &StoreLocation) -> Result<PostgresStore, Failure> {
+    // The library's message may quote the connection string: say where, without it.
+    PostgresStore::connect(url).map_err(|e| match e {
+        StoreError::Engine(message) => failed(format!(
+            "the store {location}: {}",
+            message.replace(url, &location.to_string())
+        )),
+        other => Failure::from(other),
+    })
+}
