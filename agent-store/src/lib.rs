@@ -22,6 +22,8 @@ mod postgres;
 #[cfg(feature = "sled")]
 mod sled_store;
 mod summary;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::StoreError;
 pub use memory::MemoryStore;

@@ -13,6 +13,7 @@ mod chat;
 mod conversation;
 mod crash;
 mod hostile;
+mod postgres;
 mod providers;
 mod reasons;
 mod settings;
@@ -38,16 +39,21 @@ impl Env {
     fn store(&self) -> PathBuf {
         self.dir.path().join("store")
     }
-    fn cmd(&self) -> Command {
+    /// The `agent` binary in this environment, with no store named.
+    fn bare(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent"));
         // Tests never reach a real provider, whatever the environment holds.
         cmd.env_remove("OPENAI_API_KEY")
             .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("AGENT_STORE")
             // Trust decisions go to the test's own config directory, never the user's.
             .env("AGENT_CONFIG_DIR", self.dir.path().join("config"));
-        cmd.current_dir(self.dir.path())
-            .arg("--store")
-            .arg(self.store());
+        cmd.current_dir(self.dir.path());
+        cmd
+    }
+    fn cmd(&self) -> Command {
+        let mut cmd = self.bare();
+        cmd.arg("--store").arg(self.store());
         cmd
     }
     fn script(&self, turns: Value) -> String {
