@@ -28,7 +28,7 @@ pub mod testing;
 pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{MAX_CONNECTIONS, PostgresStore};
 #[cfg(feature = "sled")]
 pub use sled_store::{FORMAT_VERSION, SledStore};
 pub use summary::RunSummary;

@@ -10,10 +10,13 @@
 //! the expected-version check; nothing here relies on one writer per run.
 //!
 //! The client is the synchronous `postgres` crate (tokio-postgres underneath, on a runtime
-//! of its own), behind a mutex: the `Store` trait is synchronous and the runtime calls it
-//! from blocking threads. Call it from a blocking context, never from inside an async task.
+//! of its own): the `Store` trait is synchronous and the runtime calls it from blocking
+//! threads. Call it from a blocking context, never from inside an async task. Concurrent
+//! calls each take a connection of a small pool (opened as needed, up to
+//! [`MAX_CONNECTIONS`]), so commits of different runs proceed side by side and the server
+//! flushes its log once for the commits that arrive together.
 
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use agent_core::{Entry, Handle};
 use postgres::error::SqlState;
@@ -40,9 +43,60 @@ CREATE TABLE IF NOT EXISTS agent_blobs (
 );
 ";
 
+/// Connections a store opens to its database, at most.
+pub const MAX_CONNECTIONS: usize = 16;
+
 /// A store in a PostgreSQL database.
 pub struct PostgresStore {
-    client: Mutex<Client>,
+    url: String,
+    pool: Mutex<Pool>,
+    returned: Condvar,
+}
+
+/// Idle connections, and how many are open in all.
+struct Pool {
+    idle: Vec<Client>,
+    open: usize,
+}
+
+/// A connection taken from the pool; it goes back when dropped (unless it broke).
+struct Lease<'a> {
+    store: &'a PostgresStore,
+    client: Option<Client>,
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a lease holds its client until dropped"))
+    }
+}
+
+impl std::ops::DerefMut for Lease<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a lease holds its client until dropped"))
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        let mut pool = self.store.lock();
+        if client.is_closed() {
+            // A broken connection is dropped; the next caller opens a new one.
+            pool.open -= 1;
+        } else {
+            pool.idle.push(client);
+        }
+        drop(pool);
+        self.store.returned.notify_one();
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -71,18 +125,56 @@ impl PostgresStore {
     /// Connects to `url` (`postgres://user@host/db`, or the key-value form, including
     /// `host=/path/to/socket/dir`) and creates the tables when missing.
     pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
-        let mut client = Client::connect(url, NoTls)
-            .map_err(|e| StoreError::Engine(format!("cannot connect to PostgreSQL: {e}")))?;
+        let mut client = open(url)?;
         client.batch_execute(SCHEMA).map_err(|e| engine(&e))?;
         Ok(PostgresStore {
-            client: Mutex::new(client),
+            url: url.to_owned(),
+            pool: Mutex::new(Pool {
+                idle: vec![client],
+                open: 1,
+            }),
+            returned: Condvar::new(),
         })
     }
 
-    fn client(&self) -> std::sync::MutexGuard<'_, Client> {
-        // A panic while holding the lock leaves the client as it was between statements.
-        self.client.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Pool> {
+        // The pool's state is consistent between statements: a panic elsewhere leaves it so.
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// An idle connection, a new one while fewer than [`MAX_CONNECTIONS`] are open, or the
+    /// next one returned.
+    fn client(&self) -> Result<Lease<'_>, StoreError> {
+        let mut pool = self.lock();
+        loop {
+            if let Some(client) = pool.idle.pop() {
+                return Ok(Lease {
+                    store: self,
+                    client: Some(client),
+                });
+            }
+            if pool.open < MAX_CONNECTIONS {
+                pool.open += 1;
+                drop(pool);
+                return match open(&self.url) {
+                    Ok(client) => Ok(Lease {
+                        store: self,
+                        client: Some(client),
+                    }),
+                    Err(e) => {
+                        self.lock().open -= 1;
+                        Err(e)
+                    }
+                };
+            }
+            pool = self.returned.wait(pool).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+fn open(url: &str) -> Result<Client, StoreError> {
+    Client::connect(url, NoTls)
+        .map_err(|e| StoreError::Engine(format!("cannot connect to PostgreSQL: {e}")))
 }
 
 fn decode_summary(run_id: &str, text: &str) -> Result<RunSummary, StoreError> {
@@ -112,7 +204,7 @@ impl Store for PostgresStore {
                 Ok((signed(e.version, run_id)?, text))
             })
             .collect::<Result<_, StoreError>>()?;
-        let mut client = self.client();
+        let mut client = self.client()?;
         let mut tx = client.transaction().map_err(|e| engine(&e))?;
         let row = tx
             .query_opt(
@@ -168,7 +260,7 @@ impl Store for PostgresStore {
     }
 
     fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         // One snapshot for the version and the entries.
         let mut tx = client
             .build_transaction()
@@ -226,7 +318,7 @@ impl Store for PostgresStore {
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
         let rows = self
-            .client()
+            .client()?
             .query(
                 "SELECT run_id, summary FROM agent_runs ORDER BY run_id",
                 &[],
@@ -239,7 +331,7 @@ impl Store for PostgresStore {
 
     fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
         let handle = Handle::of_bytes(bytes);
-        self.client()
+        self.client()?
             .execute(
                 "INSERT INTO agent_blobs (handle, bytes) VALUES ($1, $2)
                  ON CONFLICT (handle) DO NOTHING",
@@ -254,7 +346,7 @@ impl Store for PostgresStore {
             return Ok(None);
         }
         let row = self
-            .client()
+            .client()?
             .query_opt(
                 "SELECT bytes FROM agent_blobs WHERE handle = $1",
                 &[&handle.to_string()],

@@ -76,3 +76,32 @@ fn a_server_that_is_not_there_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn one_store_serves_more_writers_than_it_has_connections() {
+    let cluster = Cluster::start();
+    let store = PostgresStore::connect(&cluster.url()).unwrap();
+    let writers = 2 * agent_store::MAX_CONNECTIONS;
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let store = &store;
+            s.spawn(move || {
+                let run = format!("writer-{w}");
+                store.append(&run, 0, &[started(&run, 1)]).unwrap();
+                for v in 2..=20u64 {
+                    store
+                        .append(&run, v - 1, &[filler(v, u32::try_from(v).unwrap())])
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let runs = store.runs().unwrap();
+    assert_eq!(runs.len(), writers);
+    assert!(runs.iter().all(|r| r.version == 20), "{runs:?}");
+    for r in &runs {
+        let log = store.load(&r.run_id).unwrap();
+        let versions: Vec<u64> = log.iter().map(|e| e.version).collect();
+        assert_eq!(versions, (1..=20).collect::<Vec<u64>>());
+    }
+}
