@@ -2,7 +2,10 @@
 //! - raw fsync latency of that disk (the floor), and commit latency (p50/p99);
 //! - durable turns per second with 1, 10, 100 and 1000 runs committing concurrently
 //!   (group commit shares flushes);
-//! - bytes on disk per turn at 100, 1,000 and 10,000 turns.
+//! - bytes on disk per turn at 100, 1,000 and 10,000 turns;
+//! - the same on PostgreSQL (a throwaway cluster on the same disk, fsync on, reached on a
+//!   Unix socket): commit latency, durable turns per second with 1, 4 and 16 writers, and
+//!   what the database holds per turn.
 //!
 //! Run with `cargo bench -p agent-store --bench store`.
 #![allow(
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use agent_core::*;
 use agent_store::conformance::started;
-use agent_store::{SledStore, Store};
+use agent_store::{PostgresStore, SledStore, Store};
 use serde_json::json;
 
 /// A realistic turn: the decision and a 2 KB tool result.
@@ -72,8 +75,7 @@ fn fsync_latency(dir: &std::path::Path) {
     );
 }
 
-fn commit_latency(dir: &std::path::Path) {
-    let store = SledStore::open(dir.join("latency")).unwrap();
+fn commit_latency(name: &str, store: &dyn Store) {
     store.append("run", 0, &[started("run", 0)]).unwrap();
     let mut version = 1;
     let mut times = Vec::new();
@@ -85,20 +87,19 @@ fn commit_latency(dir: &std::path::Path) {
     }
     times.sort();
     println!(
-        "store: commit of one turn (2 events, ~2.4 KB, flushed): p50 {:?}, p99 {:?}",
+        "{name}: commit of one turn (2 events, ~2.4 KB, flushed): p50 {:?}, p99 {:?}",
         percentile(&times, 0.5),
         percentile(&times, 0.99)
     );
 }
 
-fn concurrent_runs(dir: &std::path::Path, runs: usize, turns_per_run: u32) {
-    let store = Arc::new(SledStore::open(dir.join(format!("concurrent-{runs}"))).unwrap());
+fn concurrent_runs(name: &str, store: Arc<dyn Store>, runs: usize, turns_per_run: u32) {
     let start = Instant::now();
     let threads: Vec<_> = (0..runs)
         .map(|r| {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
-                let id = format!("run-{r:04}");
+                let id = format!("run-{runs}-{r:04}");
                 let mut version = store.append(&id, 0, &[started(&id, 0)]).unwrap();
                 for t in 1..=turns_per_run {
                     version = store.append(&id, version, &turn(version + 1, t)).unwrap();
@@ -112,7 +113,7 @@ fn concurrent_runs(dir: &std::path::Path, runs: usize, turns_per_run: u32) {
     let elapsed = start.elapsed().as_secs_f64();
     let turns = runs as f64 * f64::from(turns_per_run);
     println!(
-        "store: {runs:>4} concurrent runs x {turns_per_run} turns: {:.0} durable turns/s ({:.2} s)",
+        "{name}: {runs:>4} concurrent runs x {turns_per_run} turns: {:.0} durable turns/s ({:.2} s)",
         turns / elapsed,
         elapsed
     );
@@ -154,14 +155,66 @@ fn bytes_per_turn(dir: &std::path::Path, turns: u32) {
     );
 }
 
+/// What the database holds per turn: its tables' sizes (with indexes and TOAST) after
+/// `turns` turns of one run.
+fn postgres_bytes_per_turn(url: &str, turns: u32) {
+    let store = PostgresStore::connect(url).unwrap();
+    let id = format!("size-{turns}");
+    let mut version = store.append(&id, 0, &[started(&id, 0)]).unwrap();
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let size = |client: &mut postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT pg_total_relation_size('agent_events') + pg_total_relation_size('agent_runs')",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let before = size(&mut client);
+    for t in 1..=turns {
+        version = store.append(&id, version, &turn(version + 1, t)).unwrap();
+    }
+    let grown = size(&mut client) - before;
+    println!(
+        "postgres: {turns:>5} turns: {:.1} MB more in the tables, {:.0} bytes per turn",
+        grown as f64 / 1e6,
+        grown as f64 / f64::from(turns)
+    );
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     fsync_latency(dir.path());
-    commit_latency(dir.path());
+    commit_latency(
+        "store",
+        &SledStore::open(dir.path().join("latency")).unwrap(),
+    );
     for runs in [1, 10, 100, 1000] {
-        concurrent_runs(dir.path(), runs, (2_000 / runs as u32).clamp(5, 200));
+        let store = SledStore::open(dir.path().join(format!("concurrent-{runs}"))).unwrap();
+        concurrent_runs(
+            "store",
+            Arc::new(store),
+            runs,
+            (2_000 / runs as u32).clamp(5, 200),
+        );
     }
     for turns in [100, 1_000, 10_000] {
         bytes_per_turn(dir.path(), turns);
+    }
+    let cluster = agent_store::testing::Cluster::start_durable();
+    let url = cluster.url();
+    commit_latency("postgres", &PostgresStore::connect(&url).unwrap());
+    for runs in [1, 4, 16] {
+        let store = PostgresStore::connect(&url).unwrap();
+        concurrent_runs(
+            "postgres",
+            Arc::new(store),
+            runs,
+            (2_000 / runs as u32).clamp(5, 200),
+        );
+    }
+    for turns in [100, 1_000] {
+        postgres_bytes_per_turn(&url, turns);
     }
 }

@@ -66,8 +66,17 @@ fn run(mut command: Command, what: &str) {
 }
 
 impl Cluster {
-    /// Creates and starts a cluster (fsync off: these tests are about the protocol).
+    /// Creates and starts a cluster with fsync off (tests are about the protocol).
     pub fn start() -> Cluster {
+        Cluster::start_with(false)
+    }
+
+    /// Creates and starts a cluster whose commits reach the disk (for benchmarks).
+    pub fn start_durable() -> Cluster {
+        Cluster::start_with(true)
+    }
+
+    fn start_with(fsync: bool) -> Cluster {
         let bin = server_bin();
         let dir = tempfile::tempdir().unwrap();
         let give = |path: &Path| {
@@ -104,7 +113,11 @@ impl Cluster {
             .arg("-D")
             .arg(&data)
             .arg("-o")
-            .arg(format!("-k {} -c listen_addresses='' -F", socket.display()))
+            .arg(format!(
+                "-k {} -c listen_addresses=''{}",
+                socket.display(),
+                if fsync { "" } else { " -F" }
+            ))
             .arg("-l")
             .arg(dir.path().join("server.log"))
             .args(["-w", "start"]);
