@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_core::{ModelReply, Retry};
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
+use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
 use serde_json::Value;
 
@@ -75,6 +75,7 @@ pub struct HttpModel {
     max_tokens: u32,
     stream: bool,
     on_text: Option<TextSink>,
+    max_response_bytes: usize,
 }
 
 impl std::fmt::Debug for HttpModel {
@@ -132,6 +133,7 @@ impl HttpModel {
             max_tokens: wire::anthropic::DEFAULT_MAX_TOKENS,
             stream: true,
             on_text: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         })
     }
 
@@ -156,6 +158,13 @@ impl HttpModel {
     /// Asks for whole responses instead of streams (some servers stream badly).
     pub fn with_streaming(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// Accepts responses up to `bytes` (default [`DEFAULT_MAX_RESPONSE_BYTES`]); a longer
+    /// one is cut there and the call fails as undecodable (not retried).
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes.max(1);
         self
     }
 
@@ -225,14 +234,20 @@ impl HttpModel {
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let retry_after = retry_after(response.headers());
-            let text = response.text().await.unwrap_or_default();
+            // Only its beginning is shown: the rest is not read at all.
+            let (head, _) = read_at_most(response, MAX_ERROR_BODY_BYTES).await;
+            let head = head.unwrap_or_default();
+            let text = String::from_utf8_lossy(&head);
             return Err(self.refusal(status, &text, retry_after));
         }
         if !self.stream {
-            let text = response
-                .text()
-                .await
-                .map_err(|e| ProviderError::Transport(format!("the response broke: {e}")))?;
+            let (body, complete) = read_at_most(response, self.max_response_bytes).await;
+            let body =
+                body.map_err(|e| ProviderError::Transport(format!("the response broke: {e}")))?;
+            if !complete {
+                return Err(too_large(&self.provider, self.max_response_bytes));
+            }
+            let text = String::from_utf8_lossy(&body);
             let body: Value = serde_json::from_str(&text).map_err(|e| {
                 ProviderError::Decode(format!(
                     "{} answered something that is not JSON: {e}",
@@ -244,7 +259,26 @@ impl HttpModel {
                 Dialect::Anthropic => wire::anthropic::parse_response(&body),
             });
         }
-        let mut events = response.bytes_stream().eventsource();
+        // The stream is cut, whatever its events look like, once it passed the bound: a
+        // server that never ends an event would otherwise grow one without limit.
+        let limit = self.max_response_bytes;
+        let mut events = response
+            .bytes_stream()
+            .scan(0usize, move |seen, chunk| {
+                let item = match chunk {
+                    Ok(bytes) => {
+                        *seen += bytes.len();
+                        if *seen > limit {
+                            Err(Cut::TooLarge)
+                        } else {
+                            Ok(bytes)
+                        }
+                    }
+                    Err(e) => Err(Cut::Transport(e)),
+                };
+                futures::future::ready(Some(item))
+            })
+            .eventsource();
         let mut openai = wire::openai::Stream::default();
         let mut anthropic = wire::anthropic::Stream::default();
         loop {
@@ -256,6 +290,9 @@ impl HttpModel {
                     )));
                 }
                 Ok(None) => break,
+                Ok(Some(Err(EventStreamError::Transport(Cut::TooLarge)))) => {
+                    return Err(too_large(&self.provider, limit));
+                }
                 Ok(Some(Err(e))) => {
                     return Err(ProviderError::Transport(format!("the stream broke: {e}")));
                 }
@@ -294,6 +331,59 @@ impl HttpModel {
             wait.mul_f64(share)
         } else {
             wait
+        }
+    }
+}
+
+/// Bytes of an error response read, at most (only its beginning is shown).
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Bytes of a model's response accepted by default: far past any answer a model writes,
+/// well short of what would hurt the process.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Why a stream was cut.
+#[derive(Debug)]
+enum Cut {
+    Transport(reqwest::Error),
+    TooLarge,
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cut::Transport(e) => write!(f, "{e}"),
+            Cut::TooLarge => f.write_str("the response is too large"),
+        }
+    }
+}
+
+fn too_large(provider: &str, limit: usize) -> ProviderError {
+    ProviderError::Decode(format!(
+        "{provider} sent more than {} MiB in one response; it was cut there",
+        limit / (1024 * 1024)
+    ))
+}
+
+/// The body, up to `limit` bytes, and whether that was all of it; reading stops at the
+/// limit.
+async fn read_at_most(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> (Result<Vec<u8>, reqwest::Error>, bool) {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = limit - body.len();
+                if chunk.len() > room {
+                    body.extend_from_slice(&chunk[..room]);
+                    return (Ok(body), false);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return (Ok(body), true),
+            Err(e) => return (Err(e), false),
         }
     }
 }

@@ -27,7 +27,9 @@ pub mod wire;
 
 pub use error::ProviderError;
 #[cfg(feature = "http")]
-pub use http::{Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after};
+pub use http::{
+    DEFAULT_MAX_RESPONSE_BYTES, Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after,
+};
 pub use replay::ReplayModel;
 pub use script::{ScriptError, ScriptModel};
 pub use spec::{ModelSpec, SpecError};

@@ -390,3 +390,43 @@ fn building_a_model_changes_nothing_process_wide() {
     assert!(model.is_ok());
     assert!(rustls::crypto::CryptoProvider::get_default().is_none());
 }
+
+/// A hostile or broken server cannot make the client hold more than its bound: a whole
+/// response, a stream whose one event never ends, and an error body are all cut.
+#[tokio::test]
+async fn oversized_responses_are_cut_at_the_bound_and_not_retried() {
+    let big_json = format!(r#"{{"choices": [], "pad": "{}"}}"#, "x".repeat(10_000));
+    let (server, m) = model(Dialect::OpenAi, vec![Reply::status(200, big_json)]).await;
+    let err = ask(&m.with_streaming(false).with_max_response_bytes(4_096))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ModelErrorKind::Decode, "{err}");
+    assert!(err.to_string().contains("in one response"), "{err}");
+    assert_eq!(
+        server.received().len(),
+        1,
+        "a response too large is not asked again"
+    );
+
+    // One event that never ends: no newline, ever.
+    let endless = format!("data: {}", "y".repeat(20_000));
+    let (server, m) = model(Dialect::OpenAi, vec![Reply::stream(endless)]).await;
+    let err = ask(&m.with_max_response_bytes(4_096)).await.unwrap_err();
+    assert_eq!(err.kind(), ModelErrorKind::Decode, "{err}");
+    assert_eq!(server.received().len(), 1);
+
+    // A huge error body: the refusal quotes its beginning only.
+    let (_server, m) = model(
+        Dialect::OpenAi,
+        vec![Reply::status(400, "z".repeat(2_000_000))],
+    )
+    .await;
+    let err = ask(&m).await.unwrap_err();
+    assert_eq!(err.kind(), ModelErrorKind::BadRequest);
+    assert!(err.to_string().len() < 1_000, "{}", err.to_string().len());
+
+    // Under the bound, the same model works.
+    let ok = fixture("openai/text_only.sse");
+    let (_server, m) = model(Dialect::OpenAi, vec![Reply::stream(ok)]).await;
+    assert!(ask(&m.with_max_response_bytes(1_000_000)).await.is_ok());
+}
