@@ -51,9 +51,10 @@ impl From<StoreError> for Failure {
         };
         match e {
             // The store itself failed or lost data: not the person's input.
-            StoreError::Damaged { .. } | StoreError::Corrupt { .. } | StoreError::Engine(_) => {
-                failed(e)
-            }
+            StoreError::Damaged { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::Engine(_)
+            | StoreError::LeaseLost(_) => failed(e),
             _ => usage(format!("{e}{advice}")),
         }
     }

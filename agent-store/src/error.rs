@@ -79,6 +79,10 @@ pub enum StoreError {
     /// The storage engine failed.
     #[error("storage error: {0}")]
     Engine(String),
+    /// This process's lease on the run was taken over (it expired): another worker drives
+    /// the run now, and nothing this one wanted to commit was written.
+    #[error("the lease on run {0} was lost to another worker; nothing was written")]
+    LeaseLost(String),
 }
 
 #[cfg(feature = "sled")]

@@ -28,7 +28,7 @@ pub mod testing;
 pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{MAX_CONNECTIONS, PostgresStore};
+pub use postgres::{FencedStore, Lease, MAX_CONNECTIONS, PostgresStore, QueueState};
 #[cfg(feature = "sled")]
 pub use sled_store::{FORMAT_VERSION, SledStore};
 pub use summary::RunSummary;

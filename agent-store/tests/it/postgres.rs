@@ -105,3 +105,119 @@ fn one_store_serves_more_writers_than_it_has_connections() {
         assert_eq!(versions, (1..=20).collect::<Vec<u64>>());
     }
 }
+
+#[test]
+fn queued_runs_are_claimed_oldest_first_once_each_and_paused_runs_wake() {
+    use agent_store::QueueState;
+    use std::time::Duration;
+    let cluster = Cluster::start();
+    let store = PostgresStore::connect(&cluster.url()).unwrap();
+    let minute = Duration::from_secs(60);
+    for run in ["q1", "q2", "q3"] {
+        store.submit(run, &format!("spec of {run}")).unwrap();
+    }
+    assert!(
+        matches!(
+            store.submit("q1", "again"),
+            Err(StoreError::Conflict { .. })
+        ),
+        "a run is queued once"
+    );
+    let a = store.claim("worker-a", minute).unwrap().unwrap();
+    assert_eq!((a.run_id.as_str(), a.spec.as_str()), ("q1", "spec of q1"));
+    let b = store.claim("worker-b", minute).unwrap().unwrap();
+    assert_eq!(b.run_id, "q2");
+    assert_ne!(a.token, b.token);
+    assert_eq!(store.queue_state("q1").unwrap(), Some(QueueState::Running));
+    // A run paused for a person comes back when woken.
+    assert!(store.release(&a, QueueState::Paused).unwrap());
+    let c = store.claim("worker-c", minute).unwrap().unwrap();
+    assert_eq!(c.run_id, "q3", "a paused run is not claimed");
+    assert!(store.claim("worker-c", minute).unwrap().is_none());
+    assert!(store.wake("q1").unwrap());
+    assert!(!store.wake("q1").unwrap(), "only a paused run wakes");
+    let again = store.claim("worker-c", minute).unwrap().unwrap();
+    assert_eq!(again.run_id, "q1");
+    assert!(again.token > a.token);
+    assert!(store.release(&again, QueueState::Ended).unwrap());
+    assert_eq!(store.queue_state("q1").unwrap(), Some(QueueState::Ended));
+    assert_eq!(store.queue_state("nope").unwrap(), None);
+
+    // Workers racing for the queue: each run is taken exactly once.
+    for i in 0..20 {
+        store.submit(&format!("race-{i:02}"), "s").unwrap();
+    }
+    let taken: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|w| {
+                let store = &store;
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    while let Some(lease) = store.claim(&format!("w{w}"), minute).unwrap() {
+                        mine.push(lease.run_id);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let mut sorted = taken.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        taken.len(),
+        "no run was taken twice: {taken:?}"
+    );
+    assert_eq!(taken.len(), 20);
+}
+
+#[test]
+fn a_worker_whose_lease_expired_and_was_taken_over_commits_nothing() {
+    use agent_store::{FencedStore, QueueState};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let cluster = Cluster::start();
+    let store = Arc::new(PostgresStore::connect(&cluster.url()).unwrap());
+    let run = "leased";
+    store.submit(run, "spec").unwrap();
+    // A lease of no length: expired at once, as if the worker stalled past it.
+    let stalled = store.claim("stalled", Duration::ZERO).unwrap().unwrap();
+    let old = FencedStore::new(Arc::clone(&store), stalled.clone());
+    assert_eq!(old.append(run, 0, &[started(run, 1)]).unwrap(), 1);
+    let taken = store
+        .claim("rescuer", Duration::from_secs(60))
+        .unwrap()
+        .expect("an expired lease is taken over");
+    assert_eq!(taken.run_id, run);
+    let new = FencedStore::new(Arc::clone(&store), taken.clone());
+    // The stalled worker wakes up: its commit, renewal and release all fail.
+    let refused = old.append(run, 1, &[filler(2, 1)]).unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::LeaseLost(r) if r == run),
+        "{refused:?}"
+    );
+    assert!(!store.renew(&stalled, Duration::from_secs(60)).unwrap());
+    assert!(!store.release(&stalled, QueueState::Ended).unwrap());
+    // The new holder continues from the last commit.
+    assert_eq!(
+        new.load(run).unwrap().len(),
+        1,
+        "nothing of the stalled worker's was written"
+    );
+    assert_eq!(new.append(run, 1, &[filler(2, 1)]).unwrap(), 2);
+    assert!(store.renew(&taken, Duration::from_secs(60)).unwrap());
+    // A held lease is not taken over.
+    assert!(
+        store
+            .claim("third", Duration::from_secs(60))
+            .unwrap()
+            .is_none()
+    );
+    // Other runs pass through the fence untouched.
+    assert_eq!(new.append("other", 0, &[started("other", 1)]).unwrap(), 1);
+}

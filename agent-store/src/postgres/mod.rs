@@ -24,6 +24,10 @@ use postgres::{Client, NoTls};
 
 use crate::{RunSummary, Store, StoreError, check_batch};
 
+mod queue;
+
+pub use queue::{FencedStore, Lease, QueueState};
+
 /// The schema, created when missing.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agent_runs (
@@ -41,6 +45,18 @@ CREATE TABLE IF NOT EXISTS agent_blobs (
     handle TEXT PRIMARY KEY,
     bytes  BYTEA NOT NULL
 );
+CREATE SEQUENCE IF NOT EXISTS agent_lease_tokens;
+CREATE TABLE IF NOT EXISTS agent_queue (
+    run_id           TEXT PRIMARY KEY,
+    spec             TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    lease_owner      TEXT,
+    lease_token      BIGINT,
+    lease_expires_at TIMESTAMPTZ,
+    created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at       TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS agent_queue_claimable ON agent_queue (state, created_at);
 ";
 
 /// Connections a store opens to its database, at most.
@@ -60,12 +76,12 @@ struct Pool {
 }
 
 /// A connection taken from the pool; it goes back when dropped (unless it broke).
-struct Lease<'a> {
+struct Pooled<'a> {
     store: &'a PostgresStore,
     client: Option<Client>,
 }
 
-impl std::ops::Deref for Lease<'_> {
+impl std::ops::Deref for Pooled<'_> {
     type Target = Client;
     fn deref(&self) -> &Client {
         self.client
@@ -74,7 +90,7 @@ impl std::ops::Deref for Lease<'_> {
     }
 }
 
-impl std::ops::DerefMut for Lease<'_> {
+impl std::ops::DerefMut for Pooled<'_> {
     fn deref_mut(&mut self) -> &mut Client {
         self.client
             .as_mut()
@@ -82,7 +98,7 @@ impl std::ops::DerefMut for Lease<'_> {
     }
 }
 
-impl Drop for Lease<'_> {
+impl Drop for Pooled<'_> {
     fn drop(&mut self) {
         let Some(client) = self.client.take() else {
             return;
@@ -144,11 +160,11 @@ impl PostgresStore {
 
     /// An idle connection, a new one while fewer than [`MAX_CONNECTIONS`] are open, or the
     /// next one returned.
-    fn client(&self) -> Result<Lease<'_>, StoreError> {
+    fn client(&self) -> Result<Pooled<'_>, StoreError> {
         let mut pool = self.lock();
         loop {
             if let Some(client) = pool.idle.pop() {
-                return Ok(Lease {
+                return Ok(Pooled {
                     store: self,
                     client: Some(client),
                 });
@@ -157,7 +173,7 @@ impl PostgresStore {
                 pool.open += 1;
                 drop(pool);
                 return match open(&self.url) {
-                    Ok(client) => Ok(Lease {
+                    Ok(client) => Ok(Pooled {
                         store: self,
                         client: Some(client),
                     }),
@@ -184,12 +200,15 @@ fn decode_summary(run_id: &str, text: &str) -> Result<RunSummary, StoreError> {
     })
 }
 
-impl Store for PostgresStore {
-    fn append(
+impl PostgresStore {
+    /// Appends as [`Store::append`] does; with `fence`, only while the run's lease still
+    /// carries that token (checked in the same transaction).
+    fn append_fenced(
         &self,
         run_id: &str,
         expected_version: u64,
         entries: &[Entry],
+        fence: Option<i64>,
     ) -> Result<u64, StoreError> {
         if run_id.is_empty() || run_id.contains('\0') {
             return Err(StoreError::InvalidRunId(run_id.to_owned()));
@@ -206,6 +225,19 @@ impl Store for PostgresStore {
             .collect::<Result<_, StoreError>>()?;
         let mut client = self.client()?;
         let mut tx = client.transaction().map_err(|e| engine(&e))?;
+        if let Some(token) = fence {
+            // Fencing: a worker that lost its lease commits nothing, whatever its clock says.
+            let held = tx
+                .execute(
+                    "UPDATE agent_queue SET updated_at = now()
+                     WHERE run_id = $1 AND lease_token = $2",
+                    &[&run_id, &token],
+                )
+                .map_err(|e| engine(&e))?;
+            if held != 1 {
+                return Err(StoreError::LeaseLost(run_id.to_owned()));
+            }
+        }
         let row = tx
             .query_opt(
                 "SELECT version, summary FROM agent_runs WHERE run_id = $1 FOR UPDATE",
@@ -253,6 +285,17 @@ impl Store for PostgresStore {
         .map_err(conflict)?;
         tx.commit().map_err(conflict)?;
         Ok(summary.version)
+    }
+}
+
+impl Store for PostgresStore {
+    fn append(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+    ) -> Result<u64, StoreError> {
+        self.append_fenced(run_id, expected_version, entries, None)
     }
 
     fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {

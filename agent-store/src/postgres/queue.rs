@@ -1,0 +1,225 @@
+//! Runs queued for workers on any number of machines, taken under leases.
+//!
+//! A worker claims the oldest runnable run, or a running one whose lease expired (its
+//! worker died or stalled), with `FOR UPDATE SKIP LOCKED`, so concurrent claims never take
+//! the same run. A claim draws a new lease token from a sequence; every commit of the
+//! run through [`FencedStore`] checks, in its own transaction, that the token still holds.
+//! A worker that lost its lease can therefore commit nothing, whatever its clock says: the
+//! database's clock alone decides expiry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::{Entry, Handle};
+
+use super::{PostgresStore, engine};
+use crate::{RunSummary, Store, StoreError};
+
+/// Where a queued run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueState {
+    /// Waiting for a worker.
+    Runnable,
+    /// Driven by the worker holding its lease.
+    Running,
+    /// Waiting for a person (approval, an answer, a settlement); `wake` makes it runnable.
+    Paused,
+    /// Ended for good.
+    Ended,
+}
+
+impl QueueState {
+    fn as_str(self) -> &'static str {
+        match self {
+            QueueState::Runnable => "runnable",
+            QueueState::Running => "running",
+            QueueState::Paused => "paused",
+            QueueState::Ended => "ended",
+        }
+    }
+}
+
+/// A run taken by a worker: what to drive and the token its commits carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The run.
+    pub run_id: String,
+    /// What the submitter recorded for a worker to drive it (its format is the caller's).
+    pub spec: String,
+    /// The lease's token: the newest claim of the run holds the only valid one.
+    pub token: i64,
+}
+
+fn millis(ttl: Duration) -> f64 {
+    ttl.as_secs_f64() * 1000.0
+}
+
+impl PostgresStore {
+    /// Queues run `run_id` with `spec` (what a worker needs to drive it). Queuing the
+    /// same run again is refused as a conflict.
+    pub fn submit(&self, run_id: &str, spec: &str) -> Result<(), StoreError> {
+        let inserted = self
+            .client()?
+            .execute(
+                "INSERT INTO agent_queue (run_id, spec, state) VALUES ($1, $2, 'runnable')
+                 ON CONFLICT (run_id) DO NOTHING",
+                &[&run_id, &spec],
+            )
+            .map_err(|e| engine(&e))?;
+        if inserted == 0 {
+            return Err(StoreError::Conflict {
+                run_id: run_id.to_owned(),
+                expected: 0,
+                actual: 0,
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes the oldest runnable run, or a running one whose lease expired, for `owner`,
+    /// for `ttl`; `None` when there is nothing to do.
+    pub fn claim(&self, owner: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        let row = self
+            .client()?
+            .query_opt(
+                "UPDATE agent_queue SET
+                     state = 'running',
+                     lease_owner = $1,
+                     lease_token = nextval('agent_lease_tokens'),
+                     lease_expires_at = now() + $2 * interval '1 millisecond',
+                     updated_at = now()
+                 WHERE run_id = (
+                     SELECT run_id FROM agent_queue
+                     WHERE state = 'runnable'
+                        OR (state = 'running' AND lease_expires_at <= now())
+                     ORDER BY created_at, run_id
+                     FOR UPDATE SKIP LOCKED
+                     LIMIT 1)
+                 RETURNING run_id, spec, lease_token",
+                &[&owner, &millis(ttl)],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(row.map(|r| Lease {
+            run_id: r.get(0),
+            spec: r.get(1),
+            token: r.get(2),
+        }))
+    }
+
+    /// Extends `lease` by `ttl` from now; `false` when it was lost (taken over after it
+    /// expired, or released).
+    pub fn renew(&self, lease: &Lease, ttl: Duration) -> Result<bool, StoreError> {
+        let renewed = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue SET
+                     lease_expires_at = now() + $3 * interval '1 millisecond',
+                     updated_at = now()
+                 WHERE run_id = $1 AND lease_token = $2 AND state = 'running'",
+                &[&lease.run_id, &lease.token, &millis(ttl)],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(renewed == 1)
+    }
+
+    /// Gives the run back in `state` (runnable, paused or ended); `false` when the lease
+    /// was lost meanwhile, and then nothing changes.
+    pub fn release(&self, lease: &Lease, state: QueueState) -> Result<bool, StoreError> {
+        let released = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue SET
+                     state = $3, lease_owner = NULL, lease_expires_at = NULL,
+                     updated_at = now()
+                 WHERE run_id = $1 AND lease_token = $2",
+                &[&lease.run_id, &lease.token, &state.as_str()],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(released == 1)
+    }
+
+    /// Makes a paused run runnable again (a person answered it); `false` when it was not
+    /// paused.
+    pub fn wake(&self, run_id: &str) -> Result<bool, StoreError> {
+        let woken = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue SET state = 'runnable', updated_at = now()
+                 WHERE run_id = $1 AND state = 'paused'",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(woken == 1)
+    }
+
+    /// Where a queued run stands, if it is queued.
+    pub fn queue_state(&self, run_id: &str) -> Result<Option<QueueState>, StoreError> {
+        let row = self
+            .client()?
+            .query_opt(
+                "SELECT state FROM agent_queue WHERE run_id = $1",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(row.and_then(|r| {
+            let state: String = r.get(0);
+            [
+                QueueState::Runnable,
+                QueueState::Running,
+                QueueState::Paused,
+                QueueState::Ended,
+            ]
+            .into_iter()
+            .find(|s| s.as_str() == state)
+        }))
+    }
+}
+
+/// The store as the worker holding `lease` sees it: every commit of the leased run checks
+/// the lease in its own transaction and fails with [`StoreError::LeaseLost`] once another
+/// worker took the run over. Reads, blobs and other runs pass through.
+#[derive(Debug)]
+pub struct FencedStore {
+    store: Arc<PostgresStore>,
+    lease: Lease,
+}
+
+impl FencedStore {
+    /// The store of `lease`'s holder.
+    pub fn new(store: Arc<PostgresStore>, lease: Lease) -> FencedStore {
+        FencedStore { store, lease }
+    }
+}
+
+impl Store for FencedStore {
+    fn append(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+    ) -> Result<u64, StoreError> {
+        let fence = (run_id == self.lease.run_id).then_some(self.lease.token);
+        self.store
+            .append_fenced(run_id, expected_version, entries, fence)
+    }
+
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.store.load(run_id)
+    }
+
+    fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
+        self.store.load_from(run_id, from)
+    }
+
+    fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
+        self.store.runs()
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        self.store.put_blob(bytes)
+    }
+
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get_blob(handle)
+    }
+}
