@@ -21,6 +21,7 @@ use crate::render;
 use crate::settings::{ConfigFile, Env, ModelChoice, Settings};
 use crate::stores::{OpenStore, StoreLocation};
 use crate::trust;
+use crate::worker;
 
 /// Writes to standard output; a reader that went away (`agent context RUN | head -1`) is
 /// not an error of ours, so a broken pipe ends the printing quietly.
@@ -65,6 +66,14 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
     // The commands that continue an existing run differ only in what they do first.
     let (run_id, settings, what) = match cli.command {
         Commands::Run(args) => return run(&resolve(&args.setup, &args.limits)?, json, &args.goal),
+        Commands::Submit(args) => {
+            return worker::submit(&resolve(&args.setup, &args.limits)?, json, &args.goal);
+        }
+        Commands::Worker {
+            concurrency,
+            lease,
+            until_empty,
+        } => return worker::worker(&resolve(&plain, &none)?, concurrency, lease, until_empty),
         Commands::Cancel { run } => return cancel(&resolve(&plain, &none)?, json, &run),
         Commands::Context { run, at, setup } => {
             return context(&resolve(&setup, &none)?, json, &run, at);
@@ -287,6 +296,7 @@ fn drive_existing(
     run_id: &str,
     what: Resume,
 ) -> Result<u8, Failure> {
+    worker::refuse_queued(settings, run_id)?;
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
     let log = store.as_store().load(run_id)?;
     let choice = match &settings.model {

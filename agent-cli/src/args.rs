@@ -8,8 +8,9 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, about, long_about = None)]
 pub struct Cli {
-    /// Where runs are stored.
-    #[arg(long, global = true, value_name = "DIR")]
+    /// Where runs are stored: a directory, or postgres://… (default: $AGENT_STORE, else
+    /// agent.toml's, else .agent).
+    #[arg(long, global = true, value_name = "DIR|URL")]
     pub store: Option<PathBuf>,
 
     /// Settings file (default: ./agent.toml when it exists).
@@ -30,6 +31,22 @@ pub struct Cli {
 pub enum Commands {
     /// Start a run.
     Run(RunArgs),
+    /// Queue a run for workers (needs --store postgres://…): it is driven by whichever
+    /// `agent worker` takes it, on any machine.
+    Submit(RunArgs),
+    /// Take queued runs and drive them, one per slot, under leases that other workers
+    /// take over if this one dies.
+    Worker {
+        /// Runs driven at once.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        concurrency: usize,
+        /// Seconds a lease lasts unless renewed (it is renewed every third of that).
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        lease: u64,
+        /// Exit once no queued run is left to take, instead of waiting for more.
+        #[arg(long)]
+        until_empty: bool,
+    },
     /// Continue a paused or interrupted run from its committed log; with MESSAGE, answer
     /// its clarifying question or follow up on an ended run (a new exchange).
     Resume {

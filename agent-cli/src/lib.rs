@@ -35,6 +35,7 @@ mod render;
 pub mod settings;
 pub mod stores;
 mod trust;
+pub mod worker;
 
 pub use app::main;
 pub use args::{Cli, Commands, Limits, Setup};

@@ -172,6 +172,17 @@ pub enum McpSource {
     Workspace,
 }
 
+/// Policy rules as written, by action.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RuleTexts {
+    /// Allowed without asking.
+    pub allow: Vec<String>,
+    /// Asked.
+    pub ask: Vec<String>,
+    /// Denied.
+    pub deny: Vec<String>,
+}
+
 /// One external hook, checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HookSetting {
@@ -232,6 +243,8 @@ pub struct Settings {
     pub workspace: PathBuf,
     /// The model named, if any (resuming a script run without one uses its script).
     pub model: Option<ModelChoice>,
+    /// As it was named (a script's path made relative to agent.toml's directory).
+    pub model_text: Option<String>,
     /// `--base-url` or `base_url`, for a model named later (a recorded one).
     pub base_url: Option<String>,
     /// The providers' keys.
@@ -244,6 +257,8 @@ pub struct Settings {
     pub prices: BTreeMap<String, Price>,
     /// The policy: agent.toml's rules, then the flags'.
     pub policy: Policy,
+    /// The same rules as written, by action (for a run queued for a worker).
+    pub rules: RuleTexts,
     /// The hooks of agent.toml.
     pub hooks: Vec<HookSetting>,
     /// Where MCP servers are configured.
@@ -320,11 +335,18 @@ impl Settings {
             (None, None) => None,
         };
         let model = model_text
-            .map(|text| model_choice(&text, base_url.as_deref(), &env))
+            .as_deref()
+            .map(|text| model_choice(text, base_url.as_deref(), &env))
             .transpose()?;
 
         let mut policy = Policy::new();
         let p = &config.policy;
+        let joined = |file: &[String], flags: &[String]| [file, flags].concat();
+        let rules = RuleTexts {
+            allow: joined(&p.allow, &setup.allow),
+            ask: joined(&p.ask, &setup.ask),
+            deny: joined(&p.deny, &setup.deny),
+        };
         for (action, texts) in [
             (Action::Allow, &p.allow),
             (Action::Ask, &p.ask),
@@ -408,12 +430,14 @@ impl Settings {
             store,
             workspace,
             model,
+            model_text,
             base_url,
             env,
             stream: config.stream,
             retry,
             prices,
             policy,
+            rules,
             hooks,
             mcp,
             mcp_timeout,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_store::{PostgresStore, SledStore, Store, StoreError};
+use agent_store::{FencedStore, PostgresStore, SledStore, Store, StoreError};
 
 use crate::failure::{Failure, failed, usage};
 
@@ -67,6 +67,8 @@ pub enum OpenStore {
     Sled(SledStore),
     /// PostgreSQL.
     Postgres(PostgresStore),
+    /// PostgreSQL, as the worker holding a run's lease writes it.
+    Fenced(FencedStore),
 }
 
 impl OpenStore {
@@ -99,7 +101,7 @@ impl OpenStore {
     pub fn damage(&self) -> Option<StoreError> {
         match self {
             OpenStore::Sled(store) => store.damage(),
-            OpenStore::Postgres(_) => None,
+            OpenStore::Postgres(_) | OpenStore::Fenced(_) => None,
         }
     }
 
@@ -116,6 +118,7 @@ impl OpenStore {
         match self {
             OpenStore::Sled(store) => store,
             OpenStore::Postgres(store) => store,
+            OpenStore::Fenced(store) => store,
         }
     }
 
@@ -124,7 +127,19 @@ impl OpenStore {
         match self {
             OpenStore::Sled(store) => Arc::new(store),
             OpenStore::Postgres(store) => Arc::new(store),
+            OpenStore::Fenced(store) => Arc::new(store),
         }
+    }
+}
+
+/// The PostgreSQL store at `location`, for the commands of the queue (`submit`, `worker`).
+pub fn queue(location: &StoreLocation, command: &str) -> Result<PostgresStore, Failure> {
+    match location {
+        StoreLocation::Postgres(url) => connect(url, location),
+        StoreLocation::Dir(_) => Err(usage(format!(
+            "agent {command} needs a shared store: pass --store postgres://… (or set \
+             AGENT_STORE); a directory store serves one process"
+        ))),
     }
 }
 

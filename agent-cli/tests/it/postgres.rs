@@ -103,3 +103,204 @@ fn a_database_that_is_not_there_is_a_failure_that_hides_the_password() {
     assert!(err.contains("cannot connect to PostgreSQL"), "{err}");
     assert!(!err.contains(password), "{err}");
 }
+
+/// Runs queued with `agent submit` are drained by two worker processes, two slots each:
+/// every run ends once, every side effect happens once, and the commands read them all.
+#[test]
+fn workers_drain_the_queue_each_run_once() {
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let env = Env::new();
+    let ws = env.dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let agent = |args: &[&str]| {
+        env.bare()
+            .arg("--store")
+            .arg(&url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let jobs = 6;
+    let mut ids = Vec::new();
+    for i in 0..jobs {
+        let script = env.dir.path().join(format!("job{i}.json"));
+        let turns = serde_json::json!({"turns": [
+            {"tool_calls": [{"id": "c1", "name": "shell",
+                "arguments": {"command": format!("echo job-{i} >> effects.txt")}}]},
+            {"final": format!("job {i} done")}
+        ]});
+        std::fs::write(&script, turns.to_string()).unwrap();
+        let model = format!("script:{}", script.display());
+        let out = agent(&[
+            "submit",
+            "--json",
+            "--model",
+            &model,
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--allow",
+            "shell",
+            &format!("job {i}"),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["status"], "queued");
+        ids.push(v["run_id"].as_str().unwrap().to_owned());
+    }
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            env.bare()
+                .arg("--store")
+                .arg(&url)
+                .args(["worker", "--concurrency", "2", "--until-empty"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for w in workers {
+        let out = w.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let effects = std::fs::read_to_string(ws.join("effects.txt")).unwrap();
+    let mut lines: Vec<&str> = effects.lines().collect();
+    lines.sort_unstable();
+    let expected: Vec<String> = (0..jobs).map(|i| format!("job-{i}")).collect();
+    assert_eq!(lines, expected, "each effect exactly once");
+    let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), jobs);
+    assert!(runs.iter().all(|r| r["reason"] == "completed"), "{runs:?}");
+    for id in &ids {
+        let shown: Value = serde_json::from_slice(&agent(&["show", "--json", id]).stdout).unwrap();
+        let events = shown["events"].as_array().unwrap();
+        let ended = events
+            .iter()
+            .filter(|e| e.to_string().contains("run_ended"))
+            .count();
+        assert_eq!(ended, 1, "{id} ended once");
+    }
+    // A run driven by workers is not driven from elsewhere while queued; an ended one is
+    // the person's again.
+    let again = agent(&["resume", &ids[0]]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+}
+
+#[test]
+fn the_queue_needs_a_shared_store() {
+    let env = Env::new();
+    let out = env.run(&["submit", "--model", "script:x.json", "g"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("needs a shared store"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["worker", "--until-empty"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("needs a shared store"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Re-checks `done` until it holds; panics with `what` after a minute.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A worker killed in the middle of a run: after its lease expires another worker takes
+/// the run over and continues from the last commit, without running the finished call
+/// again.
+#[test]
+fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let env = Env::new();
+    let ws = env.dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let agent = |args: &[&str]| {
+        env.bare()
+            .arg("--store")
+            .arg(&url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let script = env.dir.path().join("job.json");
+    let write_script = |delay_ms: u64| {
+        let turns = serde_json::json!({"turns": [
+            {"tool_calls": [{"id": "c1", "name": "shell",
+                "arguments": {"command": "echo once >> effects.txt"}}]},
+            {"final": "done", "delay_ms": delay_ms}
+        ]});
+        std::fs::write(&script, turns.to_string()).unwrap();
+    };
+    // The first worker stalls in its second model call, after the first turn committed.
+    write_script(600_000);
+    let model = format!("script:{}", script.display());
+    let out = agent(&[
+        "submit",
+        "--json",
+        "--model",
+        &model,
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--allow",
+        "shell",
+        "once",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let spawn_worker = || {
+        env.bare()
+            .arg("--store")
+            .arg(&url)
+            .args(["worker", "--lease", "1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn_worker();
+    until("the first turn is committed", || {
+        stdout(&agent(&["show", &id])).contains("tool_finished")
+    });
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // The next worker reads the script again: without the stall.
+    write_script(0);
+    let mut second = spawn_worker();
+    until("the run is completed by the second worker", || {
+        let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
+        runs[0]["reason"] == "completed"
+    });
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let effects = std::fs::read_to_string(ws.join("effects.txt")).unwrap();
+    assert_eq!(effects, "once\n", "the finished call was not run again");
+    let shown: Value = serde_json::from_slice(&agent(&["show", "--json", &id]).stdout).unwrap();
+    let events = shown["events"].as_array().unwrap();
+    let count = |name: &str| {
+        events
+            .iter()
+            .filter(|e| e.to_string().contains(name))
+            .count()
+    };
+    assert_eq!((count("tool_finished"), count("run_ended")), (1, 1));
+    let versions: Vec<u64> = events
+        .iter()
+        .map(|e| e["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, (1..=versions.len() as u64).collect::<Vec<_>>());
+}

@@ -1,0 +1,311 @@
+//! `agent submit` and `agent worker`: runs queued in PostgreSQL and driven by workers on
+//! any number of machines, each run by one worker at a time under a lease.
+//!
+//! `submit` resolves the run's settings where the person is (flags, agent.toml) and
+//! records what a worker needs: the goal, the model as named, the workspace, the policy
+//! rules, the budget and the context bounds. A worker takes the oldest runnable run (or one
+//! whose lease expired: its worker died), renews its lease while it drives it, and commits
+//! through a `FencedStore`, so a worker that lost its lease writes nothing more. A run
+//! taken over continues from its last commit, effects in doubt reconciled or paused as
+//! after any crash.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_core::{Budget, ReasonClass};
+use agent_runtime::{CancellationToken, RunRequest};
+use agent_store::{FencedStore, Lease, PostgresStore, QueueState, Store as _, StoreError};
+use serde::{Deserialize, Serialize};
+
+use crate::app::{say, tell};
+use crate::args::{Limits, Setup};
+use crate::build::{StoreSource, build, tokio};
+use crate::exit::EXIT_OK;
+use crate::failure::{Failure, failed, usage};
+use crate::render;
+use crate::settings::{BudgetChanges, RuleTexts, Settings};
+use crate::stores::{self, OpenStore};
+
+/// What a worker needs to drive a queued run, as `submit` recorded it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// The goal.
+    pub goal: String,
+    /// The model as named (`openai:gpt-4o`, `script:/abs/path.json`, ...).
+    pub model: String,
+    /// The API's base URL, if one was given.
+    pub base_url: Option<String>,
+    /// The workspace, as an absolute path.
+    pub workspace: PathBuf,
+    /// The policy rules.
+    pub rules: RuleTexts,
+    /// The MCP configuration named, as an absolute path.
+    pub mcp_config: Option<PathBuf>,
+    /// The budget the run starts with.
+    pub budget: Budget,
+    /// The context window, when agent.toml set one.
+    pub context_window: Option<usize>,
+    /// The compaction threshold, when agent.toml set one.
+    pub compact_at: Option<f64>,
+}
+
+fn absolute(path: &std::path::Path) -> Result<PathBuf, Failure> {
+    std::path::absolute(path).map_err(|e| usage(format!("{}: {e}", path.display())))
+}
+
+/// `agent submit [OPTIONS] GOAL`.
+pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {
+    if goal.trim().is_empty() {
+        return Err(usage(
+            "the goal is empty; say what the agent should achieve",
+        ));
+    }
+    let store = stores::queue(&settings.store, "submit")?;
+    let Some(model) = settings.model_text.clone() else {
+        return Err(usage(
+            "no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in agent.toml",
+        ));
+    };
+    // A worker elsewhere reads the script and the workspace by these paths.
+    let model = match model.strip_prefix("script:") {
+        Some(path) => format!("script:{}", absolute(std::path::Path::new(path))?.display()),
+        None => model,
+    };
+    if !settings.hooks.is_empty() {
+        return Err(usage(
+            "agent.toml has hooks: a queued run does not carry them yet; use agent run",
+        ));
+    }
+    let mcp_config = match &settings.mcp {
+        crate::settings::McpSource::Flag(p) | crate::settings::McpSource::File(p) => {
+            Some(absolute(p)?)
+        }
+        crate::settings::McpSource::Workspace => None,
+    };
+    let spec = RunSpec {
+        goal: goal.to_owned(),
+        model,
+        base_url: settings.base_url.clone(),
+        workspace: absolute(&settings.workspace)?,
+        rules: settings.rules.clone(),
+        mcp_config,
+        budget: settings.budget.apply(Budget::default()),
+        context_window: settings.context_window,
+        compact_at: settings.compact_at,
+    };
+    let text = serde_json::to_string(&spec).map_err(failed)?;
+    let run_id = ulid::Ulid::generate().to_string();
+    store.submit(&run_id, &text)?;
+    if json {
+        say(format_args!(
+            "{}\n",
+            serde_json::json!({"run_id": run_id, "status": "queued"})
+        ));
+    } else {
+        say(format_args!("{run_id}\n"));
+        tell(format_args!(
+            "agent: run {run_id} queued; `agent worker` drives it, `agent show {run_id}` \
+             follows it\n"
+        ));
+    }
+    Ok(EXIT_OK)
+}
+
+/// The settings a worker drives `spec` with: the spec's, this worker's store and keys, and
+/// never a question on a terminal.
+fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> {
+    let setup = Setup {
+        model: Some(spec.model.clone()),
+        base_url: spec.base_url.clone(),
+        workspace: Some(spec.workspace.clone()),
+        allow: spec.rules.allow.clone(),
+        ask: spec.rules.ask.clone(),
+        deny: spec.rules.deny.clone(),
+        mcp_config: spec.mcp_config.clone(),
+        no_input: true,
+        ..Setup::default()
+    };
+    let mut settings =
+        Settings::resolve(None, None, &setup, &Limits::default(), worker.env.clone())?;
+    settings.store = worker.store.clone();
+    settings.budget = BudgetChanges {
+        max_steps: Some(spec.budget.max_steps),
+        max_tool_calls: Some(spec.budget.max_tool_calls),
+        max_tokens: spec.budget.max_tokens,
+        max_cost_usd: spec.budget.max_cost_usd,
+        max_wall_time_ms: spec.budget.max_wall_time_ms,
+    };
+    settings.context_window = spec.context_window;
+    settings.compact_at = spec.compact_at;
+    Ok(settings)
+}
+
+/// Drives one leased run until it ends or pauses; what the queue should say of it next.
+fn drive(
+    store: &Arc<PostgresStore>,
+    worker: &Settings,
+    lease: &Lease,
+    ttl: Duration,
+) -> Result<Option<QueueState>, Failure> {
+    let spec: RunSpec = serde_json::from_str(&lease.spec).map_err(|e| {
+        failed(format!(
+            "run {} has a spec this worker cannot read: {e}",
+            lease.run_id
+        ))
+    })?;
+    let settings = settings_for(&spec, worker)?;
+    let choice = settings
+        .model
+        .clone()
+        .ok_or_else(|| usage(format!("run {} names no model", lease.run_id)))?;
+    let rt = tokio()?;
+    let fenced = FencedStore::new(Arc::clone(store), lease.clone());
+    let runtime = build(
+        &settings,
+        &choice,
+        StoreSource::Open(Box::new(OpenStore::Fenced(fenced))),
+        &rt,
+        false,
+        false,
+    )?;
+    let cancel = CancellationToken::new();
+    // The lease is renewed every third of its length; once it is lost the run is cancelled
+    // here (its commits would fail anyway) and left to the worker that took it.
+    let renewer = {
+        let store = Arc::clone(store);
+        let lease = lease.clone();
+        let cancel = cancel.clone();
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                let store = Arc::clone(&store);
+                let lease = lease.clone();
+                let held = tokio::task::spawn_blocking(move || store.renew(&lease, ttl)).await;
+                if !matches!(held, Ok(Ok(true))) {
+                    cancel.cancel();
+                    break;
+                }
+            }
+        })
+    };
+    let started = match store.load(&lease.run_id) {
+        Ok(log) => !log.is_empty(),
+        Err(StoreError::RunNotFound(_)) => false,
+        Err(e) => return Err(e.into()),
+    };
+    let report = rt.block_on(async {
+        if started {
+            runtime.resume(&lease.run_id, cancel.clone()).await
+        } else {
+            let request =
+                RunRequest::new(lease.run_id.clone(), spec.goal.clone(), spec.budget.clone());
+            runtime.start(request, cancel.clone()).await
+        }
+    });
+    renewer.abort();
+    if cancel.is_cancelled() {
+        // The lease was lost: the run belongs to another worker now.
+        return Ok(None);
+    }
+    let report = report?;
+    tell(format_args!(
+        "agent: worker: {}\n",
+        render::outcome_text(&report)
+            .lines()
+            .next()
+            .unwrap_or_default()
+    ));
+    Ok(Some(match report.outcome.reason.class() {
+        ReasonClass::Paused => QueueState::Paused,
+        _ => QueueState::Ended,
+    }))
+}
+
+/// `agent worker`.
+pub fn worker(
+    settings: &Settings,
+    concurrency: usize,
+    lease_secs: u64,
+    until_empty: bool,
+) -> Result<u8, Failure> {
+    if concurrency == 0 {
+        return Err(usage("--concurrency must be at least 1"));
+    }
+    if lease_secs == 0 {
+        return Err(usage("--lease must be at least 1 second"));
+    }
+    let store = Arc::new(stores::queue(&settings.store, "worker")?);
+    let ttl = Duration::from_secs(lease_secs);
+    let owner = format!(
+        "{}:{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "host".to_owned()),
+        std::process::id()
+    );
+    let failures = std::thread::scope(|scope| {
+        let slots: Vec<_> = (0..concurrency)
+            .map(|slot| {
+                let store = Arc::clone(&store);
+                let owner = format!("{owner}/{slot}");
+                scope.spawn(move || -> Result<(), Failure> {
+                    loop {
+                        let Some(lease) = store.claim(&owner, ttl)? else {
+                            if until_empty {
+                                return Ok(());
+                            }
+                            // Polling: a queue without work costs one query a second.
+                            std::thread::sleep(Duration::from_secs(1));
+                            continue;
+                        };
+                        let next = match drive(&store, settings, &lease, ttl) {
+                            Ok(next) => next,
+                            Err(failure) => {
+                                // The run cannot be driven here (a spec, a model, a tool
+                                // this machine lacks): it waits for a person, not forever
+                                // for a worker that fails the same way.
+                                tell(format_args!(
+                                    "agent: worker: run {}: {}\n",
+                                    lease.run_id, failure.message
+                                ));
+                                Some(QueueState::Paused)
+                            }
+                        };
+                        if let Some(state) = next {
+                            store.release(&lease, state)?;
+                        }
+                    }
+                })
+            })
+            .collect();
+        slots
+            .into_iter()
+            .filter_map(|slot| slot.join().ok().and_then(Result::err))
+            .collect::<Vec<Failure>>()
+    });
+    match failures.into_iter().next() {
+        Some(failure) => Err(failure),
+        None => Ok(EXIT_OK),
+    }
+}
+
+/// Refuses to drive a run that is queued for workers from another command.
+pub fn refuse_queued(settings: &Settings, run_id: &str) -> Result<(), Failure> {
+    let crate::stores::StoreLocation::Postgres(_) = &settings.store else {
+        return Ok(());
+    };
+    let store = stores::queue(&settings.store, "resume")?;
+    match store.queue_state(run_id)? {
+        None | Some(QueueState::Ended) => Ok(()),
+        Some(state) => Err(usage(format!(
+            "run {run_id} is queued for workers ({}); workers drive it: answering it from \
+             here is not built yet",
+            match state {
+                QueueState::Paused => "paused",
+                QueueState::Running => "running",
+                _ => "runnable",
+            }
+        ))),
+    }
+}
