@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use agent_context::Projector;
-use agent_core::{Budget, CallId, Event, Resolution, RunState};
+use agent_core::{Budget, CallId, Event, Input, Resolution, RunState};
 use agent_runtime::{CancellationToken, Redactor, Report, RunRequest, Runtime};
 
 use agent_tools::{Gateway, Workspace};
@@ -296,7 +296,23 @@ fn drive_existing(
     run_id: &str,
     what: Resume,
 ) -> Result<u8, Failure> {
-    worker::refuse_queued(settings, run_id)?;
+    let answer = match &what {
+        Resume::Approve(calls) => Some(Input::ApprovalGranted {
+            call_ids: calls.clone(),
+        }),
+        Resume::Deny(calls, reason) => Some(Input::ApprovalDenied {
+            call_ids: calls.clone(),
+            reason: reason.clone(),
+        }),
+        Resume::Resolve(call, resolution) => Some(Input::Resolved {
+            call_id: call.clone(),
+            resolution: *resolution,
+        }),
+        Resume::Continue | Resume::Reply(_) => None,
+    };
+    if let Some(code) = worker::answer_queued(settings, json, run_id, answer)? {
+        return Ok(code);
+    }
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
     let log = store.as_store().load(run_id)?;
     let choice = match &settings.model {

@@ -13,9 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_core::{Budget, ReasonClass};
-use agent_runtime::{CancellationToken, RunRequest};
+use agent_core::{Budget, Input, ReasonClass};
+use agent_runtime::{CancellationToken, Redactor, RunRequest, Runtime};
 use agent_store::{FencedStore, Lease, PostgresStore, QueueState, Store as _, StoreError};
+use agent_tools::{Gateway, Workspace};
 use serde::{Deserialize, Serialize};
 
 use crate::app::{say, tell};
@@ -290,21 +291,55 @@ pub fn worker(
     }
 }
 
-/// Refuses to drive a run that is queued for workers from another command.
-pub fn refuse_queued(settings: &Settings, run_id: &str) -> Result<(), Failure> {
+/// For a run queued for workers: a person's answer (`answer`: an approval, a denial, a
+/// settlement) is recorded and the run made runnable, for a worker to go on with it;
+/// `None` when the run is not in the queue (or has left it), and the command drives it
+/// as usual.
+pub fn answer_queued(
+    settings: &Settings,
+    json: bool,
+    run_id: &str,
+    answer: Option<Input>,
+) -> Result<Option<u8>, Failure> {
     let crate::stores::StoreLocation::Postgres(_) = &settings.store else {
-        return Ok(());
+        return Ok(None);
     };
-    let store = stores::queue(&settings.store, "resume")?;
+    let store = Arc::new(stores::queue(&settings.store, "resume")?);
     match store.queue_state(run_id)? {
-        None | Some(QueueState::Ended) => Ok(()),
+        None | Some(QueueState::Ended) => Ok(None),
+        Some(QueueState::Paused) => {
+            let Some(answer) = answer else {
+                return Err(usage(format!(
+                    "run {run_id} waits in the queue for a person: answer it with `agent \
+                     approve`, `agent deny` or `agent resolve` (messages to queued runs are \
+                     not built yet)"
+                )));
+            };
+            let ws =
+                Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+            let shared: Arc<dyn agent_store::Store> = Arc::clone(&store) as _;
+            let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), shared)
+                .with_redactor(Redactor::from_env());
+            tokio()?.block_on(runtime.record_answer(run_id, answer))?;
+            store.wake(run_id)?;
+            if json {
+                say(format_args!(
+                    "{}\n",
+                    serde_json::json!({"run_id": run_id, "status": "queued"})
+                ));
+            } else {
+                tell(format_args!(
+                    "agent: run {run_id} answered; it is queued again and a worker goes on \
+                     with it\n"
+                ));
+            }
+            Ok(Some(EXIT_OK))
+        }
         Some(state) => Err(usage(format!(
-            "run {run_id} is queued for workers ({}); workers drive it: answering it from \
-             here is not built yet",
+            "run {run_id} is {} in the queue: workers drive it",
             match state {
-                QueueState::Paused => "paused",
-                QueueState::Running => "running",
-                _ => "runnable",
+                QueueState::Running => "being driven by a worker",
+                _ => "waiting for a worker",
             }
         ))),
     }

@@ -304,3 +304,78 @@ fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
         .collect();
     assert_eq!(versions, (1..=versions.len() as u64).collect::<Vec<_>>());
 }
+
+/// A queued run that asks for approval waits in the queue; an approval from anywhere
+/// records the answer and queues it again, and the next worker goes on with it.
+#[test]
+fn an_approval_from_anywhere_queues_a_paused_run_again() {
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let env = Env::new();
+    let ws = env.dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let agent = |args: &[&str]| {
+        env.bare()
+            .arg("--store")
+            .arg(&url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let script = env.dir.path().join("job.json");
+    let turns = serde_json::json!({"turns": [
+        {"tool_calls": [{"id": "w1", "name": "write_file",
+            "arguments": {"path": "out.txt", "content": "approved"}}]},
+        {"final": "written"}
+    ]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let model = format!("script:{}", script.display());
+    let out = agent(&[
+        "submit",
+        "--json",
+        "--model",
+        &model,
+        "--workspace",
+        ws.to_str().unwrap(),
+        "write",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let drain = || {
+        let out = agent(&["worker", "--until-empty"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    };
+    drain();
+    let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(runs[0]["reason"], "approval_required", "{runs}");
+    assert!(!ws.join("out.txt").exists());
+    // Not driven from here while it is queued; answered from here, it is queued again.
+    let resumed = agent(&["resume", &id]);
+    assert_eq!(resumed.status.code(), Some(2));
+    assert!(
+        stderr(&resumed).contains("waits in the queue"),
+        "{}",
+        stderr(&resumed)
+    );
+    let approved = agent(&["approve", "--json", &id]);
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    let v: Value = serde_json::from_slice(&approved.stdout).unwrap();
+    assert_eq!(v["status"], "queued");
+    assert!(
+        !ws.join("out.txt").exists(),
+        "the approver did not run the call itself"
+    );
+    drain();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("out.txt")).unwrap(),
+        "approved"
+    );
+    let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(runs[0]["reason"], "completed", "{runs}");
+    // Ended, it is the person's again: a second approval is refused as such.
+    let late = agent(&["approve", &id]);
+    assert_eq!(late.status.code(), Some(2), "{}", stderr(&late));
+}

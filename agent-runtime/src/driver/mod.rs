@@ -472,6 +472,31 @@ impl Runtime {
         })
     }
 
+    /// Records a person's answer to a paused run (`ApprovalGranted`, `ApprovalDenied` or
+    /// `Resolved`) and stops there, for a run that something else drives on (a worker of
+    /// the queue). Needs no model; the answer is checked as [`Runtime::approve`] checks it.
+    pub async fn record_answer(&self, run_id: &str, input: Input) -> Result<(), RuntimeError> {
+        let (mut machine, log) = self.load(run_id).await?;
+        drop(log);
+        self.answer(run_id, &mut machine, input)?;
+        let Some(Command::Commit {
+            expected_version,
+            entries,
+        }) = machine.poll_command()
+        else {
+            return Err(RuntimeError::Refused(format!(
+                "run {run_id}: the answer did not lead to a commit"
+            )));
+        };
+        let entries = self.redactor.redact_entries(entries);
+        let store = Arc::clone(&self.store);
+        let id = run_id.to_owned();
+        tokio::task::spawn_blocking(move || store.append(&id, expected_version, &entries))
+            .await
+            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        Ok(())
+    }
+
     async fn settle(
         &self,
         run_id: &str,
@@ -481,6 +506,17 @@ impl Runtime {
         self.needs_model()?;
         let (mut machine, log) = self.load(run_id).await?;
         self.check_tools(run_id, &log)?;
+        self.answer(run_id, &mut machine, input)?;
+        self.drive(run_id.to_owned(), machine, log, cancel).await
+    }
+
+    /// Hands a person's answer to a machine that waits for one, or says why it does not fit.
+    fn answer(
+        &self,
+        run_id: &str,
+        machine: &mut Machine,
+        input: Input,
+    ) -> Result<(), RuntimeError> {
         let waits_for = match machine.poll_command() {
             Some(Command::AwaitApproval { .. }) => "approval",
             Some(Command::AwaitResolution { .. }) => "resolution",
@@ -524,7 +560,7 @@ impl Runtime {
             }
             other => RuntimeError::Protocol(other),
         })?;
-        self.drive(run_id.to_owned(), machine, log, cancel).await
+        Ok(())
     }
 
     /// Refuses to drive a run on with fewer tools than it was started with: a call
