@@ -205,8 +205,14 @@ fn drive(
         }
     });
     renewer.abort();
-    if cancel.is_cancelled() {
-        // The lease was lost: the run belongs to another worker now.
+    // Whatever ended the drive (a commit refused by the fence, or the renewer), a lease no
+    // longer held means the run belongs to another worker now.
+    let held = !cancel.is_cancelled() && store.renew(lease, ttl).unwrap_or(false);
+    if !held {
+        tell(format_args!(
+            "agent: worker: lost the lease on run {}; another worker has it\n",
+            lease.run_id
+        ));
         return Ok(None);
     }
     let report = report?;

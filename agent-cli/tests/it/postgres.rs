@@ -379,3 +379,90 @@ fn an_approval_from_anywhere_queues_a_paused_run_again() {
     let late = agent(&["approve", &id]);
     assert_eq!(late.status.code(), Some(2), "{}", stderr(&late));
 }
+
+/// A worker stopped (SIGSTOP) past its lease: another worker finishes the run, and when
+/// the first wakes up it learns it lost the lease and writes nothing.
+#[test]
+fn a_worker_paused_past_its_lease_cannot_commit_after_waking() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use std::io::{BufRead as _, BufReader};
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let env = Env::new();
+    let ws = env.dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let agent = |args: &[&str]| {
+        env.bare()
+            .arg("--store")
+            .arg(&url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let script = env.dir.path().join("job.json");
+    let write_script = |delay_ms: u64| {
+        let turns = serde_json::json!({"turns": [
+            {"tool_calls": [{"id": "r1", "name": "list_dir", "arguments": {}}]},
+            {"final": "done", "delay_ms": delay_ms}
+        ]});
+        std::fs::write(&script, turns.to_string()).unwrap();
+    };
+    write_script(2_000);
+    let model = format!("script:{}", script.display());
+    let out = agent(&[
+        "submit",
+        "--json",
+        "--model",
+        &model,
+        "--workspace",
+        ws.to_str().unwrap(),
+        "look",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut first = env
+        .bare()
+        .arg("--store")
+        .arg(&url)
+        .args(["worker", "--lease", "1", "--until-empty"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    until("the first turn is committed", || {
+        stdout(&agent(&["show", &id])).contains("tool_finished")
+    });
+    let pid = Pid::from_raw(i32::try_from(first.id()).unwrap());
+    kill(pid, Signal::SIGSTOP).unwrap();
+    write_script(0);
+    let mut second = env
+        .bare()
+        .arg("--store")
+        .arg(&url)
+        .args(["worker", "--lease", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    until("the second worker completes the run", || {
+        let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
+        runs[0]["reason"] == "completed"
+    });
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let before = stdout(&agent(&["show", &id]));
+    kill(pid, Signal::SIGCONT).unwrap();
+    // The first worker says it lost the lease, then finds nothing more to do.
+    let stderr_of_first = first.stderr.take().unwrap();
+    let told = BufReader::new(stderr_of_first)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains("lost the lease on run"));
+    assert!(told, "the first worker noticed it lost the lease");
+    assert_eq!(first.wait().unwrap().code(), Some(0));
+    assert_eq!(stdout(&agent(&["show", &id])), before, "it wrote nothing");
+}
