@@ -183,6 +183,28 @@ fn postgres_bytes_per_turn(url: &str, turns: u32) {
     );
 }
 
+/// What the queue adds to a run: submitting it, a worker claiming it, one renewal and the
+/// release at its end.
+fn lease_overhead(url: &str) {
+    let store = PostgresStore::connect(url).unwrap();
+    let runs = 200;
+    let ttl = Duration::from_secs(30);
+    let start = Instant::now();
+    for i in 0..runs {
+        let id = format!("queued-{i}");
+        store.submit(&id, "{}").unwrap();
+        let lease = store.claim("bench", ttl).unwrap().unwrap();
+        assert!(store.renew(&lease, ttl).unwrap());
+        assert!(
+            store
+                .release(&lease, agent_store::QueueState::Ended)
+                .unwrap()
+        );
+    }
+    let per_run = start.elapsed() / runs;
+    println!("postgres: queue overhead per run (submit, claim, renew, release): {per_run:?}");
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     fsync_latency(dir.path());
@@ -217,4 +239,5 @@ fn main() {
     for turns in [100, 1_000] {
         postgres_bytes_per_turn(&url, turns);
     }
+    lease_overhead(&url);
 }
