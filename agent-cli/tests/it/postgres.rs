@@ -466,3 +466,129 @@ fn a_worker_paused_past_its_lease_cannot_commit_after_waking() {
     assert_eq!(first.wait().unwrap().code(), Some(0));
     assert_eq!(stdout(&agent(&["show", &id])), before, "it wrote nothing");
 }
+
+/// Three workers drain a hundred queued runs with a write each while they are killed
+/// (`kill -9`) at random instants and restarted: every run ends once, every file is
+/// written as asked, no call finishes twice and no committed event is lost.
+#[test]
+fn three_workers_drain_a_hundred_runs_through_kills() {
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let env = Env::new();
+    let ws = env.dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let agent = |args: &[&str]| {
+        env.bare()
+            .arg("--store")
+            .arg(&url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let runs = 100;
+    let store = agent_store::PostgresStore::connect(&url).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..runs {
+        let script = env.dir.path().join(format!("job{i}.json"));
+        let turns = serde_json::json!({"turns": [
+            {"tool_calls": [{"id": "w1", "name": "write_file",
+                "arguments": {"path": format!("f{i}.txt"), "content": format!("run {i}")}}]},
+            {"final": "written"}
+        ]});
+        std::fs::write(&script, turns.to_string()).unwrap();
+        let spec = agent_cli::worker::RunSpec {
+            goal: format!("write f{i}"),
+            model: format!("script:{}", script.display()),
+            base_url: None,
+            workspace: ws.clone(),
+            rules: agent_cli::settings::RuleTexts {
+                allow: vec!["write_file".into()],
+                ..Default::default()
+            },
+            mcp_config: None,
+            budget: agent_core::Budget::default(),
+            context_window: None,
+            compact_at: None,
+        };
+        let id = format!("run-{i:03}");
+        store
+            .submit(&id, &serde_json::to_string(&spec).unwrap())
+            .unwrap();
+        ids.push(id);
+    }
+    let spawn = || {
+        env.bare()
+            .arg("--store")
+            .arg(&url)
+            .args(["worker", "--lease", "1", "--concurrency", "2"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut workers: Vec<_> = (0..3).map(|_| spawn()).collect();
+    let ended = || -> usize {
+        let listed: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] != "running")
+            .count()
+    };
+    // Kills at seeded random instants while the queue drains.
+    let mut rng = 0x5eed_0002_u64;
+    let mut next = || {
+        rng = rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        rng >> 33
+    };
+    let mut kills = 0;
+    while kills < 8 && ended() < runs {
+        std::thread::sleep(std::time::Duration::from_millis(100 + next() % 300));
+        let victim = usize::try_from(next() % 3).unwrap();
+        workers[victim].kill().unwrap();
+        workers[victim].wait().unwrap();
+        workers[victim] = spawn();
+        kills += 1;
+    }
+    until("every run ended", || ended() == runs);
+    for mut w in workers {
+        w.kill().unwrap();
+        w.wait().unwrap();
+    }
+    eprintln!("queue chaos: {kills} workers killed while {runs} runs drained");
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(
+            std::fs::read_to_string(ws.join(format!("f{i}.txt"))).unwrap(),
+            format!("run {i}")
+        );
+        let shown: Value = serde_json::from_slice(&agent(&["show", "--json", id]).stdout).unwrap();
+        let events = shown["events"].as_array().unwrap();
+        let versions: Vec<u64> = events
+            .iter()
+            .map(|e| e["version"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            versions,
+            (1..=versions.len() as u64).collect::<Vec<_>>(),
+            "{id}"
+        );
+        let count = |name: &str| {
+            events
+                .iter()
+                .filter(|e| e.to_string().contains(name))
+                .count()
+        };
+        assert_eq!(
+            (count("\"run_ended\""), count("\"tool_finished\"")),
+            (1, 1),
+            "{id}: {events:?}"
+        );
+        assert!(
+            events.last().unwrap().to_string().contains("completed"),
+            "{id}: {events:?}"
+        );
+    }
+}
