@@ -110,6 +110,9 @@ pub struct Projector {
     version: u64,
     /// The version of the last `context_compacted` event applied.
     compacted_at: Option<u64>,
+    /// The size at which a compaction was found not to help: none is tried again before
+    /// the prompt grew past it by a tenth of the window.
+    declined_at: Option<usize>,
 }
 
 impl std::fmt::Debug for Projector {
@@ -160,6 +163,7 @@ impl Projector {
             user_texts: Vec::new(),
             version: 0,
             compacted_at: None,
+            declined_at: None,
         }
     }
 
@@ -199,9 +203,19 @@ impl Projector {
     /// count of the last prompt plus the bytes added since) settles it below the threshold.
     pub fn should_compact(&self) -> bool {
         let threshold = self.config.context_window as f64 * self.config.compact_at;
+        let retry_above = self.declined_at.map_or(0.0, |tokens| {
+            (tokens + self.config.context_window / 10) as f64
+        });
         self.compacted_at != Some(self.version)
-            && self.sizes.upper_bound() as f64 > threshold
-            && self.tokens() as f64 > threshold
+            && self.sizes.upper_bound() as f64 > threshold.max(retry_above)
+            && self.tokens() as f64 > threshold.max(retry_above)
+    }
+
+    /// A compaction of the prompt at `tokens` would not have made it smaller: none is tried
+    /// again (a summarizer may be a paid model call) before the prompt grew by a tenth of
+    /// the window.
+    pub fn compaction_declined(&mut self, tokens: usize) {
+        self.declined_at = Some(tokens);
     }
 
     /// A number of tokens this prompt cannot exceed, found without a tokenizer: its bytes,
@@ -458,6 +472,7 @@ impl Projector {
         self.turn.clear();
         self.push(message);
         self.compacted_at = Some(self.version);
+        self.declined_at = None;
     }
 }
 

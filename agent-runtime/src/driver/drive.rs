@@ -48,8 +48,11 @@ impl Runtime {
                             // The one fallback: a summary made of the log itself.
                             .unwrap_or_else(|_| agent_context::Extractive::default().of(&log));
                         let after = projector.tokens_after_compaction(&summary);
-                        // Compact only when it helps; otherwise the model gets what there is.
-                        if after < before {
+                        // Compact only when it helps; otherwise the model gets what there is,
+                        // and no summary is asked for again until the prompt grew.
+                        if after >= before {
+                            projector.compaction_declined(before);
+                        } else {
                             machine.handle(Input::ContextCompacted {
                                 summary,
                                 through_version: projector.version(),

@@ -372,3 +372,68 @@ async fn read_result_pages_through_a_blob_by_offset_and_limit() {
         )
     );
 }
+
+/// A summarizer whose summaries do not help (longer than what they would replace), and
+/// how often it was asked.
+struct Wordy(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl agent_context::Summarizer for Wordy {
+    async fn summarize(
+        &self,
+        _history: &[Entry],
+        _prompt: &Prompt,
+    ) -> Result<String, agent_context::SummaryError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok("far too long a summary ".repeat(4_000))
+    }
+}
+
+#[tokio::test]
+async fn a_summary_that_does_not_help_is_not_asked_for_again_every_turn() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..12)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+            "arguments": {"path": "big.txt", "offset": i + 1}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "done"}));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let wordy = Arc::new(Wordy(std::sync::atomic::AtomicUsize::new(0)));
+    let rt = s
+        .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
+        .with_context(agent_context::ContextConfig {
+            context_window: 6_000,
+            ..agent_context::ContextConfig::default()
+        })
+        .with_summarizer(wordy.clone());
+    let report = rt
+        .start(
+            RunRequest::new("run-w", "read the big file", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let asked = wordy.0.load(std::sync::atomic::Ordering::Relaxed);
+    let compacted = store
+        .load("run-w")
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e.event, Event::ContextCompacted { .. }))
+        .count();
+    assert_eq!(
+        compacted, 0,
+        "a summary longer than the history replaces nothing"
+    );
+    assert!(
+        (1..=3).contains(&asked),
+        "asked {asked} times over 13 model calls: once, and again only as the prompt grew"
+    );
+}
