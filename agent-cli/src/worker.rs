@@ -28,6 +28,9 @@ use crate::render;
 use crate::settings::{BudgetChanges, RuleTexts, Settings};
 use crate::stores::{self, OpenStore};
 
+/// Runs one worker drives at once, at most (each is a thread with its own runtime).
+const MAX_CONCURRENCY: usize = 256;
+
 /// What a worker needs to drive a queued run, as `submit` recorded it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunSpec {
@@ -236,8 +239,10 @@ pub fn worker(
     lease_secs: u64,
     until_empty: bool,
 ) -> Result<u8, Failure> {
-    if concurrency == 0 {
-        return Err(usage("--concurrency must be at least 1"));
+    if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
+        return Err(usage(format!(
+            "--concurrency {concurrency}: give 1 to {MAX_CONCURRENCY} runs at once"
+        )));
     }
     if lease_secs == 0 {
         return Err(usage("--lease must be at least 1 second"));

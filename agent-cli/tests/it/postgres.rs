@@ -1,8 +1,11 @@
 //! Runs kept in PostgreSQL (`--store postgres://…` or `AGENT_STORE`), on a throwaway
 //! cluster: every command reads and writes them there.
 
+use std::path::PathBuf;
+use std::process::{Child, Output, Stdio};
+
 use agent_store::testing::Cluster;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::{Env, repo, stderr, stdout};
 
@@ -104,107 +107,97 @@ fn a_database_that_is_not_there_is_a_failure_that_hides_the_password() {
     assert!(!err.contains(password), "{err}");
 }
 
-/// Runs queued with `agent submit` are drained by two worker processes, two slots each:
-/// every run ends once, every side effect happens once, and the commands read them all.
-#[test]
-fn workers_drain_the_queue_each_run_once() {
-    let cluster = Cluster::start();
-    let url = cluster.url();
-    let env = Env::new();
-    let ws = env.dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let agent = |args: &[&str]| {
-        env.bare()
+/// A queue on a throwaway cluster, a working directory and a workspace in it, and the
+/// `agent` binary pointed at the queue.
+struct Queue {
+    env: Env,
+    url: String,
+    ws: PathBuf,
+    _cluster: Cluster,
+}
+
+impl Queue {
+    fn new() -> Queue {
+        let cluster = Cluster::start();
+        let env = Env::new();
+        let ws = env.dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        Queue {
+            url: cluster.url(),
+            env,
+            ws,
+            _cluster: cluster,
+        }
+    }
+
+    fn agent(&self, args: &[&str]) -> Output {
+        self.env
+            .bare()
             .arg("--store")
-            .arg(&url)
+            .arg(&self.url)
             .args(args)
             .output()
             .unwrap()
-    };
-    let jobs = 6;
-    let mut ids = Vec::new();
-    for i in 0..jobs {
-        let script = env.dir.path().join(format!("job{i}.json"));
-        let turns = serde_json::json!({"turns": [
-            {"tool_calls": [{"id": "c1", "name": "shell",
-                "arguments": {"command": format!("echo job-{i} >> effects.txt")}}]},
-            {"final": format!("job {i} done")}
-        ]});
-        std::fs::write(&script, turns.to_string()).unwrap();
-        let model = format!("script:{}", script.display());
-        let out = agent(&[
-            "submit",
-            "--json",
-            "--model",
-            &model,
-            "--workspace",
-            ws.to_str().unwrap(),
-            "--allow",
-            "shell",
-            &format!("job {i}"),
-        ]);
+    }
+
+    /// Writes `name`'s script (`turns`) and returns its `--model` value.
+    fn script(&self, name: &str, turns: Value) -> String {
+        let path = self.env.dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
+        format!("script:{}", path.display())
+    }
+
+    /// Queues a run of `model` in the workspace (with `extra` options); its id.
+    fn submit(&self, model: &str, extra: &[&str], goal: &str) -> String {
+        let mut args = vec!["submit", "--json", "--model", model, "--workspace"];
+        args.push(self.ws.to_str().unwrap());
+        args.extend_from_slice(extra);
+        args.push(goal);
+        let out = self.agent(&args);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["status"], "queued");
-        ids.push(v["run_id"].as_str().unwrap().to_owned());
+        v["run_id"].as_str().unwrap().to_owned()
     }
-    let workers: Vec<_> = (0..2)
-        .map(|_| {
-            env.bare()
-                .arg("--store")
-                .arg(&url)
-                .args(["worker", "--concurrency", "2", "--until-empty"])
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for w in workers {
-        let out = w.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    /// A worker process with `args`; its standard error piped when `watched`.
+    fn worker(&self, args: &[&str], watched: bool) -> Child {
+        self.env
+            .bare()
+            .arg("--store")
+            .arg(&self.url)
+            .arg("worker")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(if watched {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .unwrap()
     }
-    let effects = std::fs::read_to_string(ws.join("effects.txt")).unwrap();
-    let mut lines: Vec<&str> = effects.lines().collect();
-    lines.sort_unstable();
-    let expected: Vec<String> = (0..jobs).map(|i| format!("job-{i}")).collect();
-    assert_eq!(lines, expected, "each effect exactly once");
-    let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
-    let runs = runs.as_array().unwrap();
-    assert_eq!(runs.len(), jobs);
-    assert!(runs.iter().all(|r| r["reason"] == "completed"), "{runs:?}");
-    for id in &ids {
-        let shown: Value = serde_json::from_slice(&agent(&["show", "--json", id]).stdout).unwrap();
-        let events = shown["events"].as_array().unwrap();
-        let ended = events
-            .iter()
-            .filter(|e| e.to_string().contains("run_ended"))
-            .count();
-        assert_eq!(ended, 1, "{id} ended once");
+
+    fn runs(&self) -> Vec<Value> {
+        let out = self.agent(&["runs", "--json"]);
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        runs.as_array().unwrap().clone()
     }
-    // A run driven by workers is not driven from elsewhere while queued; an ended one is
-    // the person's again.
-    let again = agent(&["resume", &ids[0]]);
-    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+
+    /// The run's entries (none while no worker has started it).
+    fn events(&self, id: &str) -> Vec<Value> {
+        let out = self.agent(&["show", "--json", id]);
+        if !out.status.success() {
+            return Vec::new();
+        }
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        shown["events"].as_array().unwrap().clone()
+    }
 }
 
-#[test]
-fn the_queue_needs_a_shared_store() {
-    let env = Env::new();
-    let out = env.run(&["submit", "--model", "script:x.json", "g"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("needs a shared store"),
-        "{}",
-        stderr(&out)
-    );
-    let out = env.run(&["worker", "--until-empty"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("needs a shared store"),
-        "{}",
-        stderr(&out)
-    );
+/// How many of `events` are of type `name`.
+fn count(events: &[Value], name: &str) -> usize {
+    events.iter().filter(|e| e["type"] == name).count()
 }
 
 /// Re-checks `done` until it holds; panics with `what` after a minute.
@@ -216,88 +209,110 @@ fn until(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Runs queued with `agent submit` are drained by two worker processes, two slots each:
+/// every run ends once, every side effect happens once, and the commands read them all.
+#[test]
+fn workers_drain_the_queue_each_run_once() {
+    let q = Queue::new();
+    let jobs = 6;
+    let ids: Vec<String> = (0..jobs)
+        .map(|i| {
+            let model = q.script(
+                &format!("job{i}"),
+                json!([
+                    {"tool_calls": [{"id": "c1", "name": "shell",
+                        "arguments": {"command": format!("echo job-{i} >> effects.txt")}}]},
+                    {"final": format!("job {i} done")}
+                ]),
+            );
+            q.submit(&model, &["--allow", "shell"], &format!("job {i}"))
+        })
+        .collect();
+    let workers: Vec<Child> = (0..2)
+        .map(|_| q.worker(&["--concurrency", "2", "--until-empty"], true))
+        .collect();
+    for w in workers {
+        let out = w.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let effects = std::fs::read_to_string(q.ws.join("effects.txt")).unwrap();
+    let mut lines: Vec<&str> = effects.lines().collect();
+    lines.sort_unstable();
+    let expected: Vec<String> = (0..jobs).map(|i| format!("job-{i}")).collect();
+    assert_eq!(lines, expected, "each effect exactly once");
+    let runs = q.runs();
+    assert_eq!(runs.len(), jobs);
+    assert!(runs.iter().all(|r| r["reason"] == "completed"), "{runs:?}");
+    for id in &ids {
+        assert_eq!(count(&q.events(id), "run_ended"), 1, "{id} ended once");
+    }
+    // Ended, a run is the person's again: it is not refused as queued.
+    let again = q.agent(&["resume", &ids[0]]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+}
+
+#[test]
+fn the_queue_needs_a_shared_store() {
+    let env = Env::new();
+    for args in [
+        &["submit", "--model", "script:x.json", "g"][..],
+        &["worker", "--until-empty"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("needs a shared store"),
+            "{}",
+            stderr(&out)
+        );
+    } // Checked before anything is opened.
+    for n in ["0", "1000000"] {
+        let out = env.run(&["worker", "--concurrency", n]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("give 1 to 256"), "{}", stderr(&out));
+    }
+}
+
 /// A worker killed in the middle of a run: after its lease expires another worker takes
 /// the run over and continues from the last commit, without running the finished call
 /// again.
 #[test]
 fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
-    let cluster = Cluster::start();
-    let url = cluster.url();
-    let env = Env::new();
-    let ws = env.dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let agent = |args: &[&str]| {
-        env.bare()
-            .arg("--store")
-            .arg(&url)
-            .args(args)
-            .output()
-            .unwrap()
+    let q = Queue::new();
+    // The first worker stalls in its second model call, after the first turn committed;
+    // the next reads the script again, without the stall.
+    let stalling = |delay_ms: u64| {
+        q.script(
+            "job",
+            json!([
+                {"tool_calls": [{"id": "c1", "name": "shell",
+                    "arguments": {"command": "echo once >> effects.txt"}}]},
+                {"final": "done", "delay_ms": delay_ms}
+            ]),
+        )
     };
-    let script = env.dir.path().join("job.json");
-    let write_script = |delay_ms: u64| {
-        let turns = serde_json::json!({"turns": [
-            {"tool_calls": [{"id": "c1", "name": "shell",
-                "arguments": {"command": "echo once >> effects.txt"}}]},
-            {"final": "done", "delay_ms": delay_ms}
-        ]});
-        std::fs::write(&script, turns.to_string()).unwrap();
-    };
-    // The first worker stalls in its second model call, after the first turn committed.
-    write_script(600_000);
-    let model = format!("script:{}", script.display());
-    let out = agent(&[
-        "submit",
-        "--json",
-        "--model",
-        &model,
-        "--workspace",
-        ws.to_str().unwrap(),
-        "--allow",
-        "shell",
-        "once",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let spawn_worker = || {
-        env.bare()
-            .arg("--store")
-            .arg(&url)
-            .args(["worker", "--lease", "1"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut first = spawn_worker();
+    let model = stalling(600_000);
+    let id = q.submit(&model, &["--allow", "shell"], "once");
+    let mut first = q.worker(&["--lease", "1"], false);
     until("the first turn is committed", || {
-        stdout(&agent(&["show", &id])).contains("tool_finished")
+        count(&q.events(&id), "tool_finished") == 1
     });
     first.kill().unwrap();
     first.wait().unwrap();
-    // The next worker reads the script again: without the stall.
-    write_script(0);
-    let mut second = spawn_worker();
+    stalling(0);
+    let mut second = q.worker(&["--lease", "1"], false);
     until("the run is completed by the second worker", || {
-        let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
-        runs[0]["reason"] == "completed"
+        q.runs()[0]["reason"] == "completed"
     });
     second.kill().unwrap();
     second.wait().unwrap();
-    let effects = std::fs::read_to_string(ws.join("effects.txt")).unwrap();
+    let effects = std::fs::read_to_string(q.ws.join("effects.txt")).unwrap();
     assert_eq!(effects, "once\n", "the finished call was not run again");
-    let shown: Value = serde_json::from_slice(&agent(&["show", "--json", &id]).stdout).unwrap();
-    let events = shown["events"].as_array().unwrap();
-    let count = |name: &str| {
-        events
-            .iter()
-            .filter(|e| e.to_string().contains(name))
-            .count()
-    };
-    assert_eq!((count("tool_finished"), count("run_ended")), (1, 1));
+    let events = q.events(&id);
+    assert_eq!(
+        (count(&events, "tool_finished"), count(&events, "run_ended")),
+        (1, 1)
+    );
     let versions: Vec<u64> = events
         .iter()
         .map(|e| e["version"].as_u64().unwrap())
@@ -309,74 +324,47 @@ fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
 /// records the answer and queues it again, and the next worker goes on with it.
 #[test]
 fn an_approval_from_anywhere_queues_a_paused_run_again() {
-    let cluster = Cluster::start();
-    let url = cluster.url();
-    let env = Env::new();
-    let ws = env.dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let agent = |args: &[&str]| {
-        env.bare()
-            .arg("--store")
-            .arg(&url)
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let script = env.dir.path().join("job.json");
-    let turns = serde_json::json!({"turns": [
-        {"tool_calls": [{"id": "w1", "name": "write_file",
-            "arguments": {"path": "out.txt", "content": "approved"}}]},
-        {"final": "written"}
-    ]});
-    std::fs::write(&script, turns.to_string()).unwrap();
-    let model = format!("script:{}", script.display());
-    let out = agent(&[
-        "submit",
-        "--json",
-        "--model",
-        &model,
-        "--workspace",
-        ws.to_str().unwrap(),
-        "write",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let q = Queue::new();
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "w1", "name": "write_file",
+                "arguments": {"path": "out.txt", "content": "approved"}}]},
+            {"final": "written"}
+        ]),
+    );
+    let id = q.submit(&model, &[], "write");
     let drain = || {
-        let out = agent(&["worker", "--until-empty"]);
+        let out = q.agent(&["worker", "--until-empty"]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     };
     drain();
-    let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
-    assert_eq!(runs[0]["reason"], "approval_required", "{runs}");
-    assert!(!ws.join("out.txt").exists());
+    assert_eq!(q.runs()[0]["reason"], "approval_required");
+    assert!(!q.ws.join("out.txt").exists());
     // Not driven from here while it is queued; answered from here, it is queued again.
-    let resumed = agent(&["resume", &id]);
+    let resumed = q.agent(&["resume", &id]);
     assert_eq!(resumed.status.code(), Some(2));
     assert!(
         stderr(&resumed).contains("waits in the queue"),
         "{}",
         stderr(&resumed)
     );
-    let approved = agent(&["approve", "--json", &id]);
+    let approved = q.agent(&["approve", "--json", &id]);
     assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
     let v: Value = serde_json::from_slice(&approved.stdout).unwrap();
     assert_eq!(v["status"], "queued");
     assert!(
-        !ws.join("out.txt").exists(),
+        !q.ws.join("out.txt").exists(),
         "the approver did not run the call itself"
     );
     drain();
     assert_eq!(
-        std::fs::read_to_string(ws.join("out.txt")).unwrap(),
+        std::fs::read_to_string(q.ws.join("out.txt")).unwrap(),
         "approved"
     );
-    let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
-    assert_eq!(runs[0]["reason"], "completed", "{runs}");
+    assert_eq!(q.runs()[0]["reason"], "completed");
     // Ended, it is the person's again: a second approval is refused as such.
-    let late = agent(&["approve", &id]);
+    let late = q.agent(&["approve", &id]);
     assert_eq!(late.status.code(), Some(2), "{}", stderr(&late));
 }
 
@@ -387,84 +375,41 @@ fn a_worker_paused_past_its_lease_cannot_commit_after_waking() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     use std::io::{BufRead as _, BufReader};
-    let cluster = Cluster::start();
-    let url = cluster.url();
-    let env = Env::new();
-    let ws = env.dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let agent = |args: &[&str]| {
-        env.bare()
-            .arg("--store")
-            .arg(&url)
-            .args(args)
-            .output()
-            .unwrap()
+    let q = Queue::new();
+    let stalling = |delay_ms: u64| {
+        q.script(
+            "job",
+            json!([
+                {"tool_calls": [{"id": "r1", "name": "list_dir", "arguments": {}}]},
+                {"final": "done", "delay_ms": delay_ms}
+            ]),
+        )
     };
-    let script = env.dir.path().join("job.json");
-    let write_script = |delay_ms: u64| {
-        let turns = serde_json::json!({"turns": [
-            {"tool_calls": [{"id": "r1", "name": "list_dir", "arguments": {}}]},
-            {"final": "done", "delay_ms": delay_ms}
-        ]});
-        std::fs::write(&script, turns.to_string()).unwrap();
-    };
-    write_script(2_000);
-    let model = format!("script:{}", script.display());
-    let out = agent(&[
-        "submit",
-        "--json",
-        "--model",
-        &model,
-        "--workspace",
-        ws.to_str().unwrap(),
-        "look",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let mut first = env
-        .bare()
-        .arg("--store")
-        .arg(&url)
-        .args(["worker", "--lease", "1", "--until-empty"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let model = stalling(2_000);
+    let id = q.submit(&model, &[], "look");
+    let mut first = q.worker(&["--lease", "1", "--until-empty"], true);
     until("the first turn is committed", || {
-        stdout(&agent(&["show", &id])).contains("tool_finished")
+        count(&q.events(&id), "tool_finished") == 1
     });
     let pid = Pid::from_raw(i32::try_from(first.id()).unwrap());
     kill(pid, Signal::SIGSTOP).unwrap();
-    write_script(0);
-    let mut second = env
-        .bare()
-        .arg("--store")
-        .arg(&url)
-        .args(["worker", "--lease", "1"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    stalling(0);
+    let mut second = q.worker(&["--lease", "1"], false);
     until("the second worker completes the run", || {
-        let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
-        runs[0]["reason"] == "completed"
+        q.runs()[0]["reason"] == "completed"
     });
     second.kill().unwrap();
     second.wait().unwrap();
-    let before = stdout(&agent(&["show", &id]));
+    let before = q.events(&id);
     kill(pid, Signal::SIGCONT).unwrap();
     // The first worker says it lost the lease, then finds nothing more to do.
-    let stderr_of_first = first.stderr.take().unwrap();
-    let told = BufReader::new(stderr_of_first)
+    let told = BufReader::new(first.stderr.take().unwrap())
         .lines()
         .map_while(Result::ok)
         .any(|line| line.contains("lost the lease on run"));
     assert!(told, "the first worker noticed it lost the lease");
     assert_eq!(first.wait().unwrap().code(), Some(0));
-    assert_eq!(stdout(&agent(&["show", &id])), before, "it wrote nothing");
+    assert_eq!(q.events(&id), before, "it wrote nothing");
 }
 
 /// Three workers drain a hundred queued runs with a write each while they are killed
@@ -472,70 +417,43 @@ fn a_worker_paused_past_its_lease_cannot_commit_after_waking() {
 /// written as asked, no call finishes twice and no committed event is lost.
 #[test]
 fn three_workers_drain_a_hundred_runs_through_kills() {
-    let cluster = Cluster::start();
-    let url = cluster.url();
-    let env = Env::new();
-    let ws = env.dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let agent = |args: &[&str]| {
-        env.bare()
-            .arg("--store")
-            .arg(&url)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let q = Queue::new();
     let runs = 100;
-    let store = agent_store::PostgresStore::connect(&url).unwrap();
-    let mut ids = Vec::new();
-    for i in 0..runs {
-        let script = env.dir.path().join(format!("job{i}.json"));
-        let turns = serde_json::json!({"turns": [
-            {"tool_calls": [{"id": "w1", "name": "write_file",
-                "arguments": {"path": format!("f{i}.txt"), "content": format!("run {i}")}}]},
-            {"final": "written"}
-        ]});
-        std::fs::write(&script, turns.to_string()).unwrap();
-        let spec = agent_cli::worker::RunSpec {
-            goal: format!("write f{i}"),
-            model: format!("script:{}", script.display()),
-            base_url: None,
-            workspace: ws.clone(),
-            rules: agent_cli::settings::RuleTexts {
-                allow: vec!["write_file".into()],
-                ..Default::default()
-            },
-            mcp_config: None,
-            budget: agent_core::Budget::default(),
-            context_window: None,
-            compact_at: None,
-        };
-        let id = format!("run-{i:03}");
-        store
-            .submit(&id, &serde_json::to_string(&spec).unwrap())
-            .unwrap();
-        ids.push(id);
-    }
-    let spawn = || {
-        env.bare()
-            .arg("--store")
-            .arg(&url)
-            .args(["worker", "--lease", "1", "--concurrency", "2"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut workers: Vec<_> = (0..3).map(|_| spawn()).collect();
-    let ended = || -> usize {
-        let listed: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
-        listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["status"] != "running")
-            .count()
-    };
+    let store = agent_store::PostgresStore::connect(&q.url).unwrap();
+    let ids: Vec<String> = (0..runs)
+        .map(|i| {
+            let model = q.script(
+                &format!("job{i}"),
+                json!([
+                    {"tool_calls": [{"id": "w1", "name": "write_file",
+                        "arguments": {"path": format!("f{i}.txt"), "content": format!("run {i}")}}]},
+                    {"final": "written"}
+                ]),
+            );
+            let spec = agent_cli::worker::RunSpec {
+                goal: format!("write f{i}"),
+                model,
+                base_url: None,
+                workspace: q.ws.clone(),
+                rules: agent_cli::settings::RuleTexts {
+                    allow: vec!["write_file".into()],
+                    ..Default::default()
+                },
+                mcp_config: None,
+                budget: agent_core::Budget::default(),
+                context_window: None,
+                compact_at: None,
+            };
+            let id = format!("run-{i:03}");
+            store
+                .submit(&id, &serde_json::to_string(&spec).unwrap())
+                .unwrap();
+            id
+        })
+        .collect();
+    let spawn = || q.worker(&["--lease", "1", "--concurrency", "2"], false);
+    let mut workers: Vec<Child> = (0..3).map(|_| spawn()).collect();
+    let ended = || q.runs().iter().filter(|r| r["status"] != "running").count();
     // Kills at seeded random instants while the queue drains.
     let mut rng = 0x5eed_0002_u64;
     let mut next = || {
@@ -561,11 +479,10 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
     eprintln!("queue chaos: {kills} workers killed while {runs} runs drained");
     for (i, id) in ids.iter().enumerate() {
         assert_eq!(
-            std::fs::read_to_string(ws.join(format!("f{i}.txt"))).unwrap(),
+            std::fs::read_to_string(q.ws.join(format!("f{i}.txt"))).unwrap(),
             format!("run {i}")
         );
-        let shown: Value = serde_json::from_slice(&agent(&["show", "--json", id]).stdout).unwrap();
-        let events = shown["events"].as_array().unwrap();
+        let events = q.events(id);
         let versions: Vec<u64> = events
             .iter()
             .map(|e| e["version"].as_u64().unwrap())
@@ -575,20 +492,15 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
             (1..=versions.len() as u64).collect::<Vec<_>>(),
             "{id}"
         );
-        let count = |name: &str| {
-            events
-                .iter()
-                .filter(|e| e.to_string().contains(name))
-                .count()
-        };
         assert_eq!(
-            (count("\"run_ended\""), count("\"tool_finished\"")),
+            (count(&events, "run_ended"), count(&events, "tool_finished")),
             (1, 1),
             "{id}: {events:?}"
         );
-        assert!(
-            events.last().unwrap().to_string().contains("completed"),
-            "{id}: {events:?}"
+        assert_eq!(
+            events.last().unwrap()["outcome"]["reason"],
+            "completed",
+            "{id}"
         );
     }
 }
