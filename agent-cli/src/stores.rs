@@ -49,13 +49,23 @@ impl std::fmt::Display for StoreLocation {
             StoreLocation::Dir(dir) => write!(f, "{}", dir.display()),
             StoreLocation::Postgres(url) => {
                 let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
-                match rest.split_once('@') {
+                let (address, query) = rest.split_once('?').unwrap_or((rest, ""));
+                match address.split_once('@') {
                     Some((user, host)) => {
                         let user = user.split(':').next().unwrap_or_default();
-                        write!(f, "{scheme}://{user}@{host}")
+                        write!(f, "{scheme}://{user}@{host}")?;
                     }
-                    None => write!(f, "{scheme}://{rest}"),
+                    None => write!(f, "{scheme}://{address}")?,
                 }
+                // A password may also come as a parameter.
+                let params: Vec<&str> = query
+                    .split('&')
+                    .filter(|p| !p.is_empty() && !p.starts_with("password="))
+                    .collect();
+                if !params.is_empty() {
+                    write!(f, "?{}", params.join("&"))?;
+                }
+                Ok(())
             }
         }
     }

@@ -193,8 +193,9 @@ fn drive(
             }
         })
     };
-    let started = match store.load(&lease.run_id) {
-        Ok(log) => !log.is_empty(),
+    // Whether the run has a log yet (reading none of it: the runtime loads it to resume).
+    let started = match store.load_from(&lease.run_id, u64::MAX) {
+        Ok(_) => true,
         Err(StoreError::RunNotFound(_)) => false,
         Err(e) => return Err(e.into()),
     };

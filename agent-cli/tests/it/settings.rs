@@ -453,6 +453,14 @@ fn the_store_is_the_flag_else_agent_store_else_the_file_and_a_url_is_no_path() {
     // Shown without its password, wherever it is printed.
     let shown = StoreLocation::Postgres(url.clone()).to_string();
     assert_eq!(shown, "postgres://agent@db.example/runs");
+    let as_parameter = format!(
+        "postgresql:///runs?host=/run/pg&{}=hunter2&user=a",
+        "password"
+    );
+    assert_eq!(
+        StoreLocation::Postgres(as_parameter).to_string(),
+        "postgresql:///runs?host=/run/pg&user=a"
+    );
     let env = Env {
         store: Some(url.into()),
         ..Env::default()
