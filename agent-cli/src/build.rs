@@ -6,7 +6,6 @@ use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::stores::{OpenStore, StoreLocation};
 use agent_providers::{HttpModel, Model, ReplayModel, ScriptModel};
 use agent_runtime::{CancellationToken, EventSink, ModelSummarizer, Redactor, Runtime, StoreBlobs};
 use agent_tools::mcp::{self, McpConfig};
@@ -15,6 +14,7 @@ use agent_tools::{CommandHook, Gateway, ToolReplay, Workspace};
 use crate::failure::{Failure, failed, usage};
 use crate::render;
 use crate::settings::{HookSetting, McpSource, ModelChoice, Settings};
+use crate::stores::{OpenStore, StoreLocation};
 use crate::trust;
 
 /// Whether answer text was streamed to the terminal during the current model call (so an
