@@ -55,6 +55,14 @@ pub enum StoreError {
         /// The lock error.
         message: String,
     },
+    /// Another process drives the run: only one may write a run at a time.
+    #[error("run {run_id} is being driven by {by}; wait for it to end")]
+    Busy {
+        /// The run.
+        run_id: String,
+        /// Who drives it (`process 1234`).
+        by: String,
+    },
     /// The store lost committed data (its database was damaged): reads of what it still
     /// holds work, writes are refused.
     #[error(

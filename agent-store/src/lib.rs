@@ -15,6 +15,8 @@
 //! ```
 
 pub mod conformance;
+#[cfg(feature = "sled")]
+mod dir;
 mod error;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -25,6 +27,8 @@ mod summary;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+#[cfg(feature = "sled")]
+pub use dir::{DIR_FORMAT_VERSION, DirStore};
 pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]

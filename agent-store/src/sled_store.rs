@@ -147,8 +147,13 @@ impl SledStore {
     /// Opens the store in `dir`, creating it if the directory is missing or empty. A store
     /// whose database cannot be read is [`StoreError::Damaged`], naming it.
     pub fn open(dir: impl AsRef<Path>) -> Result<SledStore, StoreError> {
-        let path = dir.as_ref().to_path_buf();
-        SledStore::open_at(&path).map_err(|e| match e {
+        SledStore::open_waiting(dir.as_ref(), LOCK_WAIT)
+    }
+
+    /// Opens the store in `dir`, waiting at most `wait` for another handle's lock.
+    pub(crate) fn open_waiting(dir: &Path, wait: Duration) -> Result<SledStore, StoreError> {
+        let path = dir.to_path_buf();
+        SledStore::open_at(&path, wait).map_err(|e| match e {
             StoreError::Engine(message) => StoreError::Damaged {
                 path: path.clone(),
                 message: format!("its database cannot be read ({message})"),
@@ -157,7 +162,7 @@ impl SledStore {
         })
     }
 
-    fn open_at(path: &Path) -> Result<SledStore, StoreError> {
+    fn open_at(path: &Path, wait: Duration) -> Result<SledStore, StoreError> {
         let path = path.to_path_buf();
         let names: Vec<String> = match std::fs::read_dir(&path) {
             Ok(entries) => entries
@@ -176,7 +181,7 @@ impl SledStore {
         if !names.iter().all(sled_owned) {
             return Err(StoreError::NotAStore(path));
         }
-        let db = open_db(&path)?;
+        let db = open_db(&path, wait)?;
         let (marker, counted) = Marker::open(&path)?;
         let meta = db.open_tree("meta")?;
         match meta.get(FORMAT_KEY)? {
@@ -259,6 +264,13 @@ impl SledStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The bytes of every blob, in no particular order.
+    pub(crate) fn blobs(&self) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + '_ {
+        self.blobs
+            .iter()
+            .map(|item| item.map(|(_, v)| v.to_vec()).map_err(StoreError::from))
+    }
 }
 
 /// Whether a database holds nothing at all: new, or created by a process that crashed
@@ -283,7 +295,7 @@ const SET_ASIDE: &str = "snapshots-set-aside";
 /// nothing measurable and keeps memory flat.
 const CACHE_BYTES: u64 = 4 * 1024 * 1024;
 
-fn open_db(path: &Path) -> Result<sled::Db, StoreError> {
+fn open_db(path: &Path, wait: Duration) -> Result<sled::Db, StoreError> {
     let started = std::time::Instant::now();
     let mut set_aside = false;
     loop {
@@ -305,7 +317,7 @@ fn open_db(path: &Path) -> Result<sled::Db, StoreError> {
             }
             Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
                 // sled releases its file lock a moment after the last handle drops.
-                if started.elapsed() >= LOCK_WAIT {
+                if started.elapsed() >= wait {
                     return Err(StoreError::Locked {
                         path: path.to_path_buf(),
                         message: e.to_string(),

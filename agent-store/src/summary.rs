@@ -26,6 +26,10 @@ pub struct RunSummary {
     /// Calls still waiting for approval.
     #[serde(default)]
     pub pending: u32,
+    /// Who drives the run right now, when someone does (`process 1234`, or a worker): filled
+    /// in by a store that knows, when it lists runs; never stored.
+    #[serde(default)]
+    pub live: Option<String>,
 }
 
 impl RunSummary {
@@ -41,6 +45,7 @@ impl RunSummary {
             ended_at_ms: None,
             version: 0,
             pending: 0,
+            live: None,
         }
     }
 

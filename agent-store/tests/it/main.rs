@@ -1,6 +1,7 @@
 //! The stores against the conformance suite, and the sled store on real disk.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod dir;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod roundtrip;

@@ -1,0 +1,485 @@
+//! The embedded store that any number of processes share: a directory with a sled
+//! database per run, so that a process locks only the runs it drives.
+//!
+//! ```text
+//! STORE/agent-store         the layout's format
+//! STORE/runs/ID/            the run's log: a SledStore, held by the process driving it
+//! STORE/runs/ID.json        the run's summary, replaced by a rename at each commit
+//! STORE/runs/ID.owner       who drives it: pid and socket, while a process does
+//! STORE/runs/ID.sock        where that process serves the run's committed log
+//! STORE/blobs/DIGEST        blobs, one file each, written once by a rename
+//! STORE/tmp/                files being written
+//! ```
+//!
+//! Starting runs side by side needs no coordination. Listing runs reads the summaries.
+//! Reading a run that a process drives asks that process over its socket; reading any
+//! other run opens its database for the moment of the read. Taking a run (to write it)
+//! takes its database's lock: a second taker is told which process has it.
+
+mod files;
+mod migrate;
+mod owner;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent_core::{Entry, Handle};
+
+use crate::{RunSummary, SledStore, Store, StoreError};
+use files::Blobs;
+use owner::{OwnerFile, Served, Server};
+
+/// The layout this code writes and reads (format 1 was one sled database for all runs).
+pub const DIR_FORMAT_VERSION: u32 = 2;
+/// The file that marks a directory as a store of this layout.
+const LAYOUT_FILE: &str = "agent-store";
+/// How long taking a run waits for readers that opened its database for a moment (an
+/// owner that answers is not waited for).
+const TAKE_WAIT: Duration = Duration::from_secs(3);
+/// How long a reader tries before it reports the run as held by a process that does not
+/// answer.
+const READ_WAIT: Duration = Duration::from_secs(3);
+/// How long each attempt of a reader to open a run's database waits for its lock.
+const READ_LOCK_WAIT: Duration = Duration::from_millis(50);
+/// The longest run id: it names files.
+const MAX_RUN_ID: usize = 100;
+
+/// The embedded store shared by processes: see the [module docs](self).
+pub struct DirStore {
+    root: PathBuf,
+    runs: PathBuf,
+    tmp: PathBuf,
+    blobs: Blobs,
+    held: Mutex<HashMap<String, Arc<Held>>>,
+    /// The first damage found in a run's database this process opened.
+    damage: Mutex<Option<StoreError>>,
+}
+
+impl std::fmt::Debug for DirStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirStore")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+/// A run this process drives.
+struct Held {
+    served: Arc<Served>,
+    summary: Mutex<RunSummary>,
+    owner_file: PathBuf,
+    /// Stops listening when the run is let go.
+    _server: Server,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Only our own claim is removed: a crash of ours may have let another take over.
+        if OwnerFile::read(&self.owner_file).is_some_and(|o| o.pid == std::process::id()) {
+            let _ = std::fs::remove_file(&self.owner_file);
+        }
+    }
+}
+
+impl DirStore {
+    /// Opens the store in `dir`, creating it if the directory is missing or empty. A
+    /// directory holding a store of the earlier layout (one sled database for all runs) is
+    /// converted first, its files kept aside in `legacy-format-1/`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<DirStore, StoreError> {
+        let given = dir.as_ref();
+        let names: Vec<String> = match std::fs::read_dir(given) {
+            Ok(entries) => entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(files::io_error(given, &e)),
+        };
+        let has = |name: &str| names.iter().any(|n| n == name);
+        if has(LAYOUT_FILE) {
+            check_layout(given)?;
+        } else if names.is_empty() {
+            create_layout(given)?;
+        } else if migrate::is_format_1(&names) {
+            migrate::convert(given)?;
+        } else {
+            return Err(StoreError::NotAStore(given.to_path_buf()));
+        }
+        let root = std::fs::canonicalize(given).map_err(|e| files::io_error(given, &e))?;
+        let tmp = root.join("tmp");
+        Ok(DirStore {
+            runs: root.join("runs"),
+            blobs: Blobs {
+                dir: root.join("blobs"),
+                tmp: tmp.clone(),
+            },
+            tmp,
+            root,
+            held: Mutex::default(),
+            damage: Mutex::default(),
+        })
+    }
+
+    /// Opens an existing store only; a missing directory is `Ok(None)`.
+    pub fn open_existing(dir: impl AsRef<Path>) -> Result<Option<DirStore>, StoreError> {
+        if dir.as_ref().exists() {
+            DirStore::open(dir).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Damage found in a run's database this process opened: what it holds can be read,
+    /// writes to it are refused.
+    pub fn damage(&self) -> Option<StoreError> {
+        let damage = self.damage.lock().unwrap_or_else(|p| p.into_inner());
+        damage.as_ref().map(|d| match d {
+            StoreError::Damaged { path, message } => StoreError::Damaged {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            other => StoreError::Engine(other.to_string()),
+        })
+    }
+
+    /// Takes an existing run for this process to drive: no other process can write it until
+    /// this one lets go ([`DirStore::release`], or the end of the process). A run another
+    /// process drives is [`StoreError::Busy`], naming it.
+    pub fn take(&self, run_id: &str) -> Result<(), StoreError> {
+        check_run_id(run_id)?;
+        if !self.run_dir(run_id).is_dir() {
+            return Err(StoreError::RunNotFound(run_id.to_owned()));
+        }
+        self.held(run_id).map(drop)
+    }
+
+    /// Lets go of a run this process drives, so that another process can take it.
+    pub fn release(&self, run_id: &str) {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+        drop(held);
+    }
+
+    /// The process driving the run, if one is: this one or another that answers.
+    pub fn driver(&self, run_id: &str) -> Option<u32> {
+        if self.is_held(run_id) {
+            return Some(std::process::id());
+        }
+        OwnerFile::read(&self.owner_path(run_id))
+            .filter(OwnerFile::alive)
+            .map(|o| o.pid)
+    }
+
+    fn run_dir(&self, run_id: &str) -> PathBuf {
+        self.runs.join(run_id)
+    }
+
+    fn owner_path(&self, run_id: &str) -> PathBuf {
+        self.runs.join(format!("{run_id}.owner"))
+    }
+
+    fn summary_path(&self, run_id: &str) -> PathBuf {
+        self.runs.join(format!("{run_id}.json"))
+    }
+
+    fn is_held(&self, run_id: &str) -> bool {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(run_id)
+    }
+
+    fn note_damage(&self, db: &SledStore) {
+        if let Some(damage) = db.damage() {
+            let mut slot = self.damage.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert(damage);
+        }
+    }
+
+    fn busy(&self, run_id: &str) -> StoreError {
+        let owner = OwnerFile::read(&self.owner_path(run_id));
+        StoreError::Busy {
+            run_id: run_id.to_owned(),
+            by: match owner {
+                Some(o) if o.alive() => format!("process {}", o.pid),
+                Some(o) => format!("process {}, which does not answer", o.pid),
+                None => "another process".to_owned(),
+            },
+        }
+    }
+
+    /// The run held by this process, taking it (and creating its directory) if needed.
+    fn held(&self, run_id: &str) -> Result<Arc<Held>, StoreError> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(run) = held.get(run_id) {
+            return Ok(Arc::clone(run));
+        }
+        let dir = self.run_dir(run_id);
+        std::fs::create_dir_all(&dir).map_err(|e| files::io_error(&dir, &e))?;
+        let deadline = Instant::now() + TAKE_WAIT;
+        let db = loop {
+            match SledStore::open_waiting(&dir, READ_LOCK_WAIT) {
+                Ok(db) => break db,
+                // A reader holds it for a moment; an owner that answers holds it for good.
+                Err(StoreError::Locked { .. })
+                    if Instant::now() < deadline
+                        && !OwnerFile::read(&self.owner_path(run_id))
+                            .is_some_and(|o| o.alive()) => {}
+                Err(StoreError::Locked { .. }) => return Err(self.busy(run_id)),
+                Err(e) => return Err(e),
+            }
+        };
+        self.note_damage(&db);
+        if let Some(damage) = db.damage() {
+            return Err(damage);
+        }
+        let summary = db
+            .runs()?
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| RunSummary::new(run_id));
+        if summary.version > 0 {
+            // A process that died between a commit and its summary left it behind.
+            self.write_summary(&summary)?;
+        }
+        let served = Arc::new(Served {
+            run_id: run_id.to_owned(),
+            durable: summary.version.into(),
+            db,
+        });
+        let socket = owner::socket_path(&dir);
+        let server = Server::start(socket.clone(), run_id, Arc::clone(&served))?;
+        let owner_file = self.owner_path(run_id);
+        let claim = OwnerFile {
+            pid: std::process::id(),
+            socket,
+            since_ms: now_ms(),
+        };
+        let bytes = serde_json::to_vec(&claim).map_err(|e| StoreError::Engine(e.to_string()))?;
+        files::replace(&self.tmp, &owner_file, &bytes, false)?;
+        let run = Arc::new(Held {
+            served,
+            summary: Mutex::new(summary),
+            owner_file,
+            _server: server,
+        });
+        held.insert(run_id.to_owned(), Arc::clone(&run));
+        Ok(run)
+    }
+
+    fn write_summary(&self, summary: &RunSummary) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(summary).map_err(|e| StoreError::Engine(e.to_string()))?;
+        // Not flushed: the run's database is the truth, and whoever takes the run next
+        // writes its summary again from it.
+        files::replace(
+            &self.tmp,
+            &self.summary_path(&summary.run_id),
+            &bytes,
+            false,
+        )
+    }
+
+    /// Reads a run no process here drives: from the process that drives it, or from its
+    /// database when none does.
+    fn read_elsewhere<T>(
+        &self,
+        run_id: &str,
+        from_owner: impl Fn(&OwnerFile) -> Option<T>,
+        from_db: impl Fn(&SledStore) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        check_run_id(run_id)?;
+        if !self.run_dir(run_id).is_dir() {
+            return Err(StoreError::RunNotFound(run_id.to_owned()));
+        }
+        let deadline = Instant::now() + READ_WAIT;
+        loop {
+            if let Some(owner) = OwnerFile::read(&self.owner_path(run_id))
+                && let Some(found) = from_owner(&owner)
+            {
+                return Ok(found);
+            }
+            match SledStore::open_waiting(&self.run_dir(run_id), READ_LOCK_WAIT) {
+                Ok(db) => {
+                    self.note_damage(&db);
+                    return from_db(&db);
+                }
+                Err(StoreError::Locked { .. }) if Instant::now() < deadline => {}
+                Err(StoreError::Locked { .. }) => return Err(self.busy(run_id)),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A summary that may be stale (its process died before writing the last one), read
+    /// again from the run's database if nobody holds it.
+    fn refreshed(&self, summary: RunSummary) -> RunSummary {
+        let dir = self.run_dir(&summary.run_id);
+        let Ok(db) = SledStore::open_waiting(&dir, READ_LOCK_WAIT) else {
+            return summary;
+        };
+        self.note_damage(&db);
+        match db.runs().ok().and_then(|r| r.into_iter().next()) {
+            Some(fresh) if fresh != summary => {
+                let _ = self.write_summary(&fresh);
+                fresh
+            }
+            _ => summary,
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Run ids name files: letters, digits, `-`, `_` and `.` (not first), at most 100.
+fn check_run_id(run_id: &str) -> Result<(), StoreError> {
+    let fits = !run_id.is_empty()
+        && run_id.len() <= MAX_RUN_ID
+        && !run_id.starts_with('.')
+        && run_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if fits {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidRunId(run_id.to_owned()))
+    }
+}
+
+fn layout_text() -> String {
+    format!("format={DIR_FORMAT_VERSION} layout=database-per-run\n")
+}
+
+fn create_layout(dir: &Path) -> Result<(), StoreError> {
+    for sub in ["runs", "blobs", "tmp"] {
+        let path = dir.join(sub);
+        std::fs::create_dir_all(&path).map_err(|e| files::io_error(&path, &e))?;
+    }
+    // Written last: a directory without it, emptied of all else, is created again.
+    files::replace(
+        &dir.join("tmp"),
+        &dir.join(LAYOUT_FILE),
+        layout_text().as_bytes(),
+        true,
+    )
+}
+
+fn check_layout(dir: &Path) -> Result<(), StoreError> {
+    let path = dir.join(LAYOUT_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| files::io_error(&path, &e))?;
+    let found = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("format="))
+        .unwrap_or("none");
+    if found != DIR_FORMAT_VERSION.to_string() {
+        return Err(StoreError::UnknownFormat {
+            path: dir.to_path_buf(),
+            found: found.to_owned(),
+            expected: DIR_FORMAT_VERSION,
+        });
+    }
+    for sub in ["runs", "blobs", "tmp"] {
+        let path = dir.join(sub);
+        std::fs::create_dir_all(&path).map_err(|e| files::io_error(&path, &e))?;
+    }
+    Ok(())
+}
+
+impl Store for DirStore {
+    fn append(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+    ) -> Result<u64, StoreError> {
+        check_run_id(run_id)?;
+        let run = self.held(run_id)?;
+        let version = run.served.db.append(run_id, expected_version, entries)?;
+        run.served.durable.fetch_max(version, Ordering::SeqCst);
+        let mut summary = run.summary.lock().unwrap_or_else(|p| p.into_inner());
+        for entry in entries {
+            summary.apply(entry);
+        }
+        self.write_summary(&summary)?;
+        Ok(version)
+    }
+
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.load_from(run_id, 1)
+    }
+
+    fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .cloned();
+        if let Some(run) = held {
+            return run.served.db.load_from(run_id, from);
+        }
+        self.read_elsewhere(
+            run_id,
+            |owner| owner::load_from(&owner.socket, from),
+            |db| db.load_from(run_id, from),
+        )
+    }
+
+    fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
+        let listing = std::fs::read_dir(&self.runs).map_err(|e| files::io_error(&self.runs, &e))?;
+        let mut ids = std::collections::BTreeSet::new();
+        for entry in listing {
+            let entry = entry.map_err(|e| files::io_error(&self.runs, &e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let id = name.strip_suffix(".json").unwrap_or(&name);
+            if check_run_id(id).is_ok() && self.run_dir(id).is_dir() {
+                ids.insert(id.to_owned());
+            }
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let summary = std::fs::read(self.summary_path(&id))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<RunSummary>(&bytes).ok());
+            let driver = self.driver(&id);
+            let summary = match summary {
+                Some(summary) if driver.is_some() || summary.status != "running" => summary,
+                // Not driven and not settled: maybe a commit the summary missed.
+                Some(summary) => self.refreshed(summary),
+                // A run whose first summary was never written.
+                None => self.refreshed(RunSummary::new(&id)),
+            };
+            if summary.version == 0 {
+                // Created, never committed to: not a run yet.
+                continue;
+            }
+            out.push(RunSummary {
+                live: driver.map(|pid| format!("process {pid}")),
+                ..summary
+            });
+        }
+        Ok(out)
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        self.blobs.put(bytes)
+    }
+
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        self.blobs.get(handle)
+    }
+}

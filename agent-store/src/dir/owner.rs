@@ -1,0 +1,185 @@
+//! The process that drives a run answers for it: it listens on a Unix socket named in the
+//! run's owner file and serves the committed log to readers, who could not open the run's
+//! database while it is held. A socket nobody answers on is a process that is gone.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use agent_core::Entry;
+use serde::{Deserialize, Serialize};
+
+use crate::{SledStore, Store, StoreError};
+
+/// How long a reader waits on an owner for each read or write of the exchange.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest request line an owner reads.
+const MAX_REQUEST: u64 = 4096;
+/// The longest socket path that fits a `sockaddr_un`, with room to spare.
+const MAX_SOCKET_PATH: usize = 100;
+
+/// Who drives a run: written by the owner when it takes the run, removed when it lets go.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct OwnerFile {
+    /// The owner's process id.
+    pub(super) pid: u32,
+    /// Where it listens.
+    pub(super) socket: PathBuf,
+    /// When it took the run (ms since the epoch).
+    pub(super) since_ms: u64,
+}
+
+impl OwnerFile {
+    pub(super) fn read(path: &Path) -> Option<OwnerFile> {
+        let bytes = std::fs::read(path).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Whether the owner still answers: its process is alive (a stopped one too).
+    pub(super) fn alive(&self) -> bool {
+        UnixStream::connect(&self.socket).is_ok()
+    }
+}
+
+/// Where the owner of a run listens: beside the run when the path fits a socket address,
+/// else in the temporary directory under a name drawn from the run's path.
+pub(super) fn socket_path(run_dir: &Path) -> PathBuf {
+    let beside = run_dir.with_extension("sock");
+    if beside.as_os_str().len() <= MAX_SOCKET_PATH {
+        return beside;
+    }
+    let digest = agent_core::Handle::of_bytes(run_dir.as_os_str().as_encoded_bytes());
+    let name = digest.to_string();
+    let hex = name.rsplit(':').next().unwrap_or(&name);
+    std::env::temp_dir().join(format!("agent-run-{}.sock", &hex[..24]))
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Request {
+    /// The committed entries from this version on.
+    LoadFrom(u64),
+}
+
+#[derive(Serialize, Deserialize)]
+struct End {
+    /// How many entries were sent before this line.
+    end: u64,
+}
+
+/// What an owner serves from.
+pub(super) struct Served {
+    pub(super) run_id: String,
+    pub(super) db: SledStore,
+    /// The version confirmed durable: entries past it are in memory, not yet committed.
+    pub(super) durable: AtomicU64,
+}
+
+/// The listening side, stopped and removed when dropped.
+pub(super) struct Server {
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Listens at `socket` (a stale socket of a process that is gone is replaced: the caller
+    /// holds the run's database, so no live owner can be using it).
+    pub(super) fn start(
+        socket: PathBuf,
+        run_id: &str,
+        served: Arc<Served>,
+    ) -> Result<Server, StoreError> {
+        let _ = std::fs::remove_file(&socket);
+        let listener =
+            UnixListener::bind(&socket).map_err(|e| super::files::io_error(&socket, &e))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name(format!("agent-store-owner-{run_id}"))
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if stopping.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let served = Arc::clone(&served);
+                    // One reader's slowness never holds up another.
+                    let _ = std::thread::Builder::new()
+                        .name("agent-store-reader".to_owned())
+                        .spawn(move || {
+                            let _ = serve(stream, &served);
+                        });
+                }
+            })
+            .map_err(|e| StoreError::Engine(format!("cannot start the run's listener: {e}")))?;
+        Ok(Server {
+            socket,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accept loop so that it sees the flag.
+        let _ = UnixStream::connect(&self.socket);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn serve(stream: UnixStream, served: &Served) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT))?;
+    stream.set_write_timeout(Some(EXCHANGE_TIMEOUT))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
+    let Ok(Request::LoadFrom(from)) = serde_json::from_str(&line) else {
+        return Ok(());
+    };
+    let durable = served.durable.load(Ordering::SeqCst);
+    let Ok(entries) = served.db.load_from(&served.run_id, from) else {
+        return Ok(());
+    };
+    let mut out = std::io::BufWriter::new(&stream);
+    let mut sent = 0u64;
+    for entry in entries.iter().filter(|e| e.version <= durable) {
+        serde_json::to_writer(&mut out, entry)?;
+        out.write_all(b"\n")?;
+        sent += 1;
+    }
+    serde_json::to_writer(&mut out, &End { end: sent })?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// The owner's committed entries from version `from` on, or `None` if it did not answer
+/// in full (it is gone, or stopped): the caller then reads the database itself.
+pub(super) fn load_from(socket: &Path, from: u64) -> Option<Vec<Entry>> {
+    let stream = UnixStream::connect(socket).ok()?;
+    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+    let mut request = serde_json::to_vec(&Request::LoadFrom(from)).ok()?;
+    request.push(b'\n');
+    (&stream).write_all(&request).ok()?;
+    let mut entries = Vec::new();
+    for line in BufReader::new(&stream).lines() {
+        let line = line.ok()?;
+        if let Ok(end) = serde_json::from_str::<End>(&line) {
+            return (end.end == entries.len() as u64).then_some(entries);
+        }
+        entries.push(serde_json::from_str::<Entry>(&line).ok()?);
+    }
+    None
+}
