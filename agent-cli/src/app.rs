@@ -314,6 +314,7 @@ fn drive_existing(
         return Ok(code);
     }
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
+    store.take(run_id)?;
     let log = store.as_store().load(run_id)?;
     let choice = match &settings.model {
         Some(choice) => choice.clone(),
@@ -362,6 +363,7 @@ fn drive_existing(
 
 fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> {
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
+    store.take(run_id)?;
     let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
     // Cancelling asks no model and starts nothing.
     let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), store.into_shared())

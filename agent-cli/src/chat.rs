@@ -204,6 +204,9 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
     }
     let location = &settings.store;
     let store = OpenStore::create(location)?.writable()?;
+    if let Some(id) = &run {
+        store.take(id)?;
+    }
     let mut current: Option<Report> = None;
     let choice = match (&run, &settings.model) {
         (_, Some(choice)) => choice.clone(),

@@ -122,22 +122,33 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
         return "no runs yet; start one with `agent run`".to_owned();
     }
     let mut out = format!(
-        "{:<26}  {:<8}  {:<22}  {:>5}  {}",
-        "RUN", "STATUS", "REASON", "STEPS", "STARTED"
+        "{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {}",
+        "RUN", "STATUS", "REASON", "STEPS", "STARTED", "DRIVEN BY"
     );
     for r in runs {
         let reason = r.reason.map_or("-", TerminalReason::as_str);
         let _ = write!(
             out,
-            "\n{:<26}  {:<8}  {:<22}  {:>5}  {}",
+            "\n{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {}",
             r.run_id,
-            r.status,
+            shown_status(r),
             reason,
             r.steps,
-            time(r.started_at_ms)
+            time(r.started_at_ms),
+            r.live.as_deref().unwrap_or("-"),
         );
     }
     out
+}
+
+/// A run's status as a person reads it: one still `running` that nobody drives was
+/// interrupted (its process died or was stopped) and waits for `agent resume`.
+pub fn shown_status(run: &RunSummary) -> &str {
+    if run.status == "running" && run.live.is_none() {
+        "interrupted"
+    } else {
+        &run.status
+    }
 }
 
 /// `agent show` as one line per event (calls whole, control characters escaped).

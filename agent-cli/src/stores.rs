@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_store::{FencedStore, PostgresStore, SledStore, Store, StoreError};
+use agent_store::{DirStore, FencedStore, PostgresStore, Store, StoreError};
 
 use crate::failure::{Failure, failed, usage};
 
@@ -73,8 +73,8 @@ impl std::fmt::Display for StoreLocation {
 
 /// An open store.
 pub enum OpenStore {
-    /// sled in a directory.
-    Sled(SledStore),
+    /// A directory: a sled database per run, shared by processes.
+    Dir(DirStore),
     /// PostgreSQL.
     Postgres(PostgresStore),
     /// PostgreSQL, as the worker holding a run's lease writes it.
@@ -85,7 +85,7 @@ impl OpenStore {
     /// Opens the store at `location`, creating a directory store when missing.
     pub fn create(location: &StoreLocation) -> Result<OpenStore, Failure> {
         Ok(match location {
-            StoreLocation::Dir(dir) => OpenStore::Sled(SledStore::open(dir)?),
+            StoreLocation::Dir(dir) => OpenStore::Dir(DirStore::open(dir)?),
             StoreLocation::Postgres(url) => OpenStore::Postgres(connect(url, location)?),
         })
     }
@@ -93,7 +93,7 @@ impl OpenStore {
     /// Opens the store at `location` if there is one (a database always is).
     pub fn existing(location: &StoreLocation) -> Result<Option<OpenStore>, Failure> {
         Ok(match location {
-            StoreLocation::Dir(dir) => SledStore::open_existing(dir)?.map(OpenStore::Sled),
+            StoreLocation::Dir(dir) => DirStore::open_existing(dir)?.map(OpenStore::Dir),
             StoreLocation::Postgres(url) => Some(OpenStore::Postgres(connect(url, location)?)),
         })
     }
@@ -110,8 +110,18 @@ impl OpenStore {
     /// Why the store may not be written, if it lost data.
     pub fn damage(&self) -> Option<StoreError> {
         match self {
-            OpenStore::Sled(store) => store.damage(),
+            OpenStore::Dir(store) => store.damage(),
             OpenStore::Postgres(_) | OpenStore::Fenced(_) => None,
+        }
+    }
+
+    /// Takes a run for this process to drive before anything is decided about it: a run
+    /// another process drives is refused, naming that process. (A database store's
+    /// runs are taken by workers under leases.)
+    pub fn take(&self, run_id: &str) -> Result<(), Failure> {
+        match self {
+            OpenStore::Dir(store) => Ok(store.take(run_id)?),
+            OpenStore::Postgres(_) | OpenStore::Fenced(_) => Ok(()),
         }
     }
 
@@ -126,7 +136,7 @@ impl OpenStore {
     /// As the `Store` trait.
     pub fn as_store(&self) -> &dyn Store {
         match self {
-            OpenStore::Sled(store) => store,
+            OpenStore::Dir(store) => store,
             OpenStore::Postgres(store) => store,
             OpenStore::Fenced(store) => store,
         }
@@ -135,7 +145,7 @@ impl OpenStore {
     /// Shared, for the runtime.
     pub fn into_shared(self) -> Arc<dyn Store> {
         match self {
-            OpenStore::Sled(store) => Arc::new(store),
+            OpenStore::Dir(store) => Arc::new(store),
             OpenStore::Postgres(store) => Arc::new(store),
             OpenStore::Fenced(store) => Arc::new(store),
         }
@@ -147,8 +157,8 @@ pub fn queue(location: &StoreLocation, command: &str) -> Result<PostgresStore, F
     match location {
         StoreLocation::Postgres(url) => connect(url, location),
         StoreLocation::Dir(_) => Err(usage(format!(
-            "agent {command} needs a shared store: pass --store postgres://… (or set \
-             AGENT_STORE); a directory store serves one process"
+            "agent {command} needs a database store: pass --store postgres://… (or set \
+             AGENT_STORE); a directory store serves the processes of one machine"
         ))),
     }
 }

@@ -135,29 +135,44 @@ fn arguments_nested_too_deep_are_refused_and_the_log_stays_readable() {
 }
 
 #[test]
-fn a_damaged_store_is_an_error_naming_it_never_an_empty_list() {
+fn a_damaged_run_is_an_error_naming_it_and_the_other_runs_are_unharmed() {
     let env = Env::new();
     let model = env.script(json!([{"final": "ok"}]));
+    let mut ids = Vec::new();
     for _ in 0..3 {
-        let out = env.run(&["run", "--model", &model, "g"]);
+        let out = env.run(&["run", "--json", "--model", &model, "g"]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        ids.push(
+            serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
     }
+    let damaged = env.store().join("runs").join(&ids[1]);
     std::fs::OpenOptions::new()
         .write(true)
-        .open(env.store().join("db"))
+        .open(damaged.join("db"))
         .unwrap()
         .set_len(100)
         .unwrap();
-    for args in [vec!["runs"], vec!["run", "--model", &model, "g"]] {
+    for args in [vec!["show", &ids[1]], vec!["resume", &ids[1]]] {
         let out = env.run(&args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(5), "{args:?}: {err}");
         assert!(
-            err.contains("damaged") && err.contains(env.store().to_str().unwrap()),
+            err.contains("damaged") && err.contains(damaged.to_str().unwrap()),
             "{err}"
         );
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+    // Each run has a database of its own: the others are read and listed as ever.
+    for id in [&ids[0], &ids[2]] {
+        let out = env.run(&["show", id]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 3, "{runs}");
 }
 
 #[test]

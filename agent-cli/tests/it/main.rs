@@ -17,6 +17,7 @@ mod postgres;
 mod providers;
 mod reasons;
 mod settings;
+mod shared;
 mod trust;
 
 fn repo() -> PathBuf {

@@ -261,7 +261,7 @@ fn the_queue_needs_a_shared_store() {
         let out = env.run(args);
         assert_eq!(out.status.code(), Some(2));
         assert!(
-            stderr(&out).contains("needs a shared store"),
+            stderr(&out).contains("needs a database store"),
             "{}",
             stderr(&out)
         );

@@ -127,7 +127,7 @@ fn the_default_store_is_dot_agent_in_the_current_directory() {
     };
     let out = agent(&["run", "--json", "--model", &model, "g"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(env.dir.path().join(".agent/db").exists());
+    assert!(env.dir.path().join(".agent/agent-store").exists());
     let runs: Value = serde_json::from_slice(&agent(&["runs", "--json"]).stdout).unwrap();
     assert_eq!(runs[0]["run_id"], json_of(&out)["run_id"]);
 }

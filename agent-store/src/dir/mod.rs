@@ -101,7 +101,7 @@ impl DirStore {
         let has = |name: &str| names.iter().any(|n| n == name);
         if has(LAYOUT_FILE) {
             check_layout(given)?;
-        } else if names.is_empty() {
+        } else if names.is_empty() || creation_cut_short(given, &names) {
             create_layout(given)?;
         } else if migrate::is_format_1(&names) {
             migrate::convert(given)?;
@@ -362,6 +362,19 @@ fn check_run_id(run_id: &str) -> Result<(), StoreError> {
 
 fn layout_text() -> String {
     format!("format={DIR_FORMAT_VERSION} layout=database-per-run\n")
+}
+
+/// Whether `dir` holds only what [`create_layout`] makes before its layout file: a store
+/// whose creation a crash interrupted, holding no run and no blob yet.
+fn creation_cut_short(dir: &Path, names: &[String]) -> bool {
+    let empty = |sub: &str| {
+        std::fs::read_dir(dir.join(sub)).map_or(true, |mut entries| entries.next().is_none())
+    };
+    names
+        .iter()
+        .all(|n| matches!(n.as_str(), "runs" | "blobs" | "tmp"))
+        && empty("runs")
+        && empty("blobs")
 }
 
 fn create_layout(dir: &Path) -> Result<(), StoreError> {

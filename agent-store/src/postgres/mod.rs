@@ -363,12 +363,22 @@ impl Store for PostgresStore {
         let rows = self
             .client()?
             .query(
-                "SELECT run_id, summary FROM agent_runs ORDER BY run_id",
+                "SELECT r.run_id, r.summary, q.lease_owner FROM agent_runs r
+                 LEFT JOIN agent_queue q ON q.run_id = r.run_id
+                     AND q.state = 'running' AND q.lease_expires_at > now()
+                 ORDER BY r.run_id",
                 &[],
             )
             .map_err(|e| engine(&e))?;
         rows.iter()
-            .map(|row| decode_summary(row.get(0), row.get(1)))
+            .map(|row| {
+                let summary = decode_summary(row.get(0), row.get(1))?;
+                let live: Option<String> = row.get(2);
+                Ok(RunSummary {
+                    live: live.map(|worker| format!("worker {worker}")),
+                    ..summary
+                })
+            })
             .collect()
     }
 

@@ -1,0 +1,318 @@
+//! Many `agent` processes on one directory store: runs side by side, a live run read while
+//! it goes, a run taken by one process at a time, and runs killed with SIGKILL resumed.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+
+use super::{Env, stderr};
+
+fn json_out(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", super::stdout(out), stderr(out)))
+}
+
+/// Reads a child's `--events` lines until one of type `kind`; returns the events read.
+fn events_until(child: &mut Child, kind: &str) -> Vec<Value> {
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut seen = Vec::new();
+    let mut line = String::new();
+    let mut reader = BufReader::new(stdout);
+    loop {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the run ended before {kind}"
+        );
+        let value: Value = serde_json::from_str(&line).unwrap();
+        let done = value["type"] == kind;
+        seen.push(value);
+        if done {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn a_live_run_is_listed_and_shown_as_it_goes_and_no_second_process_takes_it() {
+    let env = Env::new();
+    let gate = env.dir.path().join("gate");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
+        {"final": "done"}
+    ]));
+    let mut child = env
+        .cmd()
+        .args(["run", "--json", "--events", "--allow", "shell"])
+        .args(["--model", &model, "a goal"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The shell call is dispatched: the run waits in `cat gate` until the test writes.
+    let seen = events_until(&mut child, "effect_dispatched");
+    let by = format!("process {}", child.id());
+
+    let runs = json_out(&env.run(&["runs", "--json"]));
+    assert_eq!(runs[0]["status"], "running", "{runs}");
+    assert_eq!(runs[0]["live"], by.as_str(), "{runs}");
+    let id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let table = super::stdout(&env.run(&["runs"]));
+    assert!(table.contains(&by) && table.contains("running"), "{table}");
+
+    // What it committed so far, read through the process that drives it.
+    let shown = json_out(&env.run(&["show", "--json", &id]));
+    let versions: Vec<u64> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(versions, (1..=seen.len() as u64).collect::<Vec<_>>());
+    let context = env.run(&["context", &id]);
+    assert_eq!(context.status.code(), Some(0), "{}", stderr(&context));
+
+    // Nobody else may drive it meanwhile.
+    for args in [
+        vec!["resume", id.as_str()],
+        vec!["cancel", id.as_str()],
+        vec!["resume", id.as_str(), "a message"],
+    ] {
+        let out = env.run(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("run {id} is being driven by {by}")),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+
+    std::fs::write(&gate, "open\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let runs = json_out(&env.run(&["runs", "--json"]));
+    assert_eq!(runs[0]["status"], "finished", "{runs}");
+    assert_eq!(runs[0]["live"], Value::Null, "{runs}");
+}
+
+#[test]
+fn a_run_whose_process_was_killed_is_interrupted_not_running() {
+    let env = Env::new();
+    let gate = env.dir.path().join("gate");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&gate)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
+        {"final": "done"}
+    ]));
+    let mut child = env
+        .cmd()
+        .args([
+            "run", "--json", "--events", "--allow", "shell", "--model", &model, "g",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The call is dispatched; the command waits on the empty pipe.
+    events_until(&mut child, "effect_dispatched");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let runs = json_out(&env.run(&["runs", "--json"]));
+    assert_eq!(runs[0]["status"], "running", "{runs}");
+    assert_eq!(runs[0]["live"], Value::Null, "{runs}");
+    let table = super::stdout(&env.run(&["runs"]));
+    assert!(table.contains("interrupted"), "{table}");
+    // It goes on where it stopped: the command in doubt is put to a person, not run again.
+    let id = runs[0]["run_id"].as_str().unwrap();
+    let out = env.run(&["resume", "--json", id]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(json_out(&out)["reason"], "outcome_unknown");
+}
+
+const PROCESSES: usize = 20;
+const TURNS: usize = 50;
+
+/// Process `i`'s run: `TURNS` reads of its own file (each asking for a different number
+/// of lines, so that no plan repeats), then its own answer.
+fn own_script(env: &Env, i: usize) -> String {
+    std::fs::write(
+        env.dir.path().join(format!("f{i}.txt")),
+        format!("content of {i}\n"),
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..TURNS)
+        .map(|t| {
+            json!({"tool_calls": [{"id": format!("c{t}"), "name": "read_file",
+                "arguments": {"path": format!("f{i}.txt"), "limit": t + 1}}]})
+        })
+        .collect();
+    turns.push(json!({"final": format!("done {i}")}));
+    let path = env.dir.path().join(format!("s{i}.json"));
+    std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
+    format!("script:{}", path.display())
+}
+
+/// Every run's log is whole and its own: versions 1..n, its goal, each of its calls
+/// finished once with its own file's content, and its own answer.
+fn check_own_log(env: &Env, id: &str) {
+    let shown = json_out(&env.run(&["show", "--json", id]));
+    let events = shown["events"].as_array().unwrap();
+    for (n, e) in events.iter().enumerate() {
+        assert_eq!(e["version"].as_u64(), Some(n as u64 + 1), "{id}: {e}");
+    }
+    let goal = events[0]["goal"].as_str().unwrap();
+    let i: usize = goal.strip_prefix("task ").unwrap().parse().unwrap();
+    let mut finished = BTreeSet::new();
+    for e in events.iter().filter(|e| e["type"] == "tool_finished") {
+        let result = &e["result"];
+        assert_eq!(
+            result["output"],
+            format!("     1\tcontent of {i}\n"),
+            "{id}: {e}"
+        );
+        assert!(finished.insert(result["call_id"].as_str().unwrap().to_owned()));
+    }
+    assert_eq!(finished.len(), TURNS, "{id}");
+    let end = events.last().unwrap();
+    assert_eq!(end["type"], "run_ended", "{id}");
+    assert_eq!(end["outcome"]["reason"], "completed", "{id}");
+    assert_eq!(end["outcome"]["answer"], format!("done {i}"), "{id}");
+}
+
+/// Lists and shows runs in a loop until told to stop; counts the reads and the runs seen
+/// live. Any failure of `runs` or `show` fails the test.
+fn reader(env: Arc<Env>, stop: Arc<AtomicBool>, reads: Arc<AtomicUsize>, live: Arc<AtomicUsize>) {
+    while !stop.load(Ordering::SeqCst) {
+        let listed = env.run(&["runs", "--json"]);
+        assert_eq!(listed.status.code(), Some(0), "runs: {}", stderr(&listed));
+        let runs = json_out(&listed);
+        for run in runs.as_array().unwrap().iter().take(3) {
+            if run["live"].is_string() {
+                live.fetch_add(1, Ordering::SeqCst);
+            }
+            let id = run["run_id"].as_str().unwrap();
+            let shown = env.run(&["show", "--json", id]);
+            assert_eq!(shown.status.code(), Some(0), "show: {}", stderr(&shown));
+            let events = json_out(&shown)["events"].as_array().unwrap().len() as u64;
+            assert!(events >= run["version"].as_u64().unwrap(), "{run}");
+            reads.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn twenty_processes_share_one_store_while_another_reads_and_half_are_killed() {
+    let env = Arc::new(Env::new());
+    let models: Vec<String> = (0..PROCESSES).map(|i| own_script(&env, i)).collect();
+    let mut children: Vec<Child> = models
+        .iter()
+        .enumerate()
+        .map(|(i, model)| {
+            env.cmd()
+                .args(["run", "--json", "--events", "--max-steps", "60"])
+                .args(["--model", model, &format!("task {i}")])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let live = Arc::new(AtomicUsize::new(0));
+    let lister = {
+        let (env, stop, reads, live) = (env.clone(), stop.clone(), reads.clone(), live.clone());
+        std::thread::spawn(move || reader(env, stop, reads, live))
+    };
+    // The even ones are killed after their (10 + 4i)th event (of 103), in the middle of the run; the
+    // odd ones run to the end.
+    let watchers: Vec<_> = children
+        .drain(..)
+        .enumerate()
+        .map(|(i, mut child)| {
+            std::thread::spawn(move || {
+                let stdout = child.stdout.take().unwrap();
+                let mut events = 0;
+                let mut last = String::new();
+                for line in BufReader::new(stdout).lines() {
+                    let line = line.unwrap();
+                    events += 1;
+                    if i % 2 == 0 && events == 10 + 4 * i {
+                        child.kill().unwrap();
+                        child.wait().unwrap();
+                        return (i, None);
+                    }
+                    last = line;
+                }
+                let out = child.wait_with_output().unwrap();
+                assert_eq!(out.status.code(), Some(0), "{i}: {}", stderr(&out));
+                (i, Some(serde_json::from_str::<Value>(&last).unwrap()))
+            })
+        })
+        .collect();
+    let ended: Vec<(usize, Option<Value>)> =
+        watchers.into_iter().map(|w| w.join().unwrap()).collect();
+    stop.store(true, Ordering::SeqCst);
+    lister.join().unwrap();
+    assert!(
+        reads.load(Ordering::SeqCst) > 0,
+        "the reader never read a run"
+    );
+
+    let killed: Vec<usize> = ended
+        .iter()
+        .filter(|(_, o)| o.is_none())
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(killed.len(), PROCESSES / 2);
+    for (i, outcome) in &ended {
+        if let Some(outcome) = outcome {
+            assert_eq!(outcome["answer"], format!("done {i}"), "{outcome}");
+        }
+    }
+    let runs = json_out(&env.run(&["runs", "--json"]));
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), PROCESSES, "every run is listed");
+    let interrupted: Vec<&str> = runs
+        .iter()
+        .filter(|r| r["status"] == "running")
+        .map(|r| {
+            assert_eq!(r["live"], Value::Null, "a dead process drives nothing: {r}");
+            r["run_id"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(interrupted.len(), killed.len(), "{runs:?}");
+    // The killed ones resume, side by side too.
+    let resumed: Vec<_> = interrupted
+        .iter()
+        .map(|id| {
+            env.cmd()
+                .args(["resume", "--json", id])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in resumed {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    for run in runs {
+        check_own_log(&env, run["run_id"].as_str().unwrap());
+    }
+}
