@@ -157,6 +157,24 @@ fn a_directory_of_other_files_or_an_unknown_format_is_refused() {
     );
 }
 
+#[test]
+fn a_store_whose_creation_was_cut_short_is_created_again() {
+    let dir = tempfile::tempdir().unwrap();
+    // What a crash before the layout file leaves.
+    for sub in ["runs", "blobs", "tmp"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+    }
+    std::fs::write(dir.path().join("tmp/agent-store.1.0"), "half").unwrap();
+    let store = DirStore::open(dir.path()).unwrap();
+    store.append("r", 0, &[started("r", 1)]).unwrap();
+    // With a run in it, it is no longer taken for an empty one.
+    std::fs::remove_file(dir.path().join("agent-store")).unwrap();
+    assert!(matches!(
+        DirStore::open(dir.path()),
+        Err(StoreError::NotAStore(_))
+    ));
+}
+
 /// A format-1 store: one sled database holding two runs and a blob.
 fn format_1_store(path: &std::path::Path) -> Handle {
     let old = SledStore::open(path).unwrap();

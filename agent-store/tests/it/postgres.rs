@@ -189,6 +189,8 @@ fn a_worker_whose_lease_expired_and_was_taken_over_commits_nothing() {
     let stalled = store.claim("stalled", Duration::ZERO).unwrap().unwrap();
     let old = FencedStore::new(Arc::clone(&store), stalled.clone());
     assert_eq!(old.append(run, 0, &[started(run, 1)]).unwrap(), 1);
+    // An expired lease drives nothing: the run is not listed as live.
+    assert_eq!(store.runs().unwrap()[0].live, None);
     let taken = store
         .claim("rescuer", Duration::from_secs(60))
         .unwrap()
@@ -211,6 +213,11 @@ fn a_worker_whose_lease_expired_and_was_taken_over_commits_nothing() {
     );
     assert_eq!(new.append(run, 1, &[filler(2, 1)]).unwrap(), 2);
     assert!(store.renew(&taken, Duration::from_secs(60)).unwrap());
+    assert_eq!(
+        store.runs().unwrap()[0].live.as_deref(),
+        Some("worker rescuer"),
+        "the lease holder is listed as driving it"
+    );
     // A held lease is not taken over.
     assert!(
         store
