@@ -17,7 +17,7 @@ args=(run --model "script:$work/script.json" --workspace "$work" --store "$work/
   --max-steps $((n + 5)) --max-tool-calls $((n + 5)) --json "read the records")
 if [ "${2:-}" = "--callgrind" ]; then
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-    "--toggle-collect=*Runtime*drive*" "--toggle-collect=*SledStore*as*agent_store*Store*append*" \
+    "--toggle-collect=*Runtime*drive*" "--toggle-collect=*DirStore*as*agent_store*Store*append*" \
     "$agent" "${args[@]}" > /dev/null 2> "$work/cg.err"
   total=$(grep -oE "Collected : [0-9]+" "$work/cg.err" | grep -oE "[0-9]+")
   echo "N=$n: $total instructions driving the run, $((total / n)) per turn"

@@ -4,7 +4,7 @@
 //! ```text
 //! STORE/agent-store         the layout's format
 //! STORE/runs/ID/            the run's log: a SledStore, held by the process driving it
-//! STORE/runs/ID.json        the run's summary, replaced by a rename at each commit
+//! STORE/runs/ID.json        the run's summary, rewritten in place at each commit
 //! STORE/runs/ID.owner       who drives it: pid and socket, while a process does
 //! STORE/runs/ID.sock        where that process serves the run's committed log
 //! STORE/blobs/DIGEST        blobs, one file each, written once by a rename
@@ -69,7 +69,8 @@ impl std::fmt::Debug for DirStore {
 /// A run this process drives.
 struct Held {
     served: Arc<Served>,
-    summary: Mutex<RunSummary>,
+    /// The summary file, kept open, and the length written to it.
+    summary_file: Mutex<(std::fs::File, usize)>,
     owner_file: PathBuf,
     /// Stops listening when the run is let go.
     _server: Server,
@@ -249,13 +250,19 @@ impl DirStore {
             .into_iter()
             .next()
             .unwrap_or_else(|| RunSummary::new(run_id));
-        if summary.version > 0 {
-            // A process that died between a commit and its summary left it behind.
-            self.write_summary(&summary)?;
-        }
+        // Written whole (a process that died between a commit and its summary left it
+        // behind), then kept open and rewritten in place at each commit.
+        self.write_summary(&summary)?;
+        let path = self.summary_path(run_id);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| files::io_error(&path, &e))?;
+        let written = serde_json::to_vec(&summary).map_or(0, |b| b.len());
         let served = Arc::new(Served {
             run_id: run_id.to_owned(),
             durable: summary.version.into(),
+            summary: Mutex::new(summary),
             db,
         });
         let socket = owner::socket_path(&dir);
@@ -270,7 +277,7 @@ impl DirStore {
         files::replace(&self.tmp, &owner_file, &bytes, false)?;
         let run = Arc::new(Held {
             served,
-            summary: Mutex::new(summary),
+            summary_file: Mutex::new((file, written)),
             owner_file,
             _server: server,
         });
@@ -319,6 +326,26 @@ impl DirStore {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The summary of a run as the process driving it has it (when its file was read
+    /// half written).
+    fn owner_summary(&self, run_id: &str) -> Option<RunSummary> {
+        if let Some(run) = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+        {
+            return Some(
+                run.served
+                    .summary
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            );
+        }
+        owner::summary(&OwnerFile::read(&self.owner_path(run_id))?.socket)
     }
 
     /// A summary that may be stale (its process died before writing the last one), read
@@ -423,11 +450,26 @@ impl Store for DirStore {
         let run = self.held(run_id)?;
         let version = run.served.db.append(run_id, expected_version, entries)?;
         run.served.durable.fetch_max(version, Ordering::SeqCst);
-        let mut summary = run.summary.lock().unwrap_or_else(|p| p.into_inner());
+        let mut summary = run.served.summary.lock().unwrap_or_else(|p| p.into_inner());
         for entry in entries {
             summary.apply(entry);
         }
-        self.write_summary(&summary)?;
+        // In place, padded to the length last written: one write, no new file. A reader
+        // that meets it half written asks the owner instead. Not flushed: the run's
+        // database is the truth, and whoever takes the run next writes it again from it.
+        let mut bytes =
+            serde_json::to_vec(&*summary).map_err(|e| StoreError::Engine(e.to_string()))?;
+        let mut file = run.summary_file.lock().unwrap_or_else(|p| p.into_inner());
+        if bytes.len() < file.1 {
+            bytes.resize(file.1, b' ');
+        }
+        {
+            use std::os::unix::fs::FileExt;
+            file.0
+                .write_all_at(&bytes, 0)
+                .map_err(|e| files::io_error(&self.summary_path(run_id), &e))?;
+        }
+        file.1 = bytes.len();
         Ok(version)
     }
 
@@ -465,10 +507,11 @@ impl Store for DirStore {
         }
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
+            let driver = self.driver(&id);
             let summary = std::fs::read(self.summary_path(&id))
                 .ok()
-                .and_then(|bytes| serde_json::from_slice::<RunSummary>(&bytes).ok());
-            let driver = self.driver(&id);
+                .and_then(|bytes| serde_json::from_slice::<RunSummary>(&bytes).ok())
+                .or_else(|| self.owner_summary(&id));
             let summary = match summary {
                 Some(summary) if driver.is_some() || summary.status != "running" => summary,
                 // Not driven and not settled: maybe a commit the summary missed.

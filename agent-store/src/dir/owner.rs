@@ -62,6 +62,8 @@ pub(super) fn socket_path(run_dir: &Path) -> PathBuf {
 enum Request {
     /// The committed entries from this version on.
     LoadFrom(u64),
+    /// The run's summary.
+    Summary,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -74,6 +76,8 @@ struct End {
 pub(super) struct Served {
     pub(super) run_id: String,
     pub(super) db: SledStore,
+    /// The run's summary as of its last commit.
+    pub(super) summary: std::sync::Mutex<crate::RunSummary>,
     /// The version confirmed durable: entries past it are in memory, not yet committed.
     pub(super) durable: AtomicU64,
 }
@@ -145,8 +149,20 @@ fn serve(stream: UnixStream, served: &Served) -> std::io::Result<()> {
     stream.set_write_timeout(Some(EXCHANGE_TIMEOUT))?;
     let mut line = String::new();
     BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
-    let Ok(Request::LoadFrom(from)) = serde_json::from_str(&line) else {
-        return Ok(());
+    let from = match serde_json::from_str(&line) {
+        Ok(Request::LoadFrom(from)) => from,
+        Ok(Request::Summary) => {
+            let summary = served
+                .summary
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let mut out = std::io::BufWriter::new(&stream);
+            serde_json::to_writer(&mut out, &summary)?;
+            out.write_all(b"\n")?;
+            return out.flush();
+        }
+        Err(_) => return Ok(()),
     };
     let durable = served.durable.load(Ordering::SeqCst);
     let Ok(entries) = served.db.load_from(&served.run_id, from) else {
@@ -182,4 +198,17 @@ pub(super) fn load_from(socket: &Path, from: u64) -> Option<Vec<Entry>> {
         entries.push(serde_json::from_str::<Entry>(&line).ok()?);
     }
     None
+}
+
+/// The run's summary from its owner, or `None` if it did not answer.
+pub(super) fn summary(socket: &Path) -> Option<crate::RunSummary> {
+    let stream = UnixStream::connect(socket).ok()?;
+    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+    let mut request = serde_json::to_vec(&Request::Summary).ok()?;
+    request.push(b'\n');
+    (&stream).write_all(&request).ok()?;
+    let mut line = String::new();
+    BufReader::new(&stream).read_line(&mut line).ok()?;
+    serde_json::from_str(&line).ok()
 }

@@ -106,6 +106,18 @@ fn a_summary_missing_its_last_commit_is_read_again_from_the_log() {
 }
 
 #[test]
+fn a_summary_read_half_written_is_asked_of_the_process_driving_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = DirStore::open(dir.path()).unwrap();
+    a.append("r", 0, &[started("r", 1), filler(2, 1)]).unwrap();
+    std::fs::write(dir.path().join("runs/r.json"), "{\"run_id\": \"r\", \"go").unwrap();
+    let b = DirStore::open(dir.path()).unwrap();
+    let runs = b.runs().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0].version, runs[0].steps), (2, 1));
+}
+
+#[test]
 fn hostile_run_ids_name_no_file_outside_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = DirStore::open(dir.path().join("s")).unwrap();
