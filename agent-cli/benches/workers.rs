@@ -5,6 +5,10 @@
 //! Each run is 10 one-call `read_file` turns of a script model, then a final answer; every
 //! turn is committed through the worker's fenced store before the next model call.
 //!
+//! Next to it, the same runs on one directory store shared by 1, 4 and 16 lanes of `agent
+//! run` processes started one after another (a process per run, so process start is
+//! included).
+//!
 //! Run with `cargo bench -p agent-cli --bench workers`.
 #![allow(
     missing_docs,
@@ -53,6 +57,7 @@ fn main() {
         compact_at: None,
     };
     let spec = serde_json::to_string(&spec).unwrap();
+    shared_directory(dir.path(), &script);
     let store = PostgresStore::connect(&url).unwrap();
     for workers in [1, 4, 16] {
         for r in 0..RUNS {
@@ -83,6 +88,50 @@ fn main() {
             TURNS + 1,
             turns / elapsed,
             elapsed * 1000.0 / RUNS as f64 * workers as f64
+        );
+    }
+}
+
+/// The same runs through `agent run` on one directory store, `lanes` processes at a time.
+fn shared_directory(dir: &std::path::Path, script: &std::path::Path) {
+    let ws = dir.join("ws");
+    let model = format!("script:{}", script.display());
+    for lanes in [1, 4, 16] {
+        let store = dir.join(format!("store-{lanes}"));
+        let start = Instant::now();
+        let threads: Vec<_> = (0..lanes)
+            .map(|_| {
+                let (store, ws, model) = (store.clone(), ws.clone(), model.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..RUNS / lanes {
+                        let status = Command::new(env!("CARGO_BIN_EXE_agent"))
+                            .arg("--store")
+                            .arg(&store)
+                            .arg("run")
+                            .arg("--workspace")
+                            .arg(&ws)
+                            .args(["--model", &model, "read"])
+                            .env_remove("AGENT_STORE")
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .status()
+                            .unwrap();
+                        assert!(status.success());
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let turns = (RUNS * (TURNS + 1)) as f64;
+        println!(
+            "directory: {lanes:>2} processes at a time, {RUNS} runs x {} turns: {:.0} durable \
+             turns/s, {:.1} ms a run ({elapsed:.2} s)",
+            TURNS + 1,
+            turns / elapsed,
+            elapsed * 1000.0 / RUNS as f64 * lanes as f64
         );
     }
 }
