@@ -3,7 +3,7 @@
 //!
 //! Three tables: `agent_events` (one row per entry, primary key run id and version),
 //! `agent_runs` (each run's version and summary) and `agent_blobs` (content-addressed
-//! outputs). A commit is one transaction: the run's row is locked (`FOR UPDATE`), its
+//! outputs). A commit is one subtransaction: the run's row is locked (`FOR UPDATE`), its
 //! version checked against the commit's, the entries inserted and the summary written. Two
 //! writers that both think they are first both insert version 1 of a new run: the primary
 //! key refuses the second, which is reported as the conflict it is. The database enforces
@@ -11,21 +11,23 @@
 //!
 //! The client is the synchronous `postgres` crate (tokio-postgres underneath, on a runtime
 //! of its own): the `Store` trait is synchronous and the runtime calls it from blocking
-//! threads. Call it from a blocking context, never from inside an async task. Concurrent
-//! calls each take a connection of a small pool (opened as needed, up to
-//! [`MAX_CONNECTIONS`]), so commits of different runs proceed side by side and the server
-//! flushes its log once for the commits that arrive together.
+//! threads. Call it from a blocking context, never from inside an async task. Reads each
+//! take a connection of a small pool (opened as needed, up to [`MAX_CONNECTIONS`]).
+//! Commits that arrive while one is on its way share the next round trip: one statement
+//! carries them all, each in a subtransaction of its own (`commit.rs`), and the server
+//! flushes its log once for them.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use agent_core::{Entry, Handle};
-use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 
-use crate::{RunSummary, Store, StoreError, check_batch};
+use crate::{RunSummary, Store, StoreError};
 
+mod commit;
 mod queue;
 
+pub use commit::CommitStats;
 pub use queue::{FencedStore, Lease, QueueState};
 
 /// The schema, created when missing.
@@ -67,6 +69,7 @@ pub struct PostgresStore {
     url: String,
     pool: Mutex<Pool>,
     returned: Condvar,
+    batcher: commit::Batcher,
 }
 
 /// Idle connections, and how many are open in all.
@@ -142,7 +145,14 @@ impl PostgresStore {
     /// `host=/path/to/socket/dir`) and creates the tables when missing.
     pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
         let mut client = open(url)?;
-        client.batch_execute(SCHEMA).map_err(|e| engine(&e))?;
+        // One process at a time creates what is missing (concurrent `CREATE`s of one name
+        // fail): the advisory lock is held to the end of the transaction.
+        let mut tx = client.transaction().map_err(|e| engine(&e))?;
+        tx.batch_execute("SELECT pg_advisory_xact_lock(7242011)")
+            .and_then(|()| tx.batch_execute(SCHEMA))
+            .and_then(|()| tx.batch_execute(commit::COMMIT_FUNCTION))
+            .map_err(|e| engine(&e))?;
+        tx.commit().map_err(|e| engine(&e))?;
         Ok(PostgresStore {
             url: url.to_owned(),
             pool: Mutex::new(Pool {
@@ -150,6 +160,7 @@ impl PostgresStore {
                 open: 1,
             }),
             returned: Condvar::new(),
+            batcher: commit::Batcher::default(),
         })
     }
 
@@ -198,94 +209,6 @@ fn decode_summary(run_id: &str, text: &str) -> Result<RunSummary, StoreError> {
         what: format!("summary of run {run_id}"),
         message: e.to_string(),
     })
-}
-
-impl PostgresStore {
-    /// Appends as [`Store::append`] does; with `fence`, only while the run's lease still
-    /// carries that token (checked in the same transaction).
-    fn append_fenced(
-        &self,
-        run_id: &str,
-        expected_version: u64,
-        entries: &[Entry],
-        fence: Option<i64>,
-    ) -> Result<u64, StoreError> {
-        if run_id.is_empty() || run_id.contains('\0') {
-            return Err(StoreError::InvalidRunId(run_id.to_owned()));
-        }
-        let encoded: Vec<(i64, String)> = entries
-            .iter()
-            .map(|e| {
-                let text = serde_json::to_string(e).map_err(|err| StoreError::Corrupt {
-                    what: format!("new entry {} of run {run_id}", e.version),
-                    message: err.to_string(),
-                })?;
-                Ok((signed(e.version, run_id)?, text))
-            })
-            .collect::<Result<_, StoreError>>()?;
-        let mut client = self.client()?;
-        let mut tx = client.transaction().map_err(|e| engine(&e))?;
-        if let Some(token) = fence {
-            // Fencing: a worker that lost its lease commits nothing, whatever its clock says.
-            let held = tx
-                .execute(
-                    "UPDATE agent_queue SET updated_at = now()
-                     WHERE run_id = $1 AND lease_token = $2",
-                    &[&run_id, &token],
-                )
-                .map_err(|e| engine(&e))?;
-            if held != 1 {
-                return Err(StoreError::LeaseLost(run_id.to_owned()));
-            }
-        }
-        let row = tx
-            .query_opt(
-                "SELECT version, summary FROM agent_runs WHERE run_id = $1 FOR UPDATE",
-                &[&run_id],
-            )
-            .map_err(|e| engine(&e))?;
-        let mut summary = match &row {
-            Some(row) => decode_summary(run_id, row.get(1))?,
-            None => RunSummary::new(run_id),
-        };
-        let current = row.as_ref().map_or(0, |r| version(r.get(0)));
-        check_batch(run_id, current, expected_version, entries)?;
-        let conflict = |e: postgres::Error| {
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-                // Another writer committed these versions first.
-                StoreError::Conflict {
-                    run_id: run_id.to_owned(),
-                    expected: expected_version,
-                    actual: expected_version + 1,
-                }
-            } else {
-                engine(&e)
-            }
-        };
-        for (v, text) in &encoded {
-            tx.execute(
-                "INSERT INTO agent_events (run_id, version, entry) VALUES ($1, $2, $3)",
-                &[&run_id, v, text],
-            )
-            .map_err(conflict)?;
-        }
-        for entry in entries {
-            summary.apply(entry);
-        }
-        let text = serde_json::to_string(&summary).map_err(|e| StoreError::Corrupt {
-            what: format!("summary of run {run_id}"),
-            message: e.to_string(),
-        })?;
-        let new_version = signed(summary.version, run_id)?;
-        tx.execute(
-            "INSERT INTO agent_runs (run_id, version, summary) VALUES ($1, $2, $3)
-             ON CONFLICT (run_id) DO UPDATE SET version = $2, summary = $3",
-            &[&run_id, &new_version, &text],
-        )
-        .map_err(conflict)?;
-        tx.commit().map_err(conflict)?;
-        Ok(summary.version)
-    }
 }
 
 impl Store for PostgresStore {

@@ -107,6 +107,111 @@ fn one_store_serves_more_writers_than_it_has_connections() {
 }
 
 #[test]
+fn commits_that_arrive_while_one_is_on_its_way_share_the_next_round_trip() {
+    const WRITERS: u64 = 12;
+    let cluster = Cluster::start();
+    let store = PostgresStore::connect(&cluster.url()).unwrap();
+    store.append("held", 0, &[started("held", 1)]).unwrap();
+    // Another session holds the run's row: the next commit of `held` waits in the database.
+    let mut holder = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM agent_runs WHERE run_id = 'held' FOR UPDATE",
+        &[],
+    )
+    .unwrap();
+    let before = store.commit_stats();
+    std::thread::scope(|s| {
+        let store = &store;
+        s.spawn(move || store.append("held", 1, &[filler(2, 1)]).unwrap());
+        while store.commit_stats().round_trips == before.round_trips {
+            std::thread::yield_now();
+        }
+        for w in 0..WRITERS {
+            s.spawn(move || {
+                let run = format!("w{w}");
+                store.append(&run, 0, &[started(&run, 1)]).unwrap();
+            });
+        }
+        // Every writer waits behind the commit on its way; then the row is let go.
+        while store.commit_stats().waiting < WRITERS as usize {
+            std::thread::yield_now();
+        }
+        tx.commit().unwrap();
+    });
+    let after = store.commit_stats();
+    assert_eq!(after.commits - before.commits, WRITERS + 1);
+    assert_eq!(
+        after.round_trips - before.round_trips,
+        2,
+        "the {WRITERS} waiting commits went in one round trip"
+    );
+    let runs = store.runs().unwrap();
+    assert_eq!(runs.len() as u64, WRITERS + 1);
+    assert!(
+        runs.iter()
+            .all(|r| r.version == if r.run_id == "held" { 2 } else { 1 })
+    );
+}
+
+#[test]
+fn a_failing_commit_in_a_shared_round_trip_takes_none_of_the_others_with_it() {
+    let cluster = Cluster::start();
+    let store = PostgresStore::connect(&cluster.url()).unwrap();
+    let other = PostgresStore::connect(&cluster.url()).unwrap();
+    store.append("mine", 0, &[started("mine", 1)]).unwrap();
+    // Another writer moved `mine` on: this store's next commit of it is stale.
+    other.append("mine", 1, &[filler(2, 1)]).unwrap();
+    store.append("gate", 0, &[started("gate", 1)]).unwrap();
+    let mut holder = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM agent_runs WHERE run_id = 'gate' FOR UPDATE",
+        &[],
+    )
+    .unwrap();
+    let before = store.commit_stats();
+    std::thread::scope(|s| {
+        let store = &store;
+        s.spawn(move || store.append("gate", 1, &[filler(2, 1)]).unwrap());
+        while store.commit_stats().round_trips == before.round_trips {
+            std::thread::yield_now();
+        }
+        // The stale commit and eight good ones wait together for the next round trip.
+        let stale = s.spawn(move || store.append("mine", 1, &[filler(2, 7)]));
+        let fresh: Vec<_> = (0..8)
+            .map(|w| {
+                s.spawn(move || {
+                    let run = format!("f{w}");
+                    store.append(&run, 0, &[started(&run, 1)])
+                })
+            })
+            .collect();
+        while store.commit_stats().waiting < 9 {
+            std::thread::yield_now();
+        }
+        tx.commit().unwrap();
+        let refused = stale.join().unwrap().unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                StoreError::Conflict {
+                    expected: 1,
+                    actual: 2,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        for f in fresh {
+            assert_eq!(f.join().unwrap().unwrap(), 1);
+        }
+    });
+    assert_eq!(store.commit_stats().round_trips - before.round_trips, 2);
+    assert_eq!(store.load("mine").unwrap()[1], filler(2, 1));
+}
+
+#[test]
 fn queued_runs_are_claimed_oldest_first_once_each_and_paused_runs_wake() {
     use agent_store::QueueState;
     use std::time::Duration;

@@ -1,0 +1,346 @@
+//! Group commit: the commits that arrive while one is on its way go together in the next
+//! round trip, as one statement (`agent_commit_batch`, a function of the schema) that runs
+//! each commit in a subtransaction of its own. One round trip and one flush of the server's
+//! log serve them all; a commit that fails (a conflict, a lost lease) takes none of the
+//! others with it.
+//!
+//! A commit needs the run's summary as of the version it expects: each store keeps the
+//! summaries of the runs it wrote last, and reads one only when it has not got it.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex};
+
+use agent_core::Entry;
+use postgres::types::Type;
+use serde::{Deserialize, Serialize};
+
+use super::{PostgresStore, decode_summary, engine, signed, version};
+use crate::{RunSummary, StoreError, check_batch};
+
+/// The function a batch of commits calls. Each commit: the lease check (when fenced), the
+/// run's row locked and its version compared, the entries inserted (the primary key on run
+/// and version refuses a second writer), the summary written; all or nothing, each alone.
+pub(super) const COMMIT_FUNCTION: &str = "
+CREATE OR REPLACE FUNCTION agent_commit_batch(batch jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    c jsonb;
+    current_version bigint;
+    results jsonb := '[]'::jsonb;
+BEGIN
+    FOR c IN SELECT value FROM jsonb_array_elements(batch) LOOP
+        BEGIN
+            IF c->>'token' IS NOT NULL THEN
+                UPDATE agent_queue SET updated_at = now()
+                 WHERE run_id = c->>'run' AND lease_token = (c->>'token')::bigint;
+                IF NOT FOUND THEN
+                    results := results || jsonb_build_array(jsonb_build_object('lease_lost', true));
+                    CONTINUE;
+                END IF;
+            END IF;
+            SELECT version INTO current_version FROM agent_runs
+             WHERE run_id = c->>'run' FOR UPDATE;
+            IF NOT FOUND THEN
+                current_version := 0;
+            END IF;
+            IF current_version <> (c->>'expected')::bigint THEN
+                results := results || jsonb_build_array(jsonb_build_object('actual', current_version));
+                CONTINUE;
+            END IF;
+            INSERT INTO agent_events (run_id, version, entry)
+                SELECT c->>'run', (e->>'v')::bigint, e->>'e'
+                  FROM jsonb_array_elements(c->'entries') AS e;
+            INSERT INTO agent_runs (run_id, version, summary)
+                VALUES (c->>'run', (c->>'version')::bigint, c->>'summary')
+                ON CONFLICT (run_id) DO UPDATE
+                SET version = EXCLUDED.version, summary = EXCLUDED.summary;
+            results := results || jsonb_build_array(
+                jsonb_build_object('version', (c->>'version')::bigint));
+        EXCEPTION WHEN unique_violation THEN
+            -- Another writer inserted these versions first.
+            results := results || jsonb_build_array(jsonb_build_object('actual', -1));
+        END;
+    END LOOP;
+    RETURN results;
+END
+$fn$;
+";
+
+/// The most commits sent in one round trip, and about the most bytes.
+const MAX_BATCH: usize = 64;
+const MAX_BATCH_BYTES: usize = 8 << 20;
+/// Summaries kept for the runs written last.
+const MAX_SUMMARIES: usize = 1024;
+
+/// One commit as the batch function reads it.
+#[derive(Serialize)]
+struct Commit {
+    run: String,
+    expected: i64,
+    token: Option<i64>,
+    entries: Vec<Encoded>,
+    summary: String,
+    version: i64,
+}
+
+#[derive(Serialize)]
+struct Encoded {
+    v: i64,
+    e: String,
+}
+
+/// What the batch function says of one commit.
+#[derive(Deserialize)]
+struct Verdict {
+    version: Option<i64>,
+    actual: Option<i64>,
+    #[serde(default)]
+    lease_lost: bool,
+}
+
+type Outcome = Result<u64, StoreError>;
+
+/// How a store's commits went to the database: how many shared each round trip.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Commits asked for.
+    pub commits: u64,
+    /// Round trips (batches) that carried them.
+    pub round_trips: u64,
+    /// Commits waiting now for the next round trip.
+    pub waiting: usize,
+}
+
+/// Commits waiting for the next round trip, and the outcomes of those sent.
+#[derive(Default)]
+pub(super) struct Batcher {
+    state: Mutex<BatchState>,
+    done: Condvar,
+    summaries: Mutex<HashMap<String, RunSummary>>,
+}
+
+#[derive(Default)]
+struct BatchState {
+    /// Round trips made, for [`CommitStats`].
+    round_trips: u64,
+    next_ticket: u64,
+    queue: Vec<(u64, Commit, usize)>,
+    outcomes: HashMap<u64, Outcome>,
+    sending: bool,
+}
+
+impl PostgresStore {
+    /// How this store's commits went to the database so far.
+    pub fn commit_stats(&self) -> CommitStats {
+        let state = self.batcher.state.lock().unwrap_or_else(|p| p.into_inner());
+        CommitStats {
+            commits: state.next_ticket,
+            round_trips: state.round_trips,
+            waiting: state.queue.len(),
+        }
+    }
+
+    /// Appends as [`crate::Store::append`] does; with `fence`, only while the run's lease
+    /// still carries that token (checked in the same transaction).
+    pub(super) fn append_fenced(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+        fence: Option<i64>,
+    ) -> Result<u64, StoreError> {
+        if run_id.is_empty() || run_id.contains('\0') {
+            return Err(StoreError::InvalidRunId(run_id.to_owned()));
+        }
+        check_batch(run_id, expected_version, expected_version, entries)?;
+        let mut summary = self.summary_at(run_id, expected_version)?;
+        let mut encoded = Vec::with_capacity(entries.len());
+        let mut bytes = 0;
+        for entry in entries {
+            let text = serde_json::to_string(entry).map_err(|err| StoreError::Corrupt {
+                what: format!("new entry {} of run {run_id}", entry.version),
+                message: err.to_string(),
+            })?;
+            bytes += text.len();
+            encoded.push(Encoded {
+                v: signed(entry.version, run_id)?,
+                e: text,
+            });
+            summary.apply(entry);
+        }
+        let commit = Commit {
+            run: run_id.to_owned(),
+            expected: signed(expected_version, run_id)?,
+            token: fence,
+            entries: encoded,
+            summary: serde_json::to_string(&summary).map_err(|e| StoreError::Corrupt {
+                what: format!("summary of run {run_id}"),
+                message: e.to_string(),
+            })?,
+            version: signed(summary.version, run_id)?,
+        };
+        let outcome = self.send(commit, bytes);
+        let mut summaries = self
+            .batcher
+            .summaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match &outcome {
+            Ok(_) => {
+                if summaries.len() >= MAX_SUMMARIES {
+                    summaries.clear();
+                }
+                summaries.insert(run_id.to_owned(), summary);
+            }
+            Err(_) => {
+                summaries.remove(run_id);
+            }
+        }
+        outcome
+    }
+
+    /// The run's summary at `expected` (a new run's at 0), from those kept or the database.
+    /// A run at another version is the conflict it is.
+    fn summary_at(&self, run_id: &str, expected: u64) -> Result<RunSummary, StoreError> {
+        let kept = self
+            .batcher
+            .summaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .filter(|s| s.version == expected)
+            .cloned();
+        if let Some(summary) = kept {
+            return Ok(summary);
+        }
+        let row = self
+            .client()?
+            .query_typed_opt(
+                "SELECT version, summary FROM agent_runs WHERE run_id = $1",
+                &[(&run_id, Type::TEXT)],
+            )
+            .map_err(|e| engine(&e))?;
+        let (current, summary) = match &row {
+            Some(row) => (version(row.get(0)), decode_summary(run_id, row.get(1))?),
+            None => (0, RunSummary::new(run_id)),
+        };
+        if current != expected {
+            return Err(StoreError::Conflict {
+                run_id: run_id.to_owned(),
+                expected,
+                actual: current,
+            });
+        }
+        Ok(summary)
+    }
+
+    /// Queues the commit and waits for its outcome; the first waiter with nothing in flight
+    /// sends everything queued, again and again until the queue is empty.
+    fn send(&self, commit: Commit, bytes: usize) -> Outcome {
+        let batcher = &self.batcher;
+        let mut state = batcher.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.next_ticket += 1;
+        let ticket = state.next_ticket;
+        state.queue.push((ticket, commit, bytes));
+        loop {
+            if let Some(outcome) = state.outcomes.remove(&ticket) {
+                return outcome;
+            }
+            if state.sending {
+                state = batcher.done.wait(state).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            // Lead: take a batch, send it without the lock, hand out the outcomes.
+            let mut taken = Vec::new();
+            let mut size = 0;
+            while !state.queue.is_empty() && taken.len() < MAX_BATCH {
+                let next = state.queue[0].2;
+                if !taken.is_empty() && size + next > MAX_BATCH_BYTES {
+                    break;
+                }
+                size += next;
+                taken.push(state.queue.remove(0));
+            }
+            state.sending = true;
+            state.round_trips += 1;
+            drop(state);
+            let outcomes = self.round_trip(taken);
+            state = batcher.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.sending = false;
+            state.outcomes.extend(outcomes);
+            batcher.done.notify_all();
+        }
+    }
+
+    /// Sends one batch (ordered by run, so that batches of several processes lock runs in
+    /// one order and never deadlock) and reads each commit's outcome.
+    fn round_trip(&self, mut taken: Vec<(u64, Commit, usize)>) -> Vec<(u64, Outcome)> {
+        taken.sort_by(|a, b| a.1.run.cmp(&b.1.run).then(a.0.cmp(&b.0)));
+        let commits: Vec<&Commit> = taken.iter().map(|(_, c, _)| c).collect();
+        let sent = serde_json::to_string(&commits)
+            .map_err(|e| StoreError::Engine(format!("cannot encode a commit: {e}")))
+            .and_then(|body| {
+                let row = self
+                    .client()?
+                    .query_typed_one(
+                        "SELECT agent_commit_batch($1::jsonb)::text",
+                        &[(&body, Type::TEXT)],
+                    )
+                    .map_err(|e| engine(&e))?;
+                let text: String = row.get(0);
+                serde_json::from_str::<Vec<Verdict>>(&text).map_err(|e| StoreError::Corrupt {
+                    what: "the outcome of a commit".to_owned(),
+                    message: e.to_string(),
+                })
+            });
+        match sent {
+            Ok(verdicts) if verdicts.len() == taken.len() => taken
+                .into_iter()
+                .zip(verdicts)
+                .map(|((ticket, commit, _), verdict)| (ticket, judge(&commit, &verdict)))
+                .collect(),
+            Ok(verdicts) => {
+                let message = format!(
+                    "{} outcomes came back for {} commits",
+                    verdicts.len(),
+                    taken.len()
+                );
+                taken
+                    .into_iter()
+                    .map(|(ticket, ..)| (ticket, Err(StoreError::Engine(message.clone()))))
+                    .collect()
+            }
+            Err(e) => {
+                let message = e.to_string();
+                taken
+                    .into_iter()
+                    .map(|(ticket, ..)| (ticket, Err(StoreError::Engine(message.clone()))))
+                    .collect()
+            }
+        }
+    }
+}
+
+fn judge(commit: &Commit, verdict: &Verdict) -> Outcome {
+    let expected = version(commit.expected);
+    if verdict.lease_lost {
+        return Err(StoreError::LeaseLost(commit.run.clone()));
+    }
+    match (verdict.version, verdict.actual) {
+        (Some(v), _) => Ok(version(v)),
+        // -1: the versions were inserted by another writer at the same moment.
+        (None, Some(actual)) => Err(StoreError::Conflict {
+            run_id: commit.run.clone(),
+            expected,
+            actual: if actual < 0 {
+                expected + 1
+            } else {
+                version(actual)
+            },
+        }),
+        (None, None) => Err(StoreError::Engine(format!(
+            "no outcome for the commit of run {}",
+            commit.run
+        ))),
+    }
+}
