@@ -233,6 +233,50 @@ fn drive(
     }))
 }
 
+/// How often an idle worker looks for runs nobody announced (expired leases).
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// Announcements of runnable runs, counted, for the slots of a worker to wait on.
+#[derive(Default)]
+struct Wakeups {
+    count: std::sync::Mutex<u64>,
+    came: std::sync::Condvar,
+}
+
+impl Wakeups {
+    fn seen(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns when an announcement came after `seen`, or after `at_most`.
+    fn wait(&self, seen: u64, at_most: Duration) {
+        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self.came.wait_timeout_while(count, at_most, |n| *n == seen);
+    }
+
+    fn announce(&self) {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.came.notify_all();
+    }
+}
+
+/// Listens for runs made runnable and wakes the idle slots; without a listening
+/// connection (it broke, or could not be opened) the slots poll, and it tries again.
+fn listen(store: &PostgresStore, wakeups: &Wakeups) {
+    loop {
+        match store.listen() {
+            Ok(mut listener) => {
+                while let Ok(came) = listener.wait(Duration::from_secs(30)) {
+                    if came {
+                        wakeups.announce();
+                    }
+                }
+            }
+            Err(_) => std::thread::sleep(Duration::from_secs(5)),
+        }
+    }
+}
+
 /// `agent worker`.
 pub fn worker(
     settings: &Settings,
@@ -257,19 +301,28 @@ pub fn worker(
             .unwrap_or_else(|_| "host".to_owned()),
         std::process::id()
     );
+    // Idle slots wait for an announcement of a run made runnable (submit, approve), and
+    // look again every second anyway (runs whose lease expired are announced by nobody).
+    let wakeups = Arc::new(Wakeups::default());
+    if !until_empty {
+        let (store, wakeups) = (Arc::clone(&store), Arc::clone(&wakeups));
+        // It lives as long as the process: a worker without --until-empty never returns.
+        std::thread::spawn(move || listen(&store, &wakeups));
+    }
     let failures = std::thread::scope(|scope| {
         let slots: Vec<_> = (0..concurrency)
             .map(|slot| {
                 let store = Arc::clone(&store);
+                let wakeups = Arc::clone(&wakeups);
                 let owner = format!("{owner}/{slot}");
                 scope.spawn(move || -> Result<(), Failure> {
                     loop {
+                        let seen = wakeups.seen();
                         let Some(lease) = store.claim(&owner, ttl)? else {
                             if until_empty {
                                 return Ok(());
                             }
-                            // Polling: a queue without work costs one query a second.
-                            std::thread::sleep(Duration::from_secs(1));
+                            wakeups.wait(seen, IDLE_POLL);
                             continue;
                         };
                         let next = match drive(&store, settings, &lease, ttl) {

@@ -32,7 +32,9 @@ pub use dir::{DIR_FORMAT_VERSION, DirStore};
 pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::{CommitStats, FencedStore, Lease, MAX_CONNECTIONS, PostgresStore, QueueState};
+pub use postgres::{
+    CommitStats, FencedStore, Lease, Listener, MAX_CONNECTIONS, PostgresStore, QueueState,
+};
 #[cfg(feature = "sled")]
 pub use sled_store::{FORMAT_VERSION, SledStore};
 pub use summary::RunSummary;

@@ -54,15 +54,55 @@ fn millis(ttl: Duration) -> f64 {
     ttl.as_secs_f64() * 1000.0
 }
 
+/// A connection listening for runs that became runnable (`LISTEN agent_queue`: every
+/// [`PostgresStore::submit`] and [`PostgresStore::wake`] announces one), so that idle
+/// workers need not poll.
+pub struct Listener {
+    client: postgres::Client,
+}
+
+impl Listener {
+    /// Waits at most `timeout` for an announcement; whether one came (all that came are
+    /// taken). A connection that broke is an error: poll instead.
+    pub fn wait(&mut self, timeout: Duration) -> Result<bool, StoreError> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut notifications = self.client.notifications();
+        let mut came = false;
+        let mut wait = timeout;
+        // The first waits; the rest are only those already there.
+        while notifications
+            .timeout_iter(wait)
+            .next()
+            .map_err(|e| engine(&e))?
+            .is_some()
+        {
+            came = true;
+            wait = Duration::ZERO;
+        }
+        Ok(came)
+    }
+}
+
 impl PostgresStore {
+    /// A connection of its own that listens for runs becoming runnable.
+    pub fn listen(&self) -> Result<Listener, StoreError> {
+        let mut client = super::open(&self.url)?;
+        client
+            .batch_execute("LISTEN agent_queue")
+            .map_err(|e| engine(&e))?;
+        Ok(Listener { client })
+    }
+
     /// Queues run `run_id` with `spec` (what a worker needs to drive it). Queuing the
     /// same run again is refused as a conflict.
     pub fn submit(&self, run_id: &str, spec: &str) -> Result<(), StoreError> {
         let inserted = self
             .client()?
             .execute(
-                "INSERT INTO agent_queue (run_id, spec, state) VALUES ($1, $2, 'runnable')
-                 ON CONFLICT (run_id) DO NOTHING",
+                "WITH queued AS (
+                     INSERT INTO agent_queue (run_id, spec, state) VALUES ($1, $2, 'runnable')
+                     ON CONFLICT (run_id) DO NOTHING RETURNING run_id)
+                 SELECT pg_notify('agent_queue', run_id) FROM queued",
                 &[&run_id, &spec],
             )
             .map_err(|e| engine(&e))?;
@@ -144,8 +184,10 @@ impl PostgresStore {
         let woken = self
             .client()?
             .execute(
-                "UPDATE agent_queue SET state = 'runnable', updated_at = now()
-                 WHERE run_id = $1 AND state = 'paused'",
+                "WITH woken AS (
+                     UPDATE agent_queue SET state = 'runnable', updated_at = now()
+                     WHERE run_id = $1 AND state = 'paused' RETURNING run_id)
+                 SELECT pg_notify('agent_queue', run_id) FROM woken",
                 &[&run_id],
             )
             .map_err(|e| engine(&e))?;

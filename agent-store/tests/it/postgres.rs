@@ -212,6 +212,34 @@ fn a_failing_commit_in_a_shared_round_trip_takes_none_of_the_others_with_it() {
 }
 
 #[test]
+fn a_listener_hears_of_runs_submitted_and_woken() {
+    use std::time::Duration;
+    let cluster = Cluster::start();
+    let store = PostgresStore::connect(&cluster.url()).unwrap();
+    let mut listener = store.listen().unwrap();
+    assert!(!listener.wait(Duration::ZERO).unwrap(), "nothing yet");
+    store.submit("r", "spec").unwrap();
+    // Announced at the submit's commit; the long timeout only bounds a broken test.
+    assert!(listener.wait(Duration::from_secs(60)).unwrap());
+    assert!(!listener.wait(Duration::ZERO).unwrap(), "taken once");
+    let lease = store.claim("w", Duration::from_secs(60)).unwrap().unwrap();
+    store
+        .release(&lease, agent_store::QueueState::Paused)
+        .unwrap();
+    assert!(
+        !listener.wait(Duration::ZERO).unwrap(),
+        "a pause announces nothing"
+    );
+    assert!(store.wake("r").unwrap());
+    assert!(listener.wait(Duration::from_secs(60)).unwrap());
+    assert!(
+        !store.wake("r").unwrap(),
+        "a runnable run is not woken again"
+    );
+    assert!(!listener.wait(Duration::ZERO).unwrap());
+}
+
+#[test]
 fn queued_runs_are_claimed_oldest_first_once_each_and_paused_runs_wake() {
     use agent_store::QueueState;
     use std::time::Duration;
