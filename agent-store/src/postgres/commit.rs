@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
 
 use agent_core::Entry;
+use postgres::error::SqlState;
 use postgres::types::Type;
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +70,8 @@ $fn$;
 /// The most commits sent in one round trip, and about the most bytes.
 const MAX_BATCH: usize = 64;
 const MAX_BATCH_BYTES: usize = 8 << 20;
+/// How many times a batch the database gave up on as a whole is sent.
+const MAX_ATTEMPTS: u32 = 5;
 /// Summaries kept for the runs written last.
 const MAX_SUMMARIES: usize = 1024;
 
@@ -109,6 +112,8 @@ pub struct CommitStats {
     pub round_trips: u64,
     /// Commits waiting now for the next round trip.
     pub waiting: usize,
+    /// Batches sent again after the database gave up on them as a whole.
+    pub retries: u64,
 }
 
 /// Commits waiting for the next round trip, and the outcomes of those sent.
@@ -123,6 +128,8 @@ pub(super) struct Batcher {
 struct BatchState {
     /// Round trips made, for [`CommitStats`].
     round_trips: u64,
+    /// Batches sent again.
+    retries: u64,
     next_ticket: u64,
     queue: Vec<(u64, Commit, usize)>,
     outcomes: HashMap<u64, Outcome>,
@@ -137,6 +144,7 @@ impl PostgresStore {
             commits: state.next_ticket,
             round_trips: state.round_trips,
             waiting: state.queue.len(),
+            retries: state.retries,
         }
     }
 
@@ -272,6 +280,38 @@ impl PostgresStore {
         }
     }
 
+    /// Runs the batch statement. A statement the database gave up on as a whole (a
+    /// serialization failure, as a distributed PostgreSQL-compatible database reports
+    /// under contention, or a deadlock) wrote nothing and is sent again, a few times.
+    fn commit_statement(&self, body: &str) -> Result<postgres::Row, StoreError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result = self.client()?.query_typed_one(
+                "SELECT agent_commit_batch($1::jsonb)::text",
+                &[(&body, Type::TEXT)],
+            );
+            match result {
+                Ok(row) => return Ok(row),
+                Err(e)
+                    if attempts < MAX_ATTEMPTS
+                        && matches!(
+                            e.code(),
+                            Some(&SqlState::T_R_SERIALIZATION_FAILURE)
+                                | Some(&SqlState::T_R_DEADLOCK_DETECTED)
+                        ) =>
+                {
+                    self.batcher
+                        .state
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .retries += 1;
+                }
+                Err(e) => return Err(engine(&e)),
+            }
+        }
+    }
+
     /// Sends one batch (ordered by run, so that batches of several processes lock runs in
     /// one order and never deadlock) and reads each commit's outcome.
     fn round_trip(&self, mut taken: Vec<(u64, Commit, usize)>) -> Vec<(u64, Outcome)> {
@@ -280,13 +320,7 @@ impl PostgresStore {
         let sent = serde_json::to_string(&commits)
             .map_err(|e| StoreError::Engine(format!("cannot encode a commit: {e}")))
             .and_then(|body| {
-                let row = self
-                    .client()?
-                    .query_typed_one(
-                        "SELECT agent_commit_batch($1::jsonb)::text",
-                        &[(&body, Type::TEXT)],
-                    )
-                    .map_err(|e| engine(&e))?;
+                let row = self.commit_statement(&body)?;
                 let text: String = row.get(0);
                 serde_json::from_str::<Vec<Verdict>>(&text).map_err(|e| StoreError::Corrupt {
                     what: "the outcome of a commit".to_owned(),

@@ -212,6 +212,50 @@ fn a_failing_commit_in_a_shared_round_trip_takes_none_of_the_others_with_it() {
 }
 
 #[test]
+fn a_commit_the_database_could_not_serialize_is_sent_again() {
+    let cluster = Cluster::start();
+    let mut admin = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
+    // As a distributed PostgreSQL-compatible database runs every transaction.
+    admin
+        .batch_execute(
+            "ALTER DATABASE postgres SET default_transaction_isolation TO 'serializable'",
+        )
+        .unwrap();
+    let store = PostgresStore::connect(&cluster.url()).unwrap();
+    store.append("x", 0, &[started("x", 1)]).unwrap();
+    let mut holder = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "UPDATE agent_runs SET summary = summary WHERE run_id = 'x'",
+        &[],
+    )
+    .unwrap();
+    let waiting_on_a_lock = |admin: &mut postgres::Client| -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%agent_commit_batch%'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    std::thread::scope(|s| {
+        let store = &store;
+        let commit = s.spawn(move || store.append("x", 1, &[filler(2, 1)]));
+        // The commit's statement has its snapshot and waits for the row.
+        while waiting_on_a_lock(&mut admin) == 0 {
+            std::thread::yield_now();
+        }
+        // The row changed under its snapshot: serializable isolation refuses it (40001).
+        tx.commit().unwrap();
+        assert_eq!(commit.join().unwrap().unwrap(), 2);
+    });
+    assert_eq!(store.commit_stats().retries, 1);
+    assert_eq!(store.load("x").unwrap().len(), 2);
+}
+
+#[test]
 fn a_listener_hears_of_runs_submitted_and_woken() {
     use std::time::Duration;
     let cluster = Cluster::start();
