@@ -126,7 +126,15 @@ impl std::fmt::Debug for PostgresStore {
 }
 
 fn engine(e: &postgres::Error) -> StoreError {
-    StoreError::Engine(format!("PostgreSQL: {e}"))
+    // The error's own text is only "db error" when the server said what went wrong.
+    match e.as_db_error() {
+        Some(db) => StoreError::Engine(format!(
+            "PostgreSQL: {} ({})",
+            db.message(),
+            db.code().code()
+        )),
+        None => StoreError::Engine(format!("PostgreSQL: {e}")),
+    }
 }
 
 fn version(v: i64) -> u64 {
