@@ -393,11 +393,21 @@ fn report_damage(store: &OpenStore) -> Result<u8, Failure> {
     }
 }
 
+/// On stderr, that a run is still going: what was shown is what it committed so far.
+fn tell_live(run_id: &str, live: Option<&str>) {
+    if let Some(by) = live {
+        tell(format_args!(
+            "agent: run {run_id} is live, driven by {by}: this is what it committed so far\n"
+        ));
+    }
+}
+
 fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Result<u8, Failure> {
     let location = &settings.store;
     let store = OpenStore::must_exist(location)?;
     let damage = store.damage();
     let mut log = store.as_store().load(run_id)?;
+    let live = store.driver(run_id)?;
     if log.is_empty() {
         return Err(usage(format!("no run {run_id} in {location}")));
     }
@@ -457,6 +467,7 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
             "tools": prompt.tools,
             "estimated_tokens": projector.tokens(),
             "context_window": window,
+            "live": live,
         });
         say(format_args!("{value}\n"));
     } else {
@@ -464,6 +475,7 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
             "{}",
             render::prompt_text(prompt, projector.tokens(), window)
         ));
+        tell_live(run_id, live.as_deref());
     }
     match damage {
         Some(damage) => Err(failed(damage)),
@@ -511,6 +523,7 @@ fn show(
 ) -> Result<u8, Failure> {
     let store = OpenStore::must_exist(location)?;
     let entries = store.as_store().load(run_id)?;
+    let live = store.driver(run_id)?;
     if let Some(id) = call {
         // Every proposal of that call id (a model may reuse ids across turns).
         let found: Vec<serde_json::Value> = entries
@@ -556,10 +569,11 @@ fn show(
         return Ok(EXIT_OK);
     }
     if json {
-        let value = serde_json::json!({ "run_id": run_id, "events": entries });
+        let value = serde_json::json!({ "run_id": run_id, "live": live, "events": entries });
         say(format_args!("{value}\n"));
     } else {
         say(format_args!("{}", render::timeline(run_id, &entries)));
+        tell_live(run_id, live.as_deref());
     }
     report_damage(&store)
 }

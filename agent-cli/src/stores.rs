@@ -125,6 +125,17 @@ impl OpenStore {
         }
     }
 
+    /// Who drives the run right now, if anyone does (`process 1234`, `worker host:42/0`).
+    pub fn driver(&self, run_id: &str) -> Result<Option<String>, Failure> {
+        Ok(match self {
+            OpenStore::Dir(store) => store.driver(run_id).map(|pid| format!("process {pid}")),
+            OpenStore::Postgres(store) => store
+                .lease_holder(run_id)?
+                .map(|worker| format!("worker {worker}")),
+            OpenStore::Fenced(_) => None,
+        })
+    }
+
     /// The store that may be written: a damaged one is refused before anything happens.
     pub fn writable(self) -> Result<OpenStore, Failure> {
         match self.damage() {

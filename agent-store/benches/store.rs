@@ -101,21 +101,30 @@ fn concurrent_runs(name: &str, store: Arc<dyn Store>, runs: usize, turns_per_run
             std::thread::spawn(move || {
                 let id = format!("run-{runs}-{r:04}");
                 let mut version = store.append(&id, 0, &[started(&id, 0)]).unwrap();
+                let mut times = Vec::with_capacity(turns_per_run as usize);
                 for t in 1..=turns_per_run {
+                    let began = Instant::now();
                     version = store.append(&id, version, &turn(version + 1, t)).unwrap();
+                    times.push(began.elapsed());
                 }
+                times
             })
         })
         .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    let mut times: Vec<Duration> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
     let elapsed = start.elapsed().as_secs_f64();
+    times.sort();
     let turns = runs as f64 * f64::from(turns_per_run);
     println!(
-        "{name}: {runs:>4} concurrent runs x {turns_per_run} turns: {:.0} durable turns/s ({:.2} s)",
+        "{name}: {runs:>4} concurrent runs x {turns_per_run} turns: {:.0} durable turns/s ({:.2} s), \
+         commit p50 {:?}, p99 {:?}",
         turns / elapsed,
-        elapsed
+        elapsed,
+        percentile(&times, 0.5),
+        percentile(&times, 0.99)
     );
 }
 

@@ -78,8 +78,16 @@ fn a_live_run_is_listed_and_shown_as_it_goes_and_no_second_process_takes_it() {
         .map(|e| e["version"].as_u64().unwrap())
         .collect();
     assert_eq!(versions, (1..=seen.len() as u64).collect::<Vec<_>>());
-    let context = env.run(&["context", &id]);
+    assert_eq!(shown["live"], by.as_str());
+    let text = env.run(&["show", &id]);
+    assert!(
+        stderr(&text).contains(&format!("run {id} is live, driven by {by}")),
+        "{}",
+        stderr(&text)
+    );
+    let context = env.run(&["context", "--json", &id]);
     assert_eq!(context.status.code(), Some(0), "{}", stderr(&context));
+    assert_eq!(json_out(&context)["live"], by.as_str());
 
     // Nobody else may drive it meanwhile.
     for args in [
@@ -103,6 +111,10 @@ fn a_live_run_is_listed_and_shown_as_it_goes_and_no_second_process_takes_it() {
     let runs = json_out(&env.run(&["runs", "--json"]));
     assert_eq!(runs[0]["status"], "finished", "{runs}");
     assert_eq!(runs[0]["live"], Value::Null, "{runs}");
+    assert_eq!(
+        json_out(&env.run(&["show", "--json", &id]))["live"],
+        Value::Null
+    );
 }
 
 #[test]

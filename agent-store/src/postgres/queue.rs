@@ -194,6 +194,19 @@ impl PostgresStore {
         Ok(woken == 1)
     }
 
+    /// The worker holding an unexpired lease on the run, if one does.
+    pub fn lease_holder(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .client()?
+            .query_opt(
+                "SELECT lease_owner FROM agent_queue
+                 WHERE run_id = $1 AND state = 'running' AND lease_expires_at > now()",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(row.and_then(|r| r.get(0)))
+    }
+
     /// Where a queued run stands, if it is queued.
     pub fn queue_state(&self, run_id: &str) -> Result<Option<QueueState>, StoreError> {
         let row = self
