@@ -21,7 +21,7 @@ use crate::render;
 use crate::settings::{ConfigFile, Env, ModelChoice, Settings};
 use crate::stores::{OpenStore, StoreLocation};
 use crate::trust;
-use crate::worker;
+use crate::worker::{self, QueuedAnswer};
 
 /// Writes to standard output; a reader that went away (`agent context RUN | head -1`) is
 /// not an error of ours, so a broken pipe ends the printing quietly.
@@ -297,18 +297,19 @@ fn drive_existing(
     what: Resume,
 ) -> Result<u8, Failure> {
     let answer = match &what {
-        Resume::Approve(calls) => Some(Input::ApprovalGranted {
+        Resume::Approve(calls) => QueuedAnswer::Input(Input::ApprovalGranted {
             call_ids: calls.clone(),
         }),
-        Resume::Deny(calls, reason) => Some(Input::ApprovalDenied {
+        Resume::Deny(calls, reason) => QueuedAnswer::Input(Input::ApprovalDenied {
             call_ids: calls.clone(),
             reason: reason.clone(),
         }),
-        Resume::Resolve(call, resolution) => Some(Input::Resolved {
+        Resume::Resolve(call, resolution) => QueuedAnswer::Input(Input::Resolved {
             call_id: call.clone(),
             resolution: *resolution,
         }),
-        Resume::Continue | Resume::Reply(_) => None,
+        Resume::Reply(text) => QueuedAnswer::Message(text.clone()),
+        Resume::Continue => QueuedAnswer::Continue,
     };
     if let Some(code) = worker::answer_queued(settings, json, run_id, answer)? {
         return Ok(code);
@@ -322,13 +323,7 @@ fn drive_existing(
     };
     // A message's new limits, checked before anything is written.
     let reply = match &what {
-        Resume::Reply(text) => {
-            let state = RunState::fold(&log)
-                .map_err(|e| failed(format!("the log of run {run_id} is damaged: {e}")))?;
-            let current = state.budget_in_force().unwrap_or_default();
-            let new = settings.budget.apply(current.clone());
-            Some((text.clone(), (new != current).then_some(new)))
-        }
+        Resume::Reply(text) => Some((text.clone(), new_budget(settings, run_id, &log)?)),
         _ => None,
     };
     let rt = tokio()?;
@@ -359,6 +354,19 @@ fn drive_existing(
     })?;
     let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
     Ok(finish(&report, json))
+}
+
+/// The limits a message to a run sets, when they differ from those in force.
+pub(crate) fn new_budget(
+    settings: &Settings,
+    run_id: &str,
+    log: &[agent_core::Entry],
+) -> Result<Option<Budget>, Failure> {
+    let state = RunState::fold(log)
+        .map_err(|e| failed(format!("the log of run {run_id} is damaged: {e}")))?;
+    let current = state.budget_in_force().unwrap_or_default();
+    let new = settings.budget.apply(current.clone());
+    Ok((new != current).then_some(new))
 }
 
 fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> {

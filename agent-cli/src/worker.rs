@@ -356,56 +356,80 @@ pub fn worker(
     }
 }
 
-/// For a run queued for workers: a person's answer (`answer`: an approval, a denial, a
-/// settlement) is recorded and the run made runnable, for a worker to go on with it;
-/// `None` when the run is not in the queue (or has left it), and the command drives it
-/// as usual.
+/// What a person says to a run that may be queued.
+pub enum QueuedAnswer {
+    /// Nothing: `agent resume RUN`.
+    Continue,
+    /// An approval, a denial, a settlement.
+    Input(Input),
+    /// A message (an answer to its question, or a follow-up after its end).
+    Message(String),
+}
+
+/// `approve`, `deny`, `resolve` and `resume` of a run in a database's queue: the answer or
+/// message is recorded and the run queued again for a worker (`Ok(Some(code))`), since the
+/// run's workspace is on the workers' machines. `Ok(None)` for a run this does not apply
+/// to (a directory store, a run never queued, or `resume` without a message of an ended
+/// one), which the caller continues here.
 pub fn answer_queued(
     settings: &Settings,
     json: bool,
     run_id: &str,
-    answer: Option<Input>,
+    answer: QueuedAnswer,
 ) -> Result<Option<u8>, Failure> {
     let crate::stores::StoreLocation::Postgres(_) = &settings.store else {
         return Ok(None);
     };
     let store = Arc::new(stores::queue(&settings.store, "resume")?);
-    match store.queue_state(run_id)? {
-        None | Some(QueueState::Ended) => Ok(None),
-        Some(QueueState::Paused) => {
-            let Some(answer) = answer else {
-                return Err(usage(format!(
-                    "run {run_id} waits in the queue for a person: answer it with `agent \
-                     approve`, `agent deny` or `agent resolve` (messages to queued runs are \
-                     not built yet)"
-                )));
-            };
-            let ws =
-                Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
-            let shared: Arc<dyn agent_store::Store> = Arc::clone(&store) as _;
-            let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), shared)
-                .with_redactor(Redactor::from_env());
-            tokio()?.block_on(runtime.record_answer(run_id, answer))?;
-            store.wake(run_id)?;
-            if json {
-                say(format_args!(
-                    "{}\n",
-                    serde_json::json!({"run_id": run_id, "status": "queued"})
-                ));
-            } else {
-                tell(format_args!(
-                    "agent: run {run_id} answered; it is queued again and a worker goes on \
-                     with it\n"
-                ));
-            }
-            Ok(Some(EXIT_OK))
+    let state = store.queue_state(run_id)?;
+    match (state, &answer) {
+        (None, _) | (Some(QueueState::Ended), QueuedAnswer::Continue | QueuedAnswer::Input(_)) => {
+            return Ok(None);
         }
-        Some(state) => Err(usage(format!(
-            "run {run_id} is {} in the queue: workers drive it",
-            match state {
-                QueueState::Running => "being driven by a worker",
-                _ => "waiting for a worker",
-            }
-        ))),
+        (Some(QueueState::Paused), QueuedAnswer::Continue) => {
+            return Err(usage(format!(
+                "run {run_id} waits in the queue for a person: answer it with `agent approve`, \
+                 `agent deny`, `agent resolve` or `agent resume {run_id} MESSAGE`"
+            )));
+        }
+        (Some(QueueState::Runnable | QueueState::Running), _) => {
+            return Err(usage(format!(
+                "run {run_id} is {} in the queue: workers drive it",
+                if state == Some(QueueState::Running) {
+                    "being driven by a worker"
+                } else {
+                    "waiting for a worker"
+                }
+            )));
+        }
+        (Some(QueueState::Paused | QueueState::Ended), _) => {}
     }
+    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+    let shared: Arc<dyn agent_store::Store> = Arc::clone(&store) as _;
+    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), shared)
+        .with_redactor(Redactor::from_env());
+    let rt = tokio()?;
+    match answer {
+        QueuedAnswer::Input(input) => rt.block_on(runtime.record_answer(run_id, input))?,
+        QueuedAnswer::Message(text) => {
+            let log = store.load(run_id)?;
+            let budget = crate::app::new_budget(settings, run_id, &log)?;
+            drop(log);
+            rt.block_on(runtime.record_reply(run_id, &text, budget))?;
+        }
+        // Answered above: nothing to record.
+        QueuedAnswer::Continue => return Ok(None),
+    }
+    store.wake(run_id)?;
+    if json {
+        say(format_args!(
+            "{}\n",
+            serde_json::json!({"run_id": run_id, "status": "queued"})
+        ));
+    } else {
+        tell(format_args!(
+            "agent: run {run_id} answered; it is queued again and a worker goes on with it\n"
+        ));
+    }
+    Ok(Some(EXIT_OK))
 }

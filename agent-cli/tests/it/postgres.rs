@@ -368,6 +368,48 @@ fn an_approval_from_anywhere_queues_a_paused_run_again() {
     assert_eq!(late.status.code(), Some(2), "{}", stderr(&late));
 }
 
+#[test]
+fn a_message_to_a_queued_run_is_recorded_and_queued_again_for_a_worker() {
+    let q = Queue::new();
+    let model = q.script(
+        "talk",
+        json!([
+            {"clarification": "which file?"},
+            {"final": "read notes.txt"},
+            {"final": "and nothing else"}
+        ]),
+    );
+    let id = q.submit(&model, &[], "read the file");
+    let drain = || {
+        let out = q.agent(&["worker", "--until-empty"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    };
+    drain();
+    assert_eq!(q.runs()[0]["reason"], "clarification_required");
+    // The answer to its question, from here: recorded, and the run queued again.
+    let answered = q.agent(&["resume", "--json", &id, "notes.txt"]);
+    assert_eq!(answered.status.code(), Some(0), "{}", stderr(&answered));
+    let v: Value = serde_json::from_slice(&answered.stdout).unwrap();
+    assert_eq!(v["status"], "queued");
+    drain();
+    assert_eq!(q.runs()[0]["reason"], "completed");
+    // A follow-up after its end goes the same way.
+    let again = q.agent(&["resume", "--json", &id, "anything else?"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    drain();
+    let shown = q.agent(&["show", "--json", &id]);
+    let events: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let events = events["events"].as_array().unwrap();
+    let messages: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "user_message")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages, ["notes.txt", "anything else?"]);
+    let last = events.last().unwrap();
+    assert_eq!(last["outcome"]["answer"], "and nothing else", "{last}");
+}
+
 /// A worker stopped (SIGSTOP) past its lease: another worker finishes the run, and when
 /// the first wakes up it learns it lost the lease and writes nothing.
 #[test]

@@ -329,16 +329,7 @@ impl Runtime {
             budget,
             self.clock.now_ms(),
         )
-        .map_err(|e| match e {
-            ReplyError::Fold(e) => RuntimeError::Damaged {
-                run_id: run_id.to_owned(),
-                message: e.to_string(),
-            },
-            source => RuntimeError::Reply {
-                run_id: run_id.to_owned(),
-                source,
-            },
-        })?;
+        .map_err(|e| reply_error(run_id, e))?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
     }
 
@@ -479,13 +470,41 @@ impl Runtime {
         let (mut machine, log) = self.load(run_id).await?;
         drop(log);
         self.answer(run_id, &mut machine, input)?;
+        self.commit_first(run_id, machine).await
+    }
+
+    /// Records a person's message to a run (as [`Runtime::reply`] does, with the same
+    /// checks and new limits) without continuing it: for a run another process continues,
+    /// such as a worker of a queue. Needs no model.
+    pub async fn record_reply(
+        &self,
+        run_id: &str,
+        text: &str,
+        budget: Option<Budget>,
+    ) -> Result<(), RuntimeError> {
+        let log = self.load_log(run_id).await?;
+        let text = self.redactor.redact_str(text);
+        let machine = Machine::reply(
+            self.gateway.specs(),
+            &log,
+            text,
+            budget,
+            self.clock.now_ms(),
+        )
+        .map_err(|e| reply_error(run_id, e))?;
+        drop(log);
+        self.commit_first(run_id, machine).await
+    }
+
+    /// Commits what the machine staged first, and nothing more.
+    async fn commit_first(&self, run_id: &str, mut machine: Machine) -> Result<(), RuntimeError> {
         let Some(Command::Commit {
             expected_version,
             entries,
         }) = machine.poll_command()
         else {
             return Err(RuntimeError::Refused(format!(
-                "run {run_id}: the answer did not lead to a commit"
+                "run {run_id}: what was recorded led to no commit"
             )));
         };
         let entries = self.redactor.redact_entries(entries);
@@ -621,5 +640,19 @@ pub(crate) fn report(run_id: &str, machine: &Machine, outcome: Outcome) -> Repor
         run_id: run_id.to_owned(),
         outcome,
         state: machine.state().clone(),
+    }
+}
+
+/// Why a message could not be added to a run: a log that does not fold is damaged.
+fn reply_error(run_id: &str, e: ReplyError) -> RuntimeError {
+    match e {
+        ReplyError::Fold(e) => RuntimeError::Damaged {
+            run_id: run_id.to_owned(),
+            message: e.to_string(),
+        },
+        source => RuntimeError::Reply {
+            run_id: run_id.to_owned(),
+            source,
+        },
     }
 }

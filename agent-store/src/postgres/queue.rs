@@ -178,15 +178,15 @@ impl PostgresStore {
         Ok(released == 1)
     }
 
-    /// Makes a paused run runnable again (a person answered it); `false` when it was not
-    /// paused.
+    /// Makes a paused or ended run runnable again (a person answered it, or sent it a
+    /// message); `false` when it was neither.
     pub fn wake(&self, run_id: &str) -> Result<bool, StoreError> {
         let woken = self
             .client()?
             .execute(
                 "WITH woken AS (
                      UPDATE agent_queue SET state = 'runnable', updated_at = now()
-                     WHERE run_id = $1 AND state = 'paused' RETURNING run_id)
+                     WHERE run_id = $1 AND state IN ('paused', 'ended') RETURNING run_id)
                  SELECT pg_notify('agent_queue', run_id) FROM woken",
                 &[&run_id],
             )
