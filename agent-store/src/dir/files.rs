@@ -94,3 +94,22 @@ impl Blobs {
         Ok(Some(bytes))
     }
 }
+
+/// Removes the files in `tmp` last changed longer than `age` ago: what processes that died
+/// in the middle of a write left behind. (A live write takes moments, never an hour.)
+pub(super) fn sweep(tmp: &Path, age: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|at| at.elapsed().ok())
+            .is_some_and(|elapsed| elapsed > age);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

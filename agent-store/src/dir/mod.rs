@@ -44,6 +44,8 @@ const TAKE_WAIT: Duration = Duration::from_secs(3);
 const READ_WAIT: Duration = Duration::from_secs(3);
 /// How long each attempt of a reader to open a run's database waits for its lock.
 const READ_LOCK_WAIT: Duration = Duration::from_millis(50);
+/// Temporary files older than this were left by a process that died while writing them.
+const STALE_TEMP: Duration = Duration::from_secs(3600);
 /// The longest run id: it names files.
 const MAX_RUN_ID: usize = 100;
 
@@ -111,6 +113,7 @@ impl DirStore {
         }
         let root = std::fs::canonicalize(given).map_err(|e| files::io_error(given, &e))?;
         let tmp = root.join("tmp");
+        files::sweep(&tmp, STALE_TEMP);
         Ok(DirStore {
             runs: root.join("runs"),
             blobs: Blobs {

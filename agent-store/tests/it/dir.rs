@@ -118,6 +118,26 @@ fn a_summary_read_half_written_is_asked_of_the_process_driving_the_run() {
 }
 
 #[test]
+fn files_left_half_written_by_a_dead_process_are_swept_when_old() {
+    let dir = tempfile::tempdir().unwrap();
+    DirStore::open(dir.path()).unwrap();
+    let tmp = dir.path().join("tmp");
+    let (old, new) = (tmp.join("blob.1.0"), tmp.join("blob.2.0"));
+    std::fs::write(&old, "left by a crash").unwrap();
+    std::fs::write(&new, "being written").unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(two_hours_ago)
+        .unwrap();
+    DirStore::open(dir.path()).unwrap();
+    assert!(!old.exists());
+    assert!(new.exists(), "a file being written now is left alone");
+}
+
+#[test]
 fn hostile_run_ids_name_no_file_outside_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let store = DirStore::open(dir.path().join("s")).unwrap();
