@@ -49,7 +49,32 @@ const STALE_TEMP: Duration = Duration::from_secs(3600);
 /// The longest run id: it names files.
 const MAX_RUN_ID: usize = 100;
 
-/// The embedded store shared by processes: see the [module docs](self).
+/// The embedded store that any number of processes share: a directory with a sled
+/// database per run, so that a process locks only the runs it drives.
+///
+/// ```text
+/// STORE/agent-store         the layout's format
+/// STORE/runs/ID/            the run's log: a SledStore, held by the process driving it
+/// STORE/runs/ID.json        the run's summary, rewritten in place at each commit
+/// STORE/runs/ID.owner       who drives it: pid and socket, while a process does
+/// STORE/runs/ID.sock        where that process serves the run's committed log
+/// STORE/blobs/DIGEST        blobs, one file each, written once by a rename
+/// STORE/tmp/                files being written
+/// ```
+///
+/// Listing runs reads the summaries. Reading a run that another process drives asks that
+/// process over its socket; reading any other run opens its database for the moment of
+/// the read. Appending to a run takes it ([`DirStore::take`]): a run another process
+/// drives is [`StoreError::Busy`].
+///
+/// ```
+/// use agent_store::{DirStore, Store};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let a = DirStore::open(dir.path()).unwrap();
+/// let b = DirStore::open(dir.path()).unwrap(); // as a second process would
+/// assert!(a.runs().unwrap().is_empty() && b.runs().unwrap().is_empty());
+/// ```
 pub struct DirStore {
     root: PathBuf,
     runs: PathBuf,
