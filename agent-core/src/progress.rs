@@ -21,15 +21,21 @@ pub fn fingerprint(calls: &[ToolCall]) -> String {
     sha256_hex(&parts.join(&b'\n'))
 }
 
-/// Identity of one request for the retry budget: the same id, tool and arguments.
-pub(crate) fn call_signature(call: &ToolCall) -> String {
+/// Identity of one request for the retry budget: the same id, tool and arguments. The
+/// first 128 bits of a SHA-256: a run remembers one per call it ran, so it is kept small
+/// (a chance collision among a million calls is about 1 in 10^26).
+pub(crate) fn call_signature(call: &ToolCall) -> u128 {
+    use sha2::{Digest, Sha256};
     let mut text = Vec::with_capacity(call.id.as_str().len() + call.name.len() + 64);
     text.extend_from_slice(call.id.as_str().as_bytes());
     text.push(0);
     text.extend_from_slice(call.name.as_bytes());
     text.push(0);
     write_canonical(&call.arguments, &mut text);
-    sha256_hex(&text)
+    let digest = Sha256::digest(&text);
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_be_bytes(first)
 }
 
 /// Longest excerpt of a previous result quoted in a correction.

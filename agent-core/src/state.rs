@@ -150,7 +150,7 @@ pub struct RunState {
     tally: Tally,
     invalid_before: u32,
     denials_before: u32,
-    attempts: BTreeMap<String, u32>,
+    attempts: BTreeMap<u128, u32>,
     /// Whether repeated plans and reruns are tracked (hashes of every call); a fold that
     /// only shows a run does without.
     tracks_repeats: bool,

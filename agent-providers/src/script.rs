@@ -24,7 +24,7 @@ pub struct ScriptError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawScript {
-    turns: Vec<Value>,
+    turns: Vec<Box<serde_json::value::RawValue>>,
 }
 
 #[derive(Deserialize)]
@@ -93,7 +93,9 @@ struct Turn {
 #[derive(Clone, Debug)]
 pub struct ScriptModel {
     name: String,
-    turns: Vec<Turn>,
+    /// Each turn's JSON text, checked when the script was read and decoded when it is
+    /// played: a long script costs its text in memory, not a tree of values.
+    turns: Vec<Box<serde_json::value::RawValue>>,
 }
 
 const KEYS: &str =
@@ -135,24 +137,21 @@ impl ScriptModel {
     fn parse(text: &str) -> Result<ScriptModel, String> {
         let raw: RawScript = serde_json::from_str(text)
             .map_err(|e| format!("not a script ({e}); expected {{\"turns\": [TURN, ...]}}"))?;
-        let turns = raw
-            .turns
-            .into_iter()
-            .enumerate()
-            .map(|(i, value)| parse_turn(value).map_err(|e| format!("turn {}: {e}", i + 1)))
-            .collect::<Result<Vec<_>, _>>()?;
+        for (i, turn) in raw.turns.iter().enumerate() {
+            parse_turn(turn.get()).map_err(|e| format!("turn {}: {e}", i + 1))?;
+        }
         Ok(ScriptModel {
             name: "inline".to_owned(),
-            turns,
+            turns: raw.turns,
         })
     }
 }
 
-fn parse_turn(value: Value) -> Result<Turn, String> {
-    if !value.is_object() {
+fn parse_turn(text: &str) -> Result<Turn, String> {
+    if !text.trim_start().starts_with('{') {
         return Err(format!("a turn is an object with one of: {KEYS}"));
     }
-    let raw: RawTurn = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    let raw: RawTurn = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let calls = |raw: Vec<RawCall>| -> Vec<ToolCall> {
         raw.into_iter()
             .map(|c| ToolCall::new(c.id, c.name, c.arguments))
@@ -211,24 +210,26 @@ impl Model for ScriptModel {
 
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
-        let Some(turn) = self.turns.get(index) else {
+        let Some(text) = self.turns.get(index) else {
             return Err(ProviderError::Exhausted(format!(
                 "the script has {} turn(s) and all were used; add a turn or end with a final answer",
                 self.turns.len()
             )));
         };
+        // Checked when the script was read: it decodes the same now.
+        let turn = parse_turn(text.get()).map_err(ProviderError::Scripted)?;
         if !turn.delay.is_zero() {
             // Simulated latency: the script stands in for a model that takes this long.
             tokio::time::sleep(turn.delay).await;
         }
-        match &turn.answer {
-            Answer::Decision(d) => Ok(ModelReply::decision(d.clone(), turn.usage)),
+        match turn.answer {
+            Answer::Decision(d) => Ok(ModelReply::decision(d, turn.usage)),
             Answer::Invalid(raw) => Ok(ModelReply::invalid(
-                raw.clone(),
+                raw,
                 "the reply is not a decision (not JSON of a known shape)",
                 turn.usage,
             )),
-            Answer::Error(message) => Err(ProviderError::Scripted(message.clone())),
+            Answer::Error(message) => Err(ProviderError::Scripted(message)),
         }
     }
 }
