@@ -1,14 +1,13 @@
 //! The durable store on sled: one tree of events keyed by run id and big-endian version,
-//! one tree of run summaries, one of metadata. A commit is one sled transaction over the
-//! events and the summary, flushed to disk before it is confirmed.
+//! one tree of run summaries, one of metadata. A commit is one atomic batch of entries,
+//! then the run's summary, flushed to disk before it is confirmed; the version check is
+//! made in memory, by the database's only writer.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use agent_core::{Entry, Handle};
-use sled::Transactional;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
 
 use crate::{RunSummary, Store, StoreError, check_batch};
 
@@ -32,6 +31,10 @@ pub struct SledStore {
     marker: Marker,
     /// Set when the database holds fewer entries than were committed.
     damage: Option<String>,
+    /// Every run's summary as of its last append. This handle is the database's only
+    /// writer (sled locks it to one process), so the version check is made here, under this
+    /// lock, and a commit needs no transaction across the two trees.
+    summaries: Mutex<std::collections::HashMap<String, RunSummary>>,
 }
 
 /// Detects a database that lost committed data. sled recovers a damaged file by dropping
@@ -210,10 +213,15 @@ impl SledStore {
             None => return Err(StoreError::NotAStore(path)),
         }
         let runs = db.open_tree("runs")?;
+        let events = db.open_tree("events")?;
         let mut total = 0u64;
+        let mut summaries = std::collections::HashMap::new();
         for item in runs.iter() {
             let (k, v) = item?;
-            total = total.saturating_add(decode_summary(&String::from_utf8_lossy(&k), &v)?.version);
+            let run_id = String::from_utf8_lossy(&k).into_owned();
+            let summary = settle_summary(&events, &runs, decode_summary(&run_id, &v)?)?;
+            total = total.saturating_add(summary.version);
+            summaries.insert(run_id, summary);
         }
         let damage = match counted {
             Some(counted) if counted > total => Some(format!(
@@ -231,8 +239,9 @@ impl SledStore {
             marker.record(total);
         }
         Ok(SledStore {
-            events: db.open_tree("events")?,
+            events,
             runs,
+            summaries: Mutex::new(summaries),
             blobs: db.open_tree("blobs")?,
             flusher: GroupFlush::default(),
             marker,
@@ -375,6 +384,34 @@ fn event_key(run_id: &str, version: u64) -> Vec<u8> {
     key
 }
 
+/// A run's summary made to agree with its entries: a crash between a commit's entries and
+/// its summary leaves entries the summary does not count yet (they were never confirmed,
+/// but they are there, whole); they are counted now, and the summary written again.
+fn settle_summary(
+    events: &sled::Tree,
+    runs: &sled::Tree,
+    mut summary: RunSummary,
+) -> Result<RunSummary, StoreError> {
+    let run_id = summary.run_id.clone();
+    let mut changed = false;
+    while let Some(bytes) = events.get(event_key(&run_id, summary.version + 1))? {
+        let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            what: format!("entry {} of run {run_id}", summary.version + 1),
+            message: e.to_string(),
+        })?;
+        summary.apply(&entry);
+        changed = true;
+    }
+    if changed {
+        let bytes = serde_json::to_vec(&summary).map_err(|e| StoreError::Corrupt {
+            what: format!("summary of run {run_id}"),
+            message: e.to_string(),
+        })?;
+        runs.insert(run_key(&run_id)?, bytes)?;
+    }
+    Ok(summary)
+}
+
 fn decode_summary(what: &str, bytes: &[u8]) -> Result<RunSummary, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
         what: format!("summary of run {what}"),
@@ -404,34 +441,36 @@ impl Store for SledStore {
                     })
             })
             .collect::<Result<_, _>>()?;
-        let version = (&self.events, &self.runs)
-            .transaction(|(events, runs)| {
-                let mut summary = match runs.get(&key)? {
-                    Some(bytes) => decode_summary(run_id, &bytes)
-                        .map_err(ConflictableTransactionError::Abort)?,
-                    None => RunSummary::new(run_id),
-                };
-                check_batch(run_id, summary.version, expected_version, entries)
-                    .map_err(ConflictableTransactionError::Abort)?;
-                for (k, v) in &encoded {
-                    events.insert(k.as_slice(), v.as_slice())?;
-                }
-                for entry in entries {
-                    summary.apply(entry);
-                }
-                let bytes = serde_json::to_vec(&summary).map_err(|e| {
-                    ConflictableTransactionError::Abort(StoreError::Corrupt {
-                        what: format!("summary of run {run_id}"),
-                        message: e.to_string(),
-                    })
-                })?;
-                runs.insert(key.as_slice(), bytes)?;
-                Ok(summary.version)
-            })
-            .map_err(|e| match e {
-                TransactionError::Abort(err) => err,
-                TransactionError::Storage(err) => err.into(),
+        let version = {
+            let mut summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
+            let current = summaries.get(run_id).map_or(0, |s| s.version);
+            check_batch(run_id, current, expected_version, entries)?;
+            let mut summary = summaries
+                .get(run_id)
+                .cloned()
+                .unwrap_or_else(|| RunSummary::new(run_id));
+            for entry in entries {
+                summary.apply(entry);
+            }
+            let bytes = serde_json::to_vec(&summary).map_err(|e| StoreError::Corrupt {
+                what: format!("summary of run {run_id}"),
+                message: e.to_string(),
             })?;
+            // The entries go in at once (a batch is atomic), then the summary. A crash in
+            // between leaves entries the summary does not count yet: the next open counts
+            // them (`settle_summary`). Either way nothing is confirmed before the flush.
+            let mut batch = sled::Batch::default();
+            for (k, v) in encoded {
+                batch.insert(k, v);
+            }
+            let version = summary.version;
+            // Remembered first: the entries may be in the tree even if a write below fails,
+            // and they must never be written over.
+            summaries.insert(run_id.to_owned(), summary);
+            self.events.apply_batch(batch)?;
+            self.runs.insert(key.as_slice(), bytes)?;
+            version
+        };
         self.marker
             .total
             .fetch_add(entries.len() as u64, std::sync::atomic::Ordering::SeqCst);
@@ -446,14 +485,19 @@ impl Store for SledStore {
 
     fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
         let key = run_key(run_id)?;
-        let Some(summary) = self.runs.get(&key)? else {
+        let last = self
+            .summaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .map(|s| s.version);
+        let Some(last) = last else {
             return Err(StoreError::RunNotFound(run_id.to_owned()));
         };
-        let summary = decode_summary(run_id, &summary)?;
-        let first = from.clamp(1, summary.version.saturating_add(1));
+        let first = from.clamp(1, last.saturating_add(1));
         let mut prefix = key;
         prefix.push(0);
-        let wanted = summary.version.saturating_sub(first - 1);
+        let wanted = last.saturating_sub(first - 1);
         let mut entries = Vec::with_capacity(usize::try_from(wanted).unwrap_or(0));
         for item in self.events.range(event_key(run_id, first)..) {
             let (k, v) = item?;
@@ -485,7 +529,7 @@ impl Store for SledStore {
                 what: format!("run {run_id}"),
                 message: format!(
                     "the index says version {}, the log holds {} entries",
-                    summary.version,
+                    last,
                     first - 1 + entries.len() as u64
                 ),
             });
@@ -494,13 +538,15 @@ impl Store for SledStore {
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
-        self.runs
-            .iter()
-            .map(|item| {
-                let (k, v) = item?;
-                decode_summary(&String::from_utf8_lossy(&k), &v)
-            })
-            .collect()
+        let mut runs: Vec<RunSummary> = self
+            .summaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        runs.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(runs)
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {

@@ -71,6 +71,40 @@ fn sled_store_keeps_everything_across_reopen() {
 }
 
 #[test]
+fn entries_a_crash_left_without_their_summary_are_counted_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    {
+        let store = SledStore::open(&path).unwrap();
+        store.append("r", 0, &[started("r", 1)]).unwrap();
+    }
+    {
+        // What a crash between a commit's entries and its summary leaves: entries 2 and 3
+        // in the events tree, the summary still at version 1.
+        let db = raw_sled(&path);
+        let events = db.open_tree("events").unwrap();
+        for entry in [filler(2, 1), filler(3, 2)] {
+            let mut key = b"r\0".to_vec();
+            key.extend_from_slice(&entry.version.to_be_bytes());
+            events
+                .insert(key, serde_json::to_vec(&entry).unwrap())
+                .unwrap();
+        }
+        db.flush().unwrap();
+    }
+    let store = SledStore::open(&path).unwrap();
+    assert!(store.damage().is_none());
+    assert_eq!(store.runs().unwrap()[0].version, 3);
+    assert_eq!(store.load("r").unwrap().len(), 3);
+    // The next commit follows them; it never writes over them.
+    assert!(matches!(
+        store.append("r", 1, &[filler(2, 9)]),
+        Err(StoreError::Conflict { actual: 3, .. })
+    ));
+    assert_eq!(store.append("r", 3, &[filler(4, 3)]).unwrap(), 4);
+}
+
+#[test]
 fn run_ids_with_a_common_prefix_do_not_mix() {
     let dir = tempfile::tempdir().unwrap();
     let store = SledStore::open(dir.path()).unwrap();
