@@ -321,15 +321,7 @@ impl Runtime {
         self.needs_model()?;
         let log = self.load_log(run_id).await?;
         self.check_tools(run_id, &log)?;
-        let text = self.redactor.redact_str(text);
-        let machine = Machine::reply(
-            self.gateway.specs(),
-            &log,
-            text,
-            budget,
-            self.clock.now_ms(),
-        )
-        .map_err(|e| reply_error(run_id, e))?;
+        let machine = self.with_message(run_id, &log, text, budget)?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
     }
 
@@ -483,17 +475,27 @@ impl Runtime {
         budget: Option<Budget>,
     ) -> Result<(), RuntimeError> {
         let log = self.load_log(run_id).await?;
-        let text = self.redactor.redact_str(text);
-        let machine = Machine::reply(
+        let machine = self.with_message(run_id, &log, text, budget)?;
+        drop(log);
+        self.commit_first(run_id, machine).await
+    }
+
+    /// The run's machine with a person's message (redacted) staged after its log.
+    fn with_message(
+        &self,
+        run_id: &str,
+        log: &[Entry],
+        text: &str,
+        budget: Option<Budget>,
+    ) -> Result<Machine, RuntimeError> {
+        Machine::reply(
             self.gateway.specs(),
-            &log,
-            text,
+            log,
+            self.redactor.redact_str(text),
             budget,
             self.clock.now_ms(),
         )
-        .map_err(|e| reply_error(run_id, e))?;
-        drop(log);
-        self.commit_first(run_id, machine).await
+        .map_err(|e| reply_error(run_id, e))
     }
 
     /// Commits what the machine staged first, and nothing more.
