@@ -3,7 +3,7 @@
 //! any threshold). When the provider said how many tokens the last prompt had, that count
 //! plus the bytes added since is a tighter bound, still without a tokenizer.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use agent_core::{Message, Part};
 
@@ -17,7 +17,11 @@ pub(super) struct Sizes {
     base_bytes: usize,
     base_tokens: OnceLock<usize>,
     message_bytes: Vec<usize>,
-    message_tokens: Vec<OnceLock<usize>>,
+    /// The sum of `message_bytes`, kept as they change.
+    total_bytes: usize,
+    /// Tokens of the messages counted so far, and which are not: a turn counts only the
+    /// messages added or changed since the last count, never the whole prompt again.
+    message_tokens: Mutex<Counted>,
     /// The provider's count of the last prompt sent, when it gave one.
     reported: Option<usize>,
     /// Bytes of the messages added or changed since that prompt (an upper bound of their
@@ -25,7 +29,25 @@ pub(super) struct Sizes {
     since: usize,
 }
 
+/// Token counts of messages, filled in when asked.
+#[derive(Default)]
+struct Counted {
+    per_message: Vec<Option<usize>>,
+    /// The sum of the counts in `per_message`.
+    sum: usize,
+    /// Messages (by index) added or changed since the last count; an index may be stale
+    /// (popped since) or repeated.
+    pending: Vec<usize>,
+}
+
 impl Sizes {
+    fn counted(&self) -> std::sync::MutexGuard<'_, Counted> {
+        // Plain numbers: a panic elsewhere cannot leave them half updated.
+        self.message_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(super) fn new(counter: Arc<dyn TokenCounter>, system: &str, tools_text: String) -> Sizes {
         Sizes {
             counter,
@@ -33,7 +55,8 @@ impl Sizes {
             base: (system.to_owned(), tools_text),
             base_tokens: OnceLock::new(),
             message_bytes: Vec::new(),
-            message_tokens: Vec::new(),
+            total_bytes: 0,
+            message_tokens: Mutex::default(),
             reported: None,
             since: 0,
         }
@@ -65,32 +88,59 @@ impl Sizes {
     pub(super) fn pushed(&mut self, message: &Message) {
         let bytes = message_bytes(message);
         self.since = self.since.saturating_add(bytes);
+        self.total_bytes += bytes;
+        let index = self.message_bytes.len();
         self.message_bytes.push(bytes);
-        self.message_tokens.push(OnceLock::new());
+        let counted = self
+            .message_tokens
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
+        counted.per_message.push(None);
+        counted.pending.push(index);
     }
 
     /// The last message, added since the provider's last count, was removed.
     pub(super) fn popped(&mut self) {
         if let Some(bytes) = self.message_bytes.pop() {
             self.since = self.since.saturating_sub(bytes);
+            self.total_bytes -= bytes;
         }
-        self.message_tokens.pop();
+        let counted = self
+            .message_tokens
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(Some(tokens)) = counted.per_message.pop() {
+            counted.sum -= tokens;
+        }
     }
 
     /// Message `index` changed.
     pub(super) fn changed(&mut self, index: usize, message: &Message) {
         if let Some(bytes) = self.message_bytes.get_mut(index) {
+            self.total_bytes -= *bytes;
             *bytes = message_bytes(message);
+            self.total_bytes += *bytes;
             // Counted whole: what it replaced may have been counted by the provider.
             self.since = self.since.saturating_add(*bytes);
-            self.message_tokens[index] = OnceLock::new();
+            let counted = self
+                .message_tokens
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(tokens) = counted.per_message[index].take() {
+                counted.sum -= tokens;
+            }
+            counted.pending.push(index);
         }
     }
 
     /// Every message was removed.
     pub(super) fn cleared(&mut self) {
         self.message_bytes.clear();
-        self.message_tokens.clear();
+        self.total_bytes = 0;
+        *self
+            .message_tokens
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner()) = Counted::default();
     }
 
     /// Tokens of the fixed part.
@@ -102,18 +152,27 @@ impl Sizes {
 
     /// Tokens of the whole prompt whose messages are `messages`.
     pub(super) fn tokens(&self, messages: &[Message]) -> usize {
-        self.base_tokens()
-            + self
-                .message_tokens
-                .iter()
-                .zip(messages)
-                .map(|(tokens, message)| *tokens.get_or_init(|| self.of(message)))
-                .sum::<usize>()
+        let mut counted = self.counted();
+        let Counted {
+            per_message,
+            sum,
+            pending,
+        } = &mut *counted;
+        for index in pending.drain(..) {
+            if let (Some(slot @ None), Some(message)) =
+                (per_message.get_mut(index), messages.get(index))
+            {
+                let tokens = self.of(message);
+                *slot = Some(tokens);
+                *sum += tokens;
+            }
+        }
+        self.base_tokens() + *sum
     }
 
     /// Bytes of the whole prompt, which no token count exceeds.
     pub(super) fn bytes(&self) -> usize {
-        self.base_bytes + self.message_bytes.iter().sum::<usize>()
+        self.base_bytes + self.total_bytes
     }
 
     /// Tokens of one message.
@@ -152,4 +211,74 @@ fn message_bytes(message: &Message) -> usize {
         })
         .sum();
     parts + 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CharEstimate;
+    use proptest::prelude::*;
+
+    /// What a prompt's messages go through: added, the last removed, one replaced.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Push(String),
+        Pop,
+        Change(usize, String),
+        Count,
+        Clear,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => "[a-z ]{0,40}".prop_map(Step::Push),
+            1 => Just(Step::Pop),
+            2 => (0usize..16, "[a-z ]{0,40}").prop_map(|(i, t)| Step::Change(i, t)),
+            2 => Just(Step::Count),
+            1 => Just(Step::Clear),
+        ]
+    }
+
+    proptest! {
+        /// Counting only what changed since the last count gives what counting every
+        /// message again gives, whatever happened in between.
+        #[test]
+        fn running_sums_equal_a_count_from_scratch(steps in proptest::collection::vec(step(), 0..60)) {
+            let mut sizes = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+            let mut messages: Vec<Message> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Push(text) => {
+                        let message = Message::user_text(text);
+                        sizes.pushed(&message);
+                        messages.push(message);
+                    }
+                    Step::Pop => {
+                        if messages.pop().is_some() {
+                            sizes.popped();
+                        }
+                    }
+                    Step::Change(i, text) => {
+                        if i < messages.len() {
+                            messages[i] = Message::user_text(text);
+                            sizes.changed(i, &messages[i]);
+                        }
+                    }
+                    Step::Count => {
+                        sizes.tokens(&messages);
+                    }
+                    Step::Clear => {
+                        sizes.cleared();
+                        messages.clear();
+                    }
+                }
+                let fresh = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+                let expected: usize =
+                    fresh.base_tokens() + messages.iter().map(|m| fresh.of(m)).sum::<usize>();
+                prop_assert_eq!(sizes.tokens(&messages), expected);
+                let bytes: usize = messages.iter().map(message_bytes).sum();
+                prop_assert_eq!(sizes.bytes(), "system".len() + "[]".len() + bytes);
+            }
+        }
+    }
 }
