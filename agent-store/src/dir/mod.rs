@@ -81,6 +81,9 @@ pub struct DirStore {
     tmp: PathBuf,
     blobs: Blobs,
     held: Mutex<HashMap<String, Arc<Held>>>,
+    /// One gate per run being taken: taking a run (which may wait for its lock) holds up
+    /// no other run's.
+    taking: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// The first damage found in a run's database this process opened.
     damage: Mutex<Option<StoreError>>,
 }
@@ -148,6 +151,7 @@ impl DirStore {
             tmp,
             root,
             held: Mutex::default(),
+            taking: Mutex::default(),
             damage: Mutex::default(),
         })
     }
@@ -202,7 +206,7 @@ impl DirStore {
 
     /// The process driving the run, if one is: this one or another that answers.
     pub fn driver(&self, run_id: &str) -> Option<u32> {
-        if self.is_held(run_id) {
+        if self.lookup(run_id).is_some() {
             return Some(std::process::id());
         }
         OwnerFile::read(&self.owner_path(run_id))
@@ -220,13 +224,6 @@ impl DirStore {
 
     fn summary_path(&self, run_id: &str) -> PathBuf {
         self.runs.join(format!("{run_id}.json"))
-    }
-
-    fn is_held(&self, run_id: &str) -> bool {
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(run_id)
     }
 
     fn note_damage(&self, db: &SledStore) {
@@ -250,10 +247,41 @@ impl DirStore {
 
     /// The run held by this process, taking it (and creating its directory) if needed.
     fn held(&self, run_id: &str) -> Result<Arc<Held>, StoreError> {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(run) = held.get(run_id) {
-            return Ok(Arc::clone(run));
+        if let Some(run) = self.lookup(run_id) {
+            return Ok(run);
         }
+        let gate = Arc::clone(
+            self.taking
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(run_id.to_owned())
+                .or_default(),
+        );
+        let taken = {
+            let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+            // Another thread of this process may have taken it while this one waited.
+            match self.lookup(run_id) {
+                Some(run) => Ok(run),
+                None => self.take_now(run_id),
+            }
+        };
+        self.taking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(run_id);
+        taken
+    }
+
+    fn lookup(&self, run_id: &str) -> Option<Arc<Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .cloned()
+    }
+
+    /// Takes the run: its database's lock, its summary file, its socket and owner file.
+    fn take_now(&self, run_id: &str) -> Result<Arc<Held>, StoreError> {
         let dir = self.run_dir(run_id);
         std::fs::create_dir_all(&dir).map_err(|e| files::io_error(&dir, &e))?;
         let deadline = Instant::now() + TAKE_WAIT;
@@ -309,7 +337,10 @@ impl DirStore {
             owner_file,
             _server: server,
         });
-        held.insert(run_id.to_owned(), Arc::clone(&run));
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.to_owned(), Arc::clone(&run));
         Ok(run)
     }
 
@@ -506,13 +537,7 @@ impl Store for DirStore {
     }
 
     fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
-        let held = self
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(run_id)
-            .cloned();
-        if let Some(run) = held {
+        if let Some(run) = self.lookup(run_id) {
             return run.served.db.load_from(run_id, from);
         }
         self.read_elsewhere(

@@ -43,6 +43,27 @@ fn runs_side_by_side_need_no_coordination_and_each_reads_the_other() {
 }
 
 #[test]
+fn threads_of_one_process_that_start_one_run_at_once_meet_the_version_check_not_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirStore::open(dir.path()).unwrap();
+    let outcomes: Vec<Result<u64, StoreError>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| store.append("same", 0, &[started("same", 1)])))
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let ok = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert_eq!(ok, 1, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(1) | Err(StoreError::Conflict { .. }))),
+        "{outcomes:?}"
+    );
+    assert_eq!(store.load("same").unwrap().len(), 1);
+}
+
+#[test]
 fn a_run_driven_elsewhere_cannot_be_taken_or_written() {
     let dir = tempfile::tempdir().unwrap();
     let a = DirStore::open(dir.path()).unwrap();
