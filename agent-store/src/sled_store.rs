@@ -219,7 +219,7 @@ impl SledStore {
         for item in runs.iter() {
             let (k, v) = item?;
             let run_id = String::from_utf8_lossy(&k).into_owned();
-            let summary = settle_summary(&events, &runs, decode_summary(&run_id, &v)?)?;
+            let summary = settle_summary(&events, &runs, RunSummary::decode(&run_id, &v)?)?;
             total = total.saturating_add(summary.version);
             summaries.insert(run_id, summary);
         }
@@ -272,6 +272,15 @@ impl SledStore {
     /// The store's directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The run's summary as of its last commit.
+    pub(crate) fn summary(&self, run_id: &str) -> Option<RunSummary> {
+        self.summaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+            .cloned()
     }
 
     /// The bytes of every blob, in no particular order.
@@ -403,20 +412,9 @@ fn settle_summary(
         changed = true;
     }
     if changed {
-        let bytes = serde_json::to_vec(&summary).map_err(|e| StoreError::Corrupt {
-            what: format!("summary of run {run_id}"),
-            message: e.to_string(),
-        })?;
-        runs.insert(run_key(&run_id)?, bytes)?;
+        runs.insert(run_key(&run_id)?, summary.encode()?)?;
     }
     Ok(summary)
-}
-
-fn decode_summary(what: &str, bytes: &[u8]) -> Result<RunSummary, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
-        what: format!("summary of run {what}"),
-        message: e.to_string(),
-    })
 }
 
 impl Store for SledStore {
@@ -452,10 +450,7 @@ impl Store for SledStore {
             for entry in entries {
                 summary.apply(entry);
             }
-            let bytes = serde_json::to_vec(&summary).map_err(|e| StoreError::Corrupt {
-                what: format!("summary of run {run_id}"),
-                message: e.to_string(),
-            })?;
+            let bytes = summary.encode()?;
             // The entries go in at once (a batch is atomic), then the summary. A crash in
             // between leaves entries the summary does not count yet: the next open counts
             // them (`settle_summary`). Either way nothing is confirmed before the flush.

@@ -49,6 +49,22 @@ impl RunSummary {
         }
     }
 
+    /// The summary as stored (JSON).
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, crate::StoreError> {
+        serde_json::to_vec(self).map_err(|e| crate::StoreError::Corrupt {
+            what: format!("summary of run {}", self.run_id),
+            message: e.to_string(),
+        })
+    }
+
+    /// A stored summary of run `run_id`.
+    pub(crate) fn decode(run_id: &str, bytes: &[u8]) -> Result<RunSummary, crate::StoreError> {
+        serde_json::from_slice(bytes).map_err(|e| crate::StoreError::Corrupt {
+            what: format!("summary of run {run_id}"),
+            message: e.to_string(),
+        })
+    }
+
     /// Updates the summary with one committed entry.
     pub fn apply(&mut self, entry: &Entry) {
         self.version = entry.version;

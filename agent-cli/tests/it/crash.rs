@@ -89,15 +89,7 @@ fn check_log(env: &Env, run_id: &str) {
     let show = env.run(&["show", "--json", run_id]);
     let v: Value = serde_json::from_slice(&show.stdout).unwrap();
     let events = v["events"].as_array().unwrap();
-    let versions: Vec<u64> = events
-        .iter()
-        .map(|e| e["version"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        versions,
-        (1..=events.len() as u64).collect::<Vec<_>>(),
-        "no event lost or repeated"
-    );
+    super::assert_contiguous(events, "no event lost or repeated");
     let mut results: BTreeMap<String, u32> = BTreeMap::new();
     for e in events.iter().filter(|e| e["type"] == "tool_finished") {
         *results

@@ -106,6 +106,14 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Asserts that `events` (as `agent show --json` prints them) are versions 1, 2, … n:
+/// no event lost, repeated or out of order.
+fn assert_contiguous(events: &[Value], what: &str) {
+    for (n, e) in events.iter().enumerate() {
+        assert_eq!(e["version"].as_u64(), Some(n as u64 + 1), "{what}: {e}");
+    }
+}
+
 fn example(env: &Env, extra: &[&str]) -> Output {
     let root = repo();
     let script = format!(

@@ -313,11 +313,7 @@ fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
         (count(&events, "tool_finished"), count(&events, "run_ended")),
         (1, 1)
     );
-    let versions: Vec<u64> = events
-        .iter()
-        .map(|e| e["version"].as_u64().unwrap())
-        .collect();
-    assert_eq!(versions, (1..=versions.len() as u64).collect::<Vec<_>>());
+    super::assert_contiguous(&events, "the run's log");
 }
 
 /// A queued run that asks for approval waits in the queue; an approval from anywhere
@@ -525,15 +521,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
             format!("run {i}")
         );
         let events = q.events(id);
-        let versions: Vec<u64> = events
-            .iter()
-            .map(|e| e["version"].as_u64().unwrap())
-            .collect();
-        assert_eq!(
-            versions,
-            (1..=versions.len() as u64).collect::<Vec<_>>(),
-            "{id}"
-        );
+        super::assert_contiguous(&events, id);
         assert_eq!(
             (count(&events, "run_ended"), count(&events, "tool_finished")),
             (1, 1),

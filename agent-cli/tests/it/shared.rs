@@ -184,9 +184,7 @@ fn own_script(env: &Env, i: usize) -> String {
 fn check_own_log(env: &Env, id: &str) {
     let shown = json_out(&env.run(&["show", "--json", id]));
     let events = shown["events"].as_array().unwrap();
-    for (n, e) in events.iter().enumerate() {
-        assert_eq!(e["version"].as_u64(), Some(n as u64 + 1), "{id}: {e}");
-    }
+    super::assert_contiguous(events, id);
     let goal = events[0]["goal"].as_str().unwrap();
     let i: usize = goal.strip_prefix("task ").unwrap().parse().unwrap();
     let mut finished = BTreeSet::new();

@@ -302,9 +302,7 @@ impl DirStore {
             return Err(damage);
         }
         let summary = db
-            .runs()?
-            .into_iter()
-            .next()
+            .summary(run_id)
             .unwrap_or_else(|| RunSummary::new(run_id));
         // Written whole (a process that died between a commit and its summary left it
         // behind), then kept open and rewritten in place at each commit.
@@ -314,7 +312,7 @@ impl DirStore {
             .write(true)
             .open(&path)
             .map_err(|e| files::io_error(&path, &e))?;
-        let written = serde_json::to_vec(&summary).map_or(0, |b| b.len());
+        let written = summary.encode()?.len();
         let served = Arc::new(Served {
             run_id: run_id.to_owned(),
             durable: summary.version.into(),
@@ -345,7 +343,7 @@ impl DirStore {
     }
 
     fn write_summary(&self, summary: &RunSummary) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(summary).map_err(|e| StoreError::Engine(e.to_string()))?;
+        let bytes = summary.encode()?;
         // Not flushed: the run's database is the truth, and whoever takes the run next
         // writes its summary again from it.
         files::replace(
@@ -415,7 +413,7 @@ impl DirStore {
             return summary;
         };
         self.note_damage(&db);
-        match db.runs().ok().and_then(|r| r.into_iter().next()) {
+        match db.summary(&summary.run_id) {
             Some(fresh) if fresh != summary => {
                 let _ = self.write_summary(&fresh);
                 fresh
@@ -510,14 +508,14 @@ impl Store for DirStore {
         let version = run.served.db.append(run_id, expected_version, entries)?;
         run.served.durable.fetch_max(version, Ordering::SeqCst);
         let mut summary = run.served.summary.lock().unwrap_or_else(|p| p.into_inner());
-        for entry in entries {
-            summary.apply(entry);
+        // The run's database folded the entries into its summary; not folded again here.
+        if let Some(now) = run.served.db.summary(run_id) {
+            *summary = now;
         }
         // In place, padded to the length last written: one write, no new file. A reader
         // that meets it half written asks the owner instead. Not flushed: the run's
         // database is the truth, and whoever takes the run next writes it again from it.
-        let mut bytes =
-            serde_json::to_vec(&*summary).map_err(|e| StoreError::Engine(e.to_string()))?;
+        let mut bytes = summary.encode()?;
         let mut file = run.summary_file.lock().unwrap_or_else(|p| p.into_inner());
         if bytes.len() < file.1 {
             bytes.resize(file.1, b' ');

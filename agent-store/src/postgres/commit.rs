@@ -181,10 +181,8 @@ impl PostgresStore {
             expected: signed(expected_version, run_id)?,
             token: fence,
             entries: encoded,
-            summary: serde_json::to_string(&summary).map_err(|e| StoreError::Corrupt {
-                what: format!("summary of run {run_id}"),
-                message: e.to_string(),
-            })?,
+            summary: String::from_utf8(summary.encode()?)
+                .map_err(|e| StoreError::Engine(e.to_string()))?,
             version: signed(summary.version, run_id)?,
         };
         let outcome = self.send(commit, bytes);

@@ -213,10 +213,7 @@ fn open(url: &str) -> Result<Client, StoreError> {
 }
 
 fn decode_summary(run_id: &str, text: &str) -> Result<RunSummary, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
-        what: format!("summary of run {run_id}"),
-        message: e.to_string(),
-    })
+    RunSummary::decode(run_id, text.as_bytes())
 }
 
 impl Store for PostgresStore {
