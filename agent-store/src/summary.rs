@@ -50,6 +50,7 @@ impl RunSummary {
     }
 
     /// The summary as stored (JSON).
+    #[cfg(any(feature = "sled", feature = "postgres"))]
     pub(crate) fn encode(&self) -> Result<Vec<u8>, crate::StoreError> {
         serde_json::to_vec(self).map_err(|e| crate::StoreError::Corrupt {
             what: format!("summary of run {}", self.run_id),
@@ -58,6 +59,7 @@ impl RunSummary {
     }
 
     /// A stored summary of run `run_id`.
+    #[cfg(any(feature = "sled", feature = "postgres"))]
     pub(crate) fn decode(run_id: &str, bytes: &[u8]) -> Result<RunSummary, crate::StoreError> {
         serde_json::from_slice(bytes).map_err(|e| crate::StoreError::Corrupt {
             what: format!("summary of run {run_id}"),
