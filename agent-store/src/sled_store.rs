@@ -1,7 +1,9 @@
 //! The durable store on sled: one tree of events keyed by run id and big-endian version,
-//! one tree of run summaries, one of metadata. A commit is one atomic batch of entries,
-//! then the run's summary, flushed to disk before it is confirmed; the version check is
-//! made in memory, by the database's only writer.
+//! one tree of run summaries, one of metadata. A commit is one record (its entries, under
+//! the key of the first), flushed to disk before it is confirmed; the version check is made
+//! in memory, by the database's only writer. The run's summary is written beside it only
+//! now and then (a new run, a change of status, every [`SUMMARY_EVERY`] entries): opening
+//! the store brings it up to date from the records after it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
@@ -11,8 +13,12 @@ use agent_core::{Entry, Handle};
 
 use crate::{RunSummary, Store, StoreError, check_batch};
 
-/// The format this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format this code writes: each commit is one record. It also reads format 1 (a record
+/// per entry), which it marks as format 2 when it opens it, since it writes records of
+/// several entries from then on.
+pub const FORMAT_VERSION: u32 = 2;
+/// A run's stored summary is rewritten at least once in this many entries.
+const SUMMARY_EVERY: u64 = 128;
 const FORMAT_KEY: &[u8] = b"format";
 /// How long opening waits for a lock a just-dropped handle of this process still holds.
 const LOCK_WAIT: Duration = Duration::from_millis(1_000);
@@ -189,6 +195,9 @@ impl SledStore {
         let meta = db.open_tree("meta")?;
         match meta.get(FORMAT_KEY)? {
             Some(found) if found.as_ref() == FORMAT_VERSION.to_string().as_bytes() => {}
+            Some(found) if found.as_ref() == b"1" => {
+                meta.insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
+            }
             Some(found) => {
                 return Err(StoreError::UnknownFormat {
                     path,
@@ -393,9 +402,30 @@ fn event_key(run_id: &str, version: u64) -> Vec<u8> {
     key
 }
 
-/// A run's summary made to agree with its entries: a crash between a commit's entries and
-/// its summary leaves entries the summary does not count yet (they were never confirmed,
-/// but they are there, whole); they are counted now, and the summary written again.
+/// The entries of one record: a commit of several entries is a JSON array, a commit of one
+/// (and every record of format 1) a JSON object.
+fn decode_record(run_id: &str, key_version: u64, bytes: &[u8]) -> Result<Vec<Entry>, StoreError> {
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt {
+        what: format!("entry {key_version} of run {run_id}"),
+        message: e.to_string(),
+    };
+    match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => serde_json::from_slice(bytes).map_err(corrupt),
+        _ => serde_json::from_slice(bytes)
+            .map(|e| vec![e])
+            .map_err(corrupt),
+    }
+}
+
+/// The version in an event key of run `run_id` (`None` for another run's key).
+fn key_version(run_id: &str, key: &[u8]) -> Option<u64> {
+    let rest = key.strip_prefix(run_id.as_bytes())?.strip_prefix(&[0])?;
+    <[u8; 8]>::try_from(rest).ok().map(u64::from_be_bytes)
+}
+
+/// A run's summary made to agree with its entries: the stored summary is written only now
+/// and then, and a crash between a commit and its summary leaves records it does not count
+/// yet (they are there, whole); they are counted now, and the summary written again.
 fn settle_summary(
     events: &sled::Tree,
     runs: &sled::Tree,
@@ -404,17 +434,33 @@ fn settle_summary(
     let run_id = summary.run_id.clone();
     let mut changed = false;
     while let Some(bytes) = events.get(event_key(&run_id, summary.version + 1))? {
-        let entry: Entry = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-            what: format!("entry {} of run {run_id}", summary.version + 1),
-            message: e.to_string(),
-        })?;
-        summary.apply(&entry);
+        for entry in decode_record(&run_id, summary.version + 1, &bytes)? {
+            if entry.version != summary.version + 1 {
+                return Err(StoreError::Corrupt {
+                    what: format!("run {run_id}"),
+                    message: format!(
+                        "entry {} found where {} belongs",
+                        entry.version,
+                        summary.version + 1
+                    ),
+                });
+            }
+            summary.apply(&entry);
+        }
         changed = true;
     }
     if changed {
         runs.insert(run_key(&run_id)?, summary.encode()?)?;
     }
     Ok(summary)
+}
+
+/// Whether a commit that took a run's summary from `before` to `after` writes it.
+fn summary_due(before: &RunSummary, after: &RunSummary) -> bool {
+    before.version == 0
+        || before.status != after.status
+        || before.reason != after.reason
+        || before.version / SUMMARY_EVERY != after.version / SUMMARY_EVERY
 }
 
 impl Store for SledStore {
@@ -428,42 +474,48 @@ impl Store for SledStore {
             return Err(damage);
         }
         let key = run_key(run_id)?;
-        let encoded: Vec<(Vec<u8>, Vec<u8>)> = entries
-            .iter()
-            .map(|e| {
-                serde_json::to_vec(e)
-                    .map(|bytes| (event_key(run_id, e.version), bytes))
-                    .map_err(|err| StoreError::Corrupt {
-                        what: format!("new entry {} of run {run_id}", e.version),
-                        message: err.to_string(),
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        let version = {
-            let mut summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(first) = entries.first() else {
+            // Nothing to write; the version check still speaks.
+            let summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
             let current = summaries.get(run_id).map_or(0, |s| s.version);
             check_batch(run_id, current, expected_version, entries)?;
-            let mut summary = summaries
+            return Ok(current);
+        };
+        // One record: a single sled insert is atomic, so a commit needs no batch (which
+        // costs sled a second write and sync for its manifest).
+        let record = match entries {
+            [one] => serde_json::to_vec(one),
+            many => serde_json::to_vec(many),
+        }
+        .map_err(|err| StoreError::Corrupt {
+            what: format!("new entry {} of run {run_id}", first.version),
+            message: err.to_string(),
+        })?;
+        let version = {
+            let mut summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
+            let before = summaries
                 .get(run_id)
                 .cloned()
                 .unwrap_or_else(|| RunSummary::new(run_id));
+            check_batch(run_id, before.version, expected_version, entries)?;
+            let mut summary = before.clone();
             for entry in entries {
                 summary.apply(entry);
             }
-            let bytes = summary.encode()?;
-            // The entries go in at once (a batch is atomic), then the summary. A crash in
-            // between leaves entries the summary does not count yet: the next open counts
-            // them (`settle_summary`). Either way nothing is confirmed before the flush.
-            let mut batch = sled::Batch::default();
-            for (k, v) in encoded {
-                batch.insert(k, v);
-            }
+            let stored = summary_due(&before, &summary)
+                .then(|| summary.encode())
+                .transpose()?;
             let version = summary.version;
-            // Remembered first: the entries may be in the tree even if a write below fails,
-            // and they must never be written over.
+            // Remembered first: the record may be in the tree even if a write below fails,
+            // and it must never be written over.
             summaries.insert(run_id.to_owned(), summary);
-            self.events.apply_batch(batch)?;
-            self.runs.insert(key.as_slice(), bytes)?;
+            self.events
+                .insert(event_key(run_id, first.version), record)?;
+            // The summary after the record: a crash in between leaves a record the stored
+            // summary does not count yet, which the next open counts (`settle_summary`).
+            if let Some(bytes) = stored {
+                self.runs.insert(key.as_slice(), bytes)?;
+            }
             version
         };
         self.marker
@@ -479,7 +531,7 @@ impl Store for SledStore {
     }
 
     fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
-        let key = run_key(run_id)?;
+        run_key(run_id)?;
         let last = self
             .summaries
             .lock()
@@ -490,34 +542,34 @@ impl Store for SledStore {
             return Err(StoreError::RunNotFound(run_id.to_owned()));
         };
         let first = from.clamp(1, last.saturating_add(1));
-        let mut prefix = key;
-        prefix.push(0);
         let wanted = last.saturating_sub(first - 1);
         let mut entries = Vec::with_capacity(usize::try_from(wanted).unwrap_or(0));
-        for item in self.events.range(event_key(run_id, first)..) {
+        // The record that holds `first` may begin before it (a commit of several entries).
+        let start = self
+            .events
+            .range(event_key(run_id, 0)..=event_key(run_id, first))
+            .next_back()
+            .transpose()?
+            .map_or_else(|| event_key(run_id, first), |(k, _)| k.to_vec());
+        for item in self.events.range(start..) {
             let (k, v) = item?;
-            if !k.starts_with(&prefix) {
+            let Some(at) = key_version(run_id, &k) else {
                 // The next run's entries: this run's log ended.
                 break;
-            }
-            let entry: Entry = serde_json::from_slice(&v).map_err(|e| {
-                let version = k
-                    .get(prefix.len()..)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .map_or_else(|| "?".to_owned(), |b| u64::from_be_bytes(b).to_string());
-                StoreError::Corrupt {
-                    what: format!("entry {version} of run {run_id}"),
-                    message: e.to_string(),
+            };
+            for entry in decode_record(run_id, at, &v)? {
+                if entry.version < first {
+                    continue;
                 }
-            })?;
-            let expected = first + entries.len() as u64;
-            if entry.version != expected {
-                return Err(StoreError::Corrupt {
-                    what: format!("run {run_id}"),
-                    message: format!("entry {} found where {expected} belongs", entry.version),
-                });
+                let expected = first + entries.len() as u64;
+                if entry.version != expected {
+                    return Err(StoreError::Corrupt {
+                        what: format!("run {run_id}"),
+                        message: format!("entry {} found where {expected} belongs", entry.version),
+                    });
+                }
+                entries.push(entry);
             }
-            entries.push(entry);
         }
         if entries.len() as u64 != wanted {
             return Err(StoreError::Corrupt {

@@ -152,6 +152,112 @@ fn a_store_of_another_format_is_refused() {
     );
 }
 
+/// The key format 1 and 2 both give an entry of run `run`.
+fn raw_event_key(run: &str, version: u64) -> Vec<u8> {
+    let mut key = run.as_bytes().to_vec();
+    key.push(0);
+    key.extend_from_slice(&version.to_be_bytes());
+    key
+}
+
+#[test]
+fn a_format_1_store_is_read_and_continued_with_records_of_whole_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    {
+        // What an earlier `agent` wrote: a record per entry, the summary at each commit.
+        let db = raw_sled(&path);
+        db.open_tree("meta").unwrap().insert("format", "1").unwrap();
+        let events = db.open_tree("events").unwrap();
+        let mut summary = agent_store::RunSummary::new("r");
+        for entry in [started("r", 1), filler(2, 1), filler(3, 2)] {
+            summary.apply(&entry);
+            events
+                .insert(
+                    raw_event_key("r", entry.version),
+                    serde_json::to_vec(&entry).unwrap(),
+                )
+                .unwrap();
+        }
+        db.open_tree("runs")
+            .unwrap()
+            .insert("r", serde_json::to_vec(&summary).unwrap())
+            .unwrap();
+        db.flush().unwrap();
+    }
+    {
+        let store = SledStore::open(&path).unwrap();
+        assert_eq!(store.load("r").unwrap().len(), 3);
+        assert_eq!(
+            store
+                .append("r", 3, &[filler(4, 3), filler(5, 4), filler(6, 5)])
+                .unwrap(),
+            6
+        );
+        let versions = |from| -> Vec<u64> {
+            store
+                .load_from("r", from)
+                .unwrap()
+                .iter()
+                .map(|e| e.version)
+                .collect()
+        };
+        assert_eq!(versions(2), [2, 3, 4, 5, 6], "old records, then a new one");
+        assert_eq!(versions(5), [5, 6], "from the middle of a commit's record");
+    }
+    let db = raw_sled(&path);
+    assert_eq!(
+        db.open_tree("meta")
+            .unwrap()
+            .get("format")
+            .unwrap()
+            .unwrap(),
+        FORMAT_VERSION.to_string().as_bytes(),
+        "marked with the format it now holds, so an older agent refuses it in words"
+    );
+    let events = db.open_tree("events").unwrap();
+    assert_eq!(events.len(), 4, "entries 4 to 6 are one record");
+    let record = events.get(raw_event_key("r", 4)).unwrap().unwrap();
+    let held: Vec<agent_core::Entry> = serde_json::from_slice(&record).unwrap();
+    assert_eq!(held, [filler(4, 3), filler(5, 4), filler(6, 5)]);
+}
+
+#[test]
+fn the_stored_summary_lags_the_log_and_an_open_brings_it_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let mut expected = agent_store::RunSummary::new("r");
+    {
+        let store = SledStore::open(&path).unwrap();
+        let first = started("r", 1);
+        expected.apply(&first);
+        store.append("r", 0, &[first]).unwrap();
+        // 299 more entries, in commits of one and of two.
+        let mut version = 1;
+        while version < 300 {
+            let commit: Vec<_> = (version + 1..=(version + 1 + version % 2).min(300))
+                .map(|v| filler(v, v as u32))
+                .collect();
+            commit.iter().for_each(|e| expected.apply(e));
+            version = store.append("r", version, &commit).unwrap();
+        }
+        assert_eq!(store.runs().unwrap(), [expected.clone()]);
+    }
+    {
+        let db = raw_sled(&path);
+        let stored = db.open_tree("runs").unwrap().get("r").unwrap().unwrap();
+        let stored: agent_store::RunSummary = serde_json::from_slice(&stored).unwrap();
+        assert!(
+            stored.version < 300,
+            "the summary is not written at every commit (it says {})",
+            stored.version
+        );
+        assert!(stored.version >= 256, "but at least every 128 entries");
+    }
+    let store = SledStore::open(&path).unwrap();
+    assert_eq!(store.runs().unwrap(), [expected]);
+    assert!(store.damage().is_none());
+}
 #[test]
 fn a_sled_database_without_our_format_is_not_a_store() {
     let dir = tempfile::tempdir().unwrap();
