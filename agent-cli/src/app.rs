@@ -13,7 +13,7 @@ use agent_runtime::{CancellationToken, Redactor, Report, RunRequest, Runtime};
 use agent_tools::{Gateway, Workspace};
 
 use crate::args::{Cli, Commands, Limits, Setup};
-use crate::build::{StoreSource, build, cancel_on_ctrl_c, interactive, tokio};
+use crate::build::{StoreSource, build, cancel_on_ctrl_c, interactive, tokio_one_run};
 use crate::chat;
 use crate::exit::{EXIT_OK, exit_code};
 use crate::failure::{Failure, failed, usage};
@@ -215,7 +215,7 @@ fn run(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {
         usage("no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in agent.toml")
     })?;
     let budget = settings.budget.apply(Budget::default());
-    let rt = tokio()?;
+    let rt = tokio_one_run()?;
     let asks = interactive(settings);
     let store = StoreSource::At(&settings.store);
     let runtime = build(settings, choice, store, &rt, !json, asks)?;
@@ -326,7 +326,7 @@ fn drive_existing(
         Resume::Reply(text) => Some((text.clone(), new_budget(settings, run_id, &log)?)),
         _ => None,
     };
-    let rt = tokio()?;
+    let rt = tokio_one_run()?;
     let asks = interactive(settings);
     let runtime = build(
         settings,
@@ -376,7 +376,7 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
     // Cancelling asks no model and starts nothing.
     let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), store.into_shared())
         .with_redactor(Redactor::from_env());
-    let rt = tokio()?;
+    let rt = tokio_one_run()?;
     let report = rt.block_on(runtime.cancel(run_id))?;
     Ok(finish(&report, json))
 }

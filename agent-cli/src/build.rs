@@ -279,7 +279,17 @@ fn event_printer() -> EventSink {
     })
 }
 
-/// The async runtime the commands block on.
+/// The async runtime of a command that drives one run: one thread, which also makes the
+/// run's commits (see [`runtime`]); tools and tokio's blocking pool still run beside it.
+pub fn tokio_one_run() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| failed(format!("cannot start the async runtime: {e}")))
+}
+
+/// The async runtime of a command that drives several runs at once, or talks to a person
+/// while a run goes on (workers, `agent chat`).
 pub fn tokio() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -351,5 +361,10 @@ pub fn build(
         StoreSource::At(location) => OpenStore::create(location)?.writable()?,
         StoreSource::Open(store) => *store,
     };
-    Ok(runtime(settings, model, gateway, store, redactor(settings)))
+    // A current-thread runtime drives this one run: its commits need no other thread. Not
+    // PostgreSQL's: its synchronous client runs a runtime of its own, which cannot start
+    // inside this one.
+    let inline = rt.handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+        && matches!(store, OpenStore::Dir(_));
+    Ok(runtime(settings, model, gateway, store, redactor(settings)).with_inline_store(inline))
 }

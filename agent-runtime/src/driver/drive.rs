@@ -1,7 +1,6 @@
 //! The drive loop: each command of the machine carried out (model calls, checks, tools,
 //! commits, waits), each answer handed back, until the run ends or pauses.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{
@@ -132,20 +131,19 @@ impl Runtime {
                 } => {
                     let run_id = run_id.clone();
                     let entries = self.redactor.redact_entries(entries);
-                    let store = Arc::clone(&self.store);
-                    let (entries, result) = tokio::task::spawn_blocking(move || {
-                        // Test point: the store refuses this commit (disk full, say).
-                        fail::fail_point!("commit_refused", |_| {
-                            let refused = agent_store::StoreError::Engine(
-                                "the disk is full (injected)".to_owned(),
-                            );
-                            (entries.clone(), Err(refused))
-                        });
-                        let result = store.append(&run_id, expected_version, &entries);
-                        (entries, result)
-                    })
-                    .await
-                    .map_err(|e| RuntimeError::Join(e.to_string()))?;
+                    let (entries, result) = self
+                        .store_work(move |store| {
+                            // Test point: the store refuses this commit (disk full, say).
+                            fail::fail_point!("commit_refused", |_| {
+                                let refused = agent_store::StoreError::Engine(
+                                    "the disk is full (injected)".to_owned(),
+                                );
+                                (entries.clone(), Err(refused))
+                            });
+                            let result = store.append(&run_id, expected_version, &entries);
+                            (entries, result)
+                        })
+                        .await?;
                     match result {
                         Ok(version) => {
                             if let Some(sink) = &self.sink {

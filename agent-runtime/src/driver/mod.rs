@@ -126,6 +126,8 @@ pub struct Runtime {
     redactor: Redactor,
     /// False for [`Runtime::without_model`].
     has_model: bool,
+    /// Store work runs on the driving task's thread (see [`Runtime::with_inline_store`]).
+    inline_store: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -160,6 +162,7 @@ impl Runtime {
             // (the `agent` binary passes `Redactor::from_env`).
             redactor: Redactor::new([]),
             has_model: true,
+            inline_store: false,
         }
     }
 
@@ -183,6 +186,33 @@ impl Runtime {
                     .to_owned(),
             ))
         }
+    }
+
+    /// Makes commits and log reads on the thread of the task that drives the run, blocking
+    /// it for the flush, instead of on tokio's blocking pool. For a process that drives one
+    /// run on a current-thread runtime (the `agent` command) this saves a round trip to
+    /// another thread at every commit, and nothing else waits on that thread meanwhile. Keep
+    /// the default when one runtime thread drives several runs: their commits then proceed
+    /// side by side (and a store that groups flushes groups them), and when the store may
+    /// not be called from inside a runtime (the synchronous `postgres` client starts one
+    /// of its own).
+    pub fn with_inline_store(mut self, inline: bool) -> Runtime {
+        self.inline_store = inline;
+        self
+    }
+
+    /// Store work, inline or on the blocking pool (see [`Runtime::with_inline_store`]).
+    pub(crate) async fn store_work<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&dyn Store) -> T + Send + 'static,
+    ) -> Result<T, RuntimeError> {
+        if self.inline_store {
+            return Ok(work(self.store.as_ref()));
+        }
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || work(store.as_ref()))
+            .await
+            .map_err(|e| RuntimeError::Join(e.to_string()))
     }
 
     /// Uses another redactor (the default redacts credential formats only; add the values
@@ -439,12 +469,10 @@ impl Runtime {
                 outcome: outcome.clone(),
             },
         };
-        let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
         let committed = entry.clone();
-        tokio::task::spawn_blocking(move || store.append(&id, version, &[committed]))
-            .await
-            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        self.store_work(move |store| store.append(&id, version, &[committed]))
+            .await??;
         let mut log = log;
         log.push(entry.clone());
         let state = RunState::fold(&log).unwrap_or_default();
@@ -510,11 +538,9 @@ impl Runtime {
             )));
         };
         let entries = self.redactor.redact_entries(entries);
-        let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
-        tokio::task::spawn_blocking(move || store.append(&id, expected_version, &entries))
-            .await
-            .map_err(|e| RuntimeError::Join(e.to_string()))??;
+        self.store_work(move |store| store.append(&id, expected_version, &entries))
+            .await??;
         Ok(())
     }
 
@@ -615,13 +641,10 @@ impl Runtime {
     }
 
     async fn load_log_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, RuntimeError> {
-        let store = Arc::clone(&self.store);
         let id = run_id.to_owned();
-        Ok(
-            tokio::task::spawn_blocking(move || store.load_from(&id, from))
-                .await
-                .map_err(|e| RuntimeError::Join(e.to_string()))??,
-        )
+        Ok(self
+            .store_work(move |store| store.load_from(&id, from))
+            .await??)
     }
 
     async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
