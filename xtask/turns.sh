@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The side-by-side workload of ../shared/bench (N one-call `read_file` turns, then a final
 # answer) through the release `agent` binary: wall and CPU time, peak memory and store
-# size; with --callgrind, the instructions spent driving the run (the drive loop and the
-# commits it waits for, not the idle background threads, whose counts vary with timing).
+# size; with --callgrind, the instructions spent driving the run (the drive loop, which
+# makes the commits itself, on its own thread; not sled's I/O threads or other idle
+# background threads, whose counts vary with timing).
 #
 #   xtask/turns.sh N [--callgrind]
 set -euo pipefail
@@ -17,7 +18,7 @@ args=(run --model "script:$work/script.json" --workspace "$work" --store "$work/
   --max-steps $((n + 5)) --max-tool-calls $((n + 5)) --json "read the records")
 if [ "${2:-}" = "--callgrind" ]; then
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-    "--toggle-collect=*Runtime*drive*" "--toggle-collect=*DirStore*as*agent_store*Store*append*" \
+    "--toggle-collect=*Runtime*drive*" \
     "$agent" "${args[@]}" > /dev/null 2> "$work/cg.err"
   total=$(grep -oE "Collected : [0-9]+" "$work/cg.err" | grep -oE "[0-9]+")
   echo "N=$n: $total instructions driving the run, $((total / n)) per turn"

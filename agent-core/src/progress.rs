@@ -7,32 +7,46 @@ use crate::tool::ToolResult;
 /// Fingerprint of a batch: a hash of its calls' names and canonical arguments, independent
 /// of call ids and of the order the calls were listed in.
 pub fn fingerprint(calls: &[ToolCall]) -> String {
-    let mut parts: Vec<Vec<u8>> = calls
+    fingerprint_and_signatures(calls).0
+}
+
+/// The batch's fingerprint and each call's [`call_signature`], from one canonical encoding
+/// of each call's arguments.
+pub(crate) fn fingerprint_and_signatures(calls: &[ToolCall]) -> (String, Vec<u128>) {
+    let mut parts: Vec<Vec<u8>> = calls.iter().map(plan_part).collect();
+    let signatures = calls
         .iter()
-        .map(|c| {
-            let mut part = Vec::with_capacity(c.name.len() + 64);
-            part.extend_from_slice(c.name.as_bytes());
-            part.push(0);
-            write_canonical(&c.arguments, &mut part);
-            part
-        })
+        .zip(&parts)
+        .map(|(c, part)| signature_of(c.id.as_str(), part))
         .collect();
     parts.sort();
-    sha256_hex(&parts.join(&b'\n'))
+    (sha256_hex(&parts.join(&b'\n')), signatures)
+}
+
+/// A call as the fingerprint sees it: its tool, a NUL, its arguments in canonical JSON.
+fn plan_part(call: &ToolCall) -> Vec<u8> {
+    let mut part = Vec::with_capacity(call.name.len() + 64);
+    part.extend_from_slice(call.name.as_bytes());
+    part.push(0);
+    write_canonical(&call.arguments, &mut part);
+    part
 }
 
 /// Identity of one request for the retry budget: the same id, tool and arguments. The
 /// first 128 bits of a SHA-256: a run remembers one per call it ran, so it is kept small
 /// (a chance collision among a million calls is about 1 in 10^26).
 pub(crate) fn call_signature(call: &ToolCall) -> u128 {
+    signature_of(call.id.as_str(), &plan_part(call))
+}
+
+/// SHA-256 of the id, a NUL, then the call's [`plan_part`], cut to 128 bits.
+fn signature_of(id: &str, part: &[u8]) -> u128 {
     use sha2::{Digest, Sha256};
-    let mut text = Vec::with_capacity(call.id.as_str().len() + call.name.len() + 64);
-    text.extend_from_slice(call.id.as_str().as_bytes());
-    text.push(0);
-    text.extend_from_slice(call.name.as_bytes());
-    text.push(0);
-    write_canonical(&call.arguments, &mut text);
-    let digest = Sha256::digest(&text);
+    let digest = Sha256::new()
+        .chain_update(id.as_bytes())
+        .chain_update([0])
+        .chain_update(part)
+        .finalize();
     let mut first = [0u8; 16];
     first.copy_from_slice(&digest[..16]);
     u128::from_be_bytes(first)
@@ -104,6 +118,21 @@ mod tests {
             fingerprint(&calls),
             "e94d38c95a2169de00863046790da82f7da035903a978c8c8d2b9a8d8447dac5"
         );
+    }
+
+    #[test]
+    fn one_pass_gives_the_fingerprint_and_each_call_signature() {
+        let calls = [
+            ToolCall::new("c2", "read_file", json!({"path": "b", "limit": 3})),
+            ToolCall::new("c1", "read_file", json!({"limit": 3, "path": "a"})),
+            ToolCall::new("c1", "list_dir", json!({})),
+        ];
+        let (fp, signatures) = fingerprint_and_signatures(&calls);
+        assert_eq!(fp, fingerprint(&calls));
+        let each: Vec<u128> = calls.iter().map(call_signature).collect();
+        assert_eq!(signatures, each, "in the calls' order, not the fingerprint's");
+        assert_ne!(signatures[0], signatures[1]);
+        assert_ne!(signatures[1], signatures[2], "the tool counts, not only the id");
     }
 
     #[test]

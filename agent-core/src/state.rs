@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::budget::Usage;
 use crate::decision::{CallId, Decision, ToolCall};
 use crate::event::{Entry, Event, Manifest};
-use crate::progress::{call_signature, fingerprint};
+use crate::progress::{call_signature, fingerprint_and_signatures};
 use crate::reason::{Outcome, PendingCall};
 use crate::tool::{ErrorKind, ToolResult};
 
@@ -151,6 +151,9 @@ pub struct RunState {
     invalid_before: u32,
     denials_before: u32,
     attempts: BTreeMap<u128, u32>,
+    /// The [`call_signature`] of each of `turn_calls`, in their order (when repeats are
+    /// tracked).
+    turn_signatures: Vec<u128>,
     /// Whether repeated plans and reruns are tracked (hashes of every call); a fold that
     /// only shows a run does without.
     tracks_repeats: bool,
@@ -189,6 +192,7 @@ impl Default for RunState {
             invalid_before: 0,
             denials_before: 0,
             attempts: BTreeMap::new(),
+            turn_signatures: Vec::new(),
             tracks_repeats: true,
         }
     }
@@ -234,8 +238,14 @@ impl RunState {
 
     /// How many times this exact call (id, tool, arguments) has already run.
     pub fn runs_of(&self, call: &ToolCall) -> u32 {
+        // The signature this turn's fold already made, when the call is one of the turn's.
+        let known = self
+            .turn_calls
+            .iter()
+            .position(|c| c == call)
+            .and_then(|at| self.turn_signatures.get(at).copied());
         self.attempts
-            .get(&call_signature(call))
+            .get(&known.unwrap_or_else(|| call_signature(call)))
             .copied()
             .unwrap_or(0)
     }
@@ -381,7 +391,8 @@ impl RunState {
                 match decision {
                     Decision::ToolCalls { .. } if !self.tracks_repeats => {}
                     Decision::ToolCalls { calls } => {
-                        let fp = fingerprint(calls);
+                        let (fp, signatures) = fingerprint_and_signatures(calls);
+                        self.turn_signatures = signatures;
                         if self.plan.last.as_deref() == Some(fp.as_str()) {
                             self.plan.streak += 1;
                         } else {
@@ -507,9 +518,13 @@ impl RunState {
                     self.write_actions += 1;
                 }
                 if self.tracks_repeats
-                    && let Some(call) = self.turn_calls.iter().find(|c| c.id == result.call_id)
+                    && let Some(at) = self.turn_calls.iter().position(|c| c.id == result.call_id)
                 {
-                    *self.attempts.entry(call_signature(call)).or_insert(0) += 1;
+                    let signature = match self.turn_signatures.get(at) {
+                        Some(signature) => *signature,
+                        None => call_signature(&self.turn_calls[at]),
+                    };
+                    *self.attempts.entry(signature).or_insert(0) += 1;
                 }
                 self.record_result(*turn, result);
             }
@@ -534,6 +549,7 @@ impl RunState {
     /// Forgets the calls of the latest turn.
     fn clear_turn(&mut self) {
         self.turn_calls.clear();
+        self.turn_signatures.clear();
         self.answered.clear();
         self.dispatched.clear();
         self.cleared.clear();

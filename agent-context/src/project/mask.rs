@@ -85,7 +85,8 @@ pub(super) fn mask(
             if total <= keep + 100 {
                 continue;
             }
-            let head: String = content.chars().take(keep).collect();
+            let end = content.char_indices().nth(keep).map_or(content.len(), |(at, _)| at);
+            let head = content[..end].to_owned();
             let more = total - keep;
             *content = if reads_back {
                 format!(
