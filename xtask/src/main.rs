@@ -145,7 +145,9 @@ fn bench() -> Result<()> {
         "cargo",
         &["bench", "-p", "agent-core", "--bench", "machine"],
         &[],
-    )
+    )?;
+    // A turn's cost end to end: the release `agent` on ../shared/bench's workload.
+    run("python3", &["xtask/speed.py"], &[])
 }
 
 /// Runs each fuzz target for `--minutes` (default 10), `--jobs` at a time (default 1), and

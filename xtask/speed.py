@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""The figures of a turn's cost (BENCHMARKS.md, "Side by side with LangGraph"), from the
+release `agent` on ../shared/bench's workload: N one-call `read_file` turns, then a final
+answer. Run by `cargo xtask bench`, or alone:
+
+    python3 xtask/speed.py [--quick]
+
+Prints, for N = 100, 1,000, 3,000 and 10,000: wall, user and system time, peak resident
+memory and store bytes a turn; the instructions driving a 1,000- and a 3,000-turn run
+(callgrind, toggled on the drive loop, which also makes the commits) and the marginal
+instructions a turn between them; the disk's fsync p50; `agent show` and `agent context`
+on the 10,000-turn run; and process start to the first model call on a one-turn run.
+"""
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "..", "shared", "bench")
+AGENT = os.path.join(ROOT, "target", "release", "agent")
+
+
+def workload(n, work):
+    subprocess.run(
+        [sys.executable, os.path.join(BENCH, "gen_script.py"), str(n), work],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def run_args(n, work):
+    return [
+        "run", "--model", f"script:{work}/script.json", "--workspace", work,
+        "--store", f"{work}/.agent", "--max-steps", str(n + 5),
+        "--max-tool-calls", str(n + 5), "--json", "read the records",
+    ]
+
+
+def timed(argv):
+    """Wall, user and system seconds and peak resident KB of one child process."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            sys.exit(f"{argv[:2]} exited {proc.returncode}: {err.read().decode()[-500:]}")
+        return wall, usage.ru_utime, usage.ru_stime, usage.ru_maxrss, out.read()
+
+
+def store_bytes(path):
+    total = 0
+    for base, _, files in os.walk(path):
+        for name in files:
+            total += os.path.getsize(os.path.join(base, name))
+    return total
+
+
+def callgrind(n):
+    work = tempfile.mkdtemp()
+    try:
+        workload(n, work)
+        out = os.path.join(work, "cg.out")
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+             "--toggle-collect=*Runtime*drive*", AGENT] + run_args(n, work),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True,
+        )
+        return int(re.search(rb"Collected : (\d+)", proc.stderr).group(1))
+    finally:
+        shutil.rmtree(work)
+
+
+def fsync_p50(samples=300):
+    """A 4 KiB write and `fdatasync` of the disk the store is on, as the store's bench does."""
+    fd, path = tempfile.mkstemp()
+    try:
+        times = []
+        block = b"x" * 4096
+        for i in range(samples):
+            os.pwrite(fd, block, (i % 64) * 4096)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def start_to_first_call(samples=30):
+    """Process start (the spawn included) to the moment the `run_started` event reaches
+    us (printed by `--events` once that commit is durable; the model is called right
+    after), and the whole one-turn run, in a store that exists; in ms."""
+    work = tempfile.mkdtemp()
+    try:
+        workload(1, work)
+        to_start, whole = [], []
+        # Runs into a store that exists (the first run of a new store also creates it).
+        subprocess.run([AGENT] + run_args(1, work), stdout=subprocess.DEVNULL, check=True)
+        for _ in range(samples):
+            started = time.perf_counter()
+            proc = subprocess.Popen(
+                [AGENT] + run_args(1, work) + ["--events"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            )
+            for line in proc.stdout:
+                if json.loads(line).get("type") == "run_started":
+                    to_start.append((time.perf_counter() - started) * 1000)
+                    break
+            proc.stdout.read()
+            if proc.wait() != 0:
+                sys.exit("a one-turn run failed")
+            whole.append((time.perf_counter() - started) * 1000)
+        return to_start, whole
+    finally:
+        shutil.rmtree(work)
+
+
+def main():
+    quick = "--quick" in sys.argv
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "agent-cli"], cwd=ROOT,
+                   check=True)
+    print(f"fsync p50 (4 KiB write + fdatasync): {fsync_p50() * 1e6:.0f} µs")
+    sizes = [100, 1000] if quick else [100, 1000, 3000, 10000]
+    kept = None
+    for n in sizes:
+        work = tempfile.mkdtemp()
+        workload(n, work)
+        wall, user, system, rss, _ = timed([AGENT] + run_args(n, work))
+        stored = store_bytes(os.path.join(work, ".agent"))
+        print(f"N={n}: {wall:.2f} s wall ({wall / n * 1000:.3f} ms a turn), {user:.2f} s "
+              f"user, {system:.2f} s system, peak resident {rss / 1024:.1f} MB, store "
+              f"{stored / 1024:.0f} KB ({stored / n:.0f} bytes a turn)")
+        if kept:
+            shutil.rmtree(kept)
+        kept = work
+    if not quick and kept:
+        runs = json.loads(subprocess.run(
+            [AGENT, "runs", "--store", f"{kept}/.agent", "--json"],
+            stdout=subprocess.PIPE, check=True).stdout)
+        run_id = runs[0]["run_id"]
+        for what in ("show", "context"):
+            walls = [timed([AGENT, what, run_id, "--store", f"{kept}/.agent"])[0]
+                     for _ in range(3)]
+            print(f"agent {what} on the 10,000-turn run: {statistics.median(walls) * 1000:.0f} "
+                  f"ms (median of 3)")
+    if kept:
+        shutil.rmtree(kept)
+    to_start, whole = start_to_first_call()
+    print(f"process start to the first model call: p50 {statistics.median(to_start):.1f} ms, "
+          f"min {min(to_start):.1f} ms; whole one-turn run p50 "
+          f"{statistics.median(whole):.1f} ms ({len(whole)} runs)")
+    if shutil.which("valgrind") and not quick:
+        small, big = callgrind(1000), callgrind(3000)
+        print(f"instructions driving the run: N=1000 {small / 1e6:.1f} M ({small // 1000} a "
+              f"turn), N=3000 {big / 1e6:.1f} M; marginal {(big - small) // 2000} a turn")
+
+
+if __name__ == "__main__":
+    main()
