@@ -59,7 +59,10 @@ impl Default for Extractive {
 pub(crate) fn first_line(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or("");
     // The first `max` characters, sliced rather than collected char by char.
-    let end = line.char_indices().nth(max).map_or(line.len(), |(at, _)| at);
+    let end = line
+        .char_indices()
+        .nth(max)
+        .map_or(line.len(), |(at, _)| at);
     let mut out = String::with_capacity(end + 3);
     out.push_str(&line[..end]);
     if out.len() < text.len() {

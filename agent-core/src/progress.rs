@@ -130,9 +130,15 @@ mod tests {
         let (fp, signatures) = fingerprint_and_signatures(&calls);
         assert_eq!(fp, fingerprint(&calls));
         let each: Vec<u128> = calls.iter().map(call_signature).collect();
-        assert_eq!(signatures, each, "in the calls' order, not the fingerprint's");
+        assert_eq!(
+            signatures, each,
+            "in the calls' order, not the fingerprint's"
+        );
         assert_ne!(signatures[0], signatures[1]);
-        assert_ne!(signatures[1], signatures[2], "the tool counts, not only the id");
+        assert_ne!(
+            signatures[1], signatures[2],
+            "the tool counts, not only the id"
+        );
     }
 
     #[test]

@@ -85,7 +85,10 @@ pub(super) fn mask(
             if total <= keep + 100 {
                 continue;
             }
-            let end = content.char_indices().nth(keep).map_or(content.len(), |(at, _)| at);
+            let end = content
+                .char_indices()
+                .nth(keep)
+                .map_or(content.len(), |(at, _)| at);
             let head = content[..end].to_owned();
             let more = total - keep;
             *content = if reads_back {
