@@ -6,9 +6,9 @@ answer. Run by `cargo xtask bench`, or alone:
     python3 xtask/speed.py [--quick]
 
 Prints, for N = 100, 1,000, 3,000 and 10,000: wall, user and system time, peak resident
-memory and store bytes a turn; the instructions driving a 1,000- and a 3,000-turn run
-(callgrind, toggled on the drive loop, which also makes the commits) and the marginal
-instructions a turn between them; the disk's fsync p50; `agent show` and `agent context`
+memory and store bytes a turn; the instructions of a 1,000- and a 3,000-turn run (callgrind:
+the whole process, and its main thread, which drives the run and makes the commits) and
+the marginal instructions a turn between them; the disk's fsync p50; `agent show` and `agent context`
 on the 10,000-turn run; and process start to the first model call on a one-turn run.
 """
 
@@ -67,16 +67,21 @@ def store_bytes(path):
 
 
 def callgrind(n):
+    """Instructions of a whole run (every thread) and of its main thread, which drives the
+    run and makes its commits (the others read files for the tools and write for sled)."""
     work = tempfile.mkdtemp()
     try:
         workload(n, work)
         out = os.path.join(work, "cg.out")
         proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-             "--toggle-collect=*Runtime*drive*", AGENT] + run_args(n, work),
+            ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+             f"--callgrind-out-file={out}", AGENT] + run_args(n, work),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True,
         )
-        return int(re.search(rb"Collected : (\d+)", proc.stderr).group(1))
+        total = int(re.search(rb"Collected : (\d+)", proc.stderr).group(1))
+        with open(out + "-01") as main_thread:
+            main = int(re.search(r"^summary: (\d+)", main_thread.read(), re.M).group(1))
+        return total, main
     finally:
         shutil.rmtree(work)
 
@@ -162,9 +167,12 @@ def main():
           f"min {min(to_start):.1f} ms; whole one-turn run p50 "
           f"{statistics.median(whole):.1f} ms ({len(whole)} runs)")
     if shutil.which("valgrind") and not quick:
-        small, big = callgrind(1000), callgrind(3000)
-        print(f"instructions driving the run: N=1000 {small / 1e6:.1f} M ({small // 1000} a "
+        (small, small_main), (big, big_main) = callgrind(1000), callgrind(3000)
+        print(f"instructions, whole process: N=1000 {small / 1e6:.1f} M ({small // 1000} a "
               f"turn), N=3000 {big / 1e6:.1f} M; marginal {(big - small) // 2000} a turn")
+        print(f"instructions, main thread (drives the run, makes the commits): N=1000 "
+              f"{small_main / 1e6:.1f} M, N=3000 {big_main / 1e6:.1f} M; marginal "
+              f"{(big_main - small_main) // 2000} a turn")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The side-by-side workload of ../shared/bench (N one-call `read_file` turns, then a final
 # answer) through the release `agent` binary: wall and CPU time, peak memory and store
-# size; with --callgrind, the instructions spent driving the run (the drive loop, which
-# makes the commits itself, on its own thread; not sled's I/O threads or other idle
-# background threads, whose counts vary with timing).
+# size; with --callgrind, the instructions of the whole process, and of its main thread,
+# which drives the run and makes its commits (xtask/speed.py gives every figure at once).
 #
 #   xtask/turns.sh N [--callgrind]
 set -euo pipefail
@@ -17,11 +16,11 @@ agent="$root/target/release/agent"
 args=(run --model "script:$work/script.json" --workspace "$work" --store "$work/.agent"
   --max-steps $((n + 5)) --max-tool-calls $((n + 5)) --json "read the records")
 if [ "${2:-}" = "--callgrind" ]; then
-  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-    "--toggle-collect=*Runtime*drive*" \
+  valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.out" \
     "$agent" "${args[@]}" > /dev/null 2> "$work/cg.err"
   total=$(grep -oE "Collected : [0-9]+" "$work/cg.err" | grep -oE "[0-9]+")
-  echo "N=$n: $total instructions driving the run, $((total / n)) per turn"
+  main=$(grep -E "^summary: " "$work/cg.out-01" | grep -oE "[0-9]+")
+  echo "N=$n: $total instructions in all, $((total / n)) per turn; main thread $main"
 else
   /usr/bin/time -f "N=$n: %e s wall, %U s user, %S s system, %M KB peak resident" \
     "$agent" "${args[@]}" > /dev/null

@@ -45,13 +45,32 @@ pub struct MissingSecret {
 pub struct Redactor {
     /// `(name, value)`, longest value first.
     secrets: Vec<(String, String)>,
-    patterns: Vec<Pattern>,
-    /// Every pattern at once: one scan tells whether any of them needs looking at.
-    any_pattern: RegexSet,
+    /// Whether credential formats are redacted (not by [`Redactor::none`]).
+    formats: bool,
+    /// The credential patterns, compiled the first time a text holds one of the anchors
+    /// (most runs never need them, and compiling them was most of a run's start-up).
+    compiled: std::sync::OnceLock<Formats>,
     /// The literal every pattern's match contains, in any case, and each secret value as
     /// JSON writes it: text of a serialized entry in which none occurs has nothing to redact.
     anchors: Option<Regex>,
     escaped_secrets: Vec<String>,
+}
+
+/// The credential patterns, and all of them at once: one scan tells whether any of them
+/// needs looking at.
+#[derive(Clone, Debug)]
+struct Formats {
+    patterns: Vec<Pattern>,
+    any: RegexSet,
+}
+
+impl Formats {
+    fn compile() -> Formats {
+        let patterns = patterns();
+        let any = RegexSet::new(patterns.iter().map(|p| p.regex.as_str()))
+            .unwrap_or_else(|_| RegexSet::empty());
+        Formats { patterns, any }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -78,13 +97,10 @@ impl Redactor {
 
     /// Secrets given as `(name, value)` pairs, and the credential formats.
     pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Redactor {
-        let patterns = patterns();
-        let any_pattern = RegexSet::new(patterns.iter().map(|p| p.regex.as_str()))
-            .unwrap_or_else(|_| RegexSet::empty());
         let mut redactor = Redactor {
             secrets: Vec::new(),
-            patterns,
-            any_pattern,
+            formats: true,
+            compiled: std::sync::OnceLock::new(),
             anchors: Regex::new(ANCHORS).ok(),
             escaped_secrets: Vec::new(),
         };
@@ -96,8 +112,8 @@ impl Redactor {
     pub fn none() -> Redactor {
         Redactor {
             secrets: Vec::new(),
-            patterns: Vec::new(),
-            any_pattern: RegexSet::empty(),
+            formats: false,
+            compiled: std::sync::OnceLock::new(),
             anchors: None,
             escaped_secrets: Vec::new(),
         }
@@ -146,12 +162,22 @@ impl Redactor {
     /// `text` with every known value and credential format replaced.
     pub fn redact_str(&self, text: &str) -> String {
         let mut out = self.replace_values(text, |name| format!("[REDACTED:{name}]"), |_, _| {});
-        // Almost every text matches no credential format: one scan says so.
-        if !self.any_pattern.is_match(&out) {
+        // Almost every text holds none of the literals a credential format contains.
+        if !self.formats
+            || self
+                .anchors
+                .as_ref()
+                .is_some_and(|anchors| !anchors.is_match(&out))
+        {
             return out;
         }
-        let matched = self.any_pattern.matches(&out);
-        for (i, pattern) in self.patterns.iter().enumerate() {
+        let formats = self.compiled.get_or_init(Formats::compile);
+        // One scan of them all says which patterns need looking at.
+        if !formats.any.is_match(&out) {
+            return out;
+        }
+        let matched = formats.any.matches(&out);
+        for (i, pattern) in formats.patterns.iter().enumerate() {
             if !matched.matched(i) {
                 continue;
             }
@@ -365,10 +391,46 @@ impl Redactor {
         }
     }
 
+    /// [`Redactor::redact_entries`], and each entry's JSON as written
+    /// (`serde_json::to_vec` of the entry returned): the check for secrets encodes every
+    /// entry anyway, and the store can write those bytes rather than encode them again
+    /// ([`agent_store::Store::append_encoded`]). An entry that cannot be encoded has no
+    /// bytes: the list is then empty, and the store encodes (and reports) it itself.
+    pub fn redact_entries_encoded(&self, entries: Vec<Entry>) -> (Vec<Entry>, Vec<Vec<u8>>) {
+        let mut encoded = Vec::with_capacity(entries.len());
+        let mut whole = true;
+        let redacted = entries
+            .into_iter()
+            .map(|entry| {
+                let json = serde_json::to_vec(&entry).ok();
+                let clean = (self.secrets.is_empty() && !self.formats)
+                    || json.as_deref().is_some_and(|json| {
+                        std::str::from_utf8(json).is_ok_and(|text| !self.may_hold_secrets(text))
+                    });
+                let (entry, json) = if clean {
+                    (entry, json)
+                } else {
+                    let entry = self.redact_entry(entry);
+                    let json = serde_json::to_vec(&entry).ok();
+                    (entry, json)
+                };
+                match json {
+                    Some(json) => encoded.push(json),
+                    None => whole = false,
+                }
+                entry
+            })
+            .collect();
+        if !whole {
+            encoded.clear();
+        }
+        (redacted, encoded)
+    }
+
     /// The last net before the log: every string redacted except call arguments (which
     /// already hold references, and must stay byte for byte what runs).
     pub fn redact_entries(&self, entries: Vec<Entry>) -> Vec<Entry> {
-        if self.secrets.is_empty() && self.patterns.is_empty() {
+        if self.secrets.is_empty() && !self.formats {
             return entries;
         }
         entries
@@ -379,17 +441,22 @@ impl Redactor {
                 {
                     return entry;
                 }
-                let Ok(mut value) = serde_json::to_value(&entry) else {
-                    return entry;
-                };
-                // Most entries hold nothing to redact: they are kept as they are, without
-                // being read back from JSON.
-                if !self.redact_value(&mut value) {
-                    return entry;
-                }
-                serde_json::from_value(value).unwrap_or(entry)
+                self.redact_entry(entry)
             })
             .collect()
+    }
+
+    /// One entry with every string redacted but calls' arguments.
+    fn redact_entry(&self, entry: Entry) -> Entry {
+        let Ok(mut value) = serde_json::to_value(&entry) else {
+            return entry;
+        };
+        // Most entries hold nothing to redact: they are kept as they are, without being
+        // read back from JSON.
+        if !self.redact_value(&mut value) {
+            return entry;
+        }
+        serde_json::from_value(value).unwrap_or(entry)
     }
 
     /// Redacts every string of `value` but calls' arguments; whether anything changed.
@@ -463,6 +530,11 @@ mod tests {
             ("QUOTED_TOKEN".to_owned(), "ab\"c\\d\ne-123456".to_owned()),
             ("PLAIN_KEY".to_owned(), "plainsecretvalue42".to_owned()),
         ]);
+        assert_eq!(r.redact_str("fn main() {}"), "fn main() {}");
+        assert!(
+            r.compiled.get().is_none(),
+            "text without an anchor compiles no credential pattern"
+        );
         let samples = [
             format!("key sk-proj-{}", "A1b2".repeat(6)),
             format!("token ghp_{}", "a1".repeat(16)),
@@ -487,6 +559,39 @@ mod tests {
         }
         let clean = serde_json::to_string(&json!({"content": "fn main() {}\n"})).unwrap();
         assert!(!r.may_hold_secrets(&clean));
+    }
+
+    /// The encoded entries are the JSON of the entries as redacted: a clean entry's bytes
+    /// from the check, a redacted one's encoded again; the same entries `redact_entries`
+    /// gives.
+    #[test]
+    fn entries_come_back_with_the_json_of_what_is_written() {
+        use agent_core::{Entry, Event, ModelErrorKind};
+        let r = Redactor::new([("MY_TOKEN".to_owned(), "plainsecretvalue42".to_owned())]);
+        let entry = |version: u64, message: &str| Entry {
+            version,
+            at_ms: 7,
+            event: Event::ModelFailed {
+                turn: 1,
+                message: message.to_owned(),
+                kind: ModelErrorKind::Other,
+            },
+        };
+        let entries = vec![
+            entry(1, "nothing here"),
+            entry(2, "the key plainsecretvalue42 leaked"),
+            entry(3, "also clean"),
+        ];
+        let (redacted, encoded) = r.redact_entries_encoded(entries.clone());
+        assert_eq!(redacted, r.redact_entries(entries.clone()));
+        assert_ne!(redacted[1], entries[1], "the secret is gone");
+        assert_eq!(encoded.len(), 3);
+        for (entry, json) in redacted.iter().zip(&encoded) {
+            assert_eq!(&serde_json::to_vec(entry).unwrap(), json);
+        }
+        let (same, encoded) = Redactor::none().redact_entries_encoded(entries.clone());
+        assert_eq!(same, entries);
+        assert_eq!(encoded[1], serde_json::to_vec(&entries[1]).unwrap());
     }
 
     #[test]

@@ -53,6 +53,22 @@ pub trait Store: Send + Sync {
         entries: &[Entry],
     ) -> Result<u64, StoreError>;
 
+    /// [`Store::append`] for entries whose JSON the caller already made: `encoded[i]` must
+    /// be exactly `serde_json::to_vec(&entries[i])`, so a store that keeps entries as JSON
+    /// writes those bytes instead of encoding the entries again (the runtime encodes each
+    /// entry once, to look for secrets before it is written). Stores that keep another
+    /// form ignore `encoded`, as this default does.
+    fn append_encoded(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+        encoded: &[Vec<u8>],
+    ) -> Result<u64, StoreError> {
+        let _ = encoded;
+        self.append(run_id, expected_version, entries)
+    }
+
     /// The run's whole log, in version order.
     fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError>;
 

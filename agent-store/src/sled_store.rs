@@ -402,6 +402,24 @@ fn event_key(run_id: &str, version: u64) -> Vec<u8> {
     key
 }
 
+/// The record of a commit from its entries' JSON: the one entry's, or an array of them
+/// (the bytes `serde_json` writes for the slice).
+fn record_of(encoded: &[Vec<u8>]) -> Vec<u8> {
+    if let [one] = encoded {
+        return one.clone();
+    }
+    let mut record = Vec::with_capacity(encoded.iter().map(|e| e.len() + 1).sum::<usize>() + 1);
+    record.push(b'[');
+    for (i, json) in encoded.iter().enumerate() {
+        if i > 0 {
+            record.push(b',');
+        }
+        record.extend_from_slice(json);
+    }
+    record.push(b']');
+    record
+}
+
 /// The entries of one record: a commit of several entries is a JSON array, a commit of one
 /// (and every record of format 1) a JSON object.
 fn decode_record(run_id: &str, key_version: u64, bytes: &[u8]) -> Result<Vec<Entry>, StoreError> {
@@ -470,6 +488,16 @@ impl Store for SledStore {
         expected_version: u64,
         entries: &[Entry],
     ) -> Result<u64, StoreError> {
+        self.append_encoded(run_id, expected_version, entries, &[])
+    }
+
+    fn append_encoded(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+        encoded: &[Vec<u8>],
+    ) -> Result<u64, StoreError> {
         if let Some(damage) = self.damage() {
             return Err(damage);
         }
@@ -483,14 +511,25 @@ impl Store for SledStore {
         };
         // One record: a single sled insert is atomic, so a commit needs no batch (which
         // costs sled a second write and sync for its manifest).
-        let record = match entries {
-            [one] => serde_json::to_vec(one),
-            many => serde_json::to_vec(many),
-        }
-        .map_err(|err| StoreError::Corrupt {
-            what: format!("new entry {} of run {run_id}", first.version),
-            message: err.to_string(),
-        })?;
+        let record = if encoded.len() == entries.len() {
+            debug_assert!(
+                entries
+                    .iter()
+                    .zip(encoded)
+                    .all(|(e, json)| serde_json::to_vec(e).ok().as_ref() == Some(json)),
+                "append_encoded: bytes that are not the entries' JSON"
+            );
+            record_of(encoded)
+        } else {
+            match entries {
+                [one] => serde_json::to_vec(one),
+                many => serde_json::to_vec(many),
+            }
+            .map_err(|err| StoreError::Corrupt {
+                what: format!("new entry {} of run {run_id}", first.version),
+                message: err.to_string(),
+            })?
+        };
         let version = {
             let mut summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
             let before = summaries

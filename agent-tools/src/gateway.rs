@@ -72,7 +72,21 @@ pub enum GatewayError {
 struct Registered {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
-    validator: jsonschema::Validator,
+    /// The schema compiled: at registration for a tool from outside, at its first call
+    /// for a built-in one (whose schemas a test compiles), so a run pays only for the
+    /// tools it calls.
+    validator: std::sync::OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+impl Registered {
+    fn validator(&self) -> &Result<jsonschema::Validator, String> {
+        self.validator.get_or_init(|| compile(&self.spec))
+    }
+}
+
+/// A tool's schema compiled, or why it cannot be.
+fn compile(spec: &ToolSpec) -> Result<jsonschema::Validator, String> {
+    jsonschema::validator_for(&spec.input_schema).map_err(|e| e.to_string())
 }
 
 /// What a watcher of the gateway is told while calls run (for live display; nothing in
@@ -136,7 +150,7 @@ impl Gateway {
     pub fn with_builtins(workspace: Workspace) -> Result<Gateway, GatewayError> {
         let mut gateway = Gateway::new(workspace);
         for tool in crate::builtin::all() {
-            gateway.register(tool)?;
+            gateway.add(tool, false)?;
         }
         Ok(gateway)
     }
@@ -149,6 +163,11 @@ impl Gateway {
 
     /// Registers a tool; its schema is compiled once, here.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), GatewayError> {
+        self.add(tool, true)
+    }
+
+    /// Registers a tool, compiling its schema now when `compile_now`.
+    fn add(&mut self, tool: Arc<dyn Tool>, compile_now: bool) -> Result<(), GatewayError> {
         let spec = tool.spec();
         if self.tools.contains_key(&spec.name) {
             return Err(GatewayError::DuplicateTool(spec.name));
@@ -163,12 +182,14 @@ impl Gateway {
                 ),
             });
         }
-        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
-            GatewayError::InvalidSchema {
+        let validator = std::sync::OnceLock::new();
+        if compile_now {
+            let compiled = compile(&spec).map_err(|message| GatewayError::InvalidSchema {
                 tool: spec.name.clone(),
-                message: e.to_string(),
-            }
-        })?;
+                message,
+            })?;
+            let _ = validator.set(Ok(compiled));
+        }
         self.tools.insert(
             spec.name.clone(),
             Registered {
@@ -248,8 +269,15 @@ impl Gateway {
                 reason: why.to_string(),
             };
         }
-        let problems: Vec<String> = registered
-            .validator
+        let validator = match registered.validator() {
+            Ok(validator) => validator,
+            Err(message) => {
+                return Verdict::Invalid {
+                    message: format!("the tool's own schema does not compile: {message}"),
+                };
+            }
+        };
+        let problems: Vec<String> = validator
             .iter_errors(&call.arguments)
             .map(|e| {
                 let path = e.instance_path().to_string();
@@ -538,4 +566,35 @@ fn panic_message(join: tokio::task::JoinError) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".to_owned());
     format!("the tool panicked: {text}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Built-in tools' schemas are compiled at their first call, not at registration: each
+    /// of them compiles, and one left uncalled stays uncompiled.
+    #[test]
+    fn builtin_schemas_compile_when_first_needed() {
+        for tool in crate::builtin::all() {
+            let spec = tool.spec();
+            assert!(
+                compile(&spec).is_ok(),
+                "{}: {:?}",
+                spec.name,
+                compile(&spec).err()
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let gateway = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
+        assert!(gateway.tools.values().all(|t| t.validator.get().is_none()));
+        let call = ToolCall::new("c1", "read_file", serde_json::json!({"path": 3}));
+        let checked = futures::executor::block_on(gateway.check("r", &[call]));
+        assert!(
+            matches!(&checked[0].1, Verdict::Invalid { message } if message.contains("/path")),
+            "{checked:?}"
+        );
+        assert!(gateway.tools["read_file"].validator.get().is_some());
+        assert!(gateway.tools["write_file"].validator.get().is_none());
+    }
 }

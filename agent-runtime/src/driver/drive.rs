@@ -130,7 +130,7 @@ impl Runtime {
                     entries,
                 } => {
                     let run_id = run_id.clone();
-                    let entries = self.redactor.redact_entries(entries);
+                    let (entries, encoded) = self.redactor.redact_entries_encoded(entries);
                     let (entries, result) = self
                         .store_work(move |store| {
                             // Test point: the store refuses this commit (disk full, say).
@@ -140,7 +140,8 @@ impl Runtime {
                                 );
                                 (entries.clone(), Err(refused))
                             });
-                            let result = store.append(&run_id, expected_version, &entries);
+                            let result =
+                                store.append_encoded(&run_id, expected_version, &entries, &encoded);
                             (entries, result)
                         })
                         .await?;

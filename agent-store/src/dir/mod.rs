@@ -503,9 +503,22 @@ impl Store for DirStore {
         expected_version: u64,
         entries: &[Entry],
     ) -> Result<u64, StoreError> {
+        self.append_encoded(run_id, expected_version, entries, &[])
+    }
+
+    fn append_encoded(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        entries: &[Entry],
+        encoded: &[Vec<u8>],
+    ) -> Result<u64, StoreError> {
         check_run_id(run_id)?;
         let run = self.held(run_id)?;
-        let version = run.served.db.append(run_id, expected_version, entries)?;
+        let version = run
+            .served
+            .db
+            .append_encoded(run_id, expected_version, entries, encoded)?;
         run.served.durable.fetch_max(version, Ordering::SeqCst);
         let mut summary = run.served.summary.lock().unwrap_or_else(|p| p.into_inner());
         // The run's database folded the entries into its summary; not folded again here.

@@ -509,3 +509,52 @@ fn a_torn_snapshot_is_set_aside_and_nothing_committed_is_lost() {
         "kept, not deleted"
     );
 }
+
+#[test]
+fn entries_handed_over_as_json_are_stored_as_those_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let commit = [filler(2, 1), filler(3, 2)];
+    let json: Vec<Vec<u8>> = commit
+        .iter()
+        .map(|e| serde_json::to_vec(e).unwrap())
+        .collect();
+    {
+        let store = SledStore::open(&path).unwrap();
+        let first = started("r", 1);
+        let first_json = vec![serde_json::to_vec(&first).unwrap()];
+        assert_eq!(
+            store.append_encoded("r", 0, &[first], &first_json).unwrap(),
+            1
+        );
+        assert_eq!(store.append_encoded("r", 1, &commit, &json).unwrap(), 3);
+        // Without bytes (or with too few), the store encodes the entries itself.
+        assert_eq!(
+            store.append_encoded("r", 3, &[filler(4, 3)], &[]).unwrap(),
+            4
+        );
+        assert_eq!(store.load_from("r", 2).unwrap()[..2], commit);
+    }
+    let db = raw_sled(&path);
+    let record = db
+        .open_tree("events")
+        .unwrap()
+        .get(raw_event_key("r", 2))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.as_ref(),
+        serde_json::to_vec(&commit[..]).unwrap().as_slice(),
+        "the record is the bytes `serde_json` writes for the commit"
+    );
+}
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "not the entries' JSON")]
+fn bytes_that_are_not_the_entries_json_are_caught_in_debug_builds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SledStore::open(dir.path().join("store")).unwrap();
+    let wrong = vec![serde_json::to_vec(&started("other", 9)).unwrap()];
+    let _ = store.append_encoded("r", 0, &[started("r", 1)], &wrong);
+}
