@@ -316,6 +316,18 @@ impl RunState {
 
     /// Applies one committed entry.
     pub fn apply(&mut self, entry: &Entry) -> Result<(), FoldError> {
+        self.apply_known(entry, None)
+    }
+
+    /// Applies an entry that `ahead`, a fold of the same log further on, already applied:
+    /// a decision's fingerprint and call signatures are taken from `ahead` rather than
+    /// computed again (the machine folds each entry into its working state, then into its
+    /// committed state once the commit is confirmed).
+    pub(crate) fn apply_after(&mut self, entry: &Entry, ahead: &RunState) -> Result<(), FoldError> {
+        self.apply_known(entry, Some(ahead))
+    }
+
+    fn apply_known(&mut self, entry: &Entry, ahead: Option<&RunState>) -> Result<(), FoldError> {
         let fail = |problem: String| FoldError {
             version: entry.version,
             event: entry.event.name(),
@@ -391,7 +403,9 @@ impl RunState {
                 match decision {
                     Decision::ToolCalls { .. } if !self.tracks_repeats => {}
                     Decision::ToolCalls { calls } => {
-                        let (fp, signatures) = fingerprint_and_signatures(calls);
+                        let known = ahead.and_then(|ahead| ahead.decision_folded(*turn, calls));
+                        let (fp, signatures) =
+                            known.unwrap_or_else(|| fingerprint_and_signatures(calls));
                         self.turn_signatures = signatures;
                         if self.plan.last.as_deref() == Some(fp.as_str()) {
                             self.plan.streak += 1;
@@ -544,6 +558,17 @@ impl RunState {
         self.clear_turn();
         self.steps += 1;
         self.usage.add(usage);
+    }
+
+    /// The fingerprint and call signatures this fold made of turn `turn`'s decision, when
+    /// `calls` are that decision's.
+    fn decision_folded(&self, turn: u32, calls: &[ToolCall]) -> Option<(String, Vec<u128>)> {
+        let same = self.turn == turn
+            && self.turn_signatures.len() == calls.len()
+            && self.turn_calls.len() == calls.len()
+            && self.turn_calls.iter().zip(calls).all(|(a, b)| a.id == b.id);
+        let fp = self.plan.last.as_ref().filter(|_| same)?;
+        Some((fp.clone(), self.turn_signatures.clone()))
     }
 
     /// Forgets the calls of the latest turn.

@@ -327,7 +327,7 @@ impl Machine {
                     // Fold the turn into the committed state rather than cloning the working
                     // one: O(events of the turn), not O(history).
                     for entry in std::mem::take(&mut self.staged) {
-                        if let Err(err) = self.committed.apply(&entry) {
+                        if let Err(err) = self.committed.apply_after(&entry, &self.working) {
                             self.fault.get_or_insert(err);
                         }
                     }
