@@ -86,16 +86,15 @@ impl Marker {
 
     /// Records the count covered by a finished flush (monotonic; errors only delay it).
     fn record(&self, covered: u64) {
-        use std::io::{Seek, Write};
+        use std::os::unix::fs::FileExt;
         use std::sync::atomic::Ordering;
         let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         if covered <= self.written.load(Ordering::SeqCst) {
             return;
         }
-        let mut file = file;
         let text = format!("format={FORMAT_VERSION} entries={covered:020}\n");
-        if file.seek(std::io::SeekFrom::Start(0)).is_ok() && file.write_all(text.as_bytes()).is_ok()
-        {
+        // One positioned write: the text always has the same length.
+        if file.write_all_at(text.as_bytes(), 0).is_ok() {
             self.written.store(covered, Ordering::SeqCst);
         }
     }
