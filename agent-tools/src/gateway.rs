@@ -574,8 +574,8 @@ mod tests {
 
     /// Built-in tools' schemas are compiled at their first call, not at registration: each
     /// of them compiles, and one left uncalled stays uncompiled.
-    #[test]
-    fn builtin_schemas_compile_when_first_needed() {
+    #[tokio::test]
+    async fn builtin_schemas_compile_when_first_needed() {
         for tool in crate::builtin::all() {
             let spec = tool.spec();
             assert!(
@@ -589,7 +589,7 @@ mod tests {
         let gateway = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
         assert!(gateway.tools.values().all(|t| t.validator.get().is_none()));
         let call = ToolCall::new("c1", "read_file", serde_json::json!({"path": 3}));
-        let checked = futures::executor::block_on(gateway.check("r", &[call]));
+        let checked = gateway.check("r", &[call]).await;
         assert!(
             matches!(&checked[0].1, Verdict::Invalid { message } if message.contains("/path")),
             "{checked:?}"
