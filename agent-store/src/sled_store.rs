@@ -14,8 +14,9 @@ use agent_core::{Entry, Handle};
 use crate::{RunSummary, Store, StoreError, check_batch};
 
 /// The format this code writes: each commit is one record. It also reads format 1 (a record
-/// per entry), which it marks as format 2 when it opens it, since it writes records of
-/// several entries from then on.
+/// per entry), and marks a database format 2 only when it first writes a record of several
+/// entries into it: opening or reading one changes nothing, so an earlier `agent` can still
+/// read what was only read.
 pub const FORMAT_VERSION: u32 = 2;
 /// A run's stored summary is rewritten at least once in this many entries.
 const SUMMARY_EVERY: u64 = 128;
@@ -37,6 +38,9 @@ pub struct SledStore {
     marker: Marker,
     /// Set when the database holds fewer entries than were committed.
     damage: Option<String>,
+    /// The meta tree and whether it says format 2 yet (see [`FORMAT_VERSION`]).
+    meta: sled::Tree,
+    format_2: std::sync::atomic::AtomicBool,
     /// Every run's summary as of its last append. This handle is the database's only
     /// writer (sled locks it to one process), so the version check is made here, under this
     /// lock, and a commit needs no transaction across the two trees.
@@ -194,9 +198,7 @@ impl SledStore {
         let meta = db.open_tree("meta")?;
         match meta.get(FORMAT_KEY)? {
             Some(found) if found.as_ref() == FORMAT_VERSION.to_string().as_bytes() => {}
-            Some(found) if found.as_ref() == b"1" => {
-                meta.insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
-            }
+            Some(found) if found.as_ref() == b"1" => {}
             Some(found) => {
                 return Err(StoreError::UnknownFormat {
                     path,
@@ -246,9 +248,12 @@ impl SledStore {
             // A store made before the marker existed gets one now.
             marker.record(total);
         }
+        let format_2 = meta.get(FORMAT_KEY)?.as_deref() == Some(b"2".as_slice());
         Ok(SledStore {
             events,
             runs,
+            meta,
+            format_2: std::sync::atomic::AtomicBool::new(format_2),
             summaries: Mutex::new(summaries),
             blobs: db.open_tree("blobs")?,
             flusher: GroupFlush::default(),
@@ -544,6 +549,14 @@ impl Store for SledStore {
                 .then(|| summary.encode())
                 .transpose()?;
             let version = summary.version;
+            if entries.len() > 1 && !self.format_2.load(std::sync::atomic::Ordering::SeqCst) {
+                // The first record of several entries in a format-1 database: from now on an
+                // earlier `agent` must refuse it rather than misread it.
+                self.meta
+                    .insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
+                self.format_2
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             // Remembered first: the record may be in the tree even if a write below fails,
             // and it must never be written over.
             summaries.insert(run_id.to_owned(), summary);

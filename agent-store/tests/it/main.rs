@@ -188,11 +188,26 @@ fn a_format_1_store_is_read_and_continued_with_records_of_whole_commits() {
     {
         let store = SledStore::open(&path).unwrap();
         assert_eq!(store.load("r").unwrap().len(), 3);
+        assert_eq!(store.append("r", 3, &[filler(4, 3)]).unwrap(), 4);
+    }
+    assert_eq!(
+        raw_sled(&path)
+            .open_tree("meta")
+            .unwrap()
+            .get("format")
+            .unwrap()
+            .unwrap()
+            .as_ref(),
+        b"1",
+        "reading, and records of one entry, leave an earlier agent's database as it was"
+    );
+    {
+        let store = SledStore::open(&path).unwrap();
         assert_eq!(
             store
-                .append("r", 3, &[filler(4, 3), filler(5, 4), filler(6, 5)])
+                .append("r", 4, &[filler(5, 4), filler(6, 5), filler(7, 6)])
                 .unwrap(),
-            6
+            7
         );
         let versions = |from| -> Vec<u64> {
             store
@@ -202,8 +217,12 @@ fn a_format_1_store_is_read_and_continued_with_records_of_whole_commits() {
                 .map(|e| e.version)
                 .collect()
         };
-        assert_eq!(versions(2), [2, 3, 4, 5, 6], "old records, then a new one");
-        assert_eq!(versions(5), [5, 6], "from the middle of a commit's record");
+        assert_eq!(
+            versions(2),
+            [2, 3, 4, 5, 6, 7],
+            "old records, then a new one"
+        );
+        assert_eq!(versions(6), [6, 7], "from the middle of a commit's record");
     }
     let db = raw_sled(&path);
     assert_eq!(
@@ -216,10 +235,10 @@ fn a_format_1_store_is_read_and_continued_with_records_of_whole_commits() {
         "marked with the format it now holds, so an older agent refuses it in words"
     );
     let events = db.open_tree("events").unwrap();
-    assert_eq!(events.len(), 4, "entries 4 to 6 are one record");
-    let record = events.get(raw_event_key("r", 4)).unwrap().unwrap();
+    assert_eq!(events.len(), 5, "entries 5 to 7 are one record");
+    let record = events.get(raw_event_key("r", 5)).unwrap().unwrap();
     let held: Vec<agent_core::Entry> = serde_json::from_slice(&record).unwrap();
-    assert_eq!(held, [filler(4, 3), filler(5, 4), filler(6, 5)]);
+    assert_eq!(held, [filler(5, 4), filler(6, 5), filler(7, 6)]);
 }
 
 #[test]
