@@ -217,8 +217,9 @@ impl SledStore {
                 });
             }
             None if untouched(&db)? => {
+                // Made durable by the first commit's flush. A crash before it leaves a
+                // database that is untouched, or holds only this key: either opens as new.
                 meta.insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
-                db.flush()?;
             }
             None => return Err(StoreError::NotAStore(path)),
         }
