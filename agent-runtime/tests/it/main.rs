@@ -501,3 +501,76 @@ async fn the_token_counter_is_the_one_given() {
         "not tiktoken's count"
     );
 }
+
+/// Records the thread of every store call.
+struct Threads {
+    inner: SledStore,
+    seen: Mutex<Vec<std::thread::ThreadId>>,
+}
+
+impl Store for Threads {
+    fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
+        self.seen.lock().unwrap().push(std::thread::current().id());
+        self.inner.append(run_id, expected, entries)
+    }
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.inner.load(run_id)
+    }
+    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
+        self.inner.runs()
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_blob(handle)
+    }
+}
+
+/// With `with_inline_store`, the commits are made on the thread that drives the run (a
+/// current-thread runtime's); without, on tokio's blocking pool. The run is the same.
+#[test]
+fn inline_store_work_stays_on_the_driving_thread_and_changes_nothing_else() {
+    let mut logs = Vec::new();
+    for inline in [true, false] {
+        let s = setup();
+        let store = Arc::new(Threads {
+            inner: SledStore::open(s.dir.path().join("store")).unwrap(),
+            seen: Mutex::default(),
+        });
+        let rt = s
+            .runtime(read_script(), Arc::clone(&store) as Arc<dyn Store>, vec![])
+            .with_inline_store(inline)
+            .with_clock(Arc::new(Fixed));
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let report = tokio
+            .block_on(rt.start(
+                RunRequest::new("run-i", "When is the meeting?", Budget::default()),
+                CancellationToken::new(),
+            ))
+            .unwrap();
+        assert_eq!(report.outcome.reason, TerminalReason::Completed);
+        let here = std::thread::current().id();
+        let seen = store.seen.lock().unwrap().clone();
+        assert!(seen.len() >= 3, "{seen:?}");
+        assert_eq!(
+            seen.iter().all(|t| *t == here),
+            inline,
+            "commits on the driving thread exactly when inline: {seen:?}"
+        );
+        logs.push(store.load("run-i").unwrap());
+    }
+    assert_eq!(logs[0], logs[1]);
+}
+
+/// A clock that stands still, so two runs' logs can be compared whole.
+struct Fixed;
+
+impl Clock for Fixed {
+    fn now_ms(&self) -> u64 {
+        1_000
+    }
+}
