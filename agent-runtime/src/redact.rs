@@ -101,7 +101,7 @@ impl Redactor {
             secrets: Vec::new(),
             formats: true,
             compiled: std::sync::OnceLock::new(),
-            anchors: Regex::new(ANCHORS).ok(),
+            anchors: anchors(),
             escaped_secrets: Vec::new(),
         };
         redactor.add(secrets);
@@ -490,6 +490,13 @@ fn escape_pointer(key: &str) -> String {
 /// A literal each credential pattern's match contains (matched in any case, so a superset):
 /// keep it in step with [`patterns`].
 const ANCHORS: &str = r"(?i)sk-|gh[pousr]_|github_pat_|akia|asia|xox|authorization|bearer|://";
+
+/// [`ANCHORS`] compiled, once per process (a runtime and its blob store each make a
+/// redactor; cloning a compiled regex shares it).
+fn anchors() -> Option<Regex> {
+    static ONCE: std::sync::OnceLock<Option<Regex>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| Regex::new(ANCHORS).ok()).clone()
+}
 
 fn patterns() -> Vec<Pattern> {
     [

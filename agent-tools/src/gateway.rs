@@ -222,8 +222,9 @@ impl Gateway {
     /// Lets `read_result` read stored outputs and logged results back.
     pub fn with_result_source(mut self, source: Arc<dyn ResultSource>) -> Gateway {
         let tool: Arc<dyn Tool> = Arc::new(crate::tool::Typed(crate::builtin::ReadResult(source)));
-        // Registering a built-in with its own schema cannot fail.
-        let _ = self.register(tool);
+        // Registering a built-in with its own schema cannot fail; it is compiled at its
+        // first call, as the other built-ins are.
+        let _ = self.add(tool, false);
         self
     }
 
