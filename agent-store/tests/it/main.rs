@@ -577,3 +577,32 @@ fn bytes_that_are_not_the_entries_json_are_caught_in_debug_builds() {
     let wrong = vec![serde_json::to_vec(&started("other", 9)).unwrap()];
     let _ = store.append_encoded("r", 0, &[started("r", 1)], &wrong);
 }
+
+#[test]
+fn a_record_whose_entries_do_not_continue_the_log_is_corrupt_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    {
+        let store = SledStore::open(&path).unwrap();
+        store.append("r", 0, &[started("r", 1)]).unwrap();
+        // Stored summary stays at version 1: this commit is not one that writes it.
+        store.append("r", 1, &[filler(2, 1), filler(3, 2)]).unwrap();
+    }
+    {
+        // The record under key 2 replaced by one that claims versions 7 and 8.
+        let db = raw_sled(&path);
+        db.open_tree("events")
+            .unwrap()
+            .insert(
+                raw_event_key("r", 2),
+                serde_json::to_vec(&[filler(7, 6), filler(8, 7)]).unwrap(),
+            )
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let err = SledStore::open(&path).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt { message, .. } if message.contains("entry 7 found where 2 belongs")),
+        "{err}"
+    );
+}
