@@ -38,9 +38,38 @@ impl OwnerFile {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Whether the owner still answers: its process is alive (a stopped one too).
+    /// Whether the owner is still there: its process is alive (a stopped one too).
+    ///
+    /// A connection alone does not say so: a child the owner was starting when it died
+    /// holds a copy of the listening socket until it executes its program, and the kernel
+    /// queues a connection to a socket nobody will accept from. So it asks for the
+    /// summary: an answer, or silence (a stopped owner), is an owner; a connection reset
+    /// or closed without an answer is a socket that has just lost its last holder.
     pub(super) fn alive(&self) -> bool {
-        UnixStream::connect(&self.socket).is_ok()
+        answers(&self.socket, EXCHANGE_TIMEOUT)
+    }
+}
+
+/// Whether something holds the socket and either answers or keeps silent for `wait`.
+fn answers(socket: &Path, wait: Duration) -> bool {
+    let Ok(stream) = UnixStream::connect(socket) else {
+        return false;
+    };
+    let asked = (|| {
+        stream.set_read_timeout(Some(wait))?;
+        stream.set_write_timeout(Some(wait))?;
+        let mut request = serde_json::to_vec(&Request::Summary)?;
+        request.push(b'\n');
+        (&stream).write_all(&request)?;
+        let mut first = [0u8; 1];
+        (&stream).read(&mut first)
+    })();
+    match asked {
+        Ok(n) => n > 0,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
     }
 }
 
@@ -211,4 +240,58 @@ pub(super) fn summary(socket: &Path) -> Option<crate::RunSummary> {
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line).ok()?;
     serde_json::from_str(&line).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listener() -> (tempfile::TempDir, PathBuf, UnixListener) {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("run.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        (dir, socket, listener)
+    }
+
+    #[test]
+    fn an_owner_that_answers_is_alive() {
+        let (_dir, socket, listener) = listener();
+        let owner = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&stream).read_line(&mut line).unwrap();
+            (&stream).write_all(b"{}\n").unwrap();
+        });
+        assert!(answers(&socket, EXCHANGE_TIMEOUT));
+        owner.join().unwrap();
+    }
+
+    #[test]
+    fn a_socket_closed_without_an_answer_is_no_owner() {
+        // What a reader meets when the last holder of a dead owner's socket (a child that
+        // had not yet executed its program) lets go: the connection goes, no answer comes.
+        let (_dir, socket, listener) = listener();
+        let holder = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            drop(stream);
+            drop(listener);
+        });
+        assert!(!answers(&socket, EXCHANGE_TIMEOUT));
+        holder.join().unwrap();
+    }
+
+    #[test]
+    fn a_silent_owner_is_alive() {
+        // A stopped owner holds its socket and never accepts.
+        let (_dir, socket, listener) = listener();
+        assert!(answers(&socket, Duration::from_millis(50)));
+        drop(listener);
+    }
+
+    #[test]
+    fn no_socket_is_no_owner() {
+        let (_dir, socket, listener) = listener();
+        drop(listener);
+        assert!(!answers(&socket, EXCHANGE_TIMEOUT));
+    }
 }
