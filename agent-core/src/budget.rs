@@ -48,10 +48,19 @@ impl Default for Budget {
 /// Tokens and money used by model calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, all of them: those the provider read from or wrote to its prompt
+    /// cache included (Anthropic reports those apart; they are added in here).
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those read from the provider's prompt cache (OpenAI's
+    /// `cached_tokens`, Anthropic's `cache_read_input_tokens`).
+    #[serde(default, skip_serializing_if = "is_zero_count")]
+    pub cache_read_tokens: u64,
+    /// Of the prompt tokens, those written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    #[serde(default, skip_serializing_if = "is_zero_count")]
+    pub cache_write_tokens: u64,
     /// Cost in US dollars, when the price is known.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
@@ -61,14 +70,35 @@ fn is_zero(v: &f64) -> bool {
     *v == 0.0
 }
 
+fn is_zero_count(v: &u64) -> bool {
+    *v == 0
+}
+
 impl Usage {
     /// Usage of `input` prompt tokens and `output` completion tokens.
     pub fn tokens(input: u64, output: u64) -> Self {
         Usage {
             input_tokens: input,
             output_tokens: output,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
             cost_usd: 0.0,
         }
+    }
+
+    /// The same usage, of whose prompt tokens `read` came from the provider's cache and
+    /// `written` went into it (each at most the prompt tokens).
+    pub fn with_cache(mut self, read: u64, written: u64) -> Self {
+        self.cache_read_tokens = read.min(self.input_tokens);
+        self.cache_write_tokens = written.min(self.input_tokens - self.cache_read_tokens);
+        self
+    }
+
+    /// Prompt tokens neither read from nor written to a cache.
+    pub fn uncached_input_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_sub(self.cache_read_tokens)
+            .saturating_sub(self.cache_write_tokens)
     }
 
     /// Input plus output tokens.
@@ -80,6 +110,12 @@ impl Usage {
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
         // A cost from outside that is not a finite, positive number adds nothing.
         if other.cost_usd.is_finite() && other.cost_usd > 0.0 {
             self.cost_usd += other.cost_usd;
@@ -109,6 +145,38 @@ mod tests {
         let partial: Budget = serde_json::from_str(r#"{"max_steps": 5}"#).unwrap();
         assert_eq!(partial.max_steps, 5);
         assert_eq!(partial.max_tool_calls, 128);
+    }
+
+    #[test]
+    fn cached_tokens_are_part_of_the_prompt_and_add_up() {
+        let call = Usage::tokens(1_000, 10).with_cache(600, 300);
+        assert_eq!(call.uncached_input_tokens(), 100);
+        // A provider cannot report more cached tokens than the prompt has.
+        let odd = Usage::tokens(100, 0).with_cache(80, 80);
+        assert_eq!((odd.cache_read_tokens, odd.cache_write_tokens), (80, 20));
+        assert_eq!(odd.uncached_input_tokens(), 0);
+        let mut total = Usage::default();
+        total.add(&call);
+        total.add(&odd);
+        assert_eq!(
+            (
+                total.input_tokens,
+                total.cache_read_tokens,
+                total.cache_write_tokens
+            ),
+            (1_100, 680, 320)
+        );
+        // Logs written before caches were counted read the same, and write the same.
+        let old: Usage = serde_json::from_str(r#"{"input_tokens":5,"output_tokens":1}"#).unwrap();
+        assert_eq!(old, Usage::tokens(5, 1));
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"input_tokens":5,"output_tokens":1}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&call).unwrap(),
+            r#"{"input_tokens":1000,"output_tokens":10,"cache_read_tokens":600,"cache_write_tokens":300}"#
+        );
     }
 
     #[test]
