@@ -581,6 +581,10 @@ fn show(
         say(format_args!("{value}\n"));
     } else {
         say(format_args!("{}", render::timeline(run_id, &entries)));
+        // Every line of the timeline is an event; the total goes beside it.
+        if let Some(total) = render::usage_total(&entries) {
+            tell(format_args!("{total}\n"));
+        }
         tell_live(run_id, live.as_deref());
     }
     report_damage(&store)

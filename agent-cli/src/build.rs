@@ -68,6 +68,9 @@ pub fn model(
     if let Some(stream) = settings.stream {
         model = model.with_streaming(stream);
     }
+    if let Some(cache) = settings.prompt_cache {
+        model = model.with_prompt_cache(cache);
+    }
     if let Some(policy) = &settings.retry {
         model = model.with_retry(policy.clone());
     }

@@ -34,6 +34,9 @@ pub struct Config {
     pub max_cost_usd: Option<f64>,
     /// Whether to stream model replies (default true).
     pub stream: Option<bool>,
+    /// Whether to mark the prompt's stable parts for the provider's prompt cache (default
+    /// true; Anthropic caches only what is marked, OpenAI caches repeated prefixes itself).
+    pub prompt_cache: Option<bool>,
     /// Retries of model calls.
     pub retry: Option<RetryConfig>,
     /// Prices per million tokens, by model name.
@@ -67,6 +70,13 @@ pub struct PriceConfig {
     pub input: f64,
     /// Output tokens.
     pub output: f64,
+    /// Input tokens read from the provider's prompt cache (default: the input price).
+    #[serde(default)]
+    pub cache_read: Option<f64>,
+    /// Input tokens written to the provider's prompt cache (default: 1.25 times the input
+    /// price).
+    #[serde(default)]
+    pub cache_write: Option<f64>,
 }
 
 /// `[policy]`.
@@ -199,7 +209,13 @@ impl Config {
             return Err("retry.max_attempts = 0: give at least 1".into());
         }
         for (model, p) in &self.prices {
-            for (what, v) in [("input", p.input), ("output", p.output)] {
+            let rates = [
+                ("input", Some(p.input)),
+                ("output", Some(p.output)),
+                ("cache_read", p.cache_read),
+                ("cache_write", p.cache_write),
+            ];
+            for (what, v) in rates.into_iter().filter_map(|(w, v)| Some((w, v?))) {
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(format!(
                         "prices.\"{model}\".{what} = {v}: give dollars per million tokens, 0 or more"

@@ -23,6 +23,9 @@ pub fn outcome_json(report: &Report) -> Value {
         "usage": {
             "input_tokens": report.state.usage.input_tokens,
             "output_tokens": report.state.usage.output_tokens,
+            "cache_read_tokens": report.state.usage.cache_read_tokens,
+            "cache_write_tokens": report.state.usage.cache_write_tokens,
+            "cost_usd": report.state.usage.cost_usd,
         },
         "pending": o.pending.iter().map(|p| json!({
             "call_id": p.call_id,
@@ -167,6 +170,42 @@ pub fn timeline(run_id: &str, entries: &[Entry]) -> String {
     out
 }
 
+/// What the model calls of a log used in all, for the line after its timeline; `None`
+/// when no call reported any.
+pub fn usage_total(entries: &[Entry]) -> Option<String> {
+    let mut total = agent_core::Usage::default();
+    for e in entries {
+        if let Event::DecisionProposed { usage, .. } | Event::DecisionRejected { usage, .. } =
+            &e.event
+        {
+            total.add(usage);
+        }
+    }
+    (total.total_tokens() > 0).then(|| format!("usage: {}", usage_text(&total)))
+}
+
+/// Tokens (and cost, when known) of a call or a run: `1200 in (1000 cache read), 80 out,
+/// $0.0012`; the cached tokens are part of the input.
+pub fn usage_text(usage: &agent_core::Usage) -> String {
+    let mut out = format!("{} in", usage.input_tokens);
+    let cached: Vec<String> = [
+        (usage.cache_read_tokens, "cache read"),
+        (usage.cache_write_tokens, "cache write"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if !cached.is_empty() {
+        let _ = write!(out, " ({})", cached.join(", "));
+    }
+    let _ = write!(out, ", {} out", usage.output_tokens);
+    if usage.cost_usd > 0.0 {
+        let _ = write!(out, ", ${:.4}", usage.cost_usd);
+    }
+    out
+}
+
 /// Characters of a bulky argument (a file body) shown before it is folded.
 pub const FOLD_AT: usize = 2_000;
 
@@ -264,10 +303,7 @@ fn detail(run_id: &str, event: &Event) -> String {
                 Decision::Clarification { question } => format!("clarification {question:?}"),
                 Decision::CannotContinue { reason } => format!("cannot_continue {reason:?}"),
             };
-            format!(
-                "turn {turn}: {what} ({} in, {} out)",
-                usage.input_tokens, usage.output_tokens
-            )
+            format!("turn {turn}: {what} ({})", usage_text(usage))
         }
         Event::DecisionRejected { turn, problem, .. } => format!("turn {turn}: {problem}"),
         Event::ModelFailed {

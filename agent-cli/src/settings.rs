@@ -251,6 +251,8 @@ pub struct Settings {
     pub env: Env,
     /// Whether to stream model replies.
     pub stream: Option<bool>,
+    /// Whether to mark prompts for the provider's prompt cache (default true).
+    pub prompt_cache: Option<bool>,
     /// How model calls are retried, when agent.toml says.
     pub retry: Option<RetryPolicy>,
     /// Prices per million tokens, by model name.
@@ -412,8 +414,9 @@ impl Settings {
             .iter()
             .map(|(model, p)| {
                 let price = Price {
-                    input_per_million: p.input,
-                    output_per_million: p.output,
+                    cache_read_per_million: p.cache_read,
+                    cache_write_per_million: p.cache_write,
+                    ..Price::new(p.input, p.output)
                 };
                 (model.clone(), price)
             })
@@ -434,6 +437,7 @@ impl Settings {
             base_url,
             env,
             stream: config.stream,
+            prompt_cache: config.prompt_cache,
             retry,
             prices,
             policy,

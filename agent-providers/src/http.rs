@@ -56,6 +56,44 @@ pub struct Price {
     pub input_per_million: f64,
     /// Output tokens.
     pub output_per_million: f64,
+    /// Input tokens read from the provider's prompt cache; unknown, the input price (no
+    /// discount is assumed).
+    pub cache_read_per_million: Option<f64>,
+    /// Input tokens written to the provider's prompt cache; unknown,
+    /// [`Price::DEFAULT_CACHE_WRITE_FACTOR`] times the input price.
+    pub cache_write_per_million: Option<f64>,
+}
+
+impl Price {
+    /// What a cache write costs against an uncached input token when no price is given:
+    /// Anthropic's surcharge for its five-minute cache, the highest a provider reports
+    /// per written token, so that a budget is never underestimated.
+    pub const DEFAULT_CACHE_WRITE_FACTOR: f64 = 1.25;
+
+    /// A price of `input` and `output` dollars per million tokens, caches at the defaults.
+    pub fn new(input: f64, output: f64) -> Price {
+        Price {
+            input_per_million: input,
+            output_per_million: output,
+            cache_read_per_million: None,
+            cache_write_per_million: None,
+        }
+    }
+
+    /// The cost of one call's `usage`, in US dollars.
+    pub fn cost(&self, usage: &agent_core::Usage) -> f64 {
+        let read = self
+            .cache_read_per_million
+            .unwrap_or(self.input_per_million);
+        let write = self
+            .cache_write_per_million
+            .unwrap_or(self.input_per_million * Self::DEFAULT_CACHE_WRITE_FACTOR);
+        (usage.uncached_input_tokens() as f64 * self.input_per_million
+            + usage.cache_read_tokens as f64 * read
+            + usage.cache_write_tokens as f64 * write
+            + usage.output_tokens as f64 * self.output_per_million)
+            / 1e6
+    }
 }
 
 /// Receives answer text as it is written.
@@ -74,6 +112,7 @@ pub struct HttpModel {
     idle_timeout: Duration,
     max_tokens: u32,
     stream: bool,
+    prompt_cache: bool,
     on_text: Option<TextSink>,
     max_response_bytes: usize,
 }
@@ -132,6 +171,7 @@ impl HttpModel {
             idle_timeout: Duration::from_secs(120),
             max_tokens: wire::anthropic::DEFAULT_MAX_TOKENS,
             stream: true,
+            prompt_cache: true,
             on_text: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         })
@@ -152,6 +192,14 @@ impl HttpModel {
     /// Gives up on a stream silent for this long (retryable).
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Whether to mark the prompt's stable parts for the provider's prompt cache (on by
+    /// default). Anthropic caches only what is marked (`cache_control` breakpoints); OpenAI
+    /// caches a repeated prefix by itself, and this changes nothing there.
+    pub fn with_prompt_cache(mut self, cache: bool) -> Self {
+        self.prompt_cache = cache;
         self
     }
 
@@ -423,6 +471,7 @@ impl Model for HttpModel {
                 &self.model,
                 self.max_tokens,
                 self.stream,
+                self.prompt_cache,
             ),
         };
         let mut retries = Vec::new();
@@ -435,9 +484,7 @@ impl Model for HttpModel {
                     let mut reply = assembled.decide();
                     wire::restore_names(&mut reply, &request.prompt.tools);
                     if let Some(price) = self.price {
-                        reply.usage.cost_usd =
-                            reply.usage.input_tokens as f64 * price.input_per_million / 1e6
-                                + reply.usage.output_tokens as f64 * price.output_per_million / 1e6;
+                        reply.usage.cost_usd = price.cost(&reply.usage);
                     }
                     reply.retries = retries;
                     return Ok(reply);

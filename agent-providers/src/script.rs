@@ -68,6 +68,10 @@ struct RawUsage {
     input_tokens: u64,
     #[serde(default)]
     output_tokens: u64,
+    #[serde(default)]
+    cache_read_tokens: u64,
+    #[serde(default)]
+    cache_write_tokens: u64,
 }
 
 fn empty_object() -> Value {
@@ -190,6 +194,7 @@ fn parse_turn(text: &str) -> Result<Turn, String> {
     }
     let usage = raw.usage.map_or_else(Usage::default, |u| {
         Usage::tokens(u.input_tokens, u.output_tokens)
+            .with_cache(u.cache_read_tokens, u.cache_write_tokens)
     });
     Ok(Turn {
         answer: answers.remove(0),

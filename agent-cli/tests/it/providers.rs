@@ -299,3 +299,123 @@ async fn a_key_echoed_by_the_provider_is_redacted_on_stderr_too() {
     let log = String::from_utf8_lossy(&env.run(&["show", "--json", id]).stdout).into_owned();
     assert!(!log.contains(&key));
 }
+
+/// An Anthropic stream answering `text`, whose prompt was read from the cache but for
+/// `uncached` tokens.
+fn anthropic_cached_answer(text: &str, uncached: u64, read: u64) -> String {
+    [
+        (
+            "message_start",
+            json!({"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"usage":{"input_tokens":uncached,"cache_creation_input_tokens":0,"cache_read_input_tokens":read,"output_tokens":1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
+        ),
+        ("content_block_stop", json!({"type":"content_block_stop","index":0})),
+        (
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":12}}),
+        ),
+        ("message_stop", json!({"type":"message_stop"})),
+    ]
+    .iter()
+    .map(|(event, data)| format!("event: {event}\ndata: {data}\n\n"))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_prompt_caching_marks_requests_and_prices_cached_tokens() {
+    let server = Server::start(vec![
+        Reply::stream(fixture("anthropic/cached_tool_use_response.txt")),
+        Reply::stream(anthropic_cached_answer("It says hello.", 50, 188_107)),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "[prices.\"claude-sonnet-4-5\"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\ncache_write = 3.75\n",
+    )
+    .unwrap();
+    let args = |url: &str| {
+        [
+            "run",
+            "--json",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--base-url",
+            url,
+            "what do the notes say?",
+        ]
+        .map(str::to_owned)
+    };
+    let run = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_json(&env, &args, Some(("ANTHROPIC_API_KEY", "sk-ant-test")))
+    };
+    let (code, v, err) = run(&args(&server.url));
+    assert_eq!(code, Some(0), "{err}");
+    // Both calls' prompts, cached tokens included; what the cache read and wrote.
+    let (write_in, read_in) = (21 + 188_086, 50 + 188_107);
+    assert_eq!(v["usage"]["input_tokens"], write_in + read_in);
+    assert_eq!(v["usage"]["cache_write_tokens"], 188_086);
+    assert_eq!(v["usage"]["cache_read_tokens"], 188_107);
+    assert_eq!(v["usage"]["output_tokens"], 393 + 12);
+    let cost =
+        (21.0 * 3.0 + 188_086.0 * 3.75 + 393.0 * 15.0 + 50.0 * 3.0 + 188_107.0 * 0.3 + 12.0 * 15.0)
+            / 1e6;
+    let got = v["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((got - cost).abs() < 1e-9, "{got} against {cost}");
+    // The second request marks the tools, the system text and the two user messages.
+    let sent = server.received();
+    let second = &sent[1].body;
+    assert_eq!(second["system"][0]["cache_control"]["type"], "ephemeral");
+    let tools = second["tools"].as_array().unwrap();
+    assert_eq!(tools.last().unwrap()["cache_control"]["type"], "ephemeral");
+    let marked: Vec<usize> = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| {
+            m["content"]
+                .as_array()
+                .unwrap()
+                .last()
+                .unwrap()
+                .get("cache_control")
+                .is_some()
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(marked, [0, 2], "the goal and the tool result");
+    // `agent show` says what the cache did, per call and for the run.
+    let id = v["run_id"].as_str().unwrap();
+    let show = env.run(&["show", id]);
+    let shown = super::stdout(&show);
+    assert!(
+        shown.contains("(188107 in (188086 cache write), 393 out, $0.7113)"),
+        "{shown}"
+    );
+    let total = format!(
+        "usage: {} in (188107 cache read, 188086 cache write), 405 out, ${cost:.4}",
+        write_in + read_in
+    );
+    assert_eq!(stderr(&show).trim(), total, "the total is on standard error");
+
+    // Turned off in agent.toml: no marks at all.
+    let server = Server::start(vec![Reply::stream(anthropic_cached_answer("Hi.", 10, 0))])
+        .await
+        .unwrap();
+    std::fs::write(env.dir.path().join("agent.toml"), "prompt_cache = false\n").unwrap();
+    let (code, _, err) = run(&args(&server.url));
+    assert_eq!(code, Some(0), "{err}");
+    let body = server.received()[0].body.to_string();
+    assert!(!body.contains("cache_control"), "{body}");
+}

@@ -11,8 +11,20 @@ use crate::ProviderError;
 /// Output tokens asked for when nothing else is configured.
 pub const DEFAULT_MAX_TOKENS: u32 = 8_192;
 
-/// The request body for `POST /v1/messages`.
-pub fn request_body(prompt: &Prompt, model: &str, max_tokens: u32, stream: bool) -> Value {
+/// At most this many `cache_control` breakpoints in one request (the API's limit).
+pub const MAX_BREAKPOINTS: usize = 4;
+
+/// The request body for `POST /v1/messages`. With `cache`, prompt-cache breakpoints mark
+/// the stable parts: the last tool (tools are cached whole), the system text, and the last
+/// block of each of the last two user messages: the newest one, so that the next request
+/// reads everything up to it, and the one before, which the previous request wrote.
+pub fn request_body(
+    prompt: &Prompt,
+    model: &str,
+    max_tokens: u32,
+    stream: bool,
+    cache: bool,
+) -> Value {
     let messages: Vec<Value> = prompt
         .messages
         .iter()
@@ -49,24 +61,50 @@ pub fn request_body(prompt: &Prompt, model: &str, max_tokens: u32, stream: bool)
             json!({"role": role, "content": results})
         })
         .collect();
+    let mut messages = messages;
+    let mut tools: Vec<Value> = prompt
+        .tools
+        .iter()
+        .map(|t| {
+            json!({
+                "name": wire_name(&t.name),
+                "description": t.description,
+                "input_schema": provider_schema(&t.input_schema),
+            })
+        })
+        .collect();
+    let mut system = Value::String(prompt.system.clone());
+    if cache {
+        let breakpoint = || json!({"type": "ephemeral"});
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = breakpoint();
+        }
+        if !prompt.system.is_empty() {
+            system =
+                json!([{"type": "text", "text": prompt.system, "cache_control": breakpoint()}]);
+        }
+        let users = messages
+            .iter_mut()
+            .rev()
+            .filter(|m| m["role"] == "user")
+            .take(2);
+        for message in users {
+            if let Some(block) = message["content"]
+                .as_array_mut()
+                .and_then(|blocks| blocks.last_mut())
+            {
+                block["cache_control"] = breakpoint();
+            }
+        }
+    }
     let mut body = json!({
         "model": model,
         "max_tokens": max_tokens,
-        "system": prompt.system,
+        "system": system,
         "messages": messages,
     });
-    if !prompt.tools.is_empty() {
-        body["tools"] = prompt
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": wire_name(&t.name),
-                    "description": t.description,
-                    "input_schema": provider_schema(&t.input_schema),
-                })
-            })
-            .collect();
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
     }
     if stream {
         body["stream"] = Value::Bool(true);
@@ -96,11 +134,44 @@ pub fn parse_response(body: &Value) -> Assembled {
             a.text.clone()
         });
     }
-    a.usage = Usage::tokens(
-        body["usage"]["input_tokens"].as_u64().unwrap_or(0),
-        body["usage"]["output_tokens"].as_u64().unwrap_or(0),
-    );
+    let mut tokens = PromptTokens::default();
+    tokens.update(&body["usage"]);
+    a.usage = tokens.usage(body["usage"]["output_tokens"].as_u64().unwrap_or(0));
     a
+}
+
+/// The prompt's tokens as Anthropic counts them: `input_tokens` are only those after the
+/// last cache breakpoint; the cached ones are reported apart.
+#[derive(Debug, Default)]
+struct PromptTokens {
+    uncached: u64,
+    cache_read: u64,
+    cache_write: u64,
+}
+
+impl PromptTokens {
+    /// Takes the counts a `usage` object has (a stream's `message_delta` may repeat them).
+    fn update(&mut self, usage: &Value) {
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+        if let Some(n) = count("input_tokens") {
+            self.uncached = n;
+        }
+        if let Some(n) = count("cache_read_input_tokens") {
+            self.cache_read = n;
+        }
+        if let Some(n) = count("cache_creation_input_tokens") {
+            self.cache_write = n;
+        }
+    }
+
+    /// The usage of the call, all prompt tokens in `input_tokens`.
+    fn usage(&self, output: u64) -> Usage {
+        let all = self
+            .uncached
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write);
+        Usage::tokens(all, output).with_cache(self.cache_read, self.cache_write)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -116,7 +187,7 @@ struct Block {
 #[derive(Debug, Default)]
 pub struct Stream {
     blocks: BTreeMap<u64, Block>,
-    input_tokens: u64,
+    input: PromptTokens,
     output_tokens: u64,
     stop_reason: Option<String>,
     done: bool,
@@ -142,7 +213,7 @@ impl Stream {
         match event {
             "message_start" => {
                 let usage = &v["message"]["usage"];
-                self.input_tokens = usage["input_tokens"].as_u64().unwrap_or(0);
+                self.input.update(usage);
                 self.output_tokens = usage["output_tokens"].as_u64().unwrap_or(0);
             }
             "content_block_start" => {
@@ -182,6 +253,7 @@ impl Stream {
                 if let Some(out) = v["usage"]["output_tokens"].as_u64() {
                     self.output_tokens = out;
                 }
+                self.input.update(&v["usage"]);
             }
             "message_stop" => self.done = true,
             "error" => {
@@ -226,7 +298,7 @@ impl Stream {
                 a.text.clone()
             });
         }
-        a.usage = Usage::tokens(self.input_tokens, self.output_tokens);
+        a.usage = self.input.usage(self.output_tokens);
         a
     }
 }

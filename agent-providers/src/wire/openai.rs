@@ -95,12 +95,19 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
 
 fn usage_of(v: &Value) -> Option<Usage> {
     let u = v.get("usage")?;
-    Some(Usage::tokens(
-        u.get("prompt_tokens")?.as_u64()?,
-        u.get("completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    ))
+    let cached = u
+        .pointer("/prompt_tokens_details/cached_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Some(
+        Usage::tokens(
+            u.get("prompt_tokens")?.as_u64()?,
+            u.get("completion_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        )
+        .with_cache(cached, 0),
+    )
 }
 
 fn text_of(v: &Value) -> Option<String> {

@@ -93,7 +93,11 @@ async fn anthropic_streams_and_sends_its_headers() {
     assert_eq!(got[0].path, "/v1/messages");
     assert_eq!(got[0].header("x-api-key"), Some("sk-test"));
     assert_eq!(got[0].header("anthropic-version"), Some("2023-06-01"));
-    assert_eq!(got[0].body["system"], "sys");
+    // Prompt caching is on by default: the system text is a block with a breakpoint.
+    assert_eq!(
+        got[0].body["system"],
+        serde_json::json!([{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}])
+    );
 }
 
 #[tokio::test]
@@ -259,10 +263,7 @@ async fn usage_is_priced_and_text_streams_to_the_sink() {
     )
     .await;
     let model = model
-        .with_price(Price {
-            input_per_million: 3.0,
-            output_per_million: 15.0,
-        })
+        .with_price(Price::new(3.0, 15.0))
         .with_text_sink(Arc::new(move |t: &str| sink.lock().unwrap().push_str(t)));
     let reply = ask(&model).await.unwrap();
     let Ok(Decision::Final { answer }) = &reply.decision else {
@@ -276,6 +277,53 @@ async fn usage_is_priced_and_text_streams_to_the_sink() {
     let u = reply.usage;
     let expected = u.input_tokens as f64 * 3.0 / 1e6 + u.output_tokens as f64 * 15.0 / 1e6;
     assert!((u.cost_usd - expected).abs() < 1e-12 && u.cost_usd > 0.0);
+}
+
+#[tokio::test]
+async fn cached_prompt_tokens_are_priced_at_the_cache_rates() {
+    // Over the wire, from a recorded shape: Anthropic writes 188,086 tokens to its cache,
+    // then reads them.
+    let price = Price {
+        cache_read_per_million: Some(0.30),
+        cache_write_per_million: Some(3.75),
+        ..Price::new(3.0, 15.0)
+    };
+    let (_server, streamed) = model(
+        Dialect::Anthropic,
+        vec![Reply::stream(fixture(
+            "anthropic/cached_tool_use_response.txt",
+        ))],
+    )
+    .await;
+    let write = ask(&streamed.with_price(price)).await.unwrap().usage;
+    assert_eq!(
+        (write.cache_write_tokens, write.cache_read_tokens),
+        (188_086, 0)
+    );
+    let expected = (21.0 * 3.0 + 188_086.0 * 3.75 + 393.0 * 15.0) / 1e6;
+    assert!((write.cost_usd - expected).abs() < 1e-12, "{write:?}");
+    let (_server, whole) = model(
+        Dialect::Anthropic,
+        vec![Reply::status(
+            200,
+            fixture("anthropic/cache_read_message.json"),
+        )],
+    )
+    .await;
+    let read = ask(&whole.with_streaming(false).with_price(price))
+        .await
+        .unwrap()
+        .usage;
+    assert_eq!(
+        (read.cache_write_tokens, read.cache_read_tokens),
+        (40, 188_086)
+    );
+    let expected = (3.0 * 3.0 + 40.0 * 3.75 + 188_086.0 * 0.30 + 8.0 * 15.0) / 1e6;
+    assert!((read.cost_usd - expected).abs() < 1e-12, "{read:?}");
+    // Without cache prices, a read costs what an input token does and a write a quarter
+    // more: an unknown price never makes a budget look larger than it is.
+    let plain = Price::new(3.0, 15.0);
+    assert!((plain.cost(&read) - (188_129.0 * 3.0 + 40.0 * 0.75 + 8.0 * 15.0) / 1e6).abs() < 1e-12);
 }
 
 #[tokio::test]

@@ -313,7 +313,7 @@ fn openai_request_pairs_results_and_cleans_schemas() {
 
 #[test]
 fn anthropic_request_puts_results_first_with_is_error() {
-    let body = anthropic::request_body(&prompt(), "claude-sonnet-4-5", 1024, true);
+    let body = anthropic::request_body(&prompt(), "claude-sonnet-4-5", 1024, true, false);
     assert_eq!(body["system"], "be brief");
     assert_eq!(body["max_tokens"], 1024);
     let user = &body["messages"][2];
@@ -329,6 +329,102 @@ fn anthropic_request_puts_results_first_with_is_error() {
     assert_eq!(user["content"][1]["tool_use_id"], "c2");
     assert_eq!(body["messages"][1]["content"][1]["type"], "tool_use");
     assert!(body["tools"][0]["input_schema"].get("$schema").is_none());
+}
+
+/// Where a body's `cache_control` breakpoints are, as JSON pointers.
+fn breakpoints(body: &serde_json::Value) -> Vec<String> {
+    fn walk(v: &serde_json::Value, at: String, found: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if map.contains_key("cache_control") {
+                    assert_eq!(map["cache_control"], json!({"type": "ephemeral"}));
+                    found.push(at.clone());
+                }
+                for (k, v) in map {
+                    walk(v, format!("{at}/{k}"), found);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, format!("{at}/{i}"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    walk(body, String::new(), &mut found);
+    found.sort();
+    found
+}
+
+#[test]
+fn anthropic_cache_breakpoints_mark_tools_system_and_the_last_two_user_messages() {
+    let mut p = prompt();
+    p.messages.push(Message {
+        role: Role::Assistant,
+        parts: vec![Part::ToolUse {
+            call_id: "c3".into(),
+            name: "read_file".into(),
+            arguments: json!({"path": "c.txt"}),
+        }],
+    });
+    p.messages.push(Message {
+        role: Role::User,
+        parts: vec![Part::ToolResult {
+            call_id: "c3".into(),
+            name: "read_file".into(),
+            ok: true,
+            content: "third".into(),
+        }],
+    });
+    p.tools.push(ToolSpec::new(
+        "list_dir",
+        "lists",
+        json!({"type": "object"}),
+        Risk::Read,
+    ));
+    let body = anthropic::request_body(&p, "claude-sonnet-4-5", 1024, true, true);
+    assert_eq!(
+        breakpoints(&body),
+        [
+            "/messages/2/content/2", // the note after the two results, last block of its message
+            "/messages/4/content/0", // the newest result
+            "/system/0",
+            "/tools/1", // the last tool: all tools are cached with it
+        ]
+    );
+    assert!(breakpoints(&body).len() <= anthropic::MAX_BREAKPOINTS);
+    assert_eq!(
+        body["system"][0],
+        json!({"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}})
+    );
+    // Marking changes nothing else: without the marks it is the body sent uncached.
+    let mut unmarked = body.clone();
+    unmarked["system"] = json!("be brief");
+    for at in ["/messages/2/content/2", "/messages/4/content/0", "/tools/1"] {
+        unmarked
+            .pointer_mut(at)
+            .unwrap()
+            .as_object_mut()
+            .unwrap()
+            .remove("cache_control");
+    }
+    assert_eq!(
+        unmarked,
+        anthropic::request_body(&p, "claude-sonnet-4-5", 1024, true, false)
+    );
+    assert!(breakpoints(&unmarked).is_empty());
+    // A first request: one user message, no tools.
+    let first = Prompt {
+        system: "be brief".into(),
+        messages: vec![Message::user_text("hi")],
+        tools: vec![],
+    };
+    assert_eq!(
+        breakpoints(&anthropic::request_body(&first, "m", 10, false, true)),
+        ["/messages/0/content/0", "/system/0"]
+    );
 }
 
 #[test]
@@ -358,7 +454,7 @@ fn long_tool_names_fit_the_providers_and_come_back_whole() {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     );
     assert_eq!(
-        anthropic::request_body(&p, "m", 10, false)["tools"][1]["name"],
+        anthropic::request_body(&p, "m", 10, false, true)["tools"][1]["name"],
         sent.as_str()
     );
     let mut reply = ModelReply::decision(
@@ -416,4 +512,42 @@ fn a_text_reply_cut_at_the_output_limit_is_not_a_final_answer() {
         "usage": {"input_tokens": 10, "output_tokens": 4}
     });
     assert!(anthropic::parse_response(&whole).decide().decision.is_err());
+}
+
+#[test]
+fn cached_prompt_tokens_from_both_providers() {
+    // OpenAI: cached tokens are inside `prompt_tokens`.
+    let reply = openai_stream("openai/cached_usage.sse");
+    assert!(matches!(reply.decision, Ok(Decision::ToolCalls { .. })));
+    assert_eq!(
+        reply.usage,
+        Usage::tokens(2006, 300).with_cache(1920, 0),
+        "{:?}",
+        reply.usage
+    );
+    // The same in a whole response.
+    let whole = openai::parse_response(&json!({
+        "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 2,
+                  "prompt_tokens_details": {"cached_tokens": 32}}
+    }));
+    assert_eq!(whole.usage, Usage::tokens(50, 2).with_cache(32, 0));
+
+    // Anthropic: `input_tokens` is only what follows the last breakpoint; the prompt is
+    // all three counts.
+    let (reply, done) = anthropic_stream("anthropic/cached_tool_use_response.txt");
+    assert!(done);
+    assert!(matches!(reply.decision, Ok(Decision::ToolCalls { .. })));
+    assert_eq!(
+        reply.usage,
+        Usage::tokens(21 + 188_086, 393).with_cache(0, 188_086)
+    );
+    let body: serde_json::Value =
+        serde_json::from_str(&fixture("anthropic/cache_read_message.json")).unwrap();
+    let whole = anthropic::parse_response(&body);
+    assert_eq!(
+        whole.usage,
+        Usage::tokens(3 + 40 + 188_086, 8).with_cache(188_086, 40)
+    );
+    assert_eq!(whole.usage.uncached_input_tokens(), 3);
 }
