@@ -11,6 +11,24 @@ pub(super) struct ResultMessage {
     pub(super) index: usize,
     /// The version each result was committed as.
     pub(super) versions: Vec<(CallId, u64)>,
+    /// Characters masking would take out of it.
+    pub(super) chars: usize,
+}
+
+/// Characters of `message`'s results that [`mask`] would take out.
+pub(super) fn maskable_chars(config: &ContextConfig, message: &Message) -> usize {
+    let keep = config.masked_result_chars;
+    message
+        .parts
+        .iter()
+        .map(|part| match part {
+            Part::ToolResult { content, .. } => {
+                let total = content.chars().count();
+                if total <= keep + 100 { 0 } else { total - keep }
+            }
+            _ => 0,
+        })
+        .sum()
 }
 
 fn version_of(versions: &[(CallId, u64)], call_id: &CallId) -> u64 {

@@ -33,6 +33,9 @@ below replace it.]";
 /// when the run has it.
 const READ_RESULT: &str = "read_result";
 
+/// Default of [`ContextConfig::unmasked_result_chars`].
+pub const DEFAULT_UNMASKED_RESULT_CHARS: usize = 12_000;
+
 /// How the prompt is bounded.
 #[derive(Clone, Debug)]
 pub struct ContextConfig {
@@ -44,6 +47,12 @@ pub struct ContextConfig {
     pub compact_at: f64,
     /// Turns whose results are shown whole; older results are masked.
     pub recent_result_turns: usize,
+    /// Characters the results of older turns may take, shown whole, before they are
+    /// masked together. Masking a result changes the prompt from that result on, which
+    /// costs the provider's cache everything after it: masking in batches keeps the
+    /// prompt's prefix the same from turn to turn, and breaks it once a batch. 0 masks a
+    /// result as soon as it leaves the last `recent_result_turns` turns.
+    pub unmasked_result_chars: usize,
     /// Characters of a masked result still shown.
     pub masked_result_chars: usize,
     /// Characters all results of one turn may take together.
@@ -61,6 +70,7 @@ impl Default for ContextConfig {
             context_window: DEFAULT_CONTEXT_WINDOW,
             compact_at: 0.8,
             recent_result_turns: 2,
+            unmasked_result_chars: DEFAULT_UNMASKED_RESULT_CHARS,
             masked_result_chars: 100,
             turn_result_budget: 200_000,
             preview_bytes: agent_core::PREVIEW_BYTES,
@@ -392,15 +402,30 @@ impl Projector {
             parts,
         });
         if !versions.is_empty() {
-            self.result_messages
-                .push_back(ResultMessage { index, versions });
+            let chars = mask::maskable_chars(&self.config, &self.prompt.messages[index]);
+            self.result_messages.push_back(ResultMessage {
+                index,
+                versions,
+                chars,
+            });
         }
-        while self.result_messages.len() > self.config.recent_result_turns {
-            if let Some(old) = self.result_messages.pop_front()
-                && let Some(message) = self.prompt.messages.get_mut(old.index)
-            {
-                mask::mask(&self.config, self.reads_back, message, &old);
-                self.sizes.changed(old.index, message);
+        let recent = self.config.recent_result_turns;
+        let older: usize = self
+            .result_messages
+            .iter()
+            .rev()
+            .skip(recent)
+            .map(|m| m.chars)
+            .sum();
+        // All older results at once, when they pass their allowance.
+        if older > self.config.unmasked_result_chars {
+            while self.result_messages.len() > recent {
+                if let Some(old) = self.result_messages.pop_front()
+                    && let Some(message) = self.prompt.messages.get_mut(old.index)
+                {
+                    mask::mask(&self.config, self.reads_back, message, &old);
+                    self.sizes.changed(old.index, message);
+                }
             }
         }
     }

@@ -131,9 +131,13 @@ pub fn reads_log(turns: u32, result_chars: usize) -> Log {
     log
 }
 
+/// The tests' configuration: each older result masked as soon as it leaves the recent
+/// turns (`unmasked_result_chars: 0`), as every projection was before results were masked
+/// in batches; the snapshots taken then hold byte for byte.
 pub fn config() -> ContextConfig {
     ContextConfig {
         system: "sys".into(),
+        unmasked_result_chars: 0,
         ..ContextConfig::default()
     }
 }
@@ -511,4 +515,92 @@ fn a_summary_needs_only_the_log_since_the_last_compaction() {
     assert_eq!(extract(tail, 6_000), extract(&log.0, 6_000));
     assert!(extract(tail, 6_000).starts_with("Earlier: "));
     assert_eq!(projector(&log.0[..3], config()).summary_from(), 1);
+}
+
+/// The prompt before each model call of `log` (after each turn's result), projected one
+/// entry at a time.
+fn prompts_before_each_call(log: &Log, config: ContextConfig) -> Vec<Prompt> {
+    let mut p = Projector::new(config, vec![read_result()], std::sync::Arc::new(Tiktoken));
+    let mut prompts = Vec::new();
+    for e in &log.0 {
+        p.apply(e);
+        if matches!(e.event, Event::ToolFinished { .. }) {
+            prompts.push(p.prompt().clone());
+        }
+    }
+    prompts
+}
+
+/// How many messages of `before` open `after` unchanged.
+fn same_messages(before: &Prompt, after: &Prompt) -> usize {
+    before
+        .messages
+        .iter()
+        .zip(&after.messages)
+        .take_while(|(a, b)| a == b)
+        .count()
+}
+
+#[test]
+fn older_results_are_masked_in_batches_so_the_prompt_keeps_its_prefix() {
+    // 2,000-character results; older ones may take 5,000 characters whole: the third
+    // older result passes that, and the batch masks all older results at once.
+    let batched = ContextConfig {
+        unmasked_result_chars: 5_000,
+        ..config()
+    };
+    let log = reads_log(12, 2_000);
+    let prompts = prompts_before_each_call(&log, batched.clone());
+    let mut breaks = Vec::new();
+    for (turn, pair) in (2..).zip(prompts.windows(2)) {
+        let kept = same_messages(&pair[0], &pair[1]);
+        if kept < pair[0].messages.len() {
+            breaks.push((turn, kept));
+        }
+    }
+    // Message 0 is the goal; turn t adds its call and its result (messages 2t-1, 2t).
+    // Recent turns: the open one and the two closed before it stay whole, so a result
+    // becomes "older" three turns after its own; the batch comes when three are older.
+    assert_eq!(
+        breaks,
+        [(6, 2), (9, 8), (12, 14)],
+        "the prompt changes in place only at a batch, from the first result it masks"
+    );
+    for (turn, prompt) in (1..).zip(&prompts) {
+        let whole = results(prompt)
+            .iter()
+            .filter(|(_, content)| !content.contains("older result"))
+            .count();
+        // Never fewer whole than the recent turns, never more than the allowance lets.
+        assert!(
+            (turn.min(3)..=turn.min(5)).contains(&whole),
+            "turn {turn}: {whole} whole"
+        );
+    }
+    // Per-turn masking, for comparison, changes the prompt in place at every turn from the
+    // fourth on.
+    let each = prompts_before_each_call(&log, config());
+    let changed = each
+        .windows(2)
+        .filter(|pair| same_messages(&pair[0], &pair[1]) < pair[0].messages.len())
+        .count();
+    assert_eq!(changed, 9);
+    // Batches or not, the prompt is the same function of the log, built at once or entry
+    // by entry.
+    assert_eq!(projector(&log.0, batched).prompt(), prompts.last().unwrap());
+    // And the default allowance batches too.
+    assert!(ContextConfig::default().unmasked_result_chars > 0);
+}
+
+#[test]
+fn snapshot_of_results_masked_in_a_batch() {
+    let log = reads_log(7, 400);
+    let p = projector(
+        &log.0,
+        ContextConfig {
+            unmasked_result_chars: 1_000,
+            ..config()
+        },
+    );
+    insta::assert_snapshot!("batched", snapshot_text(p.prompt()));
 }
