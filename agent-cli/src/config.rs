@@ -26,6 +26,11 @@ pub struct Config {
     pub context_window: Option<usize>,
     /// Share of the window past which the history is compacted (default 0.8).
     pub compact_at: Option<f64>,
+    /// Turns whose tool results are shown whole (default 2).
+    pub recent_result_turns: Option<usize>,
+    /// Characters older results may take, whole, before they are masked together
+    /// (default 12,000; 0 masks each as soon as it is older than `recent_result_turns`).
+    pub unmasked_result_chars: Option<usize>,
     /// `--base-url`.
     pub base_url: Option<String>,
     /// Token budget (input + output, all model calls).

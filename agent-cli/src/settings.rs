@@ -275,6 +275,8 @@ pub struct Settings {
     pub context_window: Option<usize>,
     /// The compaction threshold, when agent.toml sets it.
     pub compact_at: Option<f64>,
+    /// How results are masked, when agent.toml says.
+    pub masking: Masking,
     /// `--events`.
     pub events: bool,
     /// `--no-input`.
@@ -449,6 +451,10 @@ impl Settings {
             budget,
             context_window: config.context_window,
             compact_at: config.compact_at,
+            masking: Masking {
+                recent_result_turns: config.recent_result_turns,
+                unmasked_result_chars: config.unmasked_result_chars,
+            },
             events: setup.events,
             no_input: setup.no_input,
             file,
@@ -471,9 +477,29 @@ impl Settings {
                 .context_window
                 .unwrap_or_else(|| agent_context::context_window(model)),
             compact_at: self.compact_at.unwrap_or(defaults.compact_at),
+            recent_result_turns: self
+                .masking
+                .recent_result_turns
+                .unwrap_or(defaults.recent_result_turns),
+            unmasked_result_chars: self
+                .masking
+                .unmasked_result_chars
+                .unwrap_or(defaults.unmasked_result_chars),
             ..defaults
         }
     }
+}
+
+/// How older tool results are masked, when agent.toml sets it (`recent_result_turns`,
+/// `unmasked_result_chars`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Masking {
+    /// Turns whose results are shown whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recent_result_turns: Option<usize>,
+    /// Characters older results may take before they are masked together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmasked_result_chars: Option<usize>,
 }
 
 /// The model a `--model` value names.

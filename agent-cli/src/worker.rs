@@ -52,6 +52,9 @@ pub struct RunSpec {
     pub context_window: Option<usize>,
     /// The compaction threshold, when agent.toml set one.
     pub compact_at: Option<f64>,
+    /// How results are masked, when agent.toml said (absent in runs queued before it).
+    #[serde(default)]
+    pub masking: crate::settings::Masking,
 }
 
 fn absolute(path: &std::path::Path) -> Result<PathBuf, Failure> {
@@ -97,6 +100,7 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         budget: settings.budget.apply(Budget::default()),
         context_window: settings.context_window,
         compact_at: settings.compact_at,
+        masking: settings.masking,
     };
     let text = serde_json::to_string(&spec).map_err(failed)?;
     let run_id = ulid::Ulid::generate().to_string();
@@ -142,6 +146,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
     };
     settings.context_window = spec.context_window;
     settings.compact_at = spec.compact_at;
+    settings.masking = spec.masking;
     Ok(settings)
 }
 

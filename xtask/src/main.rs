@@ -147,7 +147,9 @@ fn bench() -> Result<()> {
         &[],
     )?;
     // A turn's cost end to end: the release `agent` on ../shared/bench's workload.
-    run("python3", &["xtask/speed.py"], &[])
+    run("python3", &["xtask/speed.py"], &[])?;
+    // What a run costs with a provider's prompt cache, against a naive resend.
+    run("python3", &["xtask/cache.py"], &[])
 }
 
 /// Runs each fuzz target for `--minutes` (default 10), `--jobs` at a time (default 1), and

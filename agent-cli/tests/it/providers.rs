@@ -407,7 +407,11 @@ async fn anthropic_prompt_caching_marks_requests_and_prices_cached_tokens() {
         "usage: {} in (188107 cache read, 188086 cache write), 405 out, ${cost:.4}",
         write_in + read_in
     );
-    assert_eq!(stderr(&show).trim(), total, "the total is on standard error");
+    assert_eq!(
+        stderr(&show).trim(),
+        total,
+        "the total is on standard error"
+    );
 
     // Turned off in agent.toml: no marks at all.
     let server = Server::start(vec![Reply::stream(anthropic_cached_answer("Hi.", 10, 0))])
