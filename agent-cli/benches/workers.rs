@@ -55,6 +55,7 @@ fn main() {
         budget: agent_core::Budget::default(),
         context_window: None,
         compact_at: None,
+        masking: Default::default(),
     };
     let spec = serde_json::to_string(&spec).unwrap();
     shared_directory(dir.path(), &script);
