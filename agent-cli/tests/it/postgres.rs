@@ -481,6 +481,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
                 budget: agent_core::Budget::default(),
                 context_window: None,
                 compact_at: None,
+                masking: Default::default(),
             };
             let id = format!("run-{i:03}");
             store

@@ -140,7 +140,13 @@ async fn read_result_reads_back_a_masked_older_result() {
         trace: Arc::clone(&s.trace),
         prompts: Arc::clone(&s.prompts),
     };
-    let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store));
+    // Each older result masked as soon as it leaves the recent turns, not in a batch.
+    let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store)).with_context(
+        agent_context::ContextConfig {
+            unmasked_result_chars: 0,
+            ..agent_context::ContextConfig::default()
+        },
+    );
     let report = rt
         .start(
             RunRequest::new("run-r", "g", Budget::default()),
@@ -410,6 +416,9 @@ async fn a_summary_that_does_not_help_is_not_asked_for_again_every_turn() {
         .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
         .with_context(agent_context::ContextConfig {
             context_window: 6_000,
+            // Each older result masked at once: the prompt grows by one turn at a time,
+            // which is what the count below is about.
+            unmasked_result_chars: 0,
             ..agent_context::ContextConfig::default()
         })
         .with_summarizer(wordy.clone());
