@@ -71,6 +71,7 @@ pub fn model(
     if let Some(cache) = settings.prompt_cache {
         model = model.with_prompt_cache(cache);
     }
+    model = model.with_thinking(settings.thinking);
     if let Some(policy) = &settings.retry {
         model = model.with_retry(policy.clone());
     }

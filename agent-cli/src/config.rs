@@ -39,6 +39,9 @@ pub struct Config {
     pub max_cost_usd: Option<f64>,
     /// Whether to stream model replies (default true).
     pub stream: Option<bool>,
+    /// Extended thinking: tokens the model may think for before each decision (Anthropic;
+    /// at least 1024).
+    pub thinking: Option<u32>,
     /// Whether to mark the prompt's stable parts for the provider's prompt cache (default
     /// true; Anthropic caches only what is marked, OpenAI caches repeated prefixes itself).
     pub prompt_cache: Option<bool>,
@@ -193,6 +196,13 @@ impl Config {
             && w < 1_000
         {
             return Err(format!("context_window = {w}: give at least 1000 tokens"));
+        }
+        if let Some(t) = self.thinking
+            && t < 1_024
+        {
+            return Err(format!(
+                "thinking = {t}: give at least 1024 tokens (the provider's least budget), or leave it out"
+            ));
         }
         if let Some(c) = self.compact_at
             && !(c.is_finite() && c > 0.0 && c <= 1.0)

@@ -206,6 +206,9 @@ pub fn usage_text(usage: &agent_core::Usage) -> String {
     out
 }
 
+/// Characters of a model's thinking shown on its decision's line in `agent show`.
+const THOUGHT_CHARS: usize = 160;
+
 /// Characters of a bulky argument (a file body) shown before it is folded.
 pub const FOLD_AT: usize = 2_000;
 
@@ -287,6 +290,7 @@ fn detail(run_id: &str, event: &Event) -> String {
             turn,
             decision,
             usage,
+            reasoning,
         } => {
             let what = match decision {
                 Decision::Final { answer } => format!("final {}", cut(answer, 100)),
@@ -303,7 +307,18 @@ fn detail(run_id: &str, event: &Event) -> String {
                 Decision::Clarification { question } => format!("clarification {question:?}"),
                 Decision::CannotContinue { reason } => format!("cannot_continue {reason:?}"),
             };
-            format!("turn {turn}: {what} ({})", usage_text(usage))
+            let mut line = format!("turn {turn}: {what} ({})", usage_text(usage));
+            // What the model thought, never its answer: the start of it, escaped.
+            let thought: Vec<&str> = reasoning.iter().filter_map(|r| r.readable()).collect();
+            if !thought.is_empty() {
+                let text = thought.join(" ");
+                let shown: String = text.chars().take(THOUGHT_CHARS).collect();
+                let more = if shown.len() < text.len() { "…" } else { "" };
+                let _ = write!(line, " thinking \"{}{more}\"", escape(&shown));
+            } else if !reasoning.is_empty() {
+                line.push_str(" thinking (encrypted)");
+            }
+            line
         }
         Event::DecisionRejected { turn, problem, .. } => format!("turn {turn}: {problem}"),
         Event::ModelFailed {

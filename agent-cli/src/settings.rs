@@ -253,6 +253,8 @@ pub struct Settings {
     pub stream: Option<bool>,
     /// Whether to mark prompts for the provider's prompt cache (default true).
     pub prompt_cache: Option<bool>,
+    /// Extended thinking budget in tokens, when agent.toml sets one.
+    pub thinking: Option<u32>,
     /// How model calls are retried, when agent.toml says.
     pub retry: Option<RetryPolicy>,
     /// Prices per million tokens, by model name.
@@ -440,6 +442,7 @@ impl Settings {
             env,
             stream: config.stream,
             prompt_cache: config.prompt_cache,
+            thinking: config.thinking,
             retry,
             prices,
             policy,

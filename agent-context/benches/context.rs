@@ -61,6 +61,7 @@ fn run_log(turns: u32, size: usize) -> Vec<Entry> {
                     )],
                 },
                 usage: Usage::default(),
+                reasoning: Vec::new(),
             },
         ));
         let line =

@@ -45,6 +45,10 @@ impl fmt::Display for PromptText<'_> {
                         let status = if *ok { "ok" } else { "error" };
                         writeln!(f, "[tool result {call_id}, {status}]\n{content}")?;
                     }
+                    Part::Reasoning { reasoning } => match reasoning.readable() {
+                        Some(text) => writeln!(f, "[reasoning]\n{text}")?,
+                        None => writeln!(f, "[reasoning, encrypted]")?,
+                    },
                 }
             }
         }

@@ -78,6 +78,7 @@ impl LogBuilder {
             turn,
             decision,
             usage: Usage::default(),
+            reasoning: Vec::new(),
         })
     }
 

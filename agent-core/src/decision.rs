@@ -407,6 +407,38 @@ pub struct Retry {
     pub wait_ms: u64,
 }
 
+/// What a model thought before it decided, as its provider gave it. It is never an answer
+/// and never a decision: it is kept because the provider needs it back (Anthropic requires
+/// the thinking blocks of a tool-use turn, unchanged, beside the tool results) and because
+/// a person may want to read it (`agent show`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Reasoning {
+    /// An Anthropic `thinking` block: the (summarized) thinking and the signature by which
+    /// the provider checks that it comes back unchanged.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The provider's signature of it.
+        signature: String,
+    },
+    /// An Anthropic `redacted_thinking` block: thinking the provider encrypted.
+    RedactedThinking {
+        /// The encrypted thinking, opaque.
+        data: String,
+    },
+}
+
+impl Reasoning {
+    /// The text a person can read: the thinking, or nothing for encrypted reasoning.
+    pub fn readable(&self) -> Option<&str> {
+        match self {
+            Reasoning::Thinking { thinking, .. } => Some(thinking),
+            Reasoning::RedactedThinking { .. } => None,
+        }
+    }
+}
+
 /// What a provider hands the runtime for one model call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelReply {
@@ -416,6 +448,8 @@ pub struct ModelReply {
     pub usage: Usage,
     /// Attempts that failed before this reply.
     pub retries: Vec<Retry>,
+    /// What the model thought before it decided, in the order given.
+    pub reasoning: Vec<Reasoning>,
 }
 
 impl ModelReply {
@@ -425,7 +459,14 @@ impl ModelReply {
             decision: Ok(decision),
             usage,
             retries: Vec::new(),
+            reasoning: Vec::new(),
         }
+    }
+
+    /// The same reply, with what the model thought before it.
+    pub fn with_reasoning(mut self, reasoning: Vec<Reasoning>) -> Self {
+        self.reasoning = reasoning;
+        self
     }
 
     /// A reply that is not a decision.
@@ -437,6 +478,7 @@ impl ModelReply {
             }),
             usage,
             retries: Vec::new(),
+            reasoning: Vec::new(),
         }
     }
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Usage};
-use crate::decision::{CallId, Decision};
+use crate::decision::{CallId, Decision, Reasoning};
 use crate::reason::{Outcome, PendingCall};
 use crate::tool::ToolResult;
 
@@ -102,6 +102,9 @@ pub enum Event {
         decision: Decision,
         /// What the call used.
         usage: Usage,
+        /// What the model thought before it decided (kept to send back, never acted on).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Reasoning>,
     },
     /// Fact: the model's reply was not a valid decision.
     DecisionRejected {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::decision::CallId;
+use crate::decision::{CallId, Reasoning};
 use crate::tool::ToolSpec;
 
 /// Everything a model is sent for one call.
@@ -82,5 +82,11 @@ pub enum Part {
         ok: bool,
         /// Output, or `kind: message` for an error.
         content: String,
+    },
+    /// What the model thought before the parts after it, sent back to the provider that
+    /// gave it (others leave it out).
+    Reasoning {
+        /// As the provider gave it.
+        reasoning: Reasoning,
     },
 }

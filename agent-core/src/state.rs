@@ -396,6 +396,7 @@ impl RunState {
                 turn,
                 decision,
                 usage,
+                ..
             } => {
                 self.begin_turn(*turn, usage);
                 self.turn_calls = decision.calls().to_vec();

@@ -113,6 +113,7 @@ pub struct HttpModel {
     max_tokens: u32,
     stream: bool,
     prompt_cache: bool,
+    thinking: Option<u32>,
     on_text: Option<TextSink>,
     max_response_bytes: usize,
 }
@@ -172,6 +173,7 @@ impl HttpModel {
             max_tokens: wire::anthropic::DEFAULT_MAX_TOKENS,
             stream: true,
             prompt_cache: true,
+            thinking: None,
             on_text: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         })
@@ -200,6 +202,15 @@ impl HttpModel {
     /// caches a repeated prefix by itself, and this changes nothing there.
     pub fn with_prompt_cache(mut self, cache: bool) -> Self {
         self.prompt_cache = cache;
+        self
+    }
+
+    /// Extended thinking of up to `budget` tokens a call (Anthropic; at least
+    /// [`wire::anthropic::MIN_THINKING_TOKENS`]). The thinking is recorded with each
+    /// decision and sent back with the tool results of its turn, as the API requires.
+    /// Chat Completions has no such setting, and ignores it.
+    pub fn with_thinking(mut self, budget: Option<u32>) -> Self {
+        self.thinking = budget;
         self
     }
 
@@ -466,12 +477,13 @@ impl Model for HttpModel {
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let body = match self.dialect {
             Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, self.stream),
-            Dialect::Anthropic => wire::anthropic::request_body(
+            Dialect::Anthropic => wire::anthropic::request_body_thinking(
                 request.prompt,
                 &self.model,
                 self.max_tokens,
                 self.stream,
                 self.prompt_cache,
+                self.thinking,
             ),
         };
         let mut retries = Vec::new();

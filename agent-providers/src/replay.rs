@@ -26,11 +26,14 @@ impl ReplayModel {
             .iter()
             .filter_map(|e| match &e.event {
                 Event::DecisionProposed {
-                    decision, usage, ..
-                } => Some(Recorded::Reply(ModelReply::decision(
-                    decision.clone(),
-                    *usage,
-                ))),
+                    decision,
+                    usage,
+                    reasoning,
+                    ..
+                } => Some(Recorded::Reply(
+                    ModelReply::decision(decision.clone(), *usage)
+                        .with_reasoning(reasoning.clone()),
+                )),
                 Event::DecisionRejected {
                     raw,
                     problem,

@@ -39,6 +39,7 @@ fn turn(version: u64, turn: u32) -> Vec<Entry> {
                 turn,
                 decision: Decision::ToolCalls { calls: vec![call] },
                 usage: Usage::tokens(1_200, 40),
+                reasoning: Vec::new(),
             },
         },
         Entry {

@@ -423,3 +423,83 @@ async fn anthropic_prompt_caching_marks_requests_and_prices_cached_tokens() {
     let body = server.received()[0].body.to_string();
     assert!(!body.contains("cache_control"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_thinking_goes_back_with_the_tool_results_and_shows_in_show() {
+    let server = Server::start(vec![
+        Reply::stream(fixture("anthropic/thinking_tool_use_response.txt")),
+        Reply::stream(anthropic_cached_answer("They say hello.", 700, 0)),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
+    std::fs::write(env.dir.path().join("agent.toml"), "thinking = 2048\n").unwrap();
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--base-url",
+            &server.url,
+            "what do the notes say?",
+        ],
+        Some(("ANTHROPIC_API_KEY", "sk-ant-test")),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        v["answer"], "They say hello.",
+        "the thinking is never the answer"
+    );
+    let sent = server.received();
+    assert_eq!(
+        sent[0].body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 2048})
+    );
+    // The tool-use turn's assistant message comes back with its thinking first, unchanged.
+    let messages = sent[1].body["messages"].as_array().unwrap();
+    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+    let blocks = assistant["content"].as_array().unwrap();
+    let recorded = fixture("anthropic/thinking_tool_use_response.txt");
+    let signature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds/+==";
+    assert!(recorded.contains(signature));
+    assert_eq!(blocks[0]["type"], "thinking");
+    assert_eq!(blocks[0]["signature"], signature);
+    assert_eq!(
+        blocks[0]["thinking"],
+        "The user wants to know what the notes say.\n\nI should read notes.txt before \
+         answering, with \"read_file\"."
+    );
+    assert_eq!(blocks[1]["type"], "redacted_thinking");
+    assert_eq!(blocks[2]["type"], "tool_use");
+    // A person reads it in `agent show`, escaped, on the decision's line.
+    let id = v["run_id"].as_str().unwrap();
+    let shown = super::stdout(&env.run(&["show", id]));
+    let line = shown
+        .lines()
+        .find(|l| l.contains("tool_calls toolu_01ThinkingExample"))
+        .unwrap();
+    assert!(
+        line.contains(r#"thinking "The user wants to know what the notes say.\n\nI should read"#),
+        "{line}"
+    );
+    // An out-of-range budget is a configuration error, before any call.
+    std::fs::write(env.dir.path().join("agent.toml"), "thinking = 10\n").unwrap();
+    let (code, _, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--base-url",
+            &server.url,
+            "hi",
+        ],
+        Some(("ANTHROPIC_API_KEY", "sk-ant-test")),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("thinking = 10: give at least 1024"), "{err}");
+    assert_eq!(server.received().len(), 2);
+}

@@ -15,7 +15,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use agent_core::{
-    CallId, Decision, Entry, Event, Message, Part, Prompt, Role, ToolCall, ToolResult, ToolSpec,
+    CallId, Decision, Entry, Event, Message, Part, Prompt, Reasoning, Role, ToolCall, ToolResult,
+    ToolSpec,
 };
 
 use crate::DEFAULT_SYSTEM_PROMPT;
@@ -245,12 +246,15 @@ impl Projector {
                 self.push(Message::user_text(goal.clone()));
             }
             Event::DecisionProposed {
-                decision, usage, ..
+                decision,
+                usage,
+                reasoning,
+                ..
             } => {
                 // The provider's count of the prompt this reply answered.
                 self.sizes.reported(usage.input_tokens);
                 self.close_turn();
-                self.assistant(decision);
+                self.assistant(decision, reasoning);
             }
             Event::DecisionRejected {
                 raw,
@@ -332,8 +336,14 @@ impl Projector {
         self.render_provisional();
     }
 
-    fn assistant(&mut self, decision: &Decision) {
-        let mut parts = Vec::new();
+    fn assistant(&mut self, decision: &Decision, reasoning: &[Reasoning]) {
+        // What the model thought comes first, as its provider gave it and wants it back.
+        let mut parts: Vec<Part> = reasoning
+            .iter()
+            .map(|r| Part::Reasoning {
+                reasoning: r.clone(),
+            })
+            .collect();
         let text = match decision {
             Decision::Final { answer } => Some(answer.clone()),
             Decision::ToolCalls { .. } => None,

@@ -187,6 +187,7 @@ impl Sizes {
                     name, arguments, ..
                 } => counter.count(name) + counter.count(&arguments.to_string()) + 3,
                 Part::ToolResult { content, .. } => counter.count(content) + 3,
+                Part::Reasoning { reasoning } => counter.count(&reasoning_text(reasoning)) + 3,
             })
             .sum();
         parts + 4
@@ -208,9 +209,21 @@ fn message_bytes(message: &Message) -> usize {
                 name, arguments, ..
             } => name.len() + arguments.to_string().len() + 3,
             Part::ToolResult { content, .. } => content.len() + 3,
+            Part::Reasoning { reasoning } => reasoning_text(reasoning).len() + 3,
         })
         .sum();
     parts + 4
+}
+
+/// What of a reasoning part is sent: its text and signature, or its encrypted data.
+fn reasoning_text(reasoning: &agent_core::Reasoning) -> std::borrow::Cow<'_, str> {
+    match reasoning {
+        agent_core::Reasoning::Thinking {
+            thinking,
+            signature,
+        } => format!("{thinking}{signature}").into(),
+        agent_core::Reasoning::RedactedThinking { data } => data.as_str().into(),
+    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ fn conversation_log() -> Log {
                 answer: format!("answer {i}"),
             },
             usage: Usage::default(),
+            reasoning: Vec::new(),
         });
         log.push(Event::RunEnded {
             outcome: Outcome::completed(format!("answer {i}")),

@@ -42,6 +42,7 @@ impl Log {
             turn,
             decision: Decision::ToolCalls { calls },
             usage: Usage::default(),
+            reasoning: Vec::new(),
         })
     }
     pub fn finished(&mut self, turn: u32, result: ToolResult) -> &mut Self {

@@ -291,6 +291,7 @@ fn write_log() -> Log {
                 calls: vec![],
             },
             usage: Usage::default(),
+            reasoning: Vec::new(),
         })
         .push(Event::ApprovalRequested {
             turn: ask,
@@ -443,6 +444,7 @@ fn reads_with_usage(turns: u32, reported: u64) -> Log {
                 )],
             },
             usage: Usage::tokens(reported, 10),
+            reasoning: Vec::new(),
         })
         .finished(
             t,

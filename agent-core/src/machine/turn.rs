@@ -19,6 +19,7 @@ impl Machine {
             decision,
             usage,
             retries,
+            reasoning,
         } = reply;
         for retry in retries {
             self.stage(Event::ModelRetried { turn, retry });
@@ -46,6 +47,7 @@ impl Machine {
             turn,
             decision: decision.clone(),
             usage,
+            reasoning,
         });
         match decision {
             Decision::Final { answer } => self.end(Outcome::completed(answer)),

@@ -278,3 +278,79 @@ fn an_effect_in_doubt_pauses_naming_the_call_and_is_not_run_again() {
         Err(InputError::NotPending(CallId::from("zz")))
     );
 }
+
+#[test]
+fn a_replys_reasoning_is_committed_with_its_decision_and_survives_a_resume() {
+    let thought = vec![
+        Reasoning::Thinking {
+            thinking: "The file should be appended to.".into(),
+            signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds".into(),
+        },
+        Reasoning::RedactedThinking {
+            data: "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP".into(),
+        },
+    ];
+    let mut machine = start();
+    let mut log: Vec<Entry> = Vec::new();
+    loop {
+        match machine.poll_command().expect("a command") {
+            Command::Commit { entries, .. } => {
+                log.extend(entries);
+                machine
+                    .handle(Input::Committed {
+                        version: log.len() as u64,
+                    })
+                    .unwrap();
+            }
+            Command::CallModel { .. } => {
+                let reply = ModelReply::decision(script()[0].clone(), Usage::default())
+                    .with_reasoning(thought.clone());
+                machine.handle(Input::ModelReplied(reply)).unwrap();
+            }
+            Command::CheckCalls { calls, .. } => {
+                let verdicts = calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect();
+                machine.handle(Input::CallsChecked { verdicts }).unwrap();
+            }
+            Command::ExecuteTools { group, .. } => {
+                let results = group
+                    .into_iter()
+                    .map(|sc| ToolResult::ok(sc.call.id, sc.call.name, "ok"))
+                    .collect();
+                machine.handle(Input::ToolsFinished { results }).unwrap();
+            }
+            other => panic!("{other:?}"),
+        }
+        if log
+            .iter()
+            .any(|e| matches!(e.event, Event::DecisionProposed { .. }))
+        {
+            break;
+        }
+    }
+    let proposed = log
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::DecisionProposed { reasoning, .. } => Some(reasoning.clone()),
+            _ => None,
+        })
+        .expect("the decision was committed");
+    assert_eq!(proposed, thought);
+    // In the log's JSON as the provider gave it, and read back the same.
+    let json = serde_json::to_string(&log).unwrap();
+    assert!(
+        json.contains(r#""reasoning":[{"kind":"thinking","thinking":"The file should"#),
+        "{json}"
+    );
+    let back: Vec<Entry> = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, log);
+    // A decision without reasoning is written as before it existed.
+    let plain = Event::DecisionProposed {
+        turn: 1,
+        decision: Decision::Final { answer: "a".into() },
+        usage: Usage::default(),
+        reasoning: vec![],
+    };
+    assert!(!serde_json::to_string(&plain).unwrap().contains("reasoning"));
+    // It folds, and a resumed machine goes on from it.
+    assert!(Machine::resume(tools(), &log, T0 + 1).is_ok());
+}

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use agent_core::{Part, Prompt, Role, Usage, provider_schema};
+use agent_core::{Part, Prompt, Reasoning, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
 use super::{Assembled, WireCall, wire_name};
@@ -24,6 +24,23 @@ pub fn request_body(
     max_tokens: u32,
     stream: bool,
     cache: bool,
+) -> Value {
+    request_body_thinking(prompt, model, max_tokens, stream, cache, None)
+}
+
+/// Least thinking budget the API accepts, in tokens.
+pub const MIN_THINKING_TOKENS: u32 = 1_024;
+
+/// [`request_body`] with extended thinking of up to `thinking` tokens, when given. The
+/// output limit is raised past the budget where it is not already (the API requires
+/// `budget_tokens < max_tokens`).
+pub fn request_body_thinking(
+    prompt: &Prompt,
+    model: &str,
+    max_tokens: u32,
+    stream: bool,
+    cache: bool,
+    thinking: Option<u32>,
 ) -> Value {
     let messages: Vec<Value> = prompt
         .messages
@@ -55,6 +72,17 @@ pub fn request_body(
                         "content": content,
                         "is_error": !ok,
                     })),
+                    // Sent back as it came: the API checks the signature of the thinking
+                    // of a tool-use turn.
+                    Part::Reasoning { reasoning } => others.push(match reasoning {
+                        Reasoning::Thinking {
+                            thinking,
+                            signature,
+                        } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                        Reasoning::RedactedThinking { data } => {
+                            json!({"type": "redacted_thinking", "data": data})
+                        }
+                    }),
                 }
             }
             results.extend(others);
@@ -106,6 +134,13 @@ pub fn request_body(
     if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
     }
+    if let Some(budget) = thinking {
+        let budget = budget.max(MIN_THINKING_TOKENS);
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+        if max_tokens <= budget {
+            body["max_tokens"] = json!(budget.saturating_add(DEFAULT_MAX_TOKENS / 2));
+        }
+    }
     if stream {
         body["stream"] = Value::Bool(true);
     }
@@ -122,6 +157,13 @@ pub fn parse_response(body: &Value) -> Assembled {
                 id: block["id"].as_str().unwrap_or_default().to_owned(),
                 name: block["name"].as_str().unwrap_or_default().to_owned(),
                 arguments: block["input"].to_string(),
+            }),
+            Some("thinking") => a.reasoning.push(Reasoning::Thinking {
+                thinking: block["thinking"].as_str().unwrap_or_default().to_owned(),
+                signature: block["signature"].as_str().unwrap_or_default().to_owned(),
+            }),
+            Some("redacted_thinking") => a.reasoning.push(Reasoning::RedactedThinking {
+                data: block["data"].as_str().unwrap_or_default().to_owned(),
             }),
             _ => {}
         }
@@ -181,6 +223,8 @@ struct Block {
     id: String,
     name: String,
     json: String,
+    /// A thinking block's signature, or a redacted one's data.
+    signature: String,
 }
 
 /// Assembles a streamed response event by event, by block index.
@@ -222,10 +266,19 @@ impl Stream {
                     index,
                     Block {
                         kind: b["type"].as_str().unwrap_or_default().to_owned(),
-                        text: b["text"].as_str().unwrap_or_default().to_owned(),
+                        text: b["text"]
+                            .as_str()
+                            .or(b["thinking"].as_str())
+                            .unwrap_or_default()
+                            .to_owned(),
                         id: b["id"].as_str().unwrap_or_default().to_owned(),
                         name: b["name"].as_str().unwrap_or_default().to_owned(),
                         json: String::new(),
+                        signature: b["signature"]
+                            .as_str()
+                            .or(b["data"].as_str())
+                            .unwrap_or_default()
+                            .to_owned(),
                     },
                 );
             }
@@ -242,6 +295,16 @@ impl Stream {
                         block
                             .json
                             .push_str(delta["partial_json"].as_str().unwrap_or_default());
+                    }
+                    Some("thinking_delta") => {
+                        block
+                            .text
+                            .push_str(delta["thinking"].as_str().unwrap_or_default());
+                    }
+                    Some("signature_delta") => {
+                        block
+                            .signature
+                            .push_str(delta["signature"].as_str().unwrap_or_default());
                     }
                     _ => {}
                 }
@@ -286,6 +349,13 @@ impl Stream {
                     id: block.id,
                     name: block.name,
                     arguments: block.json,
+                }),
+                "thinking" => a.reasoning.push(Reasoning::Thinking {
+                    thinking: block.text,
+                    signature: block.signature,
+                }),
+                "redacted_thinking" => a.reasoning.push(Reasoning::RedactedThinking {
+                    data: block.signature,
                 }),
                 _ => {}
             }

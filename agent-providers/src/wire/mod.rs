@@ -67,11 +67,18 @@ pub struct Assembled {
     pub truncated: bool,
     /// Tokens used.
     pub usage: Usage,
+    /// What the model thought before it answered, in order.
+    pub reasoning: Vec<agent_core::Reasoning>,
 }
 
 impl Assembled {
     /// Turns what the model said into exactly one decision (CONTRACT §2).
-    pub fn decide(self) -> ModelReply {
+    pub fn decide(mut self) -> ModelReply {
+        let reasoning = std::mem::take(&mut self.reasoning);
+        self.decide_only().with_reasoning(reasoning)
+    }
+
+    fn decide_only(self) -> ModelReply {
         let usage = self.usage;
         let raw = || {
             json!({

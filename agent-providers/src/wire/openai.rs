@@ -63,7 +63,8 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                             "content": content,
                         })),
                         Part::Text { text } => texts.push(text.as_str()),
-                        Part::ToolUse { .. } => {}
+                        // Chat Completions takes no reasoning back.
+                        Part::ToolUse { .. } | Part::Reasoning { .. } => {}
                     }
                 }
                 if !texts.is_empty() {
@@ -147,6 +148,7 @@ pub fn parse_response(body: &Value) -> Assembled {
         calls,
         truncated: choice["finish_reason"] == "length",
         usage: usage_of(body).unwrap_or_default(),
+        reasoning: Vec::new(),
     }
 }
 
@@ -229,6 +231,7 @@ impl Stream {
             calls: self.calls.into_values().collect(),
             truncated: self.truncated,
             usage: self.usage.unwrap_or_default(),
+            reasoning: Vec::new(),
         }
     }
 }

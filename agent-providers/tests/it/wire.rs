@@ -551,3 +551,94 @@ fn cached_prompt_tokens_from_both_providers() {
     );
     assert_eq!(whole.usage.uncached_input_tokens(), 3);
 }
+
+#[test]
+fn anthropic_thinking_is_kept_and_sent_back_unchanged_before_the_tool_use() {
+    let (reply, done) = anthropic_stream("anthropic/thinking_tool_use_response.txt");
+    assert!(done);
+    let Ok(Decision::ToolCalls { calls }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(calls[0].arguments["path"], "notes.txt");
+    let thinking = "The user wants to know what the notes say.\n\nI should read notes.txt \
+                    before answering, with \"read_file\".";
+    let signature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds/+==";
+    let data = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP";
+    assert_eq!(
+        reply.reasoning,
+        [
+            Reasoning::Thinking {
+                thinking: thinking.into(),
+                signature: signature.into(),
+            },
+            Reasoning::RedactedThinking { data: data.into() },
+        ]
+    );
+    // The thinking is what the model thought, never its answer.
+    assert!(!matches!(reply.decision, Ok(Decision::Final { .. })));
+
+    // The same blocks in a whole response.
+    let whole = anthropic::parse_response(&json!({
+        "content": [
+            {"type": "thinking", "thinking": thinking, "signature": signature},
+            {"type": "redacted_thinking", "data": data},
+            {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "notes.txt"}}
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 5}
+    }));
+    assert_eq!(whole.reasoning, reply.reasoning);
+
+    // Sent back first in the assistant message, byte for byte, before its tool use.
+    let mut p = prompt();
+    let mut parts: Vec<Part> = reply
+        .reasoning
+        .iter()
+        .map(|r| Part::Reasoning {
+            reasoning: r.clone(),
+        })
+        .collect();
+    parts.append(&mut p.messages[1].parts);
+    p.messages[1].parts = parts;
+    let body = anthropic::request_body(&p, "claude-sonnet-4-5", 1024, true, false);
+    let blocks = body["messages"][1]["content"].as_array().unwrap();
+    assert_eq!(
+        blocks[0],
+        json!({"type": "thinking", "thinking": thinking, "signature": signature})
+    );
+    assert_eq!(
+        blocks[1],
+        json!({"type": "redacted_thinking", "data": data})
+    );
+    assert_eq!(blocks[2]["type"], "text");
+    assert_eq!(blocks[3]["type"], "tool_use");
+    let sent = body.to_string();
+    assert!(sent.contains(&serde_json::to_string(thinking).unwrap()));
+    // Chat Completions takes no reasoning back.
+    let openai_body = openai::request_body(&p, "gpt-4o", false).to_string();
+    assert!(!openai_body.contains("signature") && !openai_body.contains("notes say"));
+}
+
+#[test]
+fn anthropic_thinking_budget_is_asked_for_within_the_output_limit() {
+    let body = anthropic::request_body_thinking(&prompt(), "m", 8_192, false, false, Some(4_000));
+    assert_eq!(
+        body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 4_000})
+    );
+    assert_eq!(body["max_tokens"], 8_192);
+    // The API wants the budget below the output limit: the limit is raised past it.
+    let body = anthropic::request_body_thinking(&prompt(), "m", 8_192, false, false, Some(16_000));
+    assert!(body["max_tokens"].as_u64().unwrap() > 16_000);
+    // Below the API's least budget is raised to it.
+    let body = anthropic::request_body_thinking(&prompt(), "m", 8_192, false, false, Some(10));
+    assert_eq!(
+        body["thinking"]["budget_tokens"],
+        anthropic::MIN_THINKING_TOKENS
+    );
+    assert!(
+        anthropic::request_body(&prompt(), "m", 8_192, false, false)
+            .get("thinking")
+            .is_none()
+    );
+}

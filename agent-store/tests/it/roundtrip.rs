@@ -55,7 +55,7 @@ proptest! {
             Entry {
                 version: 2,
                 at_ms: 2,
-                event: Event::DecisionProposed { turn: 1, decision, usage: Usage::default() },
+                event: Event::DecisionProposed { turn: 1, decision, usage: Usage::default(), reasoning: Vec::new() },
             },
         ];
         store.append("r", 0, &entries).unwrap();
