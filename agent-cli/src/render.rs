@@ -309,7 +309,7 @@ fn detail(run_id: &str, event: &Event) -> String {
             };
             let mut line = format!("turn {turn}: {what} ({})", usage_text(usage));
             // What the model thought, never its answer: the start of it, escaped.
-            let thought: Vec<&str> = reasoning.iter().filter_map(|r| r.readable()).collect();
+            let thought: Vec<String> = reasoning.iter().filter_map(|r| r.readable()).collect();
             if !thought.is_empty() {
                 let text = thought.join(" ");
                 let shown: String = text.chars().take(THOUGHT_CHARS).collect();

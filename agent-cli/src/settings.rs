@@ -115,7 +115,7 @@ pub enum ModelChoice {
 pub struct HttpChoice {
     /// The wire format.
     pub dialect: Dialect,
-    /// `openai`, `anthropic` or `openai-compat`.
+    /// `openai`, `openai-responses`, `anthropic` or `openai-compat`.
     pub provider: &'static str,
     /// The model's name at the provider.
     pub model: String,
@@ -529,6 +529,14 @@ fn model_choice(
         ModelSpec::OpenAi(model) => http(
             Dialect::OpenAi,
             "openai",
+            model,
+            Some("https://api.openai.com/v1"),
+            &env.openai_key,
+            Some("OPENAI_API_KEY"),
+        ),
+        ModelSpec::OpenAiResponses(model) => http(
+            Dialect::OpenAiResponses,
+            "openai-responses",
             model,
             Some("https://api.openai.com/v1"),
             &env.openai_key,

@@ -427,14 +427,31 @@ pub enum Reasoning {
         /// The encrypted thinking, opaque.
         data: String,
     },
+    /// An OpenAI Responses `reasoning` item: its id, the summary the model wrote of its
+    /// reasoning, and the reasoning itself encrypted (what lets a model that keeps no state
+    /// go on from it in the next call).
+    ResponsesItem {
+        /// The item's id (`rs_…`).
+        id: String,
+        /// The summary's texts, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        summary: Vec<String>,
+        /// The encrypted reasoning, when asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_content: Option<String>,
+    },
 }
 
 impl Reasoning {
-    /// The text a person can read: the thinking, or nothing for encrypted reasoning.
-    pub fn readable(&self) -> Option<&str> {
+    /// The text a person can read: the thinking, or the summary, or nothing for encrypted
+    /// reasoning.
+    pub fn readable(&self) -> Option<String> {
         match self {
-            Reasoning::Thinking { thinking, .. } => Some(thinking),
-            Reasoning::RedactedThinking { .. } => None,
+            Reasoning::Thinking { thinking, .. } => Some(thinking.clone()),
+            Reasoning::ResponsesItem { summary, .. } if !summary.is_empty() => {
+                Some(summary.join("\n\n"))
+            }
+            Reasoning::ResponsesItem { .. } | Reasoning::RedactedThinking { .. } => None,
         }
     }
 }

@@ -20,6 +20,8 @@ pub enum Dialect {
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
+    /// OpenAI Responses (`/responses`): reasoning kept across turns.
+    OpenAiResponses,
 }
 
 /// When and how long to retry.
@@ -236,6 +238,7 @@ impl HttpModel {
     fn endpoint(&self) -> String {
         match self.dialect {
             Dialect::OpenAi => format!("{}/chat/completions", self.base_url),
+            Dialect::OpenAiResponses => format!("{}/responses", self.base_url),
             Dialect::Anthropic => format!("{}/v1/messages", self.base_url),
         }
     }
@@ -279,7 +282,9 @@ impl HttpModel {
             .header("content-type", "application/json")
             .body(body.to_string());
         match (self.dialect, &self.api_key) {
-            (Dialect::OpenAi, Some(key)) => request = request.bearer_auth(key),
+            (Dialect::OpenAi | Dialect::OpenAiResponses, Some(key)) => {
+                request = request.bearer_auth(key);
+            }
             (Dialect::Anthropic, Some(key)) => request = request.header("x-api-key", key),
             (_, None) => {}
         }
@@ -315,6 +320,7 @@ impl HttpModel {
             })?;
             return Ok(match self.dialect {
                 Dialect::OpenAi => wire::openai::parse_response(&body),
+                Dialect::OpenAiResponses => wire::responses::parse_response(&body),
                 Dialect::Anthropic => wire::anthropic::parse_response(&body),
             });
         }
@@ -340,6 +346,7 @@ impl HttpModel {
             .eventsource();
         let mut openai = wire::openai::Stream::default();
         let mut anthropic = wire::anthropic::Stream::default();
+        let mut responses = wire::responses::Stream::default();
         loop {
             let next = match tokio::time::timeout(self.idle_timeout, events.next()).await {
                 Err(_) => {
@@ -359,6 +366,7 @@ impl HttpModel {
             };
             let pushed = match self.dialect {
                 Dialect::OpenAi => openai.push(&next.data),
+                Dialect::OpenAiResponses => responses.push(&next.event, &next.data),
                 Dialect::Anthropic => anthropic.push(&next.event, &next.data),
             };
             if let (Some(text), Some(sink)) = (pushed?, &self.on_text) {
@@ -367,6 +375,7 @@ impl HttpModel {
         }
         let (done, assembled) = match self.dialect {
             Dialect::OpenAi => (openai.is_done(), openai.finish()),
+            Dialect::OpenAiResponses => (responses.is_done(), responses.finish()),
             Dialect::Anthropic => (anthropic.is_done(), anthropic.finish()),
         };
         if !done {
@@ -477,6 +486,9 @@ impl Model for HttpModel {
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let body = match self.dialect {
             Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, self.stream),
+            Dialect::OpenAiResponses => {
+                wire::responses::request_body(request.prompt, &self.model, self.stream)
+            }
             Dialect::Anthropic => wire::anthropic::request_body_thinking(
                 request.prompt,
                 &self.model,

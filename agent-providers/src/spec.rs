@@ -9,6 +9,8 @@ pub enum ModelSpec {
     Script(PathBuf),
     /// `openai:MODEL`, key from `OPENAI_API_KEY`.
     OpenAi(String),
+    /// `openai-responses:MODEL`: OpenAI's Responses API, key from `OPENAI_API_KEY`.
+    OpenAiResponses(String),
     /// `anthropic:MODEL`, key from `ANTHROPIC_API_KEY`.
     Anthropic(String),
     /// `openai-compat:MODEL` with `--base-url` (Ollama, vLLM, llama.cpp); key optional.
@@ -28,7 +30,7 @@ pub enum SpecError {
 
     /// A provider nobody knows.
     #[error(
-        "model {0}: unknown provider {1:?}; known: script, openai, anthropic, openai-compat, replay"
+        "model {0}: unknown provider {1:?}; known: script, openai, openai-responses, anthropic, openai-compat, replay"
     )]
     UnknownProvider(String, String),
 }
@@ -45,6 +47,7 @@ impl ModelSpec {
         match provider {
             "script" => Ok(ModelSpec::Script(PathBuf::from(model))),
             "openai" => Ok(ModelSpec::OpenAi(model.to_owned())),
+            "openai-responses" => Ok(ModelSpec::OpenAiResponses(model.to_owned())),
             "anthropic" => Ok(ModelSpec::Anthropic(model.to_owned())),
             "openai-compat" => Ok(ModelSpec::OpenAiCompat(model.to_owned())),
             "replay" => Ok(ModelSpec::Replay(model.to_owned())),
@@ -81,6 +84,10 @@ mod tests {
         assert_eq!(
             ModelSpec::parse("openai-compat:llama3.1:8b"),
             Ok(ModelSpec::OpenAiCompat("llama3.1:8b".into()))
+        );
+        assert_eq!(
+            ModelSpec::parse("openai-responses:gpt-5"),
+            Ok(ModelSpec::OpenAiResponses("gpt-5".into()))
         );
         assert_eq!(
             ModelSpec::parse("replay:01ABC"),

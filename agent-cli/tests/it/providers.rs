@@ -503,3 +503,88 @@ async fn anthropic_thinking_goes_back_with_the_tool_results_and_shows_in_show() 
     assert!(err.contains("thinking = 10: give at least 1024"), "{err}");
     assert_eq!(server.received().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
+    let server = Server::start(vec![
+        Reply::stream(fixture("openai/responses_reasoning_tool.sse")),
+        Reply::stream(fixture("openai/responses_text.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
+    let base = format!("{}/v1", server.url);
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "openai-responses:gpt-5",
+            "--base-url",
+            &base,
+            "what do the notes say?",
+        ],
+        Some(("OPENAI_API_KEY", "sk-test-responses")),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["answer"], "The notes say hello.");
+    assert_eq!(v["usage"]["input_tokens"], 2210 + 2420);
+    assert_eq!(v["usage"]["cache_read_tokens"], 1920 + 2304);
+    let sent = server.received();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].path, "/v1/responses");
+    assert_eq!(
+        sent[0].header("authorization"),
+        Some("Bearer sk-test-responses")
+    );
+    assert_eq!(sent[0].body["store"], false);
+    // The second call gets the first one's reasoning back, then the call and its output,
+    // paired by call id.
+    let input = sent[1].body["input"].as_array().unwrap();
+    let kinds: Vec<&str> = input
+        .iter()
+        .map(|i| i["type"].as_str().unwrap_or("message"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "message",
+            "reasoning",
+            "function_call",
+            "function_call_output"
+        ]
+    );
+    assert_eq!(input[1]["id"], "rs_68af4030592c81938ec0a5fbab4a3e9f");
+    assert_eq!(
+        input[1]["encrypted_content"],
+        "gAAAAABor0Aw1xZ5aVZlcfNhQ8M2aqPwF0Zsv1h0Ekm7wV0pP0yYtQ=="
+    );
+    assert_eq!(input[2]["call_id"], "call_Mf3n0m4GgK1lqJ2lV2W3y1Ae");
+    assert_eq!(input[3]["call_id"], "call_Mf3n0m4GgK1lqJ2lV2W3y1Ae");
+    assert!(input[3]["output"].as_str().unwrap().contains("hello"));
+    // The run remembers its dialect, and `agent show` shows the reasoning's summary.
+    let id = v["run_id"].as_str().unwrap();
+    let shown = super::stdout(&env.run(&["show", id]));
+    assert!(shown.contains("model openai-responses:gpt-5"), "{shown}");
+    assert!(
+        shown.contains(r#"thinking "**Reading the notes**\n\nThe user asks"#),
+        "{shown}"
+    );
+    // Without a key it says which variable to set.
+    let (code, _, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--model",
+            "openai-responses:gpt-5",
+            "--base-url",
+            &base,
+            "hi",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("OPENAI_API_KEY"), "{err}");
+}

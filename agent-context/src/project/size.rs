@@ -223,6 +223,16 @@ fn reasoning_text(reasoning: &agent_core::Reasoning) -> std::borrow::Cow<'_, str
             signature,
         } => format!("{thinking}{signature}").into(),
         agent_core::Reasoning::RedactedThinking { data } => data.as_str().into(),
+        agent_core::Reasoning::ResponsesItem {
+            summary,
+            encrypted_content,
+            ..
+        } => format!(
+            "{}{}",
+            summary.concat(),
+            encrypted_content.as_deref().unwrap_or_default()
+        )
+        .into(),
     }
 }
 

@@ -74,15 +74,19 @@ pub fn request_body_thinking(
                     })),
                     // Sent back as it came: the API checks the signature of the thinking
                     // of a tool-use turn.
-                    Part::Reasoning { reasoning } => others.push(match reasoning {
+                    // Another provider's reasoning means nothing here, and is left out.
+                    Part::Reasoning { reasoning } => match reasoning {
                         Reasoning::Thinking {
                             thinking,
                             signature,
-                        } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                        } => others.push(
+                            json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+                        ),
                         Reasoning::RedactedThinking { data } => {
-                            json!({"type": "redacted_thinking", "data": data})
+                            others.push(json!({"type": "redacted_thinking", "data": data}));
                         }
-                    }),
+                        Reasoning::ResponsesItem { .. } => {}
+                    },
                 }
             }
             results.extend(others);

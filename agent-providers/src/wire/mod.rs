@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 pub mod openai;
+pub mod responses;
 
 use agent_core::{Decision, ModelReply, ToolCall, Usage};
 use serde_json::{Value, json};

@@ -38,6 +38,7 @@ async fn model(dialect: Dialect, replies: Vec<Reply>) -> (Server, HttpModel) {
     let provider = match dialect {
         Dialect::OpenAi => "openai",
         Dialect::Anthropic => "anthropic",
+        Dialect::OpenAiResponses => "openai-responses",
     };
     let model = HttpModel::new(
         dialect,

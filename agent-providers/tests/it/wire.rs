@@ -1,7 +1,7 @@
 //! The translators on recorded traffic of the real APIs, no network.
 
 use agent_core::*;
-use agent_providers::wire::{anthropic, openai};
+use agent_providers::wire::{anthropic, openai, responses};
 use serde_json::json;
 
 use crate::{fixture, sse};
@@ -641,4 +641,176 @@ fn anthropic_thinking_budget_is_asked_for_within_the_output_limit() {
             .get("thinking")
             .is_none()
     );
+}
+
+fn responses_stream(name: &str) -> ModelReply {
+    let mut s = responses::Stream::default();
+    for (event, data) in sse(&fixture(name)) {
+        s.push(&event, &data).unwrap();
+    }
+    assert!(s.is_done(), "{name} ends with response.completed");
+    s.finish().decide()
+}
+
+#[test]
+fn responses_stream_gives_calls_by_call_id_reasoning_and_cached_usage() {
+    let reply = responses_stream("openai/responses_reasoning_tool.sse");
+    let Ok(Decision::ToolCalls { calls }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(calls[0].id.as_str(), "call_Mf3n0m4GgK1lqJ2lV2W3y1Ae");
+    assert_eq!(calls[0].name, "read_file");
+    assert_eq!(calls[0].arguments, json!({"path": "notes.txt"}));
+    assert_eq!(
+        reply.reasoning,
+        [Reasoning::ResponsesItem {
+            id: "rs_68af4030592c81938ec0a5fbab4a3e9f".into(),
+            summary: vec![
+                "**Reading the notes**\n\nThe user asks what the notes say, so I read notes.txt first."
+                    .into()
+            ],
+            encrypted_content: Some("gAAAAABor0Aw1xZ5aVZlcfNhQ8M2aqPwF0Zsv1h0Ekm7wV0pP0yYtQ==".into()),
+        }]
+    );
+    assert_eq!(reply.usage, Usage::tokens(2210, 145).with_cache(1920, 0));
+
+    let text = responses_stream("openai/responses_text.sse");
+    assert_eq!(
+        text.decision,
+        Ok(Decision::Final {
+            answer: "The notes say hello.".into()
+        })
+    );
+    assert_eq!(text.usage, Usage::tokens(2420, 9).with_cache(2304, 0));
+
+    // A last event without its output: the items as each was done.
+    let mut s = responses::Stream::default();
+    for (event, data) in sse(&fixture("openai/responses_reasoning_tool.sse")) {
+        let data = if event == "response.completed" {
+            let mut v: serde_json::Value = serde_json::from_str(&data).unwrap();
+            v["response"]["output"] = json!([]);
+            v.to_string()
+        } else {
+            data
+        };
+        s.push(&event, &data).unwrap();
+    }
+    let items_only = s.finish().decide();
+    assert_eq!(items_only.decision, reply.decision);
+    assert_eq!(items_only.reasoning, reply.reasoning);
+    assert_eq!(items_only.usage, reply.usage);
+}
+
+#[test]
+fn responses_incomplete_failed_and_refused_replies() {
+    let cut = responses::parse_response(&json!({
+        "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "The answ"}]}],
+        "usage": {"input_tokens": 10, "output_tokens": 5}
+    }));
+    assert!(cut.truncated);
+    assert!(
+        cut.decide().decision.is_err(),
+        "a cut answer is never final"
+    );
+    let refused = responses::parse_response(&json!({
+        "status": "completed",
+        "output": [{"type": "message", "content": [{"type": "refusal", "refusal": "I can't help with that."}]}]
+    }));
+    assert_eq!(
+        refused.decide().decision,
+        Ok(Decision::CannotContinue {
+            reason: "I can't help with that.".into()
+        })
+    );
+    let mut s = responses::Stream::default();
+    let failed = s
+        .push(
+            "response.failed",
+            &json!({"type": "response.failed", "response": {"status": "failed",
+                "error": {"code": "rate_limit_exceeded", "message": "slow down"}}})
+            .to_string(),
+        )
+        .unwrap_err();
+    assert!(failed.is_retryable(), "{failed}");
+    assert!(failed.to_string().contains("slow down"), "{failed}");
+    let mut s = responses::Stream::default();
+    let bad = s
+        .push(
+            "error",
+            &json!({"type": "error", "code": "invalid_api_key", "message": "bad key"}).to_string(),
+        )
+        .unwrap_err();
+    assert!(!bad.is_retryable(), "{bad}");
+    // Unknown events are ignored.
+    assert_eq!(s.push("response.future_thing", "{}").unwrap(), None);
+}
+
+#[test]
+fn responses_request_pairs_calls_and_outputs_and_sends_reasoning_back() {
+    let mut p = prompt();
+    p.messages[1].parts.insert(
+        0,
+        Part::Reasoning {
+            reasoning: Reasoning::ResponsesItem {
+                id: "rs_1".into(),
+                summary: vec!["Read both.".into()],
+                encrypted_content: Some("gAAAA==".into()),
+            },
+        },
+    );
+    // Another provider's thinking is left out.
+    p.messages[1].parts.insert(
+        1,
+        Part::Reasoning {
+            reasoning: Reasoning::Thinking {
+                thinking: "claude's".into(),
+                signature: "sig".into(),
+            },
+        },
+    );
+    let body = responses::request_body(&p, "gpt-5", true);
+    assert_eq!(body["instructions"], "be brief");
+    assert_eq!(body["store"], false);
+    assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+    assert_eq!(body["stream"], true);
+    let kinds: Vec<String> = body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            i["type"].as_str().map_or_else(
+                || format!("{} message", i["role"].as_str().unwrap()),
+                str::to_owned,
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "user message",
+            "reasoning",
+            "assistant message",
+            "function_call",
+            "function_call",
+            "function_call_output",
+            "function_call_output",
+            "user message"
+        ]
+    );
+    let input = &body["input"];
+    assert_eq!(
+        input[1],
+        json!({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Read both."}],
+               "encrypted_content": "gAAAA=="})
+    );
+    assert_eq!(input[3]["call_id"], "c1");
+    assert_eq!(input[3]["arguments"], "{\"path\":\"a.txt\"}");
+    assert_eq!(input[6]["call_id"], "c2");
+    assert_eq!(input[6]["output"], "execution_failed: missing");
+    assert!(!body.to_string().contains("claude's"));
+    let tool = &body["tools"][0];
+    assert_eq!(tool["type"], "function");
+    assert_eq!(tool["name"], "read_file");
+    assert!(tool["parameters"].get("$schema").is_none());
 }
