@@ -154,8 +154,9 @@ pub enum Commands {
 /// What every command that drives a run needs: model, workspace, policy, MCP servers.
 #[derive(Debug, Default, Args)]
 pub struct Setup {
-    /// The model: openai:MODEL, anthropic:MODEL, openai-compat:MODEL (with --base-url),
-    /// script:PATH (offline) or replay:RUN. Resuming a script run defaults to its script.
+    /// The model: openai:MODEL, openai-responses:MODEL, anthropic:MODEL,
+    /// openai-compat:MODEL (with --base-url), script:PATH (offline) or replay:RUN. Resuming
+    /// a script run defaults to its script.
     #[arg(long, value_name = "PROVIDER:MODEL")]
     pub model: Option<String>,
     /// The API's base URL (required for openai-compat, e.g. http://localhost:11434/v1).
