@@ -25,6 +25,7 @@ pub fn outcome_json(report: &Report) -> Value {
             "output_tokens": report.state.usage.output_tokens,
             "cache_read_tokens": report.state.usage.cache_read_tokens,
             "cache_write_tokens": report.state.usage.cache_write_tokens,
+            "reasoning_tokens": report.state.usage.reasoning_tokens,
             "cost_usd": report.state.usage.cost_usd,
         },
         "pending": o.pending.iter().map(|p| json!({
@@ -200,6 +201,9 @@ pub fn usage_text(usage: &agent_core::Usage) -> String {
         let _ = write!(out, " ({})", cached.join(", "));
     }
     let _ = write!(out, ", {} out", usage.output_tokens);
+    if usage.reasoning_tokens > 0 {
+        let _ = write!(out, " ({} reasoning)", usage.reasoning_tokens);
+    }
     if usage.cost_usd > 0.0 {
         let _ = write!(out, ", ${:.4}", usage.cost_usd);
     }

@@ -61,6 +61,10 @@ pub struct Usage {
     /// `cache_creation_input_tokens`).
     #[serde(default, skip_serializing_if = "is_zero_count")]
     pub cache_write_tokens: u64,
+    /// Of the completion tokens, those the model spent reasoning (OpenAI's
+    /// `reasoning_tokens`; Anthropic counts thinking in the output without a breakdown).
+    #[serde(default, skip_serializing_if = "is_zero_count")]
+    pub reasoning_tokens: u64,
     /// Cost in US dollars, when the price is known.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
@@ -82,6 +86,7 @@ impl Usage {
             output_tokens: output,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
+            reasoning_tokens: 0,
             cost_usd: 0.0,
         }
     }
@@ -91,6 +96,13 @@ impl Usage {
     pub fn with_cache(mut self, read: u64, written: u64) -> Self {
         self.cache_read_tokens = read.min(self.input_tokens);
         self.cache_write_tokens = written.min(self.input_tokens - self.cache_read_tokens);
+        self
+    }
+
+    /// The same usage, of whose completion tokens `reasoning` went to reasoning (at most
+    /// the completion tokens).
+    pub fn with_reasoning(mut self, reasoning: u64) -> Self {
+        self.reasoning_tokens = reasoning.min(self.output_tokens);
         self
     }
 
@@ -116,6 +128,7 @@ impl Usage {
         self.cache_write_tokens = self
             .cache_write_tokens
             .saturating_add(other.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
         // A cost from outside that is not a finite, positive number adds nothing.
         if other.cost_usd.is_finite() && other.cost_usd > 0.0 {
             self.cost_usd += other.cost_usd;
@@ -158,6 +171,8 @@ mod tests {
         let mut total = Usage::default();
         total.add(&call);
         total.add(&odd);
+        total.add(&Usage::tokens(0, 50).with_reasoning(80));
+        assert_eq!(total.reasoning_tokens, 50, "no more than the output");
         assert_eq!(
             (
                 total.input_tokens,

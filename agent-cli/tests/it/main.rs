@@ -187,7 +187,7 @@ fn json_prints_the_contract_object() {
     assert_eq!(
         v["usage"],
         json!({"input_tokens": 1629, "output_tokens": 103, "cache_read_tokens": 0,
-               "cache_write_tokens": 0, "cost_usd": 0.0})
+               "cache_write_tokens": 0, "reasoning_tokens": 0, "cost_usd": 0.0})
     );
     assert_eq!(v["pending"], json!([]));
     assert!(v["answer"].as_str().unwrap().contains("Aurora"));

@@ -532,6 +532,7 @@ async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     assert_eq!(v["answer"], "The notes say hello.");
     assert_eq!(v["usage"]["input_tokens"], 2210 + 2420);
     assert_eq!(v["usage"]["cache_read_tokens"], 1920 + 2304);
+    assert_eq!(v["usage"]["reasoning_tokens"], 128);
     let sent = server.received();
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0].path, "/v1/responses");
@@ -568,6 +569,10 @@ async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     let id = v["run_id"].as_str().unwrap();
     let shown = super::stdout(&env.run(&["show", id]));
     assert!(shown.contains("model openai-responses:gpt-5"), "{shown}");
+    assert!(
+        shown.contains("(2210 in (1920 cache read), 145 out (128 reasoning))"),
+        "{shown}"
+    );
     assert!(
         shown.contains(r#"thinking "**Reading the notes**\n\nThe user asks"#),
         "{shown}"

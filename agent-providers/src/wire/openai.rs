@@ -96,10 +96,9 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
 
 fn usage_of(v: &Value) -> Option<Usage> {
     let u = v.get("usage")?;
-    let cached = u
-        .pointer("/prompt_tokens_details/cached_tokens")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
+    let count = |pointer: &str| u.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+    let cached = count("/prompt_tokens_details/cached_tokens");
+    let reasoning = count("/completion_tokens_details/reasoning_tokens");
     Some(
         Usage::tokens(
             u.get("prompt_tokens")?.as_u64()?,
@@ -107,7 +106,8 @@ fn usage_of(v: &Value) -> Option<Usage> {
                 .and_then(Value::as_u64)
                 .unwrap_or(0),
         )
-        .with_cache(cached, 0),
+        .with_cache(cached, 0)
+        .with_reasoning(reasoning),
     )
 }
 

@@ -122,6 +122,7 @@ fn usage_of(response: &Value) -> Usage {
     let count = |pointer: &str| u.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
     Usage::tokens(count("/input_tokens"), count("/output_tokens"))
         .with_cache(count("/input_tokens_details/cached_tokens"), 0)
+        .with_reasoning(count("/output_tokens_details/reasoning_tokens"))
 }
 
 /// One output item into what the reply says.

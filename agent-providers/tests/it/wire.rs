@@ -672,7 +672,12 @@ fn responses_stream_gives_calls_by_call_id_reasoning_and_cached_usage() {
             encrypted_content: Some("gAAAAABor0Aw1xZ5aVZlcfNhQ8M2aqPwF0Zsv1h0Ekm7wV0pP0yYtQ==".into()),
         }]
     );
-    assert_eq!(reply.usage, Usage::tokens(2210, 145).with_cache(1920, 0));
+    assert_eq!(
+        reply.usage,
+        Usage::tokens(2210, 145)
+            .with_cache(1920, 0)
+            .with_reasoning(128)
+    );
 
     let text = responses_stream("openai/responses_text.sse");
     assert_eq!(
