@@ -16,7 +16,7 @@ impl Machine {
                 self.commands.push_back(Command::Finish(outcome));
             }
             Status::AwaitingApproval(approval) => {
-                if let Some(outcome) = self.stop.take() {
+                if let Some(outcome) = self.paused_stop() {
                     return self.end(outcome);
                 }
                 self.phase = Phase::AwaitingApproval;
@@ -26,7 +26,7 @@ impl Machine {
                 });
             }
             Status::AwaitingResolution { pending, .. } => {
-                if let Some(outcome) = self.stop.take() {
+                if let Some(outcome) = self.paused_stop() {
                     return self.end(outcome);
                 }
                 self.phase = Phase::AwaitingResolution;
@@ -36,6 +36,17 @@ impl Machine {
             Status::Running if self.committed.open_turn() => self.recover(),
             Status::Running | Status::New => self.begin_turn(),
         }
+    }
+
+    /// What still stops a run that has just paused for a person: a cancellation. Any other
+    /// stop that came while the pause was being committed (the wall-clock budget running
+    /// out) is dropped, as it would be a moment later (see `interrupt`): the pause names
+    /// what waits for the person (an effect in doubt above all), and ending the run over it
+    /// would hide that.
+    fn paused_stop(&mut self) -> Option<Outcome> {
+        self.stop
+            .take()
+            .filter(|outcome| outcome.reason == TerminalReason::Cancelled)
     }
 
     /// Checks the budgets that limit model calls, then asks for the next decision.

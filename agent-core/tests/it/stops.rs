@@ -63,6 +63,29 @@ fn deadline_during_tools_is_applied_when_they_return() {
 }
 
 #[test]
+fn a_deadline_never_hides_an_effect_in_doubt() {
+    // A write whose outcome is unknown pauses the run for a person. The wall-clock budget
+    // runs out while that pause is being committed: the run stays paused on the call in
+    // doubt, as it would be had the deadline come a moment later. (Found by the property
+    // test: before, the run ended `deadline_exceeded` and the call was never put to anyone.)
+    let mut w = world(vec![
+        Calls(vec![("c1", "slow_read", json!({}))]),
+        Calls(vec![("c2", "write", json!({}))]),
+    ]);
+    w.tools[1] = tool("write", Risk::Write).fails(ErrorKind::OutcomeUnknown, "reset");
+    w.budget.max_wall_time_ms = Some(321);
+    let r = check(w, TerminalReason::OutcomeUnknown);
+    assert_eq!(r.outcome.pending.len(), 1);
+    assert_eq!(r.outcome.pending[0].call_id.as_str(), "c2");
+    assert!(
+        !r.log
+            .iter()
+            .any(|e| matches!(&e.event, Event::RunEnded { .. })),
+        "paused, not ended"
+    );
+}
+
+#[test]
 fn max_steps_stops_before_the_next_model_call() {
     let mut w = world(vec![
         Calls(vec![read("a", "1")]),
