@@ -10,6 +10,7 @@ use agent_core::{
 use futures::future::join_all;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::builtin::head_tail;
 use crate::hooks::{Hook, HookCall, HookDecision};
@@ -371,9 +372,19 @@ impl Gateway {
             if cancel.is_cancelled() {
                 break;
             }
-            let runs = group
-                .into_iter()
-                .map(|scheduled| self.run_one(run_id, scheduled, cancel, Arc::clone(&limit)));
+            let runs = group.into_iter().map(|scheduled| {
+                let span = tool_span(&scheduled.call);
+                let inside = span.clone();
+                let run = self.run_one(run_id, scheduled, cancel, Arc::clone(&limit));
+                async move {
+                    let result = run.await;
+                    if let Some(kind) = result.error_kind() {
+                        inside.record("error.type", kind.as_str());
+                    }
+                    result
+                }
+                .instrument(span)
+            });
             results.extend(join_all(runs).await);
         }
         results
@@ -567,6 +578,20 @@ fn panic_message(join: tokio::task::JoinError) -> String {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".to_owned());
     format!("the tool panicked: {text}")
+}
+
+/// The span of one tool call, as the OpenTelemetry GenAI conventions name it: its
+/// arguments are not recorded (they may hold what the conventions leave to an opt-in).
+fn tool_span(call: &agent_core::ToolCall) -> tracing::Span {
+    tracing::info_span!(
+        "execute_tool",
+        otel.name = format!("execute_tool {}", call.name),
+        otel.kind = "internal",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = call.name.as_str(),
+        gen_ai.tool.call.id = call.id.as_str(),
+        error.type = tracing::field::Empty,
+    )
 }
 
 #[cfg(test)]

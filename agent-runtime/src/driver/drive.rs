@@ -8,11 +8,57 @@ use agent_core::{
 };
 use agent_providers::ModelRequest;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::{Report, Runtime, RuntimeError, report};
 
+/// The name the spans give the agent (`gen_ai.agent.name`).
+const AGENT_NAME: &str = "agent-loop";
+
 impl Runtime {
+    /// Drives the run in an `invoke_agent` span (OpenTelemetry GenAI conventions), under
+    /// which each model call is a `chat` span and each tool call an `execute_tool` span.
     pub(super) async fn drive(
+        &self,
+        run_id: String,
+        machine: Machine,
+        log: Vec<Entry>,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        let span = tracing::info_span!(
+            "invoke_agent",
+            otel.name = format!("invoke_agent {AGENT_NAME}"),
+            otel.kind = "internal",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = AGENT_NAME,
+            gen_ai.conversation.id = run_id.as_str(),
+            gen_ai.provider.name = self.model.provider(),
+            gen_ai.request.model = self.model.model(),
+            agent.terminal_reason = tracing::field::Empty,
+        );
+        let inside = span.clone();
+        async move {
+            let report = self.drive_in_span(run_id, machine, log, cancel).await;
+            match &report {
+                Ok(report) => {
+                    inside.record("agent.terminal_reason", report.outcome.reason.as_str());
+                    tracing::info!(
+                        run_id = report.run_id.as_str(),
+                        reason = report.outcome.reason.as_str(),
+                        steps = report.state.steps,
+                        tool_calls = report.state.tool_calls,
+                        "the run stopped driving"
+                    );
+                }
+                Err(e) => tracing::warn!(error = %e, "the run could not be driven"),
+            }
+            report
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn drive_in_span(
         &self,
         run_id: String,
         mut machine: Machine,
@@ -23,6 +69,8 @@ impl Runtime {
         // store (read again only to summarize it), so memory does not grow with the run.
         let mut projector = self.projector(&log);
         drop(log);
+        // The name of every model call's span, made once.
+        let chat_name = format!("chat {}", self.model.model());
         loop {
             let Some(command) = machine.poll_command() else {
                 // The machine always queues a command unless it waits for a person.
@@ -35,18 +83,26 @@ impl Runtime {
             match command {
                 Command::CallModel { .. } => {
                     if projector.should_compact() {
+                        let span = tracing::info_span!(
+                            "compact",
+                            agent.tokens_before = projector.tokens(),
+                            agent.tokens_after = tracing::field::Empty,
+                        );
                         let before = projector.tokens();
                         // What came before the last compaction is in its summary.
                         let log = self
                             .load_log_from(&run_id, projector.summary_from())
+                            .instrument(span.clone())
                             .await?;
                         let summary = self
                             .summarizer
                             .summarize(&log, projector.prompt())
+                            .instrument(span.clone())
                             .await
                             // The one fallback: a summary made of the log itself.
                             .unwrap_or_else(|_| agent_context::Extractive::default().of(&log));
                         let after = projector.tokens_after_compaction(&summary);
+                        span.record("agent.tokens_after", after);
                         // Compact only when it helps; otherwise the model gets what there is,
                         // and no summary is asked for again until the prompt grew.
                         if after >= before {
@@ -64,11 +120,13 @@ impl Runtime {
                     let prompt = projector.prompt();
                     let step = machine.state().steps;
                     let request = ModelRequest { prompt, step };
+                    let chat = self.chat_span(&chat_name);
                     let answer = tokio::select! {
-                        answer = self.model.decide(request) => Some(answer),
+                        answer = self.model.decide(request).instrument(chat.clone()) => Some(answer),
                         () = cancel.cancelled() => None,
                         () = self.deadline(&machine) => None,
                     };
+                    record_chat(&chat, answer.as_ref());
                     self.tick(&mut machine)?;
                     match answer {
                         Some(Ok(mut reply)) => {
@@ -130,7 +188,15 @@ impl Runtime {
                     entries,
                 } => {
                     let run_id = run_id.clone();
-                    let (entries, encoded) = self.redactor.redact_entries_encoded(entries);
+                    // Two a turn: at debug level, so that `RUST_LOG=info` does not pay for
+                    // them.
+                    let commit = tracing::debug_span!(
+                        "commit",
+                        agent.expected_version = expected_version,
+                        agent.entries = entries.len(),
+                    );
+                    let (entries, encoded) =
+                        commit.in_scope(|| self.redactor.redact_entries_encoded(entries));
                     let (entries, result) = self
                         .store_work(move |store| {
                             // Test point: the store refuses this commit (disk full, say).
@@ -144,6 +210,7 @@ impl Runtime {
                                 store.append_encoded(&run_id, expected_version, &entries, &encoded);
                             (entries, result)
                         })
+                        .instrument(commit)
                         .await?;
                     match result {
                         Ok(version) => {
@@ -304,5 +371,69 @@ impl Runtime {
 
     pub(super) fn tick(&self, machine: &mut Machine) -> Result<(), InputError> {
         machine.handle(Input::Tick(self.clock.now_ms()))
+    }
+}
+
+impl Runtime {
+    /// The span of one model call (`chat {model}`); what it used is recorded when it
+    /// answers. Message contents are never recorded.
+    fn chat_span(&self, name: &str) -> tracing::Span {
+        tracing::info_span!(
+            "chat",
+            otel.name = name,
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = self.model.provider(),
+            gen_ai.request.model = self.model.model(),
+            gen_ai.response.model = self.model.model(),
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        )
+    }
+}
+
+/// What a model call used and how it ended, on its span; each retry is an event of it.
+fn record_chat(
+    span: &tracing::Span,
+    answer: Option<&Result<agent_core::ModelReply, agent_providers::ProviderError>>,
+) {
+    let (retries, usage) = match answer {
+        Some(Ok(reply)) => {
+            let finish = match &reply.decision {
+                Ok(agent_core::Decision::ToolCalls { .. }) => "tool_calls",
+                Ok(_) => "stop",
+                Err(_) => "invalid",
+            };
+            span.record("gen_ai.response.finish_reasons", finish);
+            (reply.retries.as_slice(), Some(reply.usage))
+        }
+        Some(Err(e)) => {
+            span.record("error.type", e.kind().as_str());
+            (e.retries(), None)
+        }
+        None => {
+            span.record("error.type", "cancelled");
+            (&[][..], None)
+        }
+    };
+    if let Some(usage) = usage {
+        span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+        span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+        span.record(
+            "gen_ai.usage.cache_read.input_tokens",
+            usage.cache_read_tokens,
+        );
+    }
+    for retry in retries {
+        tracing::info!(
+            parent: span,
+            attempt = retry.attempt,
+            reason = retry.reason.as_str(),
+            wait_ms = retry.wait_ms,
+            "retry"
+        );
     }
 }
