@@ -38,6 +38,14 @@ pub(crate) fn tell(text: impl std::fmt::Display) {
 
 /// Runs a parsed command line and returns the process's exit code.
 pub fn main(cli: Cli) -> ExitCode {
+    // Held to the end: dropping it sends the spans still buffered.
+    let _telemetry = match crate::telemetry::init() {
+        Ok(telemetry) => telemetry,
+        Err(message) => {
+            tell(format_args!("agent: {message}\n"));
+            return ExitCode::from(crate::exit::EXIT_USAGE);
+        }
+    };
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

@@ -34,6 +34,7 @@ mod failure;
 mod render;
 pub mod settings;
 pub mod stores;
+mod telemetry;
 mod trust;
 pub mod worker;
 

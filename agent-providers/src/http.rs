@@ -131,10 +131,11 @@ impl std::fmt::Debug for HttpModel {
     }
 }
 
-/// The TLS settings of this client alone: rustls with ring and the platform's certificate
-/// verifier (as reqwest would choose), without installing anything process-wide, so an
-/// application embedding this crate keeps its own TLS choices.
-fn tls() -> Result<rustls::ClientConfig, ProviderError> {
+/// The TLS settings of one reqwest client (`ClientBuilder::tls_backend_preconfigured`):
+/// rustls with ring and the platform's certificate verifier (as reqwest would choose),
+/// without installing anything process-wide, so an application embedding this crate keeps
+/// its own TLS choices.
+pub fn tls() -> Result<rustls::ClientConfig, ProviderError> {
     use rustls_platform_verifier::BuilderVerifierExt as _;
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let fail = |e: rustls::Error| ProviderError::Setup(format!("cannot set up TLS: {e}"));

@@ -28,7 +28,7 @@ pub mod wire;
 pub use error::ProviderError;
 #[cfg(feature = "http")]
 pub use http::{
-    DEFAULT_MAX_RESPONSE_BYTES, Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after,
+    DEFAULT_MAX_RESPONSE_BYTES, Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after, tls,
 };
 pub use replay::ReplayModel;
 pub use script::{ScriptError, ScriptModel};

@@ -18,6 +18,7 @@ mod providers;
 mod reasons;
 mod settings;
 mod shared;
+mod telemetry;
 mod trust;
 
 fn repo() -> PathBuf {
