@@ -44,6 +44,30 @@ pub fn restore_names(reply: &mut ModelReply, tools: &[agent_core::ToolSpec]) {
     }
 }
 
+/// A user message as OpenAI's APIs take it: one item per tool result, made by `result`
+/// from the call id and the content (they answer the calls right before them, so they come
+/// first), then the person's text, if any, as one user message.
+pub(crate) fn openai_user_items(
+    message: &agent_core::Message,
+    out: &mut Vec<Value>,
+    result: impl Fn(&agent_core::CallId, &str) -> Value,
+) {
+    let mut texts = Vec::new();
+    for part in &message.parts {
+        match part {
+            agent_core::Part::ToolResult {
+                call_id, content, ..
+            } => out.push(result(call_id, content)),
+            agent_core::Part::Text { text } => texts.push(text.as_str()),
+            // Neither API takes reasoning back in a user message.
+            agent_core::Part::ToolUse { .. } | agent_core::Part::Reasoning { .. } => {}
+        }
+    }
+    if !texts.is_empty() {
+        out.push(json!({"role": "user", "content": texts.join("\n\n")}));
+    }
+}
+
 /// A tool call as it came over the wire, arguments still text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WireCall {

@@ -49,28 +49,12 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                 }
                 messages.push(m);
             }
-            Role::User => {
-                // Tool results answer the assistant message right before them, so they come
-                // first, one `tool` message each; the user's text follows.
-                let mut texts = Vec::new();
-                for part in &message.parts {
-                    match part {
-                        Part::ToolResult {
-                            call_id, content, ..
-                        } => messages.push(json!({
-                            "role": "tool",
-                            "tool_call_id": call_id,
-                            "content": content,
-                        })),
-                        Part::Text { text } => texts.push(text.as_str()),
-                        // Chat Completions takes no reasoning back.
-                        Part::ToolUse { .. } | Part::Reasoning { .. } => {}
-                    }
-                }
-                if !texts.is_empty() {
-                    messages.push(json!({"role": "user", "content": texts.join("\n\n")}));
-                }
-            }
+            // One `tool` message per result.
+            Role::User => super::openai_user_items(
+                message,
+                &mut messages,
+                |call_id, content| json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+            ),
         }
     }
     let mut body = json!({"model": model, "messages": messages});

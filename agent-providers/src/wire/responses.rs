@@ -64,26 +64,11 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                 }
                 input.extend(calls);
             }
-            Role::User => {
-                // Outputs answer the calls right before them; the person's text follows.
-                let mut texts = Vec::new();
-                for part in &message.parts {
-                    match part {
-                        Part::ToolResult {
-                            call_id, content, ..
-                        } => input.push(json!({
-                            "type": "function_call_output",
-                            "call_id": call_id,
-                            "output": content,
-                        })),
-                        Part::Text { text } => texts.push(text.as_str()),
-                        Part::ToolUse { .. } | Part::Reasoning { .. } => {}
-                    }
-                }
-                if !texts.is_empty() {
-                    input.push(json!({"role": "user", "content": texts.join("\n\n")}));
-                }
-            }
+            Role::User => super::openai_user_items(
+                message,
+                &mut input,
+                |call_id, output| json!({"type": "function_call_output", "call_id": call_id, "output": output}),
+            ),
         }
     }
     let mut body = json!({
