@@ -38,6 +38,21 @@ fn run_json(env: &Env, args: &[&str], key: Option<(&str, &str)>) -> (Option<i32>
     (out.status.code(), v, stderr(&out))
 }
 
+/// `agent run --json --model MODEL --base-url URL GOAL` with the key in `key`.
+fn run_model(
+    env: &Env,
+    model: &str,
+    url: &str,
+    goal: &str,
+    key: (&str, &str),
+) -> (Option<i32>, Value, String) {
+    run_json(
+        env,
+        &["run", "--json", "--model", model, "--base-url", url, goal],
+        Some(key),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_run_end_to_end_with_tool_results_paired() {
     let server = Server::start(vec![
@@ -51,18 +66,12 @@ async fn openai_run_end_to_end_with_tool_results_paired() {
     // A file named after the key: the tool's output holds it, so "never stored" is a
     // claim about redaction, not only about where the key is sent.
     std::fs::write(env.dir.path().join("sk-test-1234567890.txt"), "x").unwrap();
-    let (code, v, err) = run_json(
+    let (code, v, err) = run_model(
         &env,
-        &[
-            "run",
-            "--json",
-            "--model",
-            "openai:gpt-4o",
-            "--base-url",
-            &server.url,
-            "what is here?",
-        ],
-        Some(("OPENAI_API_KEY", "sk-test-1234567890")),
+        "openai:gpt-4o",
+        &server.url,
+        "what is here?",
+        ("OPENAI_API_KEY", "sk-test-1234567890"),
     );
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(v["reason"], "completed");
@@ -245,18 +254,12 @@ async fn a_priced_model_stops_at_the_cost_budget() {
         "max_cost_usd = 0.0001\n[prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
     )
     .unwrap();
-    let (code, v, err) = run_json(
+    let (code, v, err) = run_model(
         &env,
-        &[
-            "run",
-            "--json",
-            "--model",
-            "openai:gpt-4o",
-            "--base-url",
-            &server.url,
-            "g",
-        ],
-        Some(("OPENAI_API_KEY", "sk-x")),
+        "openai:gpt-4o",
+        &server.url,
+        "g",
+        ("OPENAI_API_KEY", "sk-x"),
     );
     assert_eq!(code, Some(4), "{err}");
     assert_eq!(v["reason"], "cost_budget_exceeded");
@@ -435,18 +438,12 @@ async fn anthropic_thinking_goes_back_with_the_tool_results_and_shows_in_show() 
     let env = Env::new();
     std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
     std::fs::write(env.dir.path().join("agent.toml"), "thinking = 2048\n").unwrap();
-    let (code, v, err) = run_json(
+    let (code, v, err) = run_model(
         &env,
-        &[
-            "run",
-            "--json",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--base-url",
-            &server.url,
-            "what do the notes say?",
-        ],
-        Some(("ANTHROPIC_API_KEY", "sk-ant-test")),
+        "anthropic:claude-sonnet-4-5",
+        &server.url,
+        "what do the notes say?",
+        ("ANTHROPIC_API_KEY", "sk-ant-test"),
     );
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
@@ -515,18 +512,12 @@ async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     let env = Env::new();
     std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
     let base = format!("{}/v1", server.url);
-    let (code, v, err) = run_json(
+    let (code, v, err) = run_model(
         &env,
-        &[
-            "run",
-            "--json",
-            "--model",
-            "openai-responses:gpt-5",
-            "--base-url",
-            &base,
-            "what do the notes say?",
-        ],
-        Some(("OPENAI_API_KEY", "sk-test-responses")),
+        "openai-responses:gpt-5",
+        &base,
+        "what do the notes say?",
+        ("OPENAI_API_KEY", "sk-test-responses"),
     );
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(v["answer"], "The notes say hello.");
