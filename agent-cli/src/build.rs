@@ -82,6 +82,7 @@ pub fn model(
         // The answer appears as it is written.
         model = model.with_text_sink(Arc::new(|text: &str| {
             STREAMED.store(true, std::sync::atomic::Ordering::Relaxed);
+            crate::progress::stop_spinner();
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "{text}");
             let _ = err.flush();
@@ -355,7 +356,14 @@ pub fn build(
             gateway(settings, rt, access)?,
         )
     };
-    let gateway = if observe {
+    // On a terminal, the run shows what it does as it does it.
+    let shown = observe || std::io::stderr().is_terminal();
+    let model: Arc<dyn Model> = if shown {
+        Arc::new(crate::progress::Shown::new(model))
+    } else {
+        model
+    };
+    let gateway = if shown {
         gateway.with_observer(crate::chat::tool_lines())
     } else {
         gateway

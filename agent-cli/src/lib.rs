@@ -31,6 +31,7 @@ mod chat;
 pub mod config;
 mod exit;
 mod failure;
+mod progress;
 mod render;
 pub mod settings;
 pub mod stores;

@@ -376,3 +376,37 @@ fn chat_on_an_interrupted_run_goes_on_with_it() {
         "the follow-up was taken"
     );
 }
+
+#[test]
+fn a_run_on_a_terminal_shows_its_steps_tools_and_tokens_and_nothing_when_piped() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("a.txt"), "alpha\n").unwrap();
+    let script = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a.txt"}}],
+         "usage": {"input_tokens": 1200, "output_tokens": 40}},
+        {"final": "It says alpha.", "usage": {"input_tokens": 1300, "output_tokens": 9}}
+    ]));
+    let mut t = Terminal::spawn(&env, &["run", "--model", &script, "read a.txt"]);
+    // The spinner while the model thinks, then one line per model call and per tool call.
+    t.expect("step 1: ");
+    t.expect("is thinking");
+    t.expect("step 1: 1 tool call (1200 in, 40 out); so far 1200 in, 40 out");
+    t.expect("✓ c1 read_file (ok");
+    t.expect("step 2: a final answer (1300 in, 9 out); so far 2500 in, 49 out");
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("It says alpha."), "{screen}");
+
+    // Piped: none of it.
+    let out = env
+        .cmd()
+        .args(["run", "--model", &script, "read a.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        !err.contains("step 1") && !err.contains("c1 read_file"),
+        "{err}"
+    );
+}
