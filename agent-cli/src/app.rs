@@ -94,6 +94,9 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             };
             return trust_command(&resolve(&setup, &none)?, json, path.as_deref());
         }
+        Commands::Report { run, out } => {
+            return report(&resolve(&plain, &none)?.store, &run, out);
+        }
         Commands::Show { run, call } => {
             return show(&resolve(&plain, &none)?.store, json, &run, call.as_deref());
         }
@@ -529,6 +532,34 @@ fn runs(location: &StoreLocation, json: bool) -> Result<u8, Failure> {
         Some(store) => report_damage(store),
         None => Ok(EXIT_OK),
     }
+}
+
+fn report(
+    location: &StoreLocation,
+    run_id: &str,
+    out: Option<std::path::PathBuf>,
+) -> Result<u8, Failure> {
+    let store = OpenStore::must_exist(location)?;
+    let entries = store.as_store().load(run_id)?;
+    if entries.is_empty() {
+        return Err(usage(format!("no run {run_id} in {location}")));
+    }
+    let html = crate::report::html(run_id, &entries);
+    let out = out.unwrap_or_else(|| format!("agent-report-{run_id}.html").into());
+    // Written whole or not at all: beside its place, then renamed over it.
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let written = tempfile::NamedTempFile::new_in(&dir)
+        .and_then(|mut file| {
+            std::io::Write::write_all(&mut file, html.as_bytes())?;
+            file.persist(&out).map_err(|e| e.error)
+        })
+        .map_err(|e| usage(format!("cannot write {}: {e}", out.display())))?;
+    drop(written);
+    say(format_args!("{}\n", out.display()));
+    report_damage(&store)
 }
 
 fn show(

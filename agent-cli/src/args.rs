@@ -141,6 +141,15 @@ pub enum Commands {
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
     },
+    /// Write a run's report: one self-contained HTML file (timeline, tokens and cost,
+    /// compactions, approvals, effects, how it ended) to open in a browser.
+    Report {
+        /// The run id.
+        run: String,
+        /// Where to write it (default: agent-report-RUN.html here).
+        #[arg(long = "out", short = 'o', value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Show a run's timeline, one line per event.
     Show {
         /// The run id.

@@ -33,6 +33,7 @@ mod exit;
 mod failure;
 mod progress;
 mod render;
+mod report;
 pub mod settings;
 pub mod stores;
 mod telemetry;

@@ -115,7 +115,26 @@ fn ci() -> Result<()> {
 /// The README's test command: every test of the workspace, once what they need is here.
 fn test() -> Result<()> {
     ensure_postgres()?;
+    ensure_chromium()?;
     run("cargo", &["test", "--workspace"], &[])
+}
+
+/// A headless browser (the report's test opens `agent report`'s page in one): `chromium`
+/// on the `PATH`, else installed from the distribution's packages.
+fn ensure_chromium() -> Result<()> {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join("chromium").is_file()));
+    if on_path {
+        return Ok(());
+    }
+    eprintln!("xtask: installing Chromium (the report's test opens it in a headless browser)");
+    let apt = |args: &[&str]| run("apt-get", args, &[("DEBIAN_FRONTEND", "noninteractive")]);
+    apt(&["update", "-qq"])
+        .and_then(|()| apt(&["install", "-y", "-qq", "chromium"]))
+        .context(
+            "chromium is missing and could not be installed; install the distribution's \
+             chromium package",
+        )
 }
 
 /// The PostgreSQL server's programs (the store's tests start a throwaway cluster): on the

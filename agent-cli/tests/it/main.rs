@@ -16,6 +16,7 @@ mod hostile;
 mod postgres;
 mod providers;
 mod reasons;
+mod report;
 mod settings;
 mod shared;
 mod telemetry;

@@ -1,0 +1,251 @@
+//! `agent report RUN`: one self-contained HTML file to look at a run: its timeline (each
+//! model call and tool call a bar, the calls of a turn side by side), tokens and cost over
+//! the run, compactions, approvals and denials, effects with their keys, and how it ended.
+//! Nothing is fetched: the data is in the file, drawn by the script in it. Long runs are
+//! shown a page of turns at a time.
+
+use agent_core::{Entry, ErrorKind, Event, Usage};
+use serde::Serialize;
+
+/// A bar of the timeline.
+#[derive(Serialize)]
+struct Bar {
+    /// `model` or `tool`.
+    kind: &'static str,
+    turn: u32,
+    /// What it shows: the model's decision, or the call.
+    label: String,
+    start_ms: u64,
+    end_ms: u64,
+    /// `ok`, or the error kind.
+    status: String,
+}
+
+/// One point of the tokens and cost chart: the totals after a model call.
+#[derive(Serialize)]
+struct Point {
+    turn: u32,
+    at_ms: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+    cache_read_tokens: u64,
+    cost_usd: f64,
+}
+
+/// Something a person should see in a list.
+#[derive(Serialize)]
+struct Mark {
+    at_ms: u64,
+    what: String,
+}
+
+#[derive(Serialize)]
+struct Data {
+    run_id: String,
+    goal: String,
+    model: String,
+    started_ms: u64,
+    ended_ms: u64,
+    outcome: Option<String>,
+    bars: Vec<Bar>,
+    points: Vec<Point>,
+    compactions: Vec<Mark>,
+    approvals: Vec<Mark>,
+    denials: Vec<Mark>,
+    effects: Vec<Mark>,
+}
+
+fn data(run_id: &str, entries: &[Entry]) -> Data {
+    let mut d = Data {
+        run_id: run_id.to_owned(),
+        goal: String::new(),
+        model: String::new(),
+        started_ms: entries.first().map_or(0, |e| e.at_ms),
+        ended_ms: entries.last().map_or(0, |e| e.at_ms),
+        outcome: None,
+        bars: Vec::new(),
+        points: Vec::new(),
+        compactions: Vec::new(),
+        approvals: Vec::new(),
+        denials: Vec::new(),
+        effects: Vec::new(),
+    };
+    let mut total = Usage::default();
+    // When the work in progress began: the commit before a model call, the decision (or
+    // the dispatch records) before its tools.
+    let mut last_ms = d.started_ms;
+    let mut tools_from = d.started_ms;
+    for e in entries {
+        match &e.event {
+            Event::RunStarted { goal, manifest, .. } => {
+                d.goal.clone_from(goal);
+                d.model = format!("{}:{}", manifest.provider, manifest.model);
+            }
+            Event::DecisionProposed {
+                turn,
+                decision,
+                usage,
+                ..
+            } => {
+                let label = match decision {
+                    agent_core::Decision::ToolCalls { calls } => format!(
+                        "{} tool call{}",
+                        calls.len(),
+                        if calls.len() == 1 { "" } else { "s" }
+                    ),
+                    agent_core::Decision::Final { .. } => "final answer".to_owned(),
+                    agent_core::Decision::RequestApproval { .. } => "asks approval".to_owned(),
+                    agent_core::Decision::Clarification { .. } => "asks a question".to_owned(),
+                    agent_core::Decision::CannotContinue { .. } => "cannot continue".to_owned(),
+                };
+                d.bars.push(Bar {
+                    kind: "model",
+                    turn: *turn,
+                    label,
+                    start_ms: last_ms,
+                    end_ms: e.at_ms,
+                    status: "ok".to_owned(),
+                });
+                total.add(usage);
+                d.points.push(point(*turn, e.at_ms, &total));
+                tools_from = e.at_ms;
+            }
+            Event::DecisionRejected {
+                turn,
+                problem,
+                usage,
+                ..
+            } => {
+                d.bars.push(Bar {
+                    kind: "model",
+                    turn: *turn,
+                    label: format!("invalid: {problem}"),
+                    start_ms: last_ms,
+                    end_ms: e.at_ms,
+                    status: "invalid_decision".to_owned(),
+                });
+                total.add(usage);
+                d.points.push(point(*turn, e.at_ms, &total));
+            }
+            Event::ModelFailed { turn, kind, .. } => d.bars.push(Bar {
+                kind: "model",
+                turn: *turn,
+                label: format!("failed: {kind}"),
+                start_ms: last_ms,
+                end_ms: e.at_ms,
+                status: kind.to_string(),
+            }),
+            Event::EffectDispatched {
+                call_id,
+                effect_key,
+                ..
+            } => {
+                tools_from = e.at_ms;
+                d.effects.push(Mark {
+                    at_ms: e.at_ms,
+                    what: format!("{call_id} dispatched, effect key {effect_key}"),
+                });
+            }
+            Event::ToolFinished { turn, result, .. } | Event::CallRejected { turn, result } => {
+                if let Event::ToolFinished {
+                    effect_key: Some(key),
+                    ..
+                } = &e.event
+                {
+                    d.effects.push(Mark {
+                        at_ms: e.at_ms,
+                        what: format!(
+                            "{} {} {}, effect key {key}",
+                            result.call_id,
+                            result.name,
+                            result.error_kind().map_or("done", ErrorKind::as_str)
+                        ),
+                    });
+                }
+                let status = result
+                    .error_kind()
+                    .map_or("ok", ErrorKind::as_str)
+                    .to_owned();
+                if result.error_kind() == Some(ErrorKind::Denied) {
+                    d.denials.push(Mark {
+                        at_ms: e.at_ms,
+                        what: format!("{} {}: {}", result.call_id, result.name, result.content()),
+                    });
+                }
+                d.bars.push(Bar {
+                    kind: "tool",
+                    turn: *turn,
+                    label: format!("{} {}", result.call_id, result.name),
+                    start_ms: tools_from.min(e.at_ms),
+                    end_ms: e.at_ms,
+                    status,
+                });
+            }
+            Event::ContextCompacted {
+                tokens_before,
+                tokens_after,
+                through_version,
+                ..
+            } => d.compactions.push(Mark {
+                at_ms: e.at_ms,
+                what: format!(
+                    "history through v{through_version} summarized: {tokens_before} → {tokens_after} tokens"
+                ),
+            }),
+            Event::ApprovalRequested { turn, pending, .. } => d.approvals.push(Mark {
+                at_ms: e.at_ms,
+                what: format!(
+                    "turn {turn}: asked about {}",
+                    pending
+                        .iter()
+                        .map(|p| format!("{} {}", p.call_id, p.tool))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+            Event::RunEnded { outcome } => {
+                d.outcome = Some(format!("{}: {}", outcome.reason, outcome.message));
+            }
+            other => {
+                let name = other.name();
+                if name.starts_with("approval") || name.starts_with("call_denied") {
+                    d.approvals.push(Mark {
+                        at_ms: e.at_ms,
+                        what: name.replace('_', " "),
+                    });
+                } else if name.starts_with("effect") {
+                    d.effects.push(Mark {
+                        at_ms: e.at_ms,
+                        what: name.replace('_', " "),
+                    });
+                }
+            }
+        }
+        last_ms = e.at_ms;
+    }
+    d
+}
+
+fn point(turn: u32, at_ms: u64, total: &Usage) -> Point {
+    Point {
+        turn,
+        at_ms,
+        input_tokens: total.input_tokens,
+        output_tokens: total.output_tokens,
+        cache_read_tokens: total.cache_read_tokens,
+        cost_usd: total.cost_usd,
+    }
+}
+
+/// The report of a run's log, as one HTML document.
+pub fn html(run_id: &str, entries: &[Entry]) -> String {
+    let data = data(run_id, entries);
+    // In a script element, `</` could end it early and `<!--` open a comment: the run's
+    // text is the model's and the tools', untrusted.
+    let json = serde_json::to_string(&data)
+        .unwrap_or_else(|_| "{}".to_owned())
+        .replace('<', "\\u003c");
+    TEMPLATE.replace("/*DATA*/null", &json)
+}
+
+const TEMPLATE: &str = include_str!("report.html");
