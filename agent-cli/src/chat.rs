@@ -96,6 +96,20 @@ fn ask_pending(
     report: &Report,
     always: &mut BTreeSet<String>,
 ) -> Option<Vec<Answer>> {
+    // The wait for a person is a span of its own (exported with the run's, when asked).
+    let span = tracing::info_span!(
+        "await_approval",
+        gen_ai.conversation.id = report.run_id.as_str(),
+        agent.pending = report.outcome.pending.len(),
+    );
+    span.in_scope(|| ask_pending_now(editor, report, always))
+}
+
+fn ask_pending_now(
+    editor: &mut DefaultEditor,
+    report: &Report,
+    always: &mut BTreeSet<String>,
+) -> Option<Vec<Answer>> {
     let run_id = &report.run_id;
     let pending: &[PendingCall] = &report.outcome.pending;
     let mut approved = Vec::new();
