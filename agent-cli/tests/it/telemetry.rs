@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
@@ -65,8 +66,12 @@ async fn collector() -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
 }
 
 fn attributes(span: &Span) -> BTreeMap<String, String> {
-    span.attributes
-        .iter()
+    values(&span.attributes)
+}
+
+/// OTLP key-values as text.
+fn values(kvs: &[KeyValue]) -> BTreeMap<String, String> {
+    kvs.iter()
         .map(|kv| {
             let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
                 Some(AnyValue::StringValue(s)) => s.clone(),
@@ -228,4 +233,67 @@ fn without_an_endpoint_nothing_is_exported_and_stderr_stays_quiet() {
         .unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains("INFO") && line.contains("run_id="), "{line}");
     assert!(line.contains("reason=\"completed\""), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_model_call_is_one_chat_span_with_the_retry_as_its_event() {
+    use agent_providers::testing::{Reply, Server};
+    let (url, got) = collector().await;
+    let text = [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","content":"hi"}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":1}}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect::<String>()
+        + "data: [DONE]\n\n";
+    let server = Server::start(vec![
+        Reply::status(503, r#"{"error":{"message":"busy","type":"server_error"}}"#),
+        Reply::stream(text),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("agent.toml"), "[retry]\nbase_ms = 1\n").unwrap();
+    let out = env
+        .cmd()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &url)
+        .env("OPENAI_API_KEY", "sk-test")
+        .args([
+            "run",
+            "--model",
+            "openai:gpt-4o",
+            "--base-url",
+            &server.url,
+            "hi",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut spans = Vec::new();
+    for (_, body) in got.lock().unwrap().iter() {
+        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+        for resource in request.resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+    }
+    let chats: Vec<&Span> = spans.iter().filter(|s| s.name == "chat gpt-4o").collect();
+    assert_eq!(chats.len(), 1, "one model call, retried inside");
+    let chat = attributes(chats[0]);
+    assert_eq!(chat["gen_ai.provider.name"], "openai");
+    assert_eq!(chat["gen_ai.response.model"], "gpt-4o");
+    assert_eq!(chat["gen_ai.usage.input_tokens"], "12");
+    assert_eq!(chat["gen_ai.response.finish_reasons"], "stop");
+    let retries: Vec<_> = chats[0]
+        .events
+        .iter()
+        .filter(|e| e.name == "retry")
+        .collect();
+    assert_eq!(retries.len(), 1, "{:?}", chats[0].events);
+    let event = values(&retries[0].attributes);
+    assert_eq!(event["attempt"], "1");
+    assert!(event["reason"].contains("503"), "{event:?}");
 }
