@@ -11,9 +11,10 @@ use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::filter::{FilterExt as _, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::{EnvFilter, Layer as _, Registry, filter::FilterExt as _};
+use tracing_subscriber::{Layer as _, Registry};
 
 /// The service name spans carry when `OTEL_SERVICE_NAME` does not say.
 const SERVICE_NAME: &str = "agent";
@@ -46,15 +47,21 @@ pub fn init() -> Result<Telemetry, String> {
     // reading them.
     let mut layers: Vec<Box<dyn tracing_subscriber::Layer<Registry> + Send + Sync>> = Vec::new();
     if set("RUST_LOG") {
-        let logs =
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal() && !set("NO_COLOR"))
-                // Events only: formatting every span's fields for the context of a log line
-                // cost a sixth of a turn; the events carry the fields that matter.
-                .with_filter(EnvFilter::from_default_env().and(
-                    tracing_subscriber::filter::filter_fn(|meta| meta.is_event()),
-                ));
+        let directives = std::env::var("RUST_LOG").unwrap_or_default();
+        let targets: Targets = directives.parse().map_err(|e| {
+            format!(
+                "RUST_LOG={directives:?}: {e}; give levels by target, for example \
+                 RUST_LOG=agent_runtime=info,warn"
+            )
+        })?;
+        let logs = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal() && !set("NO_COLOR"))
+            // Events only: formatting every span's fields for the context of a log line
+            // cost a sixth of a turn; the events carry the fields that matter.
+            .with_filter(targets.and(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.is_event()
+            })));
         layers.push(Box::new(logs));
     }
     let export = set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");

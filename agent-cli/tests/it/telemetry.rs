@@ -233,6 +233,17 @@ fn without_an_endpoint_nothing_is_exported_and_stderr_stays_quiet() {
         .unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains("INFO") && line.contains("run_id="), "{line}");
     assert!(line.contains("reason=\"completed\""), "{line}");
+    // A RUST_LOG that means nothing is said so, before anything runs.
+    let out = env
+        .cmd()
+        .env("RUST_LOG", "agent_runtime=loud")
+        .args(["run", "--model", &model, "g"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.starts_with("agent: RUST_LOG=\"agent_runtime=loud\""), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
