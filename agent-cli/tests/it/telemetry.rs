@@ -242,7 +242,10 @@ fn without_an_endpoint_nothing_is_exported_and_stderr_stays_quiet() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.starts_with("agent: RUST_LOG=\"agent_runtime=loud\""), "{err}");
+    assert!(
+        err.starts_with("agent: RUST_LOG=\"agent_runtime=loud\""),
+        "{err}"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
