@@ -98,7 +98,7 @@ fn provider() -> Result<SdkTracerProvider, String> {
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_http_client(Blocking(client))
         .build()
-        .map_err(|e| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {e}"))?;
+        .map_err(|e| format!("{e}; give a collector's URL, for example http://localhost:4318"))?;
     let mut resource = Resource::builder();
     if !set("OTEL_SERVICE_NAME") {
         resource = resource.with_service_name(SERVICE_NAME);

@@ -22,6 +22,15 @@ fn nonsense_numbers_in_agent_toml_are_named_in_one_line() {
         ("context_window = 3", "context_window"),
         ("max_cost_usd = -2.0", "max_cost_usd"),
         ("[retry]\nmax_attempts = 0", "max_attempts"),
+        ("thinking = 5", "thinking"),
+        (
+            "[prices.\"m\"]\ninput = 1.0\noutput = 1.0\ncache_write = -1.0",
+            "cache_write",
+        ),
+        (
+            "[prices.\"m\"]\ninput = 1.0\noutput = 1.0\ncache_read = nan",
+            "cache_read",
+        ),
         (
             "[[hooks.pre_tool_use]]\ncommand = \"true\"\ntimeout_secs = 1e30",
             "timeout_secs",

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 use serde_json::json;
@@ -65,6 +66,26 @@ async fn collector() -> (String, Arc<Mutex<Vec<(String, Vec<u8>)>>>) {
     (url, got)
 }
 
+/// Every span of the bodies the collector got, with each body's resource.
+fn exported(got: &Mutex<Vec<(String, Vec<u8>)>>) -> Vec<(Option<Resource>, Span)> {
+    let mut spans = Vec::new();
+    for (path, body) in got.lock().unwrap().iter() {
+        assert_eq!(path, "/v1/traces");
+        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+        for resource in request.resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(
+                    scope
+                        .spans
+                        .into_iter()
+                        .map(|s| (resource.resource.clone(), s)),
+                );
+            }
+        }
+    }
+    spans
+}
+
 fn attributes(span: &Span) -> BTreeMap<String, String> {
     values(&span.attributes)
 }
@@ -112,30 +133,19 @@ async fn a_runs_spans_reach_an_otlp_collector_with_the_genai_attributes() {
         .unwrap()
         .to_owned();
     // The process sent what it had before it exited.
-    let bodies = got.lock().unwrap().clone();
-    assert!(!bodies.is_empty(), "no spans were exported");
-    let mut spans = Vec::new();
-    for (path, body) in &bodies {
-        assert_eq!(path, "/v1/traces");
-        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
-        for resource in request.resource_spans {
-            let service = resource
-                .resource
-                .as_ref()
-                .map(|r| {
-                    r.attributes.iter().any(|kv| {
-                        kv.key == "service.name"
-                            && matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()),
-                                Some(AnyValue::StringValue(s)) if s == "agent-test")
-                    })
-                })
-                .unwrap_or(false);
-            assert!(service, "the service name comes from OTEL_SERVICE_NAME");
-            for scope in resource.scope_spans {
-                spans.extend(scope.spans);
-            }
-        }
+    let exported = exported(&got);
+    assert!(!exported.is_empty(), "no spans were exported");
+    for (resource, _) in &exported {
+        let service = resource
+            .as_ref()
+            .map(|r| values(&r.attributes)["service.name"].clone());
+        assert_eq!(
+            service.as_deref(),
+            Some("agent-test"),
+            "the service name comes from OTEL_SERVICE_NAME"
+        );
     }
+    let spans: Vec<Span> = exported.into_iter().map(|(_, s)| s).collect();
     let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
     let run = named("invoke_agent agent-loop");
     assert_eq!(
@@ -233,6 +243,20 @@ fn without_an_endpoint_nothing_is_exported_and_stderr_stays_quiet() {
         .unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains("INFO") && line.contains("run_id="), "{line}");
     assert!(line.contains("reason=\"completed\""), "{line}");
+    // So is an endpoint that is not a URL.
+    let out = env
+        .cmd()
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url")
+        .args(["run", "--model", &model, "g"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("invalid endpoint 'not a url'") && err.contains("give a collector's URL"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     // A RUST_LOG that means nothing is said so, before anything runs.
     let out = env
         .cmd()
@@ -285,15 +309,7 @@ async fn a_retried_model_call_is_one_chat_span_with_the_retry_as_its_event() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let mut spans = Vec::new();
-    for (_, body) in got.lock().unwrap().iter() {
-        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
-        for resource in request.resource_spans {
-            for scope in resource.scope_spans {
-                spans.extend(scope.spans);
-            }
-        }
-    }
+    let spans: Vec<Span> = exported(&got).into_iter().map(|(_, s)| s).collect();
     let chats: Vec<&Span> = spans.iter().filter(|s| s.name == "chat gpt-4o").collect();
     assert_eq!(chats.len(), 1, "one model call, retried inside");
     let chat = attributes(chats[0]);

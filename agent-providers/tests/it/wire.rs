@@ -819,3 +819,21 @@ fn responses_request_pairs_calls_and_outputs_and_sends_reasoning_back() {
     assert_eq!(tool["name"], "read_file");
     assert!(tool["parameters"].get("$schema").is_none());
 }
+
+#[test]
+fn a_responses_stream_cut_before_its_last_event_is_not_done() {
+    let mut s = responses::Stream::default();
+    for (event, data) in sse(&fixture("openai/responses_reasoning_tool.sse")) {
+        if event == "response.completed" {
+            break;
+        }
+        s.push(&event, &data).unwrap();
+    }
+    assert!(
+        !s.is_done(),
+        "the transport reports a stream cut short as broken"
+    );
+    // A `response.*` event that is not JSON is an error, not ignored.
+    let mut s = responses::Stream::default();
+    assert!(s.push("response.completed", "{not json").is_err());
+}
