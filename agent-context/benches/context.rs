@@ -37,6 +37,7 @@ fn run_log(turns: u32, size: usize) -> Vec<Entry> {
         tool_schema_digest: String::new(),
         budget: Budget::default(),
         tools: Vec::new(),
+        answer: None,
     };
     let mut log = vec![entry(
         1,

@@ -18,6 +18,7 @@
 //!     system_prompt_digest: String::new(), tool_schema_digest: String::new(),
 //!     budget: Budget::default(),
 //!     tools: Vec::new(),
+//!     answer: None,
 //! };
 //! let log = [Entry { version: 1, at_ms: 0, event: Event::RunStarted {
 //!     run_id: "r1".into(), goal: "Summarize notes.txt".into(), manifest } }];

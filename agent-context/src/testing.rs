@@ -48,6 +48,7 @@ impl LogBuilder {
             tool_schema_digest: String::new(),
             budget,
             tools: Vec::new(),
+            answer: None,
         };
         LogBuilder {
             entries: Vec::new(),

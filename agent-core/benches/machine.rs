@@ -29,6 +29,7 @@ fn manifest(max_steps: u32) -> Manifest {
             ..Budget::default()
         },
         tools: Vec::new(),
+        answer: None,
     }
 }
 
@@ -92,6 +93,7 @@ fn run(turns: u32, calls_per_turn: usize) -> u64 {
             Command::AwaitApproval { .. }
             | Command::AwaitResolution { .. }
             | Command::ReconcileEffects { .. } => unreachable!("reads never ask or doubt"),
+            Command::CheckAnswer { .. } => Input::AnswerChecked { rejection: None },
             Command::Finish(outcome) => {
                 assert_eq!(outcome.reason, TerminalReason::Completed);
                 break;

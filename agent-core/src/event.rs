@@ -66,6 +66,29 @@ pub struct Manifest {
     /// them without starting any server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<crate::tool::ToolSpec>,
+    /// What a final answer must pass before it counts (CONTRACT §2); `None`: any
+    /// non-empty answer completes the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Box<AnswerSpec>>,
+}
+
+/// The validators of a run's final answer, recorded at its start so that every
+/// invocation of the run (resume, approve, a follow-up) judges answers the same way.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AnswerSpec {
+    /// A JSON Schema the answer, read as JSON, must be valid against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Value>,
+    /// Commands run in the workspace with the answer on stdin; exit 0 accepts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
+}
+
+impl AnswerSpec {
+    /// Whether it validates nothing.
+    pub fn is_empty(&self) -> bool {
+        self.schema.is_none() && self.checks.is_empty()
+    }
 }
 
 /// One entry of a run's log: its version (1-based, contiguous), the time it was made and
@@ -212,6 +235,14 @@ pub enum Event {
         /// The person's word.
         resolution: Resolution,
     },
+    /// Fact: the final answer of this turn (its `decision_proposed`) failed the run's
+    /// validators; the model is told why and asked again. Counts as an invalid decision.
+    AnswerRejected {
+        /// The model call whose answer it was.
+        turn: u32,
+        /// What failed, as shown to the model.
+        problem: String,
+    },
     /// Fact: a call ran and this is its result.
     ToolFinished {
         /// The turn that proposed it.
@@ -270,6 +301,7 @@ impl Event {
             Event::EffectReconciled { .. } => "effect_reconciled",
             Event::ResolutionRequested { .. } => "resolution_requested",
             Event::EffectResolved { .. } => "effect_resolved",
+            Event::AnswerRejected { .. } => "answer_rejected",
             Event::ToolFinished { .. } => "tool_finished",
             Event::ContextCompacted { .. } => "context_compacted",
             Event::UserMessage { .. } => "user_message",

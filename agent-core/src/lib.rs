@@ -26,6 +26,7 @@
 //!     tool_schema_digest: String::new(),
 //!     budget: Budget::default(),
 //!     tools: Vec::new(),
+//!     answer: None,
 //! };
 //! let config = RunConfig { run_id: "r1".into(), goal: "say hi".into(), manifest, tools: vec![] };
 //! let mut machine = Machine::start(config, 0);
@@ -69,7 +70,7 @@ pub use decision::{
 };
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
-pub use event::{Entry, Event, Finding, Manifest, Resolution};
+pub use event::{AnswerSpec, Entry, Event, Finding, Manifest, Resolution};
 pub use handle::{BLOB_PREFIX, Handle, HandleError};
 pub use machine::{Command, Input, InputError, Machine, ReplyError, RunConfig, Verdict};
 pub use progress::{correction_message, fingerprint};

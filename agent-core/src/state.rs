@@ -429,6 +429,15 @@ impl RunState {
             Event::ModelFailed { turn, .. } => {
                 self.begin_turn(*turn, &Usage::default());
             }
+            Event::AnswerRejected { turn, .. } => {
+                if *turn != self.turn {
+                    return Err(fail(format!(
+                        "answer_rejected for turn {turn}, the latest decision is turn {}",
+                        self.turn
+                    )));
+                }
+                self.tally.rejected_reply = true;
+            }
             Event::CallRejected { turn, result } => {
                 self.answered.insert(result.call_id.clone());
                 match result.error_kind() {

@@ -130,6 +130,7 @@ pub fn started(run_id: &str, at_ms: u64) -> Entry {
                 tool_schema_digest: String::new(),
                 budget: Budget::default(),
                 tools: Vec::new(),
+                answer: None,
             },
         },
     }

@@ -114,6 +114,7 @@ impl RunSummary {
                 self.ended_at_ms = Some(entry.at_ms);
             }
             Event::CallRejected { .. }
+            | Event::AnswerRejected { .. }
             | Event::CorrectionIssued { .. }
             | Event::EffectDispatched { .. }
             | Event::EffectReconciled { .. }

@@ -275,6 +275,12 @@ impl Projector {
                      final answer."
                 ));
             }
+            Event::AnswerRejected { problem, .. } => {
+                self.turn.notes.push(format!(
+                    "Your final answer was rejected, so the run is not done: {problem}\n\
+                     Fix what failed and give your final answer again."
+                ));
+            }
             Event::ModelFailed { .. } => self.close_turn(),
             Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => {
                 self.turn.results.push((

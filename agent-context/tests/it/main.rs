@@ -24,6 +24,7 @@ impl Log {
                 tool_schema_digest: String::new(),
                 budget: Budget::default(),
                 tools: Vec::new(),
+                answer: None,
             },
         });
         log

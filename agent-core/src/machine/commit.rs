@@ -176,6 +176,7 @@ impl Machine {
         match self.phase {
             Phase::AwaitingModel { .. }
             | Phase::AwaitingChecks { .. }
+            | Phase::AwaitingAnswerCheck { .. }
             | Phase::AwaitingReconcile { .. } => self.end(outcome),
             Phase::AwaitingApproval | Phase::AwaitingResolution => {
                 if outcome.reason == TerminalReason::Cancelled {

@@ -7,7 +7,8 @@
 //! `ModelFailed`, `CheckCalls` → `CallsChecked`, `ExecuteTools` → `ToolsFinished`,
 //! `Commit` → `Committed` or `CommitFailed`, `AwaitApproval` → `ApprovalGranted` or
 //! `ApprovalDenied`, `ReconcileEffects` → `EffectsReconciled`, `AwaitResolution` →
-//! `Resolved`), and may send `Tick` and `Cancel` at any time.
+//! `Resolved`, `CheckAnswer` → `AnswerChecked`), and may send `Tick` and `Cancel` at any
+//! time.
 //!
 //! Side effects are recorded before they start: a group with `write`/`external` calls is
 //! preceded by a commit of their `effect_dispatched` events, so a crash at any instant leaves
@@ -50,6 +51,9 @@ enum Phase {
         turn: u32,
         calls: Vec<ScheduledCall>,
     },
+    AwaitingAnswerCheck {
+        answer: String,
+    },
     AwaitingCommit,
     AwaitingApproval,
     AwaitingResolution,
@@ -63,6 +67,7 @@ impl Phase {
             Phase::AwaitingChecks { .. } => "AwaitingChecks",
             Phase::AwaitingTools { .. } => "AwaitingTools",
             Phase::AwaitingReconcile { .. } => "AwaitingReconcile",
+            Phase::AwaitingAnswerCheck { .. } => "AwaitingAnswerCheck",
             Phase::AwaitingCommit => "AwaitingCommit",
             Phase::AwaitingApproval => "AwaitingApproval",
             Phase::AwaitingResolution => "AwaitingResolution",
@@ -318,6 +323,9 @@ impl Machine {
             ) => {
                 self.phase = Phase::AwaitingResolution;
                 self.on_resolved(call_id, resolution)?;
+            }
+            (Phase::AwaitingAnswerCheck { answer }, Input::AnswerChecked { rejection }) => {
+                self.on_answer_checked(answer, rejection);
             }
             (Phase::AwaitingTools { turn, calls }, Input::ToolsFinished { results }) => {
                 self.on_results(turn, calls, results);

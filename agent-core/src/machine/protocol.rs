@@ -109,6 +109,11 @@ pub enum Input {
         /// Estimated prompt tokens after.
         tokens_after: u64,
     },
+    /// The validators' word on the outstanding `CheckAnswer`.
+    AnswerChecked {
+        /// `None`: the answer passed; otherwise what failed, as the model will be told.
+        rejection: Option<String>,
+    },
     /// The caller cancelled the run.
     Cancel,
 }
@@ -128,6 +133,7 @@ impl Input {
             Input::EffectsReconciled { .. } => "EffectsReconciled",
             Input::Resolved { .. } => "Resolved",
             Input::ContextCompacted { .. } => "ContextCompacted",
+            Input::AnswerChecked { .. } => "AnswerChecked",
             Input::Cancel => "Cancel",
         }
     }
@@ -174,6 +180,13 @@ pub enum Command {
         expected_version: u64,
         /// The entries, versions `expected_version + 1 ..`.
         entries: Vec<Entry>,
+    },
+    /// Run the run's answer validators (its manifest's `answer`) on this final answer.
+    CheckAnswer {
+        /// The model call that gave it.
+        turn: u32,
+        /// The answer.
+        answer: String,
     },
     /// Wait for a person to approve or deny these calls.
     AwaitApproval {

@@ -50,7 +50,23 @@ impl Machine {
             reasoning,
         });
         match decision {
-            Decision::Final { answer } => self.end(Outcome::completed(answer)),
+            Decision::Final { answer } => {
+                if self
+                    .working
+                    .manifest
+                    .as_ref()
+                    .and_then(|m| m.answer.as_ref())
+                    .is_some()
+                {
+                    self.phase = Phase::AwaitingAnswerCheck {
+                        answer: answer.clone(),
+                    };
+                    self.commands
+                        .push_back(Command::CheckAnswer { turn, answer });
+                } else {
+                    self.end(Outcome::completed(answer));
+                }
+            }
             Decision::Clarification { question } => self.end(Outcome::stop(
                 TerminalReason::ClarificationRequired,
                 format!("the model asks a question only a person can answer: {question}"),
@@ -86,6 +102,34 @@ impl Machine {
                 self.screen(turn, calls, None);
             }
             Decision::RequestApproval { summary, calls } => self.screen(turn, calls, Some(summary)),
+        }
+    }
+
+    /// The validators' word on a final answer: it completes the run, or goes back to the
+    /// model as a correction that counts as an invalid decision.
+    pub(super) fn on_answer_checked(&mut self, answer: String, rejection: Option<String>) {
+        match rejection {
+            None => self.end(Outcome::completed(answer)),
+            Some(problem) => {
+                let turn = self.working.turn;
+                self.stage(Event::AnswerRejected {
+                    turn,
+                    problem: problem.clone(),
+                });
+                let invalid = self.working.invalid_streak();
+                if invalid > self.budget.max_invalid_decisions && self.stop.is_none() {
+                    return self.end(Outcome::stop(
+                        TerminalReason::InvalidDecision,
+                        format!(
+                            "the final answer failed its validators, {invalid} invalid turns \
+                             in a row (max_invalid_decisions = {}): {}",
+                            self.budget.max_invalid_decisions,
+                            first_line(&problem)
+                        ),
+                    ));
+                }
+                self.settle_turn();
+            }
         }
     }
 
@@ -452,5 +496,14 @@ impl Machine {
                 self.execute(turn, ids);
             }
         }
+    }
+}
+
+/// The first line of a text, cut to a length that fits an outcome's message.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line.to_owned(),
     }
 }

@@ -105,6 +105,11 @@ pub struct World {
     pub reconcile: Option<Finding>,
     /// Bound on inputs fed, so a looping machine fails the test instead of hanging it.
     pub max_inputs: usize,
+    /// The run's answer validator: `None` for a run without one; the function says why an
+    /// answer is rejected, or `None` to accept it.
+    pub answer_check: Option<fn(&str) -> Option<String>>,
+    /// Cancel while the answer is being checked.
+    pub cancel_in_answer_check: bool,
 }
 
 pub fn world(script: Vec<Reply>) -> World {
@@ -122,6 +127,8 @@ pub fn world(script: Vec<Reply>) -> World {
         cancel_in_tools_of_turn: None,
         reconcile: None,
         max_inputs: 10_000,
+        answer_check: None,
+        cancel_in_answer_check: false,
     }
 }
 
@@ -255,16 +262,24 @@ pub fn manifest(budget: Budget) -> Manifest {
         tool_schema_digest: "tools".into(),
         budget,
         tools: Vec::new(),
+        answer: None,
     }
 }
 
 /// Runs the world to the end of the invocation, checking invariants at every step.
 pub fn run(world: World) -> Report {
     let specs: Vec<ToolSpec> = world.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut manifest = manifest(world.budget.clone());
+    if world.answer_check.is_some() {
+        manifest.answer = Some(Box::new(AnswerSpec {
+            schema: None,
+            checks: vec!["harness check".into()],
+        }));
+    }
     let config = RunConfig {
         run_id: "run-1".into(),
         goal: "test goal".into(),
-        manifest: manifest(world.budget.clone()),
+        manifest,
         tools: specs,
     };
     let machine = Machine::start(config, T0);

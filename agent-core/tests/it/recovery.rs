@@ -77,6 +77,9 @@ fn drive(
                 let verdicts = calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect();
                 machine.handle(Input::CallsChecked { verdicts }).unwrap();
             }
+            Command::CheckAnswer { .. } => {
+                unreachable!("these runs have no answer validators")
+            }
             Command::ExecuteTools { group, .. } => {
                 for sc in &group {
                     if sc.effect_key.is_some() {

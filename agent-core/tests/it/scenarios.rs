@@ -510,3 +510,114 @@ fn model_error_kinds_are_written_as_their_names_and_default_for_old_logs() {
 }
 
 // ----- machine protocol --------------------------------------------------------------------
+
+/// Accepts only an answer that says "42".
+fn wants_42(answer: &str) -> Option<String> {
+    (answer != "42").then(|| format!("expected 42, got {answer:?}"))
+}
+
+#[test]
+fn a_rejected_answer_goes_back_to_the_model_and_a_valid_one_completes() {
+    let mut w = world(vec![Final("41"), Final("42")]);
+    w.answer_check = Some(wants_42);
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(r.outcome.answer.as_deref(), Some("42"));
+    assert_eq!(
+        r.events(),
+        [
+            "run_started",
+            "decision_proposed",
+            "answer_rejected",
+            "decision_proposed",
+            "run_ended"
+        ]
+    );
+    let problem = r
+        .log
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::AnswerRejected { turn, problem } => Some((*turn, problem.clone())),
+            _ => None,
+        })
+        .expect("the rejection is committed");
+    assert_eq!(problem, (1, "expected 42, got \"41\"".to_owned()));
+    // The rejection is committed before the model is asked again.
+    let checked = r
+        .commands
+        .iter()
+        .position(|c| c.starts_with("check_answer"))
+        .unwrap();
+    let asked = r.commands.iter().position(|c| c == "call_model 2").unwrap();
+    assert!(
+        r.commands[checked..asked]
+            .iter()
+            .any(|c| c.starts_with("commit")),
+        "{:?}",
+        r.commands
+    );
+}
+
+#[test]
+fn rejected_answers_past_the_repair_limit_stop_with_invalid_decision() {
+    let mut w = world(vec![Final("1"), Final("2"), Final("3"), Final("42")]);
+    w.answer_check = Some(wants_42);
+    let r = check(w, TerminalReason::InvalidDecision);
+    // max_invalid_decisions = 2: the third rejection in a row ends the run.
+    assert_eq!(r.model_calls, 3);
+    assert!(
+        r.outcome.message.contains("expected 42, got \"3\""),
+        "{}",
+        r.outcome.message
+    );
+    assert_eq!(r.outcome.answer, None);
+}
+
+#[test]
+fn a_rejected_answer_and_an_invalid_reply_make_one_streak_a_good_turn_breaks() {
+    let mut w = world(vec![
+        Final("1"),
+        Invalid("x"),
+        Calls(vec![("c1", "read", json!({}))]),
+        Final("2"),
+        Invalid("y"),
+        Final("42"),
+    ]);
+    w.answer_check = Some(wants_42);
+    let r = check(w, TerminalReason::Completed);
+    assert_eq!(r.model_calls, 6);
+}
+
+#[test]
+fn without_validators_no_answer_is_checked() {
+    let r = check(world(vec![Final("41")]), TerminalReason::Completed);
+    assert!(!r.commands.iter().any(|c| c.starts_with("check_answer")));
+}
+
+#[test]
+fn cancel_while_the_answer_is_checked_ends_cancelled_without_an_answer() {
+    let mut w = world(vec![Final("42")]);
+    w.answer_check = Some(wants_42);
+    w.cancel_in_answer_check = true;
+    let r = check(w, TerminalReason::Cancelled);
+    assert_eq!(r.outcome.answer, None);
+}
+
+#[test]
+fn validators_recorded_in_the_manifest_apply_after_a_restart() {
+    let mut w = world(vec![Final("41"), Final("42")]);
+    w.answer_check = Some(wants_42);
+    let first = check(w.clone(), TerminalReason::Completed);
+    // Restart right after the first commit that holds a rejection.
+    let at = first
+        .boundaries
+        .iter()
+        .find(|b| {
+            first.log[..b.log_len]
+                .iter()
+                .any(|e| e.event.name() == "answer_rejected")
+        })
+        .expect("a boundary after the rejection");
+    let resumed = crate::harness::resume(w, &first.log, at);
+    assert_eq!(resumed.outcome.reason, TerminalReason::Completed);
+    assert!(resumed.commands.iter().any(|c| c == "check_answer \"42\""));
+}

@@ -69,6 +69,17 @@ pub(super) fn drive(
                 }
                 feed(&mut machine, model_reply(&t));
             }
+            Command::CheckAnswer { answer, .. } => {
+                if world.cancel_in_answer_check {
+                    feed(&mut machine, Input::Cancel);
+                    continue;
+                }
+                let check = world
+                    .answer_check
+                    .expect("a run without validators checks nothing");
+                let rejection = check(&answer);
+                feed(&mut machine, Input::AnswerChecked { rejection });
+            }
             Command::CheckCalls { calls, .. } => {
                 let verdicts = calls
                     .iter()
@@ -339,6 +350,7 @@ fn describe(command: &Command) -> String {
     match command {
         Command::CallModel { turn } => format!("call_model {turn}"),
         Command::CheckCalls { calls, .. } => format!("check_calls {}", calls.len()),
+        Command::CheckAnswer { answer, .. } => format!("check_answer {answer:?}"),
         Command::ExecuteTools { group, .. } => format!(
             "execute_tools {:?}",
             group
