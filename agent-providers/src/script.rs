@@ -30,8 +30,10 @@ struct RawScript {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTurn {
+    /// Text, or any other JSON value, given as its compact JSON text (for runs whose
+    /// answer has a schema).
     #[serde(rename = "final")]
-    final_answer: Option<String>,
+    final_answer: Option<Value>,
     tool_calls: Option<Vec<RawCall>>,
     request_approval: Option<RawApproval>,
     clarification: Option<String>,
@@ -163,6 +165,10 @@ fn parse_turn(text: &str) -> Result<Turn, String> {
     };
     let mut answers = Vec::new();
     if let Some(answer) = raw.final_answer {
+        let answer = match answer {
+            Value::String(text) => text,
+            other => other.to_string(),
+        };
         answers.push(Answer::Decision(Decision::Final { answer }));
     }
     if let Some(list) = raw.tool_calls {

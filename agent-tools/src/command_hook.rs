@@ -32,7 +32,7 @@ pub struct CommandHook {
 }
 
 /// The answer of a command, before interpretation.
-enum Answer {
+pub(crate) enum Answer {
     Exited {
         code: Option<i32>,
         stdout: String,
@@ -66,52 +66,14 @@ impl CommandHook {
     /// Runs the hook: its input written, its answer read and its exit awaited, all within
     /// its timeout. On timeout the hook and every process it started are killed.
     async fn ask(&self, input: Value) -> Answer {
-        let mut child = match tokio::process::Command::new("bash")
-            .arg("-c")
-            .arg(&self.command)
-            .current_dir(&self.cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            // Its own process group, so a timeout kills what it started too.
-            .process_group(0)
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(e) => return Answer::Failed(format!("could not start: {e}")),
-        };
-        let _group = child.id().map(crate::builtin::ProcessGroup);
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return Answer::Failed("started without its pipes".to_owned());
-        };
-        let bytes = input.to_string().into_bytes();
-        let exchange = async {
-            let write = async move {
-                // A hook that does not read its input is its own business; its answer
-                // still counts.
-                let _ = stdin.write_all(&bytes).await;
-                drop(stdin);
-            };
-            let (_, out, err, status) = tokio::join!(
-                write,
-                read_capped(stdout),
-                read_capped(stderr),
-                child.wait()
-            );
-            (out, err, status)
-        };
-        match tokio::time::timeout(self.timeout, exchange).await {
-            Err(_) => Answer::Failed(format!("timed out after {} ms", self.timeout.as_millis())),
-            Ok((_, _, Err(e))) => Answer::Failed(e.to_string()),
-            Ok((stdout, stderr, Ok(status))) => Answer::Exited {
-                code: status.code(),
-                stdout: String::from_utf8_lossy(&stdout).trim().to_owned(),
-                stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
-            },
-        }
+        run_command(
+            &self.command,
+            &self.cwd,
+            &[],
+            input.to_string().into_bytes(),
+            self.timeout,
+        )
+        .await
     }
 
     fn input(&self, run_id: &str, call: &ToolCall, result: Option<&ToolResult>) -> Value {
@@ -127,6 +89,64 @@ impl CommandHook {
             input["tool_response"] = serde_json::to_value(result).unwrap_or(Value::Null);
         }
         input
+    }
+}
+
+/// Runs `bash -c command` in `cwd` with `env` added, `input` on its stdin: its answer read
+/// and its exit awaited, all within `timeout`. On timeout the command and every process
+/// it started are killed (it runs in its own process group).
+pub(crate) async fn run_command(
+    command: &str,
+    cwd: &std::path::Path,
+    env: &[(&str, &str)],
+    input: Vec<u8>,
+    timeout: Duration,
+) -> Answer {
+    let mut child = match tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        // Its own process group, so a timeout kills what it started too.
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => return Answer::Failed(format!("could not start: {e}")),
+    };
+    let _group = child.id().map(crate::builtin::ProcessGroup);
+    let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        return Answer::Failed("started without its pipes".to_owned());
+    };
+    let exchange = async {
+        let write = async move {
+            // A command that does not read its input is its own business; its answer
+            // still counts.
+            let _ = stdin.write_all(&input).await;
+            drop(stdin);
+        };
+        let (_, out, err, status) = tokio::join!(
+            write,
+            read_capped(stdout),
+            read_capped(stderr),
+            child.wait()
+        );
+        (out, err, status)
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => Answer::Failed(format!("timed out after {} ms", timeout.as_millis())),
+        Ok((_, _, Err(e))) => Answer::Failed(e.to_string()),
+        Ok((stdout, stderr, Ok(status))) => Answer::Exited {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).trim().to_owned(),
+            stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
+        },
     }
 }
 

@@ -21,6 +21,7 @@
 //! assert!(matches!(&verdicts[1].1, Verdict::Invalid { message } if message.starts_with("/path")));
 //! ```
 
+mod answer;
 pub mod builtin;
 #[cfg(feature = "process")]
 mod command_hook;
@@ -35,6 +36,9 @@ mod tool;
 mod workspace;
 
 pub use agent_core::provider_schema;
+pub use answer::{
+    AnswerChecker, AnswerSpecError, DEFAULT_CHECK_TIMEOUT, MAX_REJECTION_CHARS, answer_json,
+};
 pub use gateway::{
     BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
     StorageError, ToolActivity, ToolObserver,
