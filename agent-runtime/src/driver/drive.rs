@@ -151,6 +151,19 @@ impl Runtime {
                         None => {}
                     }
                 }
+                Command::CheckAnswer { answer, .. } => {
+                    let judged = tokio::select! {
+                        rejection = self.check_answer(&run_id, &machine, &answer) => Some(rejection),
+                        () = cancel.cancelled() => None,
+                    };
+                    self.tick(&mut machine)?;
+                    match judged {
+                        Some(rejection) => machine.handle(Input::AnswerChecked {
+                            rejection: rejection.map(|r| self.redactor.redact_str(&r)),
+                        })?,
+                        None => machine.handle(Input::Cancel)?,
+                    }
+                }
                 Command::CheckCalls { calls, .. } => {
                     let verdicts = tokio::select! {
                         verdicts = self.check(&run_id, &calls) => Some(verdicts),
@@ -241,6 +254,18 @@ impl Runtime {
                 Command::Finish(outcome) => return Ok(report(&run_id, &machine, outcome)),
             }
         }
+    }
+
+    /// Judges a final answer by the validators the run recorded at its start; validators
+    /// that cannot be built reject it (fail closed), saying why.
+    async fn check_answer(&self, run_id: &str, machine: &Machine, answer: &str) -> Option<String> {
+        let spec = machine.state().manifest.as_ref()?.answer.as_ref()?;
+        let span = tracing::info_span!("check_answer", agent.checks = spec.checks.len());
+        let checker = match agent_tools::AnswerChecker::new(spec, &self.check_dir) {
+            Ok(checker) => checker.with_timeout(self.check_timeout),
+            Err(e) => return Some(format!("the answer cannot be validated: {e}")),
+        };
+        checker.check(run_id, answer).instrument(span).await
     }
 
     /// Checks the calls as the model proposed them (secret references expanded); a call

@@ -128,6 +128,11 @@ pub struct Runtime {
     has_model: bool,
     /// Store work runs on the driving task's thread (see [`Runtime::with_inline_store`]).
     inline_store: bool,
+    /// The validators new runs record for their final answers.
+    answer: Option<agent_core::AnswerSpec>,
+    /// Where check commands run, and for how long at most.
+    check_dir: std::path::PathBuf,
+    check_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -163,6 +168,9 @@ impl Runtime {
             redactor: Redactor::new([]),
             has_model: true,
             inline_store: false,
+            answer: None,
+            check_dir: std::path::PathBuf::from("."),
+            check_timeout: agent_tools::DEFAULT_CHECK_TIMEOUT,
         }
     }
 
@@ -219,6 +227,26 @@ impl Runtime {
     /// of secret-named environment variables with `Redactor::from_env`).
     pub fn with_redactor(mut self, redactor: Redactor) -> Runtime {
         self.redactor = redactor;
+        self
+    }
+
+    /// Validates the final answers of the runs it starts with `spec` (an answer schema,
+    /// check commands), recorded in each run's manifest: every later invocation of such a
+    /// run judges its answers the same way. An empty spec validates nothing.
+    pub fn with_answer_checks(mut self, spec: agent_core::AnswerSpec) -> Runtime {
+        self.answer = (!spec.is_empty()).then_some(spec);
+        self
+    }
+
+    /// Runs answer check commands in `dir` (the workspace root; default the current
+    /// directory), each for at most `timeout`.
+    pub fn with_check_commands_in(
+        mut self,
+        dir: impl Into<std::path::PathBuf>,
+        timeout: std::time::Duration,
+    ) -> Runtime {
+        self.check_dir = dir.into();
+        self.check_timeout = timeout;
         self
     }
 
@@ -286,6 +314,7 @@ impl Runtime {
             tool_schema_digest: sha256_hex(canonical_json(&tools).as_bytes()),
             budget,
             tools: specs,
+            answer: self.answer.clone().map(Box::new),
         }
     }
 
