@@ -56,6 +56,7 @@ fn main() {
         context_window: None,
         compact_at: None,
         masking: Default::default(),
+        answer: Default::default(),
     };
     let spec = serde_json::to_string(&spec).unwrap();
     shared_directory(dir.path(), &script);

@@ -73,9 +73,13 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let ids = |calls: Vec<String>| calls.into_iter().map(CallId::from).collect();
     // The commands that continue an existing run differ only in what they do first.
     let (run_id, settings, what) = match cli.command {
-        Commands::Run(args) => return run(&resolve(&args.setup, &args.limits)?, json, &args.goal),
+        Commands::Run(args) => {
+            let settings = resolve(&args.setup, &args.limits)?.with_answer(&args.answer)?;
+            return run(&settings, json, &args.goal);
+        }
         Commands::Submit(args) => {
-            return worker::submit(&resolve(&args.setup, &args.limits)?, json, &args.goal);
+            let settings = resolve(&args.setup, &args.limits)?.with_answer(&args.answer)?;
+            return worker::submit(&settings, json, &args.goal);
         }
         Commands::Worker {
             concurrency,

@@ -208,6 +208,24 @@ pub struct RunArgs {
     /// Budgets.
     #[command(flatten)]
     pub limits: Limits,
+    /// Validators of the final answer.
+    #[command(flatten)]
+    pub answer: AnswerArgs,
+}
+
+/// What a final answer must pass before it counts (also `answer_schema` and `checks` in
+/// agent.toml); a rejected answer goes back to the model, counting as an invalid decision.
+#[derive(Debug, Default, Args)]
+pub struct AnswerArgs {
+    /// The final answer must be JSON valid against this JSON Schema (the provider is asked
+    /// for structured output where it supports it; the answer is always checked here).
+    #[arg(long, value_name = "PATH")]
+    pub answer_schema: Option<PathBuf>,
+    /// A command (bash -c, in the workspace) that gets the answer on stdin and
+    /// $AGENT_RUN_ID; exit 0 accepts, anything else rejects with its output (repeatable;
+    /// 120 s each at most, then rejected).
+    #[arg(long = "check", value_name = "COMMAND")]
+    pub checks: Vec<String>,
 }
 
 /// The budgets with flags (the others are set in agent.toml).

@@ -260,7 +260,9 @@ pub fn runtime(
     let context = settings.context_config(model.model());
     let mut runtime = Runtime::new(Arc::clone(&model), Arc::new(gateway), store)
         .with_redactor(redactor)
-        .with_context(context);
+        .with_context(context)
+        .with_answer_checks(settings.answer.clone())
+        .with_check_commands_in(&settings.workspace, agent_tools::DEFAULT_CHECK_TIMEOUT);
     if real_model {
         runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(model)));
     } else {

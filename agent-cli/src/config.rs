@@ -45,6 +45,11 @@ pub struct Config {
     /// Whether to mark the prompt's stable parts for the provider's prompt cache (default
     /// true; Anthropic caches only what is marked, OpenAI caches repeated prefixes itself).
     pub prompt_cache: Option<bool>,
+    /// `--answer-schema` (relative to the file).
+    pub answer_schema: Option<PathBuf>,
+    /// `--check` commands (before the flags' own).
+    #[serde(default)]
+    pub checks: Vec<String>,
     /// Retries of model calls.
     pub retry: Option<RetryConfig>,
     /// Prices per million tokens, by model name.

@@ -15,6 +15,7 @@ pub fn outcome_json(report: &Report) -> Value {
         "status": o.reason.class().as_str(),
         "reason": o.reason.as_str(),
         "answer": if o.reason == TerminalReason::Completed { json!(o.answer) } else { Value::Null },
+        "answer_json": answer_json(report),
         "message": o.message,
         "error_kind": o.model_error,
         "advice": advice(o, &report.run_id),
@@ -35,6 +36,23 @@ pub fn outcome_json(report: &Report) -> Value {
             "why": p.why,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The completed answer read as JSON, when the run's answer has a schema (it passed it);
+/// null otherwise.
+fn answer_json(report: &Report) -> Value {
+    let has_schema = report
+        .state
+        .manifest
+        .as_ref()
+        .and_then(|m| m.answer.as_ref())
+        .is_some_and(|a| a.schema.is_some());
+    match (&report.outcome.answer, report.outcome.reason) {
+        (Some(answer), TerminalReason::Completed) if has_schema => {
+            agent_tools::answer_json(answer).unwrap_or(Value::Null)
+        }
+        _ => Value::Null,
+    }
 }
 
 /// The human summary of an invocation, for standard error.
@@ -325,6 +343,9 @@ fn detail(run_id: &str, event: &Event) -> String {
             line
         }
         Event::DecisionRejected { turn, problem, .. } => format!("turn {turn}: {problem}"),
+        Event::AnswerRejected { turn, problem } => {
+            format!("turn {turn}: {}", cut(&escape(problem), 300))
+        }
         Event::ModelFailed {
             turn,
             message,

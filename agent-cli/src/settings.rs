@@ -283,6 +283,12 @@ pub struct Settings {
     pub events: bool,
     /// `--no-input`.
     pub no_input: bool,
+    /// agent.toml's `answer_schema` (relative to the file) and `checks`; with the flags of
+    /// `run`, they make [`Settings::answer`].
+    pub file_answer: (Option<PathBuf>, Vec<String>),
+    /// The validators of the final answer of a run this command starts (set by
+    /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
+    pub answer: agent_core::AnswerSpec,
     /// The settings file in use, and whether the command line named it.
     pub file: Option<(PathBuf, bool)>,
     /// What the settings file brings that needs a person's trust (empty when it was named
@@ -291,6 +297,49 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// These settings with the validators a new run's final answer must pass: agent.toml's
+    /// `answer_schema`, unless `--answer-schema` names another, and its `checks`, then the
+    /// `--check` flags'. The schema is read and compiled here, so a bad one is refused
+    /// before anything is written.
+    pub fn with_answer(
+        mut self,
+        flags: &crate::args::AnswerArgs,
+    ) -> Result<Settings, SettingsError> {
+        let (file_schema, file_checks) = &self.file_answer;
+        let schema = match flags.answer_schema.as_ref().or(file_schema.as_ref()) {
+            None => None,
+            Some(path) => {
+                let what = format!("the answer schema {}", path.display());
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    bad(format!(
+                        "{what}: cannot read it ({e}); give a JSON Schema file"
+                    ))
+                })?;
+                let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                    bad(format!("{what} is not JSON ({e}); give a JSON Schema file"))
+                })?;
+                Some(value)
+            }
+        };
+        let mut checks = file_checks.clone();
+        checks.extend(flags.checks.iter().cloned());
+        if let Some(empty) = checks.iter().find(|c| c.trim().is_empty()) {
+            return Err(bad(format!(
+                "the check command {empty:?} is empty; give a command line"
+            )));
+        }
+        let spec = agent_core::AnswerSpec { schema, checks };
+        agent_tools::AnswerChecker::new(&spec, &self.workspace).map_err(|e| {
+            let path = flags.answer_schema.as_ref().or(file_schema.as_ref());
+            match path {
+                Some(p) => bad(format!("{}: {e}", p.display())),
+                None => bad(e.to_string()),
+            }
+        })?;
+        self.answer = spec;
+        Ok(self)
+    }
+
     /// Resolves a command's settings: `store` is `--store`, `setup` and `limits` the flags
     /// (defaults for commands without them), `file` the settings file, `env` the keys.
     pub fn resolve(
@@ -458,6 +507,11 @@ impl Settings {
                 recent_result_turns: config.recent_result_turns,
                 unmasked_result_chars: config.unmasked_result_chars,
             },
+            file_answer: (
+                config.answer_schema.as_deref().map(relative),
+                config.checks.clone(),
+            ),
+            answer: agent_core::AnswerSpec::default(),
             events: setup.events,
             no_input: setup.no_input,
             file,
@@ -602,6 +656,9 @@ fn brings(c: &Config, setup: &Setup) -> Vec<String> {
         .collect();
     if !hooks.is_empty() {
         brings.push(format!("hook commands {}", hooks.join(", ")));
+    }
+    if !c.checks.is_empty() {
+        brings.push(format!("answer check commands {}", c.checks.join(", ")));
     }
     if let (Some(mcp), None) = (&c.mcp_config, &setup.mcp_config) {
         brings.push(format!("the MCP servers of {}", mcp.display()));

@@ -55,6 +55,9 @@ pub struct RunSpec {
     /// How results are masked, when agent.toml said (absent in runs queued before it).
     #[serde(default)]
     pub masking: crate::settings::Masking,
+    /// What the final answer must pass (absent in runs queued before validators).
+    #[serde(default, skip_serializing_if = "agent_core::AnswerSpec::is_empty")]
+    pub answer: agent_core::AnswerSpec,
 }
 
 fn absolute(path: &std::path::Path) -> Result<PathBuf, Failure> {
@@ -101,6 +104,7 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         context_window: settings.context_window,
         compact_at: settings.compact_at,
         masking: settings.masking,
+        answer: settings.answer.clone(),
     };
     let text = serde_json::to_string(&spec).map_err(failed)?;
     let run_id = ulid::Ulid::generate().to_string();
@@ -147,6 +151,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
     settings.context_window = spec.context_window;
     settings.compact_at = spec.compact_at;
     settings.masking = spec.masking;
+    settings.answer = spec.answer.clone();
     Ok(settings)
 }
 

@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
+mod answers;
 mod approvals;
 mod chat;
 mod conversation;

@@ -482,6 +482,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
                 context_window: None,
                 compact_at: None,
                 masking: Default::default(),
+                answer: Default::default(),
             };
             let id = format!("run-{i:03}");
             store

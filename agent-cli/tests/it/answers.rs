@@ -1,0 +1,196 @@
+//! Final answers checked before they count: `--answer-schema` and `--check`.
+
+use serde_json::{Value, json};
+
+use super::{Env, stderr, stdout};
+
+fn json_out(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+}
+
+fn schema(env: &Env) -> String {
+    let path = env.dir.path().join("answer.schema.json");
+    let schema = json!({
+        "type": "object",
+        "required": ["total"],
+        "properties": {"total": {"type": "integer"}},
+        "additionalProperties": false
+    });
+    std::fs::write(&path, schema.to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn events(env: &Env, run_id: &str) -> Vec<Value> {
+    json_out(&env.run(&["show", "--json", run_id]))["events"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn an_answer_that_fails_its_schema_is_corrected_and_the_parsed_answer_is_in_json() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"final": "the total is 3"},
+        {"final": {"total": "3"}},
+        {"final": {"total": 3}}
+    ]));
+    let schema = schema(&env);
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--answer-schema",
+        &schema,
+        "add it up",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json_out(&out);
+    assert_eq!(v["reason"], "completed");
+    assert_eq!(v["answer_json"], json!({"total": 3}));
+    assert_eq!(v["steps"], 3);
+    let run_id = v["run_id"].as_str().unwrap();
+    let rejections: Vec<String> = events(&env, run_id)
+        .iter()
+        .filter(|e| e["type"] == "answer_rejected")
+        .map(|e| e["problem"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(rejections.len(), 2, "{rejections:?}");
+    assert!(rejections[0].contains("not JSON"), "{}", rejections[0]);
+    assert!(rejections[1].contains("at /total:"), "{}", rejections[1]);
+    // The model saw the correction: it is in the prompt of the third call.
+    let prompt = stdout(&env.run(&["context", run_id, "--at", "3"]));
+    assert!(
+        prompt.contains("Your final answer was rejected"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("at /total:"), "{prompt}");
+}
+
+#[test]
+fn a_check_command_rejects_with_its_output_and_accepts_on_exit_zero() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"final": "maybe"},
+        {"final": "yes"}
+    ]));
+    let check = r#"read -r answer; if [ "$answer" = yes ]; then exit 0; fi; echo "say yes, not $answer ($AGENT_RUN_ID)"; exit 1"#;
+    let out = env.run(&[
+        "run", "--json", "--model", &model, "--check", check, "decide",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json_out(&out);
+    assert_eq!(v["answer"], "yes");
+    assert_eq!(v["answer_json"], Value::Null);
+    let run_id = v["run_id"].as_str().unwrap();
+    let problem = events(&env, run_id)
+        .into_iter()
+        .find(|e| e["type"] == "answer_rejected")
+        .unwrap()["problem"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(problem.contains("(exit 1)"), "{problem}");
+    assert!(
+        problem.contains(&format!("say yes, not maybe ({run_id})")),
+        "{problem}"
+    );
+}
+
+#[test]
+fn rejections_past_the_repair_limit_fail_the_run_with_invalid_decision() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"final": "a"}, {"final": "b"}, {"final": "c"}, {"final": "never asked"}
+    ]));
+    let out = env.run(&[
+        "run", "--json", "--model", &model, "--check", "false", "decide",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let v = json_out(&out);
+    assert_eq!(v["reason"], "invalid_decision");
+    assert_eq!(v["answer"], Value::Null);
+    assert_eq!(v["steps"], 3);
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed its validators"),
+        "{v}"
+    );
+}
+
+#[test]
+fn validators_recorded_at_the_start_judge_the_answers_of_a_follow_up() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"final": "yes"},
+        {"final": "no"},
+        {"final": "yes"}
+    ]));
+    let check = r#"[ "$(cat)" = yes ]"#;
+    let out = env.run(&[
+        "run", "--json", "--model", &model, "--check", check, "decide",
+    ]);
+    let run_id = json_out(&out)["run_id"].as_str().unwrap().to_owned();
+    // No --check this time: the run's own validators still apply.
+    let out = env.run(&["resume", "--json", &run_id, "and again?"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json_out(&out);
+    assert_eq!(v["answer"], "yes");
+    assert_eq!(v["steps"], 3);
+}
+
+#[test]
+fn bad_validators_are_refused_before_anything_is_written() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "x"}]));
+    let missing = env.dir.path().join("nope.json").display().to_string();
+    let not_json = env.dir.path().join("bad.json");
+    std::fs::write(&not_json, "{ nope").unwrap();
+    let not_schema = env.dir.path().join("notschema.json");
+    std::fs::write(&not_schema, r#"{"type": 12}"#).unwrap();
+    for (args, expected) in [
+        (vec!["--answer-schema", missing.as_str()], "cannot read it"),
+        (
+            vec!["--answer-schema", not_json.to_str().unwrap()],
+            "is not JSON",
+        ),
+        (
+            vec!["--answer-schema", not_schema.to_str().unwrap()],
+            "not a valid JSON Schema",
+        ),
+        (vec!["--check", "  "], "is empty"),
+    ] {
+        let mut all = vec!["run", "--model", &model];
+        all.extend(args);
+        all.push("goal");
+        let out = env.run(&all);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(expected), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!env.store().exists(), "nothing is written");
+    }
+}
+
+#[test]
+fn checks_from_an_untrusted_agent_toml_are_not_run() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "x"}]));
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "checks = [\"touch pwned\"]\n",
+    )
+    .unwrap();
+    let out = env.run(&["run", "--no-input", "--model", &model, "goal"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("answer check commands"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!env.dir.path().join("pwned").exists());
+}
