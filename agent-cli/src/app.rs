@@ -488,6 +488,7 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
             "system": prompt.system,
             "messages": prompt.messages,
             "tools": prompt.tools,
+            "answer_schema": prompt.answer_schema,
             "estimated_tokens": projector.tokens(),
             "context_window": window,
             "live": live,

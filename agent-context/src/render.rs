@@ -12,7 +12,7 @@ use agent_core::{Part, Prompt, Role};
 /// use agent_context::PromptText;
 /// use agent_core::{Message, Prompt};
 ///
-/// let prompt = Prompt { system: "sys".into(), messages: vec![Message::user_text("hi")], tools: vec![] };
+/// let prompt = Prompt { system: "sys".into(), messages: vec![Message::user_text("hi")], tools: vec![], answer_schema: None };
 /// assert_eq!(PromptText(&prompt).to_string(), "=== system\nsys\n=== 1 user\nhi\n=== tools\n\n");
 /// ```
 #[derive(Clone, Copy, Debug)]

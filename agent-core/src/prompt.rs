@@ -15,6 +15,10 @@ pub struct Prompt {
     pub messages: Vec<Message>,
     /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
+    /// The JSON Schema the final answer must be valid against, when the run has one:
+    /// providers that support structured output ask for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_schema: Option<Value>,
 }
 
 /// Who speaks a message.

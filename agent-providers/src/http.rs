@@ -505,7 +505,10 @@ impl Model for HttpModel {
         loop {
             attempt += 1;
             match self.attempt(&body).await {
-                Ok(assembled) => {
+                Ok(mut assembled) => {
+                    if self.dialect == Dialect::Anthropic {
+                        wire::anthropic::answer_from_tool(&mut assembled, request.prompt);
+                    }
                     let mut reply = assembled.decide();
                     wire::restore_names(&mut reply, &request.prompt.tools);
                     if let Some(price) = self.price {

@@ -9,7 +9,7 @@
 //! use agent_providers::{Model, ModelRequest, ScriptModel};
 //!
 //! let model = ScriptModel::from_json(r#"{"turns": [{"final": "hello"}]}"#).unwrap();
-//! let prompt = Prompt { system: String::new(), messages: vec![], tools: vec![] };
+//! let prompt = Prompt { system: String::new(), messages: vec![], tools: vec![], answer_schema: None };
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
 //! let reply = rt.block_on(model.decide(ModelRequest { prompt: &prompt, step: 0 })).unwrap();
 //! assert_eq!(reply.decision, Ok(Decision::Final { answer: "hello".into() }));

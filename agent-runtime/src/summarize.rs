@@ -36,6 +36,7 @@ impl Summarizer for ModelSummarizer {
                 system: SUMMARY_INSTRUCTION.to_owned(),
                 messages: messages.clone(),
                 tools: Vec::new(),
+                answer_schema: None,
             };
             request
                 .messages
@@ -111,6 +112,7 @@ mod tests {
                 .map(|i| Message::user_text(format!("{i} {}", "x".repeat(each))))
                 .collect(),
             tools: Vec::new(),
+            answer_schema: None,
         }
     }
 

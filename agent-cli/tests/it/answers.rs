@@ -67,6 +67,13 @@ fn an_answer_that_fails_its_schema_is_corrected_and_the_parsed_answer_is_in_json
         "{prompt}"
     );
     assert!(prompt.contains("at /total:"), "{prompt}");
+    // The prompt carries the schema, for providers that ask for structured output.
+    let context = json_out(&env.run(&["context", "--json", run_id]));
+    assert_eq!(
+        context["answer_schema"]["required"],
+        json!(["total"]),
+        "{context}"
+    );
 }
 
 #[test]

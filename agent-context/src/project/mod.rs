@@ -165,6 +165,7 @@ impl Projector {
                 system: config.system.clone(),
                 messages: Vec::new(),
                 tools,
+                answer_schema: None,
             },
             config,
             turn: OpenTurn::default(),
@@ -241,7 +242,8 @@ impl Projector {
         self.version = entry.version;
         self.facts.apply(entry);
         match &entry.event {
-            Event::RunStarted { goal, .. } => {
+            Event::RunStarted { goal, manifest, .. } => {
+                self.prompt.answer_schema = manifest.answer.as_ref().and_then(|a| a.schema.clone());
                 self.user_texts.push(goal.clone());
                 self.push(Message::user_text(goal.clone()));
             }

@@ -28,6 +28,38 @@ pub fn request_body(
     request_body_thinking(prompt, model, max_tokens, stream, cache, None)
 }
 
+/// The tool a run whose answer has a schema (an object schema) gives its final answer
+/// with: the API has no structured output of its own, so the answer's schema is offered as
+/// this tool's input schema, and the tool's input is the answer.
+pub const ANSWER_TOOL: &str = "final_answer";
+
+/// The answer schema offered as [`ANSWER_TOOL`], when the prompt has one it can be: an
+/// object schema, and no tool of the run already has the name.
+fn answer_tool_schema(prompt: &Prompt) -> Option<&Value> {
+    let schema = prompt.answer_schema.as_ref()?;
+    let object = schema.get("type").and_then(Value::as_str) == Some("object");
+    let taken = prompt
+        .tools
+        .iter()
+        .any(|t| wire_name(&t.name) == ANSWER_TOOL);
+    (object && !taken).then_some(schema)
+}
+
+/// A reply that called [`ANSWER_TOOL`] alone is the final answer: its input, as JSON text.
+/// (Called with other tools, the call is left as it is, and the run tells the model that
+/// no tool has that name.)
+pub fn answer_from_tool(assembled: &mut Assembled, prompt: &Prompt) {
+    if answer_tool_schema(prompt).is_none() {
+        return;
+    }
+    if let [call] = assembled.calls.as_slice()
+        && call.name == ANSWER_TOOL
+    {
+        assembled.text = call.arguments.clone();
+        assembled.calls.clear();
+    }
+}
+
 /// Least thinking budget the API accepts, in tokens.
 pub const MIN_THINKING_TOKENS: u32 = 1_024;
 
@@ -105,6 +137,15 @@ pub fn request_body_thinking(
             })
         })
         .collect();
+    let answer_tool = answer_tool_schema(prompt);
+    if let Some(schema) = answer_tool {
+        tools.push(json!({
+            "name": ANSWER_TOOL,
+            "description": "Give your final answer, once the goal is reached: call this tool \
+                            alone, with the answer as its input.",
+            "input_schema": provider_schema(schema),
+        }));
+    }
     let mut system = Value::String(prompt.system.clone());
     if cache {
         let breakpoint = || json!({"type": "ephemeral"});
@@ -137,6 +178,11 @@ pub fn request_body_thinking(
     });
     if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
+    }
+    if answer_tool.is_some() && thinking.is_none() {
+        // Forced: every reply calls a tool, the answer tool for the final answer. (The
+        // API refuses forced tool use with thinking; then the answer tool is only offered.)
+        body["tool_choice"] = json!({"type": "any"});
     }
     if let Some(budget) = thinking {
         let budget = budget.max(MIN_THINKING_TOKENS);

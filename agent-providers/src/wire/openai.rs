@@ -71,6 +71,16 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
             })
             .collect();
     }
+    if let Some(schema) = &prompt.answer_schema {
+        // Structured output for the text reply (tool calls are not affected); not strict,
+        // since strict mode accepts only a subset of JSON Schema. The run checks the
+        // answer itself either way.
+        body["response_format"] = json!({"type": "json_schema", "json_schema": {
+            "name": "final_answer",
+            "schema": provider_schema(schema),
+            "strict": false,
+        }});
+    }
     if stream {
         body["stream"] = Value::Bool(true);
         body["stream_options"] = json!({"include_usage": true});

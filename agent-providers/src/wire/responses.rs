@@ -95,6 +95,15 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
             })
             .collect();
     }
+    if let Some(schema) = &prompt.answer_schema {
+        // Structured output for the text reply; not strict (see the Chat dialect).
+        body["text"] = json!({"format": {
+            "type": "json_schema",
+            "name": "final_answer",
+            "schema": provider_schema(schema),
+            "strict": false,
+        }});
+    }
     if stream {
         body["stream"] = Value::Bool(true);
     }

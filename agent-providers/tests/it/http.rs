@@ -20,6 +20,7 @@ fn prompt() -> Prompt {
             json!({"type": "object"}),
             Risk::Read,
         )],
+        answer_schema: None,
     }
 }
 
@@ -478,4 +479,143 @@ async fn oversized_responses_are_cut_at_the_bound_and_not_retried() {
     let ok = fixture("openai/text_only.sse");
     let (_server, m) = model(Dialect::OpenAi, vec![Reply::stream(ok)]).await;
     assert!(ask(&m.with_max_response_bytes(1_000_000)).await.is_ok());
+}
+
+/// The weather prompt, for a run whose answer has a schema.
+fn prompt_with_schema(schema: serde_json::Value) -> Prompt {
+    Prompt {
+        answer_schema: Some(schema),
+        ..prompt()
+    }
+}
+
+fn answer_schema() -> serde_json::Value {
+    json!({"type": "object", "required": ["sky"], "properties": {"sky": {"type": "string"}}})
+}
+
+#[tokio::test]
+async fn a_schema_asks_openai_for_structured_output_in_both_dialects() {
+    let schema = answer_schema();
+    let chat_body = json!({
+        "choices": [{"message": {"role": "assistant", "content": "{\"sky\":\"blue\"}"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 9}
+    });
+    let (server, m) = model(
+        Dialect::OpenAi,
+        vec![Reply::status(200, chat_body.to_string())],
+    )
+    .await;
+    let reply = m
+        .with_streaming(false)
+        .decide(ModelRequest {
+            prompt: &prompt_with_schema(schema.clone()),
+            step: 0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.decision,
+        Ok(Decision::Final {
+            answer: "{\"sky\":\"blue\"}".into()
+        })
+    );
+    let sent = &server.received()[0].body;
+    assert_eq!(sent["response_format"]["type"], "json_schema");
+    assert_eq!(
+        sent["response_format"]["json_schema"]["schema"]["required"],
+        json!(["sky"])
+    );
+    assert_eq!(
+        sent["tools"].as_array().unwrap().len(),
+        1,
+        "the run's tools stay offered"
+    );
+
+    let body =
+        agent_providers::wire::responses::request_body(&prompt_with_schema(schema), "m", false);
+    assert_eq!(body["text"]["format"]["type"], "json_schema");
+    assert_eq!(body["text"]["format"]["schema"]["required"], json!(["sky"]));
+    // Without a schema, neither asks for a format.
+    let plain = agent_providers::wire::responses::request_body(&prompt(), "m", false);
+    assert!(plain.get("text").is_none());
+    let plain = agent_providers::wire::openai::request_body(&prompt(), "m", false);
+    assert!(plain.get("response_format").is_none());
+}
+
+#[tokio::test]
+async fn anthropic_answers_a_schema_through_a_forced_answer_tool() {
+    let tool_use = |name: &str| {
+        json!({
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": name, "input": {"sky": "grey"}}],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 30, "output_tokens": 5}
+        })
+        .to_string()
+    };
+    let (server, m) = model(
+        Dialect::Anthropic,
+        vec![
+            Reply::status(200, tool_use("final_answer")),
+            Reply::status(200, tool_use("get_weather")),
+        ],
+    )
+    .await;
+    let m = m.with_streaming(false);
+    let p = prompt_with_schema(answer_schema());
+    let reply = m
+        .decide(ModelRequest {
+            prompt: &p,
+            step: 0,
+        })
+        .await
+        .unwrap();
+    let Ok(Decision::Final { answer }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(answer).unwrap(),
+        json!({"sky": "grey"})
+    );
+    let sent = &server.received()[0].body;
+    assert_eq!(sent["tool_choice"], json!({"type": "any"}));
+    let names: Vec<&str> = sent["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["get_weather", "final_answer"]);
+    assert_eq!(sent["tools"][1]["input_schema"]["required"], json!(["sky"]));
+    // Another tool is still a tool call.
+    let reply = m
+        .decide(ModelRequest {
+            prompt: &p,
+            step: 1,
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(reply.decision, Ok(Decision::ToolCalls { .. })),
+        "{:?}",
+        reply.decision
+    );
+
+    // With thinking the tool is offered, not forced (the API refuses both); a schema that
+    // is not an object's is not offered as a tool at all; nor without a schema.
+    let thinking = agent_providers::wire::anthropic::request_body_thinking(
+        &p,
+        "m",
+        4096,
+        false,
+        false,
+        Some(2048),
+    );
+    assert!(thinking.get("tool_choice").is_none());
+    assert_eq!(thinking["tools"].as_array().unwrap().len(), 2);
+    let list = prompt_with_schema(json!({"type": "array"}));
+    let body = agent_providers::wire::anthropic::request_body(&list, "m", 4096, false, false);
+    assert!(body.get("tool_choice").is_none());
+    assert_eq!(body["tools"].as_array().unwrap().len(), 1);
+    let body = agent_providers::wire::anthropic::request_body(&prompt(), "m", 4096, false, false);
+    assert!(body.get("tool_choice").is_none());
 }

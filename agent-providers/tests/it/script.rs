@@ -9,6 +9,7 @@ fn prompt() -> Prompt {
         system: String::new(),
         messages: vec![],
         tools: vec![],
+        answer_schema: None,
     }
 }
 

@@ -281,6 +281,7 @@ fn prompt() -> Prompt {
             },
         ],
         tools: vec![ToolSpec::new("read_file", "reads", schema, Risk::Read)],
+        answer_schema: None,
     }
 }
 
@@ -420,6 +421,7 @@ fn anthropic_cache_breakpoints_mark_tools_system_and_the_last_two_user_messages(
         system: "be brief".into(),
         messages: vec![Message::user_text("hi")],
         tools: vec![],
+        answer_schema: None,
     };
     assert_eq!(
         breakpoints(&anthropic::request_body(&first, "m", 10, false, true)),
