@@ -114,12 +114,27 @@ fn bad_files_get_one_clear_line() {
             r#"{"turns": [{"tool_calls": [{"name": "x"}]}]}"#,
             "missing field `id`",
         ),
-        (r#"{"turns": [{"final": 3}]}"#, "invalid type"),
+        (r#"{"turns": [{"final": "a", "usage": 3}]}"#, "invalid type"),
     ];
     for (text, expected) in cases {
         let err = ScriptModel::from_json(text).unwrap_err().to_string();
         assert!(err.contains(expected), "{text}: {err}");
         assert!(!err.contains('\n'), "one line: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_final_answer_may_be_any_json_value_given_as_its_text() {
+    let script =
+        ScriptModel::from_json(r#"{"turns": [{"final": {"total": 3}}, {"final": 3}]}"#).unwrap();
+    for (step, expected) in [(0, "{\"total\":3}"), (1, "3")] {
+        let reply = answer(&script, step).await.unwrap();
+        assert_eq!(
+            reply.decision,
+            Ok(Decision::Final {
+                answer: expected.into()
+            })
+        );
     }
 }
 
