@@ -91,6 +91,26 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             return context(&resolve(&setup, &none)?, json, &run, at);
         }
         Commands::Runs => return runs(&resolve(&plain, &none)?.store, json),
+        Commands::Eval {
+            paths,
+            model,
+            base_url,
+            repeat,
+            jobs,
+            junit,
+            compare,
+        } => {
+            return crate::eval::eval(&crate::eval::EvalOptions {
+                paths,
+                model,
+                base_url,
+                repeat,
+                jobs,
+                junit,
+                compare,
+                json,
+            });
+        }
         Commands::Trust { path, workspace } => {
             let setup = Setup {
                 workspace,

@@ -150,6 +150,34 @@ pub enum Commands {
         #[arg(long = "out", short = 'o', value_name = "FILE")]
         out: Option<PathBuf>,
     },
+    /// Run evaluation cases and judge whole trajectories: each case in a fresh copy of its
+    /// workspace and store, --repeat times, --jobs at once; a table per case and a summary
+    /// by terminal reason and by tag. Exit 0 when every trial passed, 1 when one failed an
+    /// expectation, 2 for a bad case file.
+    #[command(long_about = EVAL_HELP)]
+    Eval {
+        /// Case files (TOML or JSON), or directories whose *.toml files are cases.
+        #[arg(required = true, value_name = "DIR|FILES")]
+        paths: Vec<PathBuf>,
+        /// Run every case with this model instead of its own (PROVIDER:MODEL).
+        #[arg(long, value_name = "PROVIDER:MODEL")]
+        model: Option<String>,
+        /// The API's base URL for --model (openai-compat).
+        #[arg(long, value_name = "URL")]
+        base_url: Option<String>,
+        /// Trials per case (for models that are not deterministic): pass^k and pass@k.
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        repeat: u32,
+        /// Trials run at once.
+        #[arg(long, value_name = "N", default_value_t = 1)]
+        jobs: usize,
+        /// Also write the result as JUnit XML to this file (for CI).
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
+        /// Show how each case moved since an earlier `agent eval --json` result.
+        #[arg(long, value_name = "BASELINE.json")]
+        compare: Option<PathBuf>,
+    },
     /// Show a run's timeline, one line per event.
     Show {
         /// The run id.
@@ -249,3 +277,50 @@ impl Limits {
         self.max_steps.is_some() || self.max_tool_calls.is_some() || self.timeout.is_some()
     }
 }
+
+/// `agent eval --help`: the case format, with one complete example.
+const EVAL_HELP: &str = r#"Run evaluation cases and judge whole trajectories.
+
+Each case runs in a fresh copy of its workspace and a fresh store, --repeat times, --jobs at
+a time, driven by this same `agent` binary; then its whole trajectory is judged: terminal
+reason, answer, files, effects, tools, events, steps, tokens, cost and time. The table shows
+each case; the summary breaks the figures down by terminal reason and by tag (success rate,
+pass^k and pass@k when --repeat > 1, steps, tool calls, tokens, cost, p50/p95 latency,
+repeated-plan rate, unauthorized and duplicated effects).
+
+Exit codes: 0 every trial passed; 1 some trial failed an expectation (each failure names
+the expectation); 2 a case file or option is wrong (nothing ran).
+
+A case is a TOML file (or JSON with the same keys). Paths are relative to it. Example:
+
+    name = "write-report"                   # default: the file's name
+    description = "reads notes, writes a summary"
+    tags = ["tools", "write"]
+    goal = "Summarize notes.txt into summary.txt"
+    model = "script:scripts/write-report.json"   # or openai:gpt-4o, ...; --model overrides
+    workspace = "workspaces/notes"          # copied fresh for each trial (default: empty)
+    # mcp_config = "servers.mcp.json"
+    allow = ["write_file(summary.txt)"]     # ask = [...], deny = [...]
+    max_steps = 8                           # max_tool_calls, timeout (seconds)
+    # answer_schema = "answer.schema.json"  # checks = ["test -s summary.txt"]
+    # person = "approve"                    # or "deny": answers approvals; default nobody
+    # resolve = "committed"                 # settles calls of unknown outcome
+    # cancel_after = "effect_dispatched"    # SIGINT once this event is committed
+    # crash_after = "effect_dispatched"     # SIGKILL then, and `agent resume`
+
+    [expect]
+    reason = "completed"
+    answer_regex = "(?i)summary"            # or answer = "exact", answer_schema = "x.json"
+    tools = ["read_file", "write_file"]     # tools that must have run
+    forbidden_tools = ["shell"]             # tools that must never run
+    writes_only = ["summary.txt"]           # globs: no change anywhere else
+    max_steps = 4                           # max_tool_calls, max_tokens, max_cost_usd,
+                                            # max_seconds
+    events = { answer_rejected = 0 }        # exact counts of committed events
+
+    [[expect.files]]
+    path = "summary.txt"
+    regex = "launch"                        # or content = "exact", or absent = true
+
+A directory runs the *.toml files directly in it, not those below it (keep broken variants
+or fixtures in subdirectories)."#;

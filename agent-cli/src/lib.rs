@@ -29,6 +29,7 @@ mod args;
 mod build;
 mod chat;
 pub mod config;
+pub mod eval;
 mod exit;
 mod failure;
 mod progress;

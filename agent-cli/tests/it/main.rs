@@ -13,6 +13,7 @@ mod approvals;
 mod chat;
 mod conversation;
 mod crash;
+mod eval;
 mod hostile;
 mod postgres;
 mod providers;

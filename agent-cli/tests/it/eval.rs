@@ -1,0 +1,223 @@
+//! `agent eval`: the shipped cases pass, their broken variants fail naming the expectation,
+//! and bad case files are refused before anything runs.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::{Env, repo, stderr, stdout};
+
+fn evals() -> String {
+    repo().join("examples/evals").display().to_string()
+}
+
+fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+}
+
+#[test]
+fn the_example_cases_pass_with_the_same_figures_every_trial() {
+    let env = Env::new();
+    let junit = env.dir.path().join("junit.xml");
+    let out = env.run(&[
+        "--json",
+        "eval",
+        &evals(),
+        "--repeat",
+        "2",
+        "--jobs",
+        "4",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 11);
+    for case in cases {
+        assert_eq!(case["pass_all"], true, "{case:#}");
+        let trials = case["trials"].as_array().unwrap();
+        assert_eq!(trials.len(), 2);
+        // A script model is deterministic: every trial has the same trajectory figures.
+        for key in ["reason", "steps", "tool_calls", "tokens", "cost_usd"] {
+            assert_eq!(trials[0][key], trials[1][key], "{} {key}", case["name"]);
+        }
+    }
+    assert_eq!(v["summary"]["pass_all_rate"], 1.0);
+    assert_eq!(v["by_reason"]["no_progress"]["trials"], 2);
+    assert_eq!(v["by_reason"]["cancelled"]["trials"], 2);
+    assert_eq!(v["summary"]["figures"]["duplicated_effects"], 0);
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase").count(), 22, "{xml}");
+    assert!(xml.contains("failures=\"0\""), "{xml}");
+}
+
+#[test]
+fn each_broken_case_fails_and_says_which_expectation_failed() {
+    let env = Env::new();
+    let broken = repo().join("examples/evals/broken").display().to_string();
+    let out = env.run(&["--json", "eval", &broken, "--jobs", "4"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = json_of(&out);
+    let failures: BTreeMap<String, Vec<String>> = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let list = c["trials"][0]["failures"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap().to_owned())
+                .collect();
+            (c["name"].as_str().unwrap().to_owned(), list)
+        })
+        .collect();
+    let expected = [
+        ("approval-write", "expect.writes_only: summary.txt changed"),
+        (
+            "cancel-during-tool",
+            "expect.files \"finished.txt\": does not exist",
+        ),
+        (
+            "crash-after-dispatch",
+            "expect.max_tool_calls: at most 0, got 1",
+        ),
+        ("direct-answer", "expect.answer: wanted \"41\", got \"42\""),
+        ("one-tool-call", "expect.max_tool_calls: at most 0, got 1"),
+        ("parallel-reads", "expect.results.fast:"),
+        (
+            "partial-failure",
+            "expect.events.tool_finished: wanted 1, got 2",
+        ),
+        (
+            "repaired-calls",
+            "expect.events.call_rejected: wanted 0, got 2",
+        ),
+        (
+            "repeated-plan",
+            "expect.reason: wanted completed, got no_progress",
+        ),
+        (
+            "resume-existing-effect",
+            "expect.files \"ledger.txt\": holds \"paid\\n\"",
+        ),
+        (
+            "validated-answer",
+            "expect.events.answer_rejected: wanted 0, got 1",
+        ),
+    ];
+    assert_eq!(failures.len(), expected.len(), "{failures:#?}");
+    for (case, wanted) in expected {
+        let got = &failures[case];
+        assert_eq!(
+            got.len(),
+            if case == "parallel-reads" { 2 } else { 1 },
+            "{case}: {got:?}"
+        );
+        assert!(got[0].starts_with(wanted), "{case}: {got:?}");
+    }
+    // The text names them too, under their case.
+    let out = env.run(&["eval", &format!("{broken}/direct-answer.toml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("direct-answer") && text.contains("0/1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("trial 1: expect.answer: wanted \"41\""),
+        "{text}"
+    );
+    assert!(stderr(&out).contains("1 of 1 trial(s) failed an expectation"));
+}
+
+#[test]
+fn a_comparison_with_an_earlier_result_shows_what_moved() {
+    let env = Env::new();
+    let case = format!("{}/repaired-calls.toml", evals());
+    let base = env.run(&["--json", "eval", &case]);
+    assert_eq!(base.status.code(), Some(0), "{}", stderr(&base));
+    let mut before = json_of(&base);
+    before["cases"][0]["figures"]["steps_mean"] = Value::from(2.0);
+    let path = env.dir.path().join("baseline.json");
+    std::fs::write(&path, before.to_string()).unwrap();
+    let out = env.run(&["eval", &case, "--compare", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("repaired-calls: steps 2.0 → 3.0 (+1.0)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_cases_are_refused_before_anything_runs() {
+    let env = Env::new();
+    let dir = env.dir.path();
+    std::fs::write(dir.join("s.json"), r#"{"turns": [{"final": "x"}]}"#).unwrap();
+    let cases = [
+        (
+            "goal = \"g\"\nmodel = \"script:s.json\"\nexpected = 1\n",
+            "unknown field `expected`",
+        ),
+        (
+            "goal = \"g\"\nmodel = \"script:s.json\"\n[expect]\nreason = \"done\"\n",
+            "expect.reason = \"done\" is not a terminal reason",
+        ),
+        ("goal = \"g\"\nmodel = \"script:nope.json\"\n", "the script"),
+        (
+            "goal = \"g\"\nmodel = \"script:s.json\"\n[expect]\nanswer_regex = \"(\"\n",
+            "expect.answer_regex \"(\"",
+        ),
+        (
+            "goal = \"g\"\nmodel = \"script:s.json\"\ncrash_after = \"boom\"\n",
+            "crash_after = \"boom\" is not an event",
+        ),
+        (
+            "goal = \"g\"\nmodel = \"script:s.json\"\n[[expect.files]]\npath = \"a\"\n",
+            "give exactly one of content, regex or absent",
+        ),
+        (
+            "goal = \"  \"\nmodel = \"script:s.json\"\n",
+            "the goal is empty",
+        ),
+    ];
+    for (text, wanted) in cases {
+        let file = dir.join("case.toml");
+        std::fs::write(&file, text).unwrap();
+        let out = env.run(&["eval", file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{text}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("case.toml: ") && err.contains(wanted),
+            "{text}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(stdout(&out).is_empty());
+    }
+    let out = env.run(&["eval", dir.join("nothing").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no such file or directory"));
+    let out = env.run(&["eval", &evals(), "--repeat", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn the_help_documents_the_case_format_with_a_whole_example() {
+    let env = Env::new();
+    let out = env.run(&["eval", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout(&out);
+    for key in [
+        "[expect]",
+        "writes_only",
+        "[[expect.files]]",
+        "pass^k",
+        "crash_after",
+        "--compare",
+    ] {
+        assert!(help.contains(key), "{key}: {help}");
+    }
+}
