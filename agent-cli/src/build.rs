@@ -262,7 +262,7 @@ pub fn runtime(
         .with_redactor(redactor)
         .with_context(context)
         .with_answer_checks(settings.answer.clone())
-        .with_check_commands_in(&settings.workspace, agent_tools::DEFAULT_CHECK_TIMEOUT);
+        .with_check_commands_in(&settings.workspace, settings.check_timeout);
     if real_model {
         runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(model)));
     } else {

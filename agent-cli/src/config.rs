@@ -50,6 +50,8 @@ pub struct Config {
     /// `--check` commands (before the flags' own).
     #[serde(default)]
     pub checks: Vec<String>,
+    /// Seconds each check command may take (default 120).
+    pub check_timeout_secs: Option<f64>,
     /// Retries of model calls.
     pub retry: Option<RetryConfig>,
     /// Prices per million tokens, by model name.
@@ -196,6 +198,9 @@ impl Config {
         }
         if let Some(t) = self.timeout {
             check_seconds("timeout", t, YEAR_SECS)?;
+        }
+        if let Some(t) = self.check_timeout_secs {
+            check_seconds("check_timeout_secs", t, DAY_SECS)?;
         }
         if let Some(w) = self.context_window
             && w < 1_000

@@ -286,6 +286,8 @@ pub struct Settings {
     /// agent.toml's `answer_schema` (relative to the file) and `checks`; with the flags of
     /// `run`, they make [`Settings::answer`].
     pub file_answer: (Option<PathBuf>, Vec<String>),
+    /// How long each answer check command may take.
+    pub check_timeout: Duration,
     /// The validators of the final answer of a run this command starts (set by
     /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
     pub answer: agent_core::AnswerSpec,
@@ -512,6 +514,9 @@ impl Settings {
                 config.checks.clone(),
             ),
             answer: agent_core::AnswerSpec::default(),
+            check_timeout: config
+                .check_timeout_secs
+                .map_or(agent_tools::DEFAULT_CHECK_TIMEOUT, Duration::from_secs_f64),
             events: setup.events,
             no_input: setup.no_input,
             file,

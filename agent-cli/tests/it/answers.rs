@@ -201,3 +201,42 @@ fn checks_from_an_untrusted_agent_toml_are_not_run() {
     );
     assert!(!env.dir.path().join("pwned").exists());
 }
+
+#[test]
+fn a_check_past_its_timeout_rejects_the_answer() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "a"}, {"final": "b"}, {"final": "c"}]));
+    let config = env.dir.path().join("named.toml");
+    std::fs::write(
+        &config,
+        "checks = [\"sleep 5\"]\ncheck_timeout_secs = 0.2\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let out = env.run(&[
+        "--config", config, "run", "--json", "--model", &model, "decide",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let v = json_out(&out);
+    assert_eq!(v["reason"], "invalid_decision");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 200 ms"),
+        "{v}"
+    );
+
+    std::fs::write(
+        env.dir.path().join("named.toml"),
+        "check_timeout_secs = 0\n",
+    )
+    .unwrap();
+    let out = env.run(&["--config", config, "run", "--model", &model, "decide"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("check_timeout_secs = 0"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -221,3 +221,36 @@ fn the_help_documents_the_case_format_with_a_whole_example() {
         assert!(help.contains(key), "{key}: {help}");
     }
 }
+
+#[test]
+fn a_case_may_be_json_and_a_model_given_on_the_command_line_replaces_its_own() {
+    let env = Env::new();
+    let dir = env.dir.path();
+    std::fs::write(dir.join("a.json"), r#"{"turns": [{"final": "from a"}]}"#).unwrap();
+    std::fs::write(dir.join("b.json"), r#"{"turns": [{"final": "from b"}]}"#).unwrap();
+    let case = serde_json::json!({
+        "goal": "say where you are from",
+        "model": "script:a.json",
+        "tags": ["json"],
+        "expect": {"reason": "completed", "answer": "from a"}
+    });
+    std::fs::write(dir.join("case.json"), case.to_string()).unwrap();
+    let file = dir.join("case.json").display().to_string();
+    let out = env.run(&["eval", &file]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let other = format!("script:{}", dir.join("b.json").display());
+    let out = env.run(&["--json", "eval", &file, "--model", &other]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json_of(&out);
+    assert_eq!(
+        v["cases"][0]["trials"][0]["failures"][0],
+        "expect.answer: wanted \"from a\", got \"from b\""
+    );
+    assert_eq!(v["by_tag"]["json"]["cases"], 1);
+}
