@@ -181,6 +181,17 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                     status,
                 });
             }
+            Event::AnswerRejected { turn, problem } => d.bars.push(Bar {
+                kind: "tool",
+                turn: *turn,
+                label: format!(
+                    "answer rejected: {}",
+                    problem.lines().next().unwrap_or_default()
+                ),
+                start_ms: tools_from.min(e.at_ms),
+                end_ms: e.at_ms,
+                status: "answer_rejected".to_owned(),
+            }),
             Event::ContextCompacted {
                 tokens_before,
                 tokens_after,
@@ -249,3 +260,72 @@ pub fn html(run_id: &str, entries: &[Entry]) -> String {
 }
 
 const TEMPLATE: &str = include_str!("report.html");
+
+#[cfg(test)]
+mod tests {
+    use agent_core::{Budget, Decision, Entry, Event, Manifest, Usage};
+
+    use super::data;
+
+    fn entry(version: u64, at_ms: u64, event: Event) -> Entry {
+        Entry {
+            version,
+            at_ms,
+            event,
+        }
+    }
+
+    #[test]
+    fn a_rejected_answer_is_a_bar_from_the_decision_to_the_verdict() {
+        let manifest = Manifest {
+            runtime_version: "t".into(),
+            provider: "script".into(),
+            model: "m".into(),
+            system_prompt_digest: String::new(),
+            tool_schema_digest: String::new(),
+            budget: Budget::default(),
+            tools: Vec::new(),
+            answer: None,
+        };
+        let log = [
+            entry(
+                1,
+                1_000,
+                Event::RunStarted {
+                    run_id: "r".into(),
+                    goal: "g".into(),
+                    manifest,
+                },
+            ),
+            entry(
+                2,
+                1_100,
+                Event::DecisionProposed {
+                    turn: 1,
+                    decision: Decision::Final {
+                        answer: "41".into(),
+                    },
+                    usage: Usage::default(),
+                    reasoning: Vec::new(),
+                },
+            ),
+            entry(
+                3,
+                1_350,
+                Event::AnswerRejected {
+                    turn: 1,
+                    problem: "expected 42\nmore".into(),
+                },
+            ),
+        ];
+        let d = data("r", &log);
+        let bar = d
+            .bars
+            .iter()
+            .find(|b| b.status == "answer_rejected")
+            .expect("a bar for the rejection");
+        assert_eq!((bar.start_ms, bar.end_ms), (1_100, 1_350));
+        assert_eq!(bar.label, "answer rejected: expected 42");
+        assert_eq!(bar.turn, 1);
+    }
+}
