@@ -105,7 +105,9 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 model,
                 base_url,
                 repeat,
-                jobs,
+                jobs: jobs.unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+                }),
                 junit,
                 compare,
                 json,

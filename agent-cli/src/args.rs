@@ -168,9 +168,9 @@ pub enum Commands {
         /// Trials per case (for models that are not deterministic): pass^k and pass@k.
         #[arg(long, value_name = "K", default_value_t = 1)]
         repeat: u32,
-        /// Trials run at once.
-        #[arg(long, value_name = "N", default_value_t = 1)]
-        jobs: usize,
+        /// Trials run at once (default: the number of CPUs).
+        #[arg(long, value_name = "N")]
+        jobs: Option<usize>,
         /// Also write the result as JUnit XML to this file (for CI).
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,

@@ -536,3 +536,21 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
         );
     }
 }
+
+/// A queued run carries its answer validators to the worker that drives it.
+#[test]
+fn a_queued_run_s_answer_is_checked_by_the_worker() {
+    let q = Queue::new();
+    let model = q.script("checked", json!([{"final": "maybe"}, {"final": "yes"}]));
+    let id = q.submit(&model, &["--check", "[ \"$(cat)\" = yes ]"], "decide");
+    let out = q
+        .worker(&["--until-empty"], true)
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = q.events(&id);
+    assert_eq!(count(&events, "answer_rejected"), 1, "{events:?}");
+    let ended = events.last().unwrap();
+    assert_eq!(ended["outcome"]["reason"], "completed");
+    assert_eq!(ended["outcome"]["answer"], "yes");
+}
