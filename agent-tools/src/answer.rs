@@ -95,17 +95,8 @@ impl AnswerChecker {
                     ));
                 }
             };
-            let errors: Vec<String> = validator
-                .iter_errors(&value)
-                .map(|e| {
-                    let path = e.instance_path().to_string();
-                    let path = if path.is_empty() {
-                        "/".to_owned()
-                    } else {
-                        path
-                    };
-                    format!("at {path}: {e}")
-                })
+            let errors: Vec<String> = crate::gateway::schema_errors(validator, &value)
+                .map(|(path, message)| format!("at {path}: {message}"))
                 .collect();
             if !errors.is_empty() {
                 let mut listed = errors

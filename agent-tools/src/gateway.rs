@@ -86,6 +86,23 @@ impl Registered {
 }
 
 /// A tool's schema compiled, or why it cannot be.
+/// What `value` breaks of a schema: each error's path inside the value (`/` for the value
+/// itself) and its message.
+pub(crate) fn schema_errors<'a>(
+    validator: &'a jsonschema::Validator,
+    value: &'a serde_json::Value,
+) -> impl Iterator<Item = (String, String)> + 'a {
+    validator.iter_errors(value).map(|e| {
+        let path = e.instance_path().to_string();
+        let path = if path.is_empty() {
+            "/".to_owned()
+        } else {
+            path
+        };
+        (path, e.to_string())
+    })
+}
+
 fn compile(spec: &ToolSpec) -> Result<jsonschema::Validator, String> {
     jsonschema::validator_for(&spec.input_schema).map_err(|e| e.to_string())
 }
@@ -279,17 +296,8 @@ impl Gateway {
                 };
             }
         };
-        let problems: Vec<String> = validator
-            .iter_errors(&call.arguments)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                let path = if path.is_empty() {
-                    "/".to_owned()
-                } else {
-                    path
-                };
-                format!("{path}: {e}")
-            })
+        let problems: Vec<String> = schema_errors(validator, &call.arguments)
+            .map(|(path, message)| format!("{path}: {message}"))
             .collect();
         if !problems.is_empty() {
             return Verdict::Invalid {
