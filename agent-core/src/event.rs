@@ -70,6 +70,20 @@ pub struct Manifest {
     /// non-empty answer completes the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<Box<AnswerSpec>>,
+    /// The run this one was forked from, when it was (`agent fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<Box<ForkOrigin>>,
+}
+
+/// Where a forked run came from: its log began as a copy of this run's, up to this point.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    /// The run forked.
+    pub run_id: String,
+    /// The last version of that run's log the fork inherited.
+    pub version: u64,
+    /// The model call the fork makes first (its prefix is what came before that call).
+    pub at: u32,
 }
 
 /// The validators of a run's final answer, recorded at its start so that every

@@ -27,6 +27,7 @@
 //!     budget: Budget::default(),
 //!     tools: Vec::new(),
 //!     answer: None,
+//!     forked_from: None,
 //! };
 //! let config = RunConfig { run_id: "r1".into(), goal: "say hi".into(), manifest, tools: vec![] };
 //! let mut machine = Machine::start(config, 0);
@@ -52,6 +53,7 @@ mod decision;
 mod digest;
 mod effect;
 mod event;
+mod fork;
 mod handle;
 mod machine;
 mod progress;
@@ -70,7 +72,8 @@ pub use decision::{
 };
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
-pub use event::{AnswerSpec, Entry, Event, Finding, Manifest, Resolution};
+pub use event::{AnswerSpec, Entry, Event, Finding, ForkOrigin, Manifest, Resolution};
+pub use fork::{ForkError, before_model_call, fork_log, model_call_of};
 pub use handle::{BLOB_PREFIX, Handle, HandleError};
 pub use machine::{Command, Input, InputError, Machine, ReplyError, RunConfig, Verdict};
 pub use progress::{correction_message, fingerprint};

@@ -263,6 +263,7 @@ pub fn manifest(budget: Budget) -> Manifest {
         budget,
         tools: Vec::new(),
         answer: None,
+        forked_from: None,
     }
 }
 
