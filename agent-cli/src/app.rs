@@ -91,6 +91,16 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             return context(&resolve(&setup, &none)?, json, &run, at);
         }
         Commands::Runs => return runs(&resolve(&plain, &none)?.store, json),
+        Commands::Fork {
+            run,
+            at,
+            setup,
+            limits,
+            answer,
+        } => {
+            let settings = resolve(&setup, &limits)?.with_answer(&answer)?;
+            return fork(&settings, json, &run, at);
+        }
         Commands::Eval {
             paths,
             model,
@@ -389,6 +399,46 @@ fn drive_existing(
             }
         }
     })?;
+    let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
+    Ok(finish(&report, json))
+}
+
+/// `agent fork RUN --at N`: the fork written, then driven like a new run.
+fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Failure> {
+    let location = &settings.store;
+    let store = OpenStore::must_exist(location)?.writable()?;
+    let log = store.as_store().load(parent)?;
+    if log.is_empty() {
+        return Err(usage(format!("no run {parent} in {location}")));
+    }
+    let state = RunState::fold(&log).map_err(|e| failed(format!("run {parent}: {e}")))?;
+    if at == 0 || agent_core::before_model_call(&log, at).is_none() {
+        let calls = state.steps;
+        return Err(usage(format!(
+            "run {parent} made {calls} model call(s); --at takes 1 to {calls}"
+        )));
+    }
+    let choice = match &settings.model {
+        Some(choice) => choice.clone(),
+        None => recorded_model(settings, &store, parent)?,
+    };
+    // The parent's limits, with those given here in place.
+    let budget = settings
+        .budget
+        .apply(state.budget_in_force().unwrap_or_default());
+    let rt = tokio_one_run()?;
+    let asks = interactive(settings);
+    let runtime = build(
+        settings,
+        &choice,
+        StoreSource::Open(Box::new(store)),
+        &rt,
+        !json,
+        asks,
+    )?;
+    let cancel = cancel_on_ctrl_c(&rt);
+    let run_id = ulid::Ulid::generate().to_string();
+    let report = rt.block_on(runtime.fork(parent, at, &run_id, budget, cancel.clone()))?;
     let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
     Ok(finish(&report, json))
 }

@@ -178,6 +178,25 @@ pub enum Commands {
         #[arg(long, value_name = "BASELINE.json")]
         compare: Option<PathBuf>,
     },
+    /// Fork a run: a new run whose log begins with RUN's committed events before its model
+    /// call N, then goes on with the options given (another model, budget, policy, tools).
+    /// What the prefix did is never done again; the fork records where it came from.
+    Fork {
+        /// The run to fork.
+        run: String,
+        /// The model call the fork makes instead of RUN (as `agent show` numbers them).
+        #[arg(long, value_name = "N")]
+        at: u32,
+        /// Model, tools and policy.
+        #[command(flatten)]
+        setup: Setup,
+        /// Budgets (default: RUN's).
+        #[command(flatten)]
+        limits: Limits,
+        /// Validators of the final answer.
+        #[command(flatten)]
+        answer: AnswerArgs,
+    },
     /// Show a run's timeline, one line per event.
     Show {
         /// The run id.

@@ -144,20 +144,23 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
         return "no runs yet; start one with `agent run`".to_owned();
     }
     let mut out = format!(
-        "{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {}",
-        "RUN", "STATUS", "REASON", "STEPS", "STARTED", "DRIVEN BY"
+        "{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {:<16}  {}",
+        "RUN", "STATUS", "REASON", "STEPS", "STARTED", "DRIVEN BY", "FROM"
     );
     for r in runs {
         let reason = r.reason.map_or("-", TerminalReason::as_str);
         let _ = write!(
             out,
-            "\n{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {}",
+            "\n{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {:<16}  {}",
             r.run_id,
             shown_status(r),
             reason,
             r.steps,
             time(r.started_at_ms),
             r.live.as_deref().unwrap_or("-"),
+            r.forked_from
+                .as_deref()
+                .map_or_else(|| "-".to_owned(), |f| format!("fork of {f}")),
         );
     }
     out
@@ -304,10 +307,20 @@ fn detail(run_id: &str, event: &Event) -> String {
             run_id,
             goal,
             manifest,
-        } => format!(
-            "{run_id} goal {:?} model {}:{}",
-            goal, manifest.provider, manifest.model
-        ),
+        } => {
+            let mut line = format!(
+                "{run_id} goal {:?} model {}:{}",
+                goal, manifest.provider, manifest.model
+            );
+            if let Some(origin) = &manifest.forked_from {
+                let _ = write!(
+                    line,
+                    " forked from {} before its model call {} (its log through v{})",
+                    origin.run_id, origin.at, origin.version
+                );
+            }
+            line
+        }
         Event::DecisionProposed {
             turn,
             decision,

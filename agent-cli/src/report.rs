@@ -286,6 +286,7 @@ mod tests {
             budget: Budget::default(),
             tools: Vec::new(),
             answer: None,
+            forked_from: None,
         };
         let log = [
             entry(

@@ -38,6 +38,7 @@ fn run_log(turns: u32, size: usize) -> Vec<Entry> {
         budget: Budget::default(),
         tools: Vec::new(),
         answer: None,
+        forked_from: None,
     };
     let mut log = vec![entry(
         1,

@@ -19,6 +19,7 @@
 //!     budget: Budget::default(),
 //!     tools: Vec::new(),
 //!     answer: None,
+//!     forked_from: None,
 //! };
 //! let log = [Entry { version: 1, at_ms: 0, event: Event::RunStarted {
 //!     run_id: "r1".into(), goal: "Summarize notes.txt".into(), manifest } }];

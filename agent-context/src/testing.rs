@@ -49,6 +49,7 @@ impl LogBuilder {
             budget,
             tools: Vec::new(),
             answer: None,
+            forked_from: None,
         };
         LogBuilder {
             entries: Vec::new(),

@@ -131,6 +131,7 @@ pub fn started(run_id: &str, at_ms: u64) -> Entry {
                 budget: Budget::default(),
                 tools: Vec::new(),
                 answer: None,
+                forked_from: None,
             },
         },
     }

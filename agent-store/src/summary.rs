@@ -30,6 +30,9 @@ pub struct RunSummary {
     /// in by a store that knows, when it lists runs; never stored.
     #[serde(default)]
     pub live: Option<String>,
+    /// The run this one was forked from (`RUN@call N`), when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 impl RunSummary {
@@ -46,6 +49,7 @@ impl RunSummary {
             version: 0,
             pending: 0,
             live: None,
+            forked_from: None,
         }
     }
 
@@ -71,7 +75,11 @@ impl RunSummary {
     pub fn apply(&mut self, entry: &Entry) {
         self.version = entry.version;
         match &entry.event {
-            Event::RunStarted { goal, .. } => {
+            Event::RunStarted { goal, manifest, .. } => {
+                self.forked_from = manifest
+                    .forked_from
+                    .as_ref()
+                    .map(|o| format!("{}@{}", o.run_id, o.at));
                 self.goal.clone_from(goal);
                 self.started_at_ms = entry.at_ms;
             }

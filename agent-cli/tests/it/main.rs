@@ -14,6 +14,7 @@ mod chat;
 mod conversation;
 mod crash;
 mod eval;
+mod forks;
 mod hostile;
 mod postgres;
 mod providers;

@@ -25,6 +25,7 @@ impl Log {
                 budget: Budget::default(),
                 tools: Vec::new(),
                 answer: None,
+                forked_from: None,
             },
         });
         log

@@ -315,6 +315,7 @@ impl Runtime {
             budget,
             tools: specs,
             answer: self.answer.clone().map(Box::new),
+            forked_from: None,
         }
     }
 
@@ -352,6 +353,52 @@ impl Runtime {
         };
         let machine = Machine::start(config, self.clock.now_ms());
         self.drive(run_id, machine, Vec::new(), cancel).await
+    }
+
+    /// Forks run `parent` before its model call `at` (1-based, as `agent show` numbers
+    /// calls) into a new run `run_id`, and drives the fork on with this runtime's model,
+    /// tools, system prompt and answer validators, under `budget`. The fork's log begins
+    /// with the parent's committed entries before that call, so its first prompt is the one
+    /// the parent's call got (with the same system prompt and tools); inherited effects are
+    /// the parent's facts and never run again, and the fork's own get keys of its own.
+    pub async fn fork(
+        &self,
+        parent: &str,
+        at: u32,
+        run_id: &str,
+        budget: Budget,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
+        self.needs_model()?;
+        self.create_fork(parent, at, run_id, budget).await?;
+        self.resume(run_id, cancel).await
+    }
+
+    /// Writes the log of a fork (see [`Runtime::fork`]) without driving it: its next
+    /// model call is call `at`. Needs no model.
+    pub async fn create_fork(
+        &self,
+        parent: &str,
+        at: u32,
+        run_id: &str,
+        budget: Budget,
+    ) -> Result<(), RuntimeError> {
+        let log = self.load_log(parent).await?;
+        if log.is_empty() {
+            return Err(RuntimeError::Refused(format!("there is no run {parent}")));
+        }
+        let entries =
+            agent_core::fork_log(&log, at, run_id, self.manifest(budget)).map_err(|e| match e {
+                agent_core::ForkError::Fold(e) => RuntimeError::Damaged {
+                    run_id: parent.to_owned(),
+                    message: e.to_string(),
+                },
+                other => RuntimeError::Refused(other.to_string()),
+            })?;
+        let id = run_id.to_owned();
+        self.store_work(move |store| store.append(&id, 0, &entries))
+            .await??;
+        Ok(())
     }
 
     /// Continues a run from its committed log.

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 mod approvals;
+mod forks;
 mod redaction;
 mod results;
 mod soak;
