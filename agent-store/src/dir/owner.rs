@@ -76,7 +76,11 @@ fn answers(socket: &Path, wait: Duration) -> bool {
 /// Where the owner of a run listens: beside the run when the path fits a socket address,
 /// else in the temporary directory under a name drawn from the run's path.
 pub(super) fn socket_path(run_dir: &Path) -> PathBuf {
-    let beside = run_dir.with_extension("sock");
+    // `ID.sock`, appended: a run id may hold dots (`with_extension` would make the socket
+    // of `a.b` the one of `a`).
+    let mut beside = run_dir.as_os_str().to_owned();
+    beside.push(".sock");
+    let beside = PathBuf::from(beside);
     if beside.as_os_str().len() <= MAX_SOCKET_PATH {
         return beside;
     }
@@ -286,6 +290,15 @@ mod tests {
         let (_dir, socket, listener) = listener();
         assert!(answers(&socket, Duration::from_millis(50)));
         drop(listener);
+    }
+
+    #[test]
+    fn runs_whose_ids_differ_after_a_dot_listen_on_sockets_of_their_own() {
+        let runs = Path::new("/s/runs");
+        let parent = socket_path(&runs.join("01ABC"));
+        let child = socket_path(&runs.join("01ABC.1aac68bc4087"));
+        assert_eq!(parent, Path::new("/s/runs/01ABC.sock"));
+        assert_eq!(child, Path::new("/s/runs/01ABC.1aac68bc4087.sock"));
     }
 
     #[test]
