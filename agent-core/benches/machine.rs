@@ -31,6 +31,7 @@ fn manifest(max_steps: u32) -> Manifest {
         tools: Vec::new(),
         answer: None,
         forked_from: None,
+        parent: None,
     }
 }
 

@@ -73,6 +73,20 @@ pub struct Manifest {
     /// The run this one was forked from, when it was (`agent fork`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<Box<ForkOrigin>>,
+    /// The run and call that started this one, for a sub-agent's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Box<ParentCall>>,
+}
+
+/// The call of another run that a sub-agent's run answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentCall {
+    /// The parent run.
+    pub run_id: String,
+    /// The parent's model call that proposed the call.
+    pub turn: u32,
+    /// The call.
+    pub call_id: CallId,
 }
 
 /// Where a forked run came from: its log began as a copy of this run's, up to this point.
@@ -257,6 +271,18 @@ pub enum Event {
         /// What failed, as shown to the model.
         problem: String,
     },
+    /// Fact: the sub-agent run a call started stopped; what it used counts toward this
+    /// run's token and cost budgets (its result is the call's `tool_finished`).
+    SubAgentFinished {
+        /// The turn that proposed the call.
+        turn: u32,
+        /// The call.
+        call_id: CallId,
+        /// The sub-agent's run.
+        run_id: String,
+        /// What it used, all its model calls together.
+        usage: Usage,
+    },
     /// Fact: a call ran and this is its result.
     ToolFinished {
         /// The turn that proposed it.
@@ -316,6 +342,7 @@ impl Event {
             Event::ResolutionRequested { .. } => "resolution_requested",
             Event::EffectResolved { .. } => "effect_resolved",
             Event::AnswerRejected { .. } => "answer_rejected",
+            Event::SubAgentFinished { .. } => "sub_agent_finished",
             Event::ToolFinished { .. } => "tool_finished",
             Event::ContextCompacted { .. } => "context_compacted",
             Event::UserMessage { .. } => "user_message",

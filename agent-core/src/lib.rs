@@ -28,6 +28,7 @@
 //!     tools: Vec::new(),
 //!     answer: None,
 //!     forked_from: None,
+//!     parent: None,
 //! };
 //! let config = RunConfig { run_id: "r1".into(), goal: "say hi".into(), manifest, tools: vec![] };
 //! let mut machine = Machine::start(config, 0);
@@ -72,7 +73,7 @@ pub use decision::{
 };
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
-pub use event::{AnswerSpec, Entry, Event, Finding, ForkOrigin, Manifest, Resolution};
+pub use event::{AnswerSpec, Entry, Event, Finding, ForkOrigin, Manifest, ParentCall, Resolution};
 pub use fork::{ForkError, before_model_call, fork_log, model_call_of};
 pub use handle::{BLOB_PREFIX, Handle, HandleError};
 pub use machine::{Command, Input, InputError, Machine, ReplyError, RunConfig, Verdict};

@@ -552,6 +552,7 @@ impl RunState {
                 }
                 self.record_result(*turn, result);
             }
+            Event::SubAgentFinished { usage, .. } => self.usage.add(usage),
             Event::ContextCompacted { .. } | Event::ModelRetried { .. } => {}
             Event::RunEnded { outcome } => self.status = Status::Ended(outcome.clone()),
         }

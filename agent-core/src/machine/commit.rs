@@ -99,7 +99,9 @@ impl Machine {
     pub(super) fn stage(&mut self, event: Event) {
         if matches!(
             event,
-            Event::CallRejected { .. } | Event::ToolFinished { .. }
+            Event::CallRejected { .. }
+                | Event::ToolFinished { .. }
+                | Event::SubAgentFinished { .. }
         ) {
             self.held.push(event);
             return;
@@ -114,12 +116,15 @@ impl Machine {
         }
         let mut held = std::mem::take(&mut self.held);
         let calls = &self.working.turn_calls;
-        let position = |event: &Event| match event {
-            Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => calls
-                .iter()
-                .position(|c| c.id == result.call_id)
-                .unwrap_or(usize::MAX),
-            _ => usize::MAX,
+        let position = |event: &Event| {
+            let id = match event {
+                Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => {
+                    &result.call_id
+                }
+                Event::SubAgentFinished { call_id, .. } => call_id,
+                _ => return usize::MAX,
+            };
+            calls.iter().position(|c| c.id == *id).unwrap_or(usize::MAX)
         };
         held.sort_by_key(position);
         for event in held {

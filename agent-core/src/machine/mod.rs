@@ -327,6 +327,19 @@ impl Machine {
             (Phase::AwaitingAnswerCheck { answer }, Input::AnswerChecked { rejection }) => {
                 self.on_answer_checked(answer, rejection);
             }
+            (Phase::AwaitingTools { turn, calls }, Input::SubAgentsFinished { finished }) => {
+                for (call_id, run_id, usage) in finished {
+                    if calls.iter().any(|c| c.call.id == call_id) {
+                        self.stage(Event::SubAgentFinished {
+                            turn,
+                            call_id,
+                            run_id,
+                            usage,
+                        });
+                    }
+                }
+                self.phase = Phase::AwaitingTools { turn, calls };
+            }
             (Phase::AwaitingTools { turn, calls }, Input::ToolsFinished { results }) => {
                 self.on_results(turn, calls, results);
             }

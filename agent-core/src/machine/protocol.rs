@@ -109,6 +109,12 @@ pub enum Input {
         /// Estimated prompt tokens after.
         tokens_after: u64,
     },
+    /// Before `ToolsFinished`: calls of the outstanding `ExecuteTools` were answered by
+    /// sub-agent runs, which used this much (it counts toward the run's budgets).
+    SubAgentsFinished {
+        /// Per call: the sub-agent's run and its usage.
+        finished: Vec<(CallId, String, crate::budget::Usage)>,
+    },
     /// The validators' word on the outstanding `CheckAnswer`.
     AnswerChecked {
         /// `None`: the answer passed; otherwise what failed, as the model will be told.
@@ -134,6 +140,7 @@ impl Input {
             Input::Resolved { .. } => "Resolved",
             Input::ContextCompacted { .. } => "ContextCompacted",
             Input::AnswerChecked { .. } => "AnswerChecked",
+            Input::SubAgentsFinished { .. } => "SubAgentsFinished",
             Input::Cancel => "Cancel",
         }
     }

@@ -264,6 +264,7 @@ pub fn manifest(budget: Budget) -> Manifest {
         tools: Vec::new(),
         answer: None,
         forked_from: None,
+        parent: None,
     }
 }
 
