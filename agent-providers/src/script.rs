@@ -25,6 +25,9 @@ pub struct ScriptError {
 #[serde(deny_unknown_fields)]
 struct RawScript {
     turns: Vec<Box<serde_json::value::RawValue>>,
+    /// Scripts of sub-agents, by the goal they are given.
+    #[serde(default)]
+    agents: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>>,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +77,8 @@ struct RawUsage {
     cache_read_tokens: u64,
     #[serde(default)]
     cache_write_tokens: u64,
+    #[serde(default)]
+    cost_usd: f64,
 }
 
 fn empty_object() -> Value {
@@ -102,6 +107,9 @@ pub struct ScriptModel {
     /// Each turn's JSON text, checked when the script was read and decoded when it is
     /// played: a long script costs its text in memory, not a tree of values.
     turns: Vec<Box<serde_json::value::RawValue>>,
+    /// The scripts sub-agents play, by their goal: a run whose first message is one of
+    /// these goals is answered from its script.
+    agents: std::collections::BTreeMap<String, ScriptModel>,
 }
 
 const KEYS: &str =
@@ -146,9 +154,15 @@ impl ScriptModel {
         for (i, turn) in raw.turns.iter().enumerate() {
             parse_turn(turn.get()).map_err(|e| format!("turn {}: {e}", i + 1))?;
         }
+        let mut agents = std::collections::BTreeMap::new();
+        for (goal, script) in raw.agents {
+            let model = Self::parse(script.get()).map_err(|e| format!("agents {goal:?}: {e}"))?;
+            agents.insert(goal, model);
+        }
         Ok(ScriptModel {
             name: "inline".to_owned(),
             turns: raw.turns,
+            agents,
         })
     }
 }
@@ -199,8 +213,10 @@ fn parse_turn(text: &str) -> Result<Turn, String> {
         ));
     }
     let usage = raw.usage.map_or_else(Usage::default, |u| {
-        Usage::tokens(u.input_tokens, u.output_tokens)
-            .with_cache(u.cache_read_tokens, u.cache_write_tokens)
+        let mut usage = Usage::tokens(u.input_tokens, u.output_tokens)
+            .with_cache(u.cache_read_tokens, u.cache_write_tokens);
+        usage.cost_usd = u.cost_usd;
+        usage
     });
     Ok(Turn {
         answer: answers.remove(0),
@@ -220,6 +236,19 @@ impl Model for ScriptModel {
     }
 
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        // A sub-agent's run: its goal, the first message, names its script.
+        if let Some(agent) = request
+            .prompt
+            .messages
+            .first()
+            .and_then(|m| m.parts.first())
+            .and_then(|p| match p {
+                agent_core::Part::Text { text } => self.agents.get(text),
+                _ => None,
+            })
+        {
+            return agent.decide(request).await;
+        }
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
         let Some(text) = self.turns.get(index) else {
             return Err(ProviderError::Exhausted(format!(
