@@ -1,6 +1,7 @@
 //! Built-in tools. Their names and argument names are part of the contract (§5); all paths
 //! are relative to the workspace root and confined to it.
 
+mod delegate;
 mod edit_file;
 mod glob;
 mod grep;
@@ -11,6 +12,7 @@ mod read_result;
 mod shell;
 mod write_file;
 
+pub use delegate::{DELEGATE, DELEGATE_READ, Delegate, is_delegate};
 pub use edit_file::{EditFile, EditFileArgs};
 pub use glob::{Glob, GlobArgs};
 pub use grep::{Grep, GrepArgs};
