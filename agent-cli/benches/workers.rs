@@ -57,6 +57,7 @@ fn main() {
         compact_at: None,
         masking: Default::default(),
         answer: Default::default(),
+        sub_agents: false,
     };
     let spec = serde_json::to_string(&spec).unwrap();
     shared_directory(dir.path(), &script);

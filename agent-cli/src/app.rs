@@ -364,6 +364,24 @@ fn drive_existing(
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
     store.take(run_id)?;
     let log = store.as_store().load(run_id)?;
+    // A run started with sub-agents goes on with them.
+    let recorded = match log.first().map(|e| &e.event) {
+        Some(Event::RunStarted { manifest, .. }) => manifest
+            .tools
+            .iter()
+            .any(|t| agent_tools::builtin::is_delegate(&t.name)),
+        _ => false,
+    };
+    let with_sub_agents;
+    let settings = if recorded && !settings.sub_agents {
+        with_sub_agents = Settings {
+            sub_agents: true,
+            ..settings.clone()
+        };
+        &with_sub_agents
+    } else {
+        settings
+    };
     let choice = match &settings.model {
         Some(choice) => choice.clone(),
         None => recorded_model(settings, &store, run_id)?,
@@ -692,11 +710,39 @@ fn show(
         }
         return Ok(EXIT_OK);
     }
+    // Each sub-agent's run, folded into one line under the call it answered.
+    let children: Vec<(u64, String, Vec<agent_core::Entry>)> = entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::SubAgentFinished { run_id, .. } => Some((e.version, run_id.clone())),
+            _ => None,
+        })
+        .map(|(version, child)| {
+            let log = store.as_store().load(&child).unwrap_or_default();
+            (version, child, log)
+        })
+        .collect();
     if json {
-        let value = serde_json::json!({ "run_id": run_id, "live": live, "events": entries });
+        let folded: Vec<serde_json::Value> = children
+            .iter()
+            .map(|(_, child, log)| render::child_json(child, log))
+            .collect();
+        let value = serde_json::json!({
+            "run_id": run_id, "live": live, "events": entries, "children": folded,
+        });
         say(format_args!("{value}\n"));
     } else {
-        say(format_args!("{}", render::timeline(run_id, &entries)));
+        let mut text = String::new();
+        for line in render::timeline(run_id, &entries).lines() {
+            text.push_str(line);
+            text.push('\n');
+            let version: Option<u64> = line.split_whitespace().next().and_then(|v| v.parse().ok());
+            if let Some((_, child, log)) = children.iter().find(|(v, ..)| Some(*v) == version) {
+                text.push_str(&render::child_line(child, log));
+                text.push('\n');
+            }
+        }
+        say(format_args!("{text}"));
         // Every line of the timeline is an event; the total goes beside it.
         if let Some(total) = render::usage_total(&entries) {
             tell(format_args!("{total}\n"));

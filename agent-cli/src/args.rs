@@ -242,6 +242,10 @@ pub struct Setup {
     /// Never ask on the terminal: an untrusted project file is an error, as when piped.
     #[arg(long)]
     pub no_input: bool,
+    /// Offer the model sub-agents: `delegate_read` (a child run that only reads, run beside
+    /// other reads) and `delegate` (a child run with the run's tools, a write call).
+    #[arg(long)]
+    pub sub_agents: bool,
 }
 
 /// Options of `agent run`.

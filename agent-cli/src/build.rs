@@ -139,6 +139,11 @@ pub fn gateway(
     for h in &settings.hooks {
         gateway = gateway.with_hook(Arc::new(hook(h, &root)?));
     }
+    if settings.sub_agents {
+        for tool in agent_tools::builtin::Delegate::both() {
+            gateway.register(Arc::new(tool)).map_err(usage)?;
+        }
+    }
     if let Some(path) = mcp_path(settings, &root) {
         let config = McpConfig::from_path(&path).map_err(usage)?;
         let started = rt.block_on(mcp::connect_within(&config, &root, settings.mcp_timeout));

@@ -45,6 +45,8 @@ pub struct Config {
     /// Whether to mark the prompt's stable parts for the provider's prompt cache (default
     /// true; Anthropic caches only what is marked, OpenAI caches repeated prefixes itself).
     pub prompt_cache: Option<bool>,
+    /// `--sub-agents`.
+    pub sub_agents: Option<bool>,
     /// `--answer-schema` (relative to the file).
     pub answer_schema: Option<PathBuf>,
     /// `--check` commands (before the flags' own).

@@ -158,9 +158,11 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
             r.steps,
             time(r.started_at_ms),
             r.live.as_deref().unwrap_or("-"),
-            r.forked_from
-                .as_deref()
-                .map_or_else(|| "-".to_owned(), |f| format!("fork of {f}")),
+            match (&r.forked_from, &r.parent) {
+                (Some(f), _) => format!("fork of {f}"),
+                (None, Some(p)) => format!("sub-agent of {p}"),
+                (None, None) => "-".to_owned(),
+            },
         );
     }
     out
@@ -174,6 +176,37 @@ pub fn shown_status(run: &RunSummary) -> &str {
     } else {
         &run.status
     }
+}
+
+/// A sub-agent's run folded into one line of its parent's timeline.
+pub fn child_line(child: &str, log: &[Entry]) -> String {
+    let state = agent_core::RunState::fold(log).ok();
+    let how = match state.as_ref().and_then(|s| s.outcome()) {
+        Some(o) if o.reason == TerminalReason::Completed => format!(
+            "completed: {}",
+            cut(&escape(o.answer.as_deref().unwrap_or_default()), 80)
+        ),
+        Some(o) => format!("{}: {}", o.reason, cut(&escape(&o.message), 80)),
+        None => "not ended".to_owned(),
+    };
+    let steps = state.as_ref().map_or(0, |s| s.steps);
+    format!(
+        "      └ sub-agent run {child}: {how}; {steps} model call(s), {} event(s) (agent show {child})",
+        log.len()
+    )
+}
+
+/// A sub-agent's run, folded, for `agent show --json`.
+pub fn child_json(child: &str, log: &[Entry]) -> Value {
+    let state = agent_core::RunState::fold(log).ok();
+    let outcome = state.as_ref().and_then(|s| s.outcome());
+    json!({
+        "run_id": child,
+        "reason": outcome.map(|o| o.reason.as_str()),
+        "answer": outcome.and_then(|o| o.answer.clone()),
+        "steps": state.as_ref().map_or(0, |s| s.steps),
+        "events": log.len(),
+    })
 }
 
 /// `agent show` as one line per event (calls whole, control characters escaped).
@@ -356,6 +389,15 @@ fn detail(run_id: &str, event: &Event) -> String {
             line
         }
         Event::DecisionRejected { turn, problem, .. } => format!("turn {turn}: {problem}"),
+        Event::SubAgentFinished {
+            call_id,
+            run_id,
+            usage,
+            ..
+        } => format!(
+            "{call_id} answered by sub-agent run {run_id} ({})",
+            usage_text(usage)
+        ),
         Event::AnswerRejected { turn, problem } => {
             format!("turn {turn}: {}", cut(&escape(problem), 300))
         }

@@ -287,6 +287,7 @@ mod tests {
             tools: Vec::new(),
             answer: None,
             forked_from: None,
+            parent: None,
         };
         let log = [
             entry(

@@ -288,6 +288,8 @@ pub struct Settings {
     pub file_answer: (Option<PathBuf>, Vec<String>),
     /// How long each answer check command may take.
     pub check_timeout: Duration,
+    /// Whether the model is offered sub-agents (`delegate`, `delegate_read`).
+    pub sub_agents: bool,
     /// The validators of the final answer of a run this command starts (set by
     /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
     pub answer: agent_core::AnswerSpec,
@@ -514,6 +516,7 @@ impl Settings {
                 config.checks.clone(),
             ),
             answer: agent_core::AnswerSpec::default(),
+            sub_agents: setup.sub_agents || config.sub_agents.unwrap_or(false),
             check_timeout: config
                 .check_timeout_secs
                 .map_or(agent_tools::DEFAULT_CHECK_TIMEOUT, Duration::from_secs_f64),

@@ -58,6 +58,9 @@ pub struct RunSpec {
     /// What the final answer must pass (absent in runs queued before validators).
     #[serde(default, skip_serializing_if = "agent_core::AnswerSpec::is_empty")]
     pub answer: agent_core::AnswerSpec,
+    /// Whether the model is offered sub-agents.
+    #[serde(default)]
+    pub sub_agents: bool,
 }
 
 fn absolute(path: &std::path::Path) -> Result<PathBuf, Failure> {
@@ -105,6 +108,7 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         compact_at: settings.compact_at,
         masking: settings.masking,
         answer: settings.answer.clone(),
+        sub_agents: settings.sub_agents,
     };
     let text = serde_json::to_string(&spec).map_err(failed)?;
     let run_id = ulid::Ulid::generate().to_string();
@@ -136,6 +140,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
         deny: spec.rules.deny.clone(),
         mcp_config: spec.mcp_config.clone(),
         no_input: true,
+        sub_agents: spec.sub_agents,
         ..Setup::default()
     };
     let mut settings =

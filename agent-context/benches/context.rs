@@ -39,6 +39,7 @@ fn run_log(turns: u32, size: usize) -> Vec<Entry> {
         tools: Vec::new(),
         answer: None,
         forked_from: None,
+        parent: None,
     };
     let mut log = vec![entry(
         1,

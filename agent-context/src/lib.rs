@@ -20,6 +20,7 @@
 //!     tools: Vec::new(),
 //!     answer: None,
 //!     forked_from: None,
+//!     parent: None,
 //! };
 //! let log = [Entry { version: 1, at_ms: 0, event: Event::RunStarted {
 //!     run_id: "r1".into(), goal: "Summarize notes.txt".into(), manifest } }];

@@ -50,6 +50,7 @@ impl LogBuilder {
             tools: Vec::new(),
             answer: None,
             forked_from: None,
+            parent: None,
         };
         LogBuilder {
             entries: Vec::new(),

@@ -31,7 +31,9 @@ mod summarize;
 
 pub use blobs::StoreBlobs;
 pub use clock::{Clock, SystemClock};
-pub use driver::{EventSink, Report, RunRequest, Runtime, RuntimeError};
+pub use driver::{
+    DEFAULT_SUB_AGENT_STEPS, EventSink, Report, RunRequest, Runtime, RuntimeError, sub_agent_run_id,
+};
 pub use redact::{MissingSecret, Redactor};
 pub use summarize::ModelSummarizer;
 

@@ -132,6 +132,7 @@ pub fn started(run_id: &str, at_ms: u64) -> Entry {
                 tools: Vec::new(),
                 answer: None,
                 forked_from: None,
+                parent: None,
             },
         },
     }

@@ -33,6 +33,9 @@ pub struct RunSummary {
     /// The run this one was forked from (`RUN@call N`), when it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<String>,
+    /// The run whose sub-agent this is (`RUN/call ID`), when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 impl RunSummary {
@@ -50,6 +53,7 @@ impl RunSummary {
             pending: 0,
             live: None,
             forked_from: None,
+            parent: None,
         }
     }
 
@@ -80,6 +84,10 @@ impl RunSummary {
                     .forked_from
                     .as_ref()
                     .map(|o| format!("{}@{}", o.run_id, o.at));
+                self.parent = manifest
+                    .parent
+                    .as_ref()
+                    .map(|p| format!("{}/{}", p.run_id, p.call_id));
                 self.goal.clone_from(goal);
                 self.started_at_ms = entry.at_ms;
             }
@@ -123,6 +131,7 @@ impl RunSummary {
             }
             Event::CallRejected { .. }
             | Event::AnswerRejected { .. }
+            | Event::SubAgentFinished { .. }
             | Event::CorrectionIssued { .. }
             | Event::EffectDispatched { .. }
             | Event::EffectReconciled { .. }

@@ -22,6 +22,7 @@ mod reasons;
 mod report;
 mod settings;
 mod shared;
+mod sub_agents;
 mod telemetry;
 mod trust;
 

@@ -483,6 +483,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
                 compact_at: None,
                 masking: Default::default(),
                 answer: Default::default(),
+                sub_agents: false,
             };
             let id = format!("run-{i:03}");
             store

@@ -333,6 +333,7 @@ impl Projector {
             Event::ContextCompacted { summary, .. } => self.compact(summary),
             // Effects are bookkeeping; what the model learns of a call is its result.
             Event::EffectDispatched { .. }
+            | Event::SubAgentFinished { .. }
             | Event::EffectReconciled { .. }
             | Event::ResolutionRequested { .. }
             | Event::EffectResolved { .. }

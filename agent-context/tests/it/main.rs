@@ -26,6 +26,7 @@ impl Log {
                 tools: Vec::new(),
                 answer: None,
                 forked_from: None,
+                parent: None,
             },
         });
         log

@@ -175,12 +175,35 @@ impl Runtime {
                     };
                     machine.handle(Input::CallsChecked { verdicts })?;
                 }
-                Command::ExecuteTools { group, .. } => {
+                Command::ExecuteTools { group, turn } => {
                     if group.iter().any(|c| c.effect_key.is_some()) {
                         // Crash point: the dispatch record is durable, the effect not done.
                         fail::fail_point!("after_dispatch", |_| std::process::abort());
                     }
-                    let results = self.execute(&run_id, &machine, group, &cancel).await;
+                    // Sub-agent calls are child runs this runtime drives; the gateway runs
+                    // the others, at the same time.
+                    let (agents, tools): (Vec<_>, Vec<_>) = group
+                        .into_iter()
+                        .partition(|c| Runtime::is_sub_agent_call(&c.call));
+                    let (results, finished) = if agents.is_empty() {
+                        (
+                            self.execute(&run_id, &machine, tools, &cancel).await,
+                            Vec::new(),
+                        )
+                    } else {
+                        let children =
+                            self.run_sub_agents(&run_id, turn, &machine, agents, &cancel);
+                        let others = async {
+                            if tools.is_empty() {
+                                Vec::new()
+                            } else {
+                                self.execute(&run_id, &machine, tools, &cancel).await
+                            }
+                        };
+                        let ((mut results, finished), others) = tokio::join!(children, others);
+                        results.extend(others);
+                        (results, finished)
+                    };
                     // Crash point: the tools ran, their results are not committed.
                     fail::fail_point!("after_tools", |_| std::process::abort());
                     let results = results
@@ -194,6 +217,9 @@ impl Runtime {
                         machine.handle(Input::Cancel)?;
                     }
                     self.tick(&mut machine)?;
+                    if !finished.is_empty() {
+                        machine.handle(Input::SubAgentsFinished { finished })?;
+                    }
                     machine.handle(Input::ToolsFinished { results })?;
                 }
                 Command::Commit {
@@ -334,8 +360,17 @@ impl Runtime {
         &self,
         calls: Vec<ScheduledCall>,
     ) -> Vec<(CallId, Option<agent_core::Finding>)> {
+        // A sub-agent's call is continued, never repeated: running it again finds its child
+        // run by id and goes on from that run's log (whose own effects are settled there).
+        let (agents, calls): (Vec<_>, Vec<_>) = calls
+            .into_iter()
+            .partition(|c| Runtime::is_sub_agent_call(&c.call));
+        let continued = agents
+            .into_iter()
+            .map(|c| (c.call.id, Some(agent_core::Finding::NotApplied)));
         let (expanded, missing) = self.expand_scheduled(calls);
         let mut findings = self.gateway.reconcile(&expanded).await;
+        findings.extend(continued);
         // Without the value, no look-up can tell: a person will be asked.
         findings.extend(missing.into_iter().map(|(call, _)| (call.id, None)));
         findings

@@ -2,6 +2,8 @@
 //! (commands of the machine carried out against the model, the gateway and the store) is
 //! in `drive`.
 
+mod delegate;
+pub use delegate::{DEFAULT_SUB_AGENT_STEPS, sub_agent_run_id};
 mod drive;
 
 use std::sync::Arc;
@@ -133,6 +135,10 @@ pub struct Runtime {
     /// Where check commands run, and for how long at most.
     check_dir: std::path::PathBuf,
     check_timeout: std::time::Duration,
+    /// The only tools of the gateway this runtime's runs may use (a sub-agent's).
+    only_tools: Option<std::collections::BTreeSet<String>>,
+    /// The call a sub-agent's run answers, recorded in the manifest of the run it starts.
+    parent: Option<agent_core::ParentCall>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -171,6 +177,8 @@ impl Runtime {
             answer: None,
             check_dir: std::path::PathBuf::from("."),
             check_timeout: agent_tools::DEFAULT_CHECK_TIMEOUT,
+            only_tools: None,
+            parent: None,
         }
     }
 
@@ -283,7 +291,7 @@ impl Runtime {
 
     /// The projection of a run's log: the exact prompt its next model call would get.
     pub fn projector(&self, log: &[Entry]) -> Projector {
-        self.projector_with(self.gateway.specs(), log)
+        self.projector_with(self.specs(), log)
     }
 
     /// The projection of a run's log with the given tools offered (for example the ones
@@ -304,7 +312,7 @@ impl Runtime {
 
     /// The manifest a new run records: what shaped it.
     pub fn manifest(&self, budget: Budget) -> Manifest {
-        let specs: Vec<ToolSpec> = self.gateway.specs();
+        let specs: Vec<ToolSpec> = self.specs();
         let tools = serde_json::to_value(&specs).unwrap_or_default();
         Manifest {
             runtime_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -316,6 +324,19 @@ impl Runtime {
             tools: specs,
             answer: self.answer.clone().map(Box::new),
             forked_from: None,
+            parent: self.parent.clone().map(Box::new),
+        }
+    }
+
+    /// The tools this runtime's runs may use: the gateway's, or the sub-agent's share.
+    fn specs(&self) -> Vec<ToolSpec> {
+        let specs = self.gateway.specs();
+        match &self.only_tools {
+            None => specs,
+            Some(only) => specs
+                .into_iter()
+                .filter(|s| only.contains(&s.name))
+                .collect(),
         }
     }
 
@@ -349,7 +370,7 @@ impl Runtime {
             run_id: run_id.clone(),
             goal: self.redactor.redact_str(&request.goal),
             manifest: self.manifest(request.budget),
-            tools: self.gateway.specs(),
+            tools: self.specs(),
         };
         let machine = Machine::start(config, self.clock.now_ms());
         self.drive(run_id, machine, Vec::new(), cancel).await
@@ -593,7 +614,7 @@ impl Runtime {
         budget: Option<Budget>,
     ) -> Result<Machine, RuntimeError> {
         Machine::reply(
-            self.gateway.specs(),
+            self.specs(),
             log,
             self.redactor.redact_str(text),
             budget,
@@ -694,7 +715,7 @@ impl Runtime {
             return Ok(());
         };
         let have: std::collections::BTreeSet<String> =
-            self.gateway.specs().into_iter().map(|s| s.name).collect();
+            self.specs().into_iter().map(|s| s.name).collect();
         let missing: Vec<&str> = manifest
             .tools
             .iter()
@@ -725,13 +746,12 @@ impl Runtime {
 
     async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
         let log = self.load_log(run_id).await?;
-        let machine =
-            Machine::resume(self.gateway.specs(), &log, self.clock.now_ms()).map_err(|e| {
-                RuntimeError::Damaged {
-                    run_id: run_id.to_owned(),
-                    message: e.to_string(),
-                }
-            })?;
+        let machine = Machine::resume(self.specs(), &log, self.clock.now_ms()).map_err(|e| {
+            RuntimeError::Damaged {
+                run_id: run_id.to_owned(),
+                message: e.to_string(),
+            }
+        })?;
         Ok((machine, log))
     }
 }

@@ -1,0 +1,109 @@
+//! Sub-agents through the `agent` command: a crash in the middle of a child resumed, and
+//! the child shown folded in its parent's timeline.
+
+use serde_json::{Value, json};
+
+use super::{Env, stderr, stdout};
+
+fn json_of(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout(out), stderr(out)))
+}
+
+#[test]
+fn a_crash_in_the_middle_of_a_child_resumes_both_and_its_write_happens_once() {
+    let env = Env::new();
+    let turns = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "write the report"}}]},
+            {"final": "the report is written"}
+        ],
+        "agents": {"write the report": {"turns": [
+            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "report.txt", "content": "R\n"}}]},
+            {"final": "report.txt holds R"}
+        ]}}
+    });
+    let path = env.dir.path().join("parent.json");
+    std::fs::write(&path, turns.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    // The child's write runs, then the process dies before its result is committed.
+    let allow = [
+        "--allow",
+        "delegate",
+        "--allow",
+        "write_file",
+        "--sub-agents",
+    ];
+    let out = env
+        .cmd()
+        .env("FAILPOINTS", "after_tools=return")
+        .args(["run", "--json", "--model", &model])
+        .args(allow)
+        .arg("report")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the crash point aborted the process");
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let parent = runs.iter().find(|r| r.get("parent").is_none()).unwrap();
+    let child = runs.iter().find(|r| r.get("parent").is_some()).unwrap();
+    let (parent_id, child_id) = (
+        parent["run_id"].as_str().unwrap().to_owned(),
+        child["run_id"].as_str().unwrap().to_owned(),
+    );
+    assert_eq!(child["parent"], format!("{parent_id}/d1"));
+    assert_eq!(child["status"], "running", "the child was interrupted");
+
+    // Resuming the parent continues the child (its write is found done, not repeated).
+    let out = env.run(&[
+        "resume",
+        "--json",
+        &parent_id,
+        "--model",
+        &model,
+        "--allow",
+        "delegate",
+        "--allow",
+        "write_file",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json_of(&out);
+    assert_eq!(v["answer"], "the report is written");
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("report.txt")).unwrap(),
+        "R\n"
+    );
+    let child_events = json_of(&env.run(&["show", "--json", &child_id]))["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let count = |t: &str| child_events.iter().filter(|e| e["type"] == t).count();
+    assert_eq!(count("effect_dispatched"), 1, "{child_events:#?}");
+    assert_eq!(count("effect_reconciled"), 1);
+    assert_eq!(count("run_ended"), 1);
+    let reconciled = child_events
+        .iter()
+        .find(|e| e["type"] == "effect_reconciled")
+        .unwrap();
+    assert!(reconciled["finding"]["applied"].is_object(), "{reconciled}");
+
+    // The parent's timeline shows the child folded under the call; show CHILD shows it all.
+    let shown = stdout(&env.run(&["show", &parent_id]));
+    assert!(
+        shown.contains(&format!(
+            "└ sub-agent run {child_id}: completed: report.txt holds R"
+        )),
+        "{shown}"
+    );
+    let folded = json_of(&env.run(&["show", "--json", &parent_id]));
+    assert_eq!(folded["children"][0]["run_id"], child_id.as_str());
+    assert_eq!(folded["children"][0]["reason"], "completed");
+    let whole = stdout(&env.run(&["show", &child_id]));
+    assert!(whole.contains("write_file"), "{whole}");
+    let table = stdout(&env.run(&["runs"]));
+    assert!(
+        table.contains(&format!("sub-agent of {parent_id}/d1")),
+        "{table}"
+    );
+}

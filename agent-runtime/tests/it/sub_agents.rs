@@ -1,0 +1,261 @@
+//! Sub-agents: child runs that answer `delegate` calls, with nested budgets, folded logs,
+//! and cancellation that reaches them.
+
+use agent_tools::builtin::Delegate;
+
+use super::*;
+
+fn gateway(s: &Setup, allow: &[&str]) -> Gateway {
+    let mut policy = agent_tools::Policy::new();
+    for pattern in allow {
+        policy.add(agent_tools::Action::Allow, pattern).unwrap();
+    }
+    let mut gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap())
+        .unwrap()
+        .with_policy(policy);
+    for tool in Delegate::both() {
+        gateway.register(Arc::new(tool)).unwrap();
+    }
+    gateway
+}
+
+fn runtime(s: &Setup, model: Arc<dyn Model>, store: Arc<dyn Store>, allow: &[&str]) -> Runtime {
+    Runtime::new(model, Arc::new(gateway(s, allow)), store)
+}
+
+fn script(value: Value) -> Arc<dyn Model> {
+    Arc::new(ScriptModel::from_json(&value.to_string()).unwrap())
+}
+
+fn cost(usd: f64) -> Value {
+    json!({"input_tokens": 100, "output_tokens": 10, "cost_usd": usd})
+}
+
+fn count(log: &[Entry], name: &str) -> usize {
+    log.iter().filter(|e| e.event.name() == name).count()
+}
+
+#[tokio::test]
+async fn two_reading_sub_agents_share_the_parents_cost_budget_and_the_one_past_it_is_cancelled() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(s.dir.path().join("store")).unwrap());
+    let model = script(json!({
+        "turns": [
+            {"tool_calls": [
+                {"id": "d1", "name": "delegate_read", "arguments": {"goal": "count the apples"}},
+                {"id": "d2", "name": "delegate_read", "arguments": {"goal": "count the pears"}}
+            ], "usage": cost(0.1)},
+            {"final": "never asked: the budget is spent", "usage": cost(0.1)}
+        ],
+        "agents": {
+            "count the apples": {"turns": [{"final": "3 apples", "usage": cost(0.1)}]},
+            "count the pears": {"turns": [
+                {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}], "usage": cost(0.5)},
+                {"tool_calls": [{"id": "r2", "name": "read_file", "arguments": {"path": "notes.txt"}}], "usage": cost(0.5)},
+                {"final": "2 pears", "usage": cost(0.1)}
+            ]}
+        }
+    }));
+    let rt = runtime(&s, model, Arc::clone(&store), &[]);
+    let budget = Budget {
+        max_cost_usd: Some(1.0),
+        ..Budget::default()
+    };
+    let report = rt
+        .start(
+            RunRequest::new("parent", "count the fruit", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::CostBudgetExceeded,
+        "{:?}",
+        report.outcome
+    );
+    // The children's model calls count: 0.1 (parent) + 0.1 (apples) + 1.0 (pears).
+    assert!(
+        (report.state.usage.cost_usd - 1.2).abs() < 1e-9,
+        "{:?}",
+        report.state.usage
+    );
+    assert_eq!(report.state.steps, 1, "the parent was not asked again");
+
+    let apples_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let pears_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d2"));
+    let parent = store.load("parent").unwrap();
+    let apples = store.load(&apples_id).unwrap();
+    let pears = store.load(&pears_id).unwrap();
+    // Every log folds, and each child ended once.
+    for log in [&parent, &apples, &pears] {
+        RunState::fold(log).unwrap();
+    }
+    let ended = |log: &[Entry]| RunState::fold(log).unwrap().outcome().unwrap().reason;
+    assert_eq!(ended(&apples), TerminalReason::Completed);
+    assert_eq!(ended(&pears), TerminalReason::Cancelled);
+    assert_eq!(count(&pears, "run_ended"), 1);
+    // The parent recorded each child and its usage, and got each one's result by call id.
+    let children: Vec<(String, String)> = parent
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::SubAgentFinished {
+                call_id, run_id, ..
+            } => Some((call_id.to_string(), run_id.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        children,
+        [
+            ("d1".to_owned(), apples_id.clone()),
+            ("d2".to_owned(), pears_id.clone())
+        ]
+    );
+    let results: Vec<&ToolResult> = parent
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } => Some(result),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0].content(), "3 apples");
+    assert_eq!(results[1].error_kind(), Some(ErrorKind::Cancelled));
+    // A reading sub-agent had the parent's read tools only, and a link to its call.
+    let Event::RunStarted { manifest, goal, .. } = &pears[0].event else {
+        panic!()
+    };
+    assert_eq!(goal, "count the pears");
+    let tools: Vec<&str> = manifest.tools.iter().map(|t| t.name.as_str()).collect();
+    assert!(
+        tools.contains(&"read_file") && !tools.contains(&"write_file"),
+        "{tools:?}"
+    );
+    assert!(
+        !tools.iter().any(|t| t.starts_with("delegate")),
+        "{tools:?}"
+    );
+    let link = manifest.parent.as_deref().unwrap();
+    assert_eq!(
+        (link.run_id.as_str(), link.turn, link.call_id.as_str()),
+        ("parent", 1, "d2")
+    );
+}
+
+#[tokio::test]
+async fn the_parents_prompt_holds_the_childs_answer_as_the_calls_result() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let model = script(json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "write the summary", "tools": ["read_file", "write_file"], "max_steps": 4}}]},
+            {"final": "the summary is written"}
+        ],
+        "agents": {
+            "write the summary": {"turns": [
+                {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+                {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "summary.txt", "content": "noon\n"}}]},
+                {"final": "summary.txt says: noon"}
+            ]}
+        }
+    }));
+    let rt = runtime(&s, model, Arc::clone(&store), &["delegate", "write_file"]);
+    let report = rt
+        .start(
+            RunRequest::new("parent", "summarize the notes", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::Completed,
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.dir.path().join("ws/summary.txt")).unwrap(),
+        "noon\n"
+    );
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = store.load(&child_id).unwrap();
+    let Event::RunStarted { manifest, .. } = &child[0].event else {
+        panic!()
+    };
+    let tools: Vec<&str> = manifest.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        tools,
+        ["read_file", "write_file"],
+        "only the tools the call named"
+    );
+    assert_eq!(manifest.budget.max_steps, 4);
+    // The parent's prompt before its last call: the child's answer is the call's result.
+    let log = store.load("parent").unwrap();
+    let before_last = before_model_call(&log, 2).unwrap();
+    let prompt = rt.projector(&log[..before_last]).prompt().clone();
+    insta::assert_snapshot!(
+        "parent_with_a_sub_agents_result",
+        agent_context::testing::snapshot_text(&prompt)
+    );
+}
+
+/// A model that cancels the run the moment the child makes its first call, which takes
+/// long: cancelling the parent must reach the child.
+struct CancelsOnChild {
+    inner: ScriptModel,
+    cancel: CancellationToken,
+}
+
+#[async_trait]
+impl Model for CancelsOnChild {
+    fn provider(&self) -> &str {
+        "script"
+    }
+    fn model(&self) -> &str {
+        "cancels"
+    }
+    async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        let first = request
+            .prompt
+            .messages
+            .first()
+            .and_then(|m| m.parts.first());
+        if matches!(first, Some(Part::Text { text }) if text == "take your time") {
+            self.cancel.cancel();
+        }
+        self.inner.decide(request).await
+    }
+}
+
+#[tokio::test]
+async fn cancelling_the_parent_cancels_its_sub_agent() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let cancel = CancellationToken::new();
+    let inner = ScriptModel::from_json(
+        &json!({
+            "turns": [
+                {"tool_calls": [{"id": "d1", "name": "delegate_read", "arguments": {"goal": "take your time"}}]},
+                {"final": "never asked"}
+            ],
+            "agents": {"take your time": {"turns": [{"final": "late", "delay_ms": 60000}]}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let model = Arc::new(CancelsOnChild {
+        inner,
+        cancel: cancel.clone(),
+    });
+    let rt = runtime(&s, model, Arc::clone(&store), &[]);
+    let report = rt
+        .start(RunRequest::new("parent", "wait", Budget::default()), cancel)
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = store.load(&child_id).unwrap();
+    let state = RunState::fold(&child).unwrap();
+    assert_eq!(state.outcome().unwrap().reason, TerminalReason::Cancelled);
+    assert_eq!(state.steps, 0, "its model call never answered");
+}
