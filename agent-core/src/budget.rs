@@ -118,6 +118,25 @@ impl Usage {
         self.input_tokens.saturating_add(self.output_tokens)
     }
 
+    /// What `self` has beyond `earlier` (a later total of the same calls), never below
+    /// zero.
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+            cache_read_tokens: self
+                .cache_read_tokens
+                .saturating_sub(earlier.cache_read_tokens),
+            cache_write_tokens: self
+                .cache_write_tokens
+                .saturating_sub(earlier.cache_write_tokens),
+            reasoning_tokens: self
+                .reasoning_tokens
+                .saturating_sub(earlier.reasoning_tokens),
+            cost_usd: (self.cost_usd - earlier.cost_usd).max(0.0),
+        }
+    }
+
     /// Adds another call's usage to this total.
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);

@@ -146,6 +146,8 @@ pub struct RunState {
     pub exchange_started_at_ms: u64,
     /// The budget a person set with a user message, replacing the one the run started with.
     pub budget: Option<crate::budget::Budget>,
+    /// Each sub-agent run's usage as last recorded (already counted in `usage`).
+    pub sub_agents: BTreeMap<String, Usage>,
     last_results_turn: u32,
     tally: Tally,
     invalid_before: u32,
@@ -187,6 +189,7 @@ impl Default for RunState {
             worked_ms: 0,
             exchange_started_at_ms: 0,
             budget: None,
+            sub_agents: BTreeMap::new(),
             last_results_turn: 0,
             tally: Tally::default(),
             invalid_before: 0,
@@ -552,7 +555,11 @@ impl RunState {
                 }
                 self.record_result(*turn, result);
             }
-            Event::SubAgentFinished { usage, .. } => self.usage.add(usage),
+            Event::SubAgentFinished { run_id, usage, .. } => {
+                // The child's whole usage so far: what was not counted yet counts now.
+                let counted = self.sub_agents.insert(run_id.clone(), *usage);
+                self.usage.add(&usage.since(&counted.unwrap_or_default()));
+            }
             Event::ContextCompacted { .. } | Event::ModelRetried { .. } => {}
             Event::RunEnded { outcome } => self.status = Status::Ended(outcome.clone()),
         }

@@ -107,3 +107,57 @@ fn a_crash_in_the_middle_of_a_child_resumes_both_and_its_write_happens_once() {
         "{table}"
     );
 }
+
+#[test]
+fn agent_approve_parent_lists_and_answers_a_childs_approval() {
+    let env = Env::new();
+    let turns = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
+            {"final": "done"}
+        ],
+        "agents": {"save the note": {"turns": [
+            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
+            {"final": "saved"}
+        ]}}
+    });
+    let path = env.dir.path().join("parent.json");
+    std::fs::write(&path, turns.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--sub-agents",
+        "--allow",
+        "delegate",
+        "--model",
+        &model,
+        "note it",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v = json_of(&out);
+    assert_eq!(v["reason"], "approval_required");
+    assert_eq!(v["pending"][0]["call_id"], "w1");
+    assert_eq!(v["pending"][0]["tool"], "write_file");
+    let id = v["run_id"].as_str().unwrap().to_owned();
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    let parent = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(parent["status"], "paused", "{parent}");
+
+    // No --sub-agents here: the run recorded them. One place for the person: the parent.
+    let out = env.run(&[
+        "approve", "--json", &id, "--call", "w1", "--allow", "delegate", "--model", &model,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["answer"], "done");
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("note.txt")).unwrap(),
+        "hi\n"
+    );
+}

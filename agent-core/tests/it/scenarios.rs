@@ -621,3 +621,49 @@ fn validators_recorded_in_the_manifest_apply_after_a_restart() {
     assert_eq!(resumed.outcome.reason, TerminalReason::Completed);
     assert!(resumed.commands.iter().any(|c| c == "check_answer \"42\""));
 }
+
+#[test]
+fn a_sub_agent_reported_again_counts_only_what_it_used_since() {
+    let entry = |version: u64, event: Event| Entry {
+        version,
+        at_ms: version,
+        event,
+    };
+    let child = |version: u64, run_id: &str, cost: f64| {
+        let mut usage = Usage::tokens(100, 10);
+        usage.cost_usd = cost;
+        entry(
+            version,
+            Event::SubAgentFinished {
+                turn: 1,
+                call_id: CallId::from("d1"),
+                run_id: run_id.into(),
+                usage,
+            },
+        )
+    };
+    let log = vec![
+        entry(
+            1,
+            Event::RunStarted {
+                run_id: "p".into(),
+                goal: "g".into(),
+                manifest: crate::harness::manifest(Budget::default()),
+            },
+        ),
+        child(2, "p.a", 0.5),
+        // The same child after a pause: its total, of which 0.5 was counted.
+        child(3, "p.a", 0.8),
+        child(4, "p.b", 0.25),
+    ];
+    let state = RunState::fold(&log).unwrap();
+    assert!(
+        (state.usage.cost_usd - 1.05).abs() < 1e-9,
+        "{:?}",
+        state.usage
+    );
+    assert_eq!(
+        state.usage.input_tokens, 200,
+        "the same child's tokens once, then the other's"
+    );
+}

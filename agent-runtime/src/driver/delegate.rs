@@ -88,8 +88,8 @@ struct Args {
 }
 
 /// A boxed future: a child is driven by the same code as its parent, so the recursion
-/// goes through a box.
-type Driving<'a> = Pin<Box<dyn Future<Output = Result<Report, RuntimeError>> + Send + 'a>>;
+/// goes through a box. It gives the child's report and what the child had used before.
+type Driving<'a> = Pin<Box<dyn Future<Output = Result<(Report, Usage), RuntimeError>> + Send + 'a>>;
 
 impl Runtime {
     /// Whether this runtime carries out `call` itself, as a sub-agent.
@@ -219,7 +219,7 @@ impl Runtime {
             .sub_agent_report(&child_id, &args.goal, budget, stop)
             .await
         {
-            Ok(report) => report,
+            Ok(found) => found,
             Err(e) => {
                 return (
                     fail(
@@ -230,6 +230,9 @@ impl Runtime {
                 );
             }
         };
+        let (report, _) = report;
+        // The child's whole usage: the parent's fold counts what it had not counted yet
+        // (a call run again after a pause or a crash reports the same child again).
         let usage = report.state.usage;
         let outcome = &report.outcome;
         let result = match (&outcome.answer, outcome.reason) {
@@ -237,8 +240,17 @@ impl Runtime {
                 ToolResult::ok(call.id.clone(), call.name.clone(), answer.clone())
             }
             (_, reason) => {
+                let waits = matches!(
+                    reason,
+                    TerminalReason::ApprovalRequired | TerminalReason::OutcomeUnknown
+                );
                 let kind = if reason == TerminalReason::Cancelled {
                     ErrorKind::Cancelled
+                } else if waits && call.name != DELEGATE_READ {
+                    // The child waits for a person: so does this call, whose outcome is
+                    // unknown until then (the parent pauses on it; `agent approve PARENT`
+                    // answers the child, then runs the call again, which continues it).
+                    ErrorKind::OutcomeUnknown
                 } else {
                     ErrorKind::ExecutionFailed
                 };
@@ -267,14 +279,17 @@ impl Runtime {
             let log = self.load_log(child_id).await.unwrap_or_default();
             if log.is_empty() {
                 let request = RunRequest::new(child_id, goal, budget);
-                return self.start(request, cancel).await;
+                return Ok((self.start(request, cancel).await?, Usage::default()));
             }
+            let before = agent_core::RunState::fold(&log)
+                .map(|s| s.usage)
+                .unwrap_or_default();
             if let Some(Event::RunEnded { .. }) = log.last().map(|e| &e.event)
-                && let Some(report) = self.standing(child_id).await?
+                && let Some(report) = self.standing_as_logged(child_id).await?
             {
-                return Ok(report);
+                return Ok((report, before));
             }
-            self.resume(child_id, cancel).await
+            Ok((self.resume(child_id, cancel).await?, before))
         })
     }
 }
@@ -299,5 +314,144 @@ fn sub_agent_budget(
             .max_wall_time_ms
             .map(|max| max.saturating_sub(worked_ms).max(1)),
         ..parent.clone()
+    }
+}
+
+impl Runtime {
+    /// The sub-agents a paused run waits on: its calls in doubt answered by child runs
+    /// that wait for a person's approval, each with the child's run id and how it stands.
+    pub(super) async fn waiting_children(
+        &self,
+        run_id: &str,
+        outcome: &agent_core::Outcome,
+    ) -> Vec<(agent_core::PendingCall, String, agent_core::Outcome)> {
+        if outcome.reason != TerminalReason::OutcomeUnknown {
+            return Vec::new();
+        }
+        let Ok(log) = self.load_log(run_id).await else {
+            return Vec::new();
+        };
+        let Ok(state) = agent_core::RunState::fold(&log) else {
+            return Vec::new();
+        };
+        let mut waiting = Vec::new();
+        for pending in &outcome.pending {
+            if !is_delegate(&pending.tool) {
+                return Vec::new();
+            }
+            let child = sub_agent_run_id(run_id, state.turn, &pending.call_id);
+            match self.standing_as_logged(&child).await {
+                Ok(Some(report)) if report.outcome.reason == TerminalReason::ApprovalRequired => {
+                    waiting.push((pending.clone(), child, report.outcome));
+                }
+                _ => return Vec::new(),
+            }
+        }
+        waiting
+    }
+
+    /// A paused run whose calls in doubt are all sub-agents waiting for approval is shown
+    /// as waiting for approval of the children's calls.
+    pub(super) async fn surface_children(&self, mut report: Report) -> Report {
+        let waiting = self.waiting_children(&report.run_id, &report.outcome).await;
+        if waiting.is_empty() {
+            return report;
+        }
+        let mut pending = Vec::new();
+        let mut names = Vec::new();
+        for (call, child, outcome) in waiting {
+            names.push(format!("{} (run {child})", call.call_id));
+            for mut p in outcome.pending {
+                p.why = format!("sub-agent of call {}: {}", call.call_id, p.why);
+                pending.push(p);
+            }
+        }
+        report.outcome = agent_core::Outcome {
+            pending,
+            ..agent_core::Outcome::stop(
+                TerminalReason::ApprovalRequired,
+                format!(
+                    "the sub-agent of call {} needs a person's approval",
+                    names.join(", ")
+                ),
+            )
+        };
+        report
+    }
+
+    /// Answers the approvals a paused run's sub-agents wait for (all their pending calls
+    /// when `call_ids` is empty), then continues the run: each call in doubt runs again and
+    /// continues its child. `None` when the run waits on no such child.
+    pub(super) async fn settle_children(
+        &self,
+        run_id: &str,
+        call_ids: &[CallId],
+        denial: Option<&str>,
+        cancel: CancellationToken,
+    ) -> Result<Option<Report>, RuntimeError> {
+        let Some(standing) = self.standing_as_logged(run_id).await? else {
+            return Ok(None);
+        };
+        let waiting = self.waiting_children(run_id, &standing.outcome).await;
+        if waiting.is_empty() {
+            return Ok(None);
+        }
+        let known: Vec<&CallId> = waiting
+            .iter()
+            .flat_map(|(_, _, o)| o.pending.iter().map(|p| &p.call_id))
+            .collect();
+        if let Some(unknown) = call_ids.iter().find(|id| !known.contains(id)) {
+            let list: Vec<String> = known.iter().map(ToString::to_string).collect();
+            return Err(RuntimeError::Refused(format!(
+                "call {unknown} is not pending in run {run_id}; pending: {}",
+                list.join(", ")
+            )));
+        }
+        for (_, child, outcome) in &waiting {
+            let ids: Vec<CallId> = outcome
+                .pending
+                .iter()
+                .map(|p| p.call_id.clone())
+                .filter(|id| call_ids.is_empty() || call_ids.contains(id))
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let input = match denial {
+                None => agent_core::Input::ApprovalGranted { call_ids: ids },
+                Some(reason) => agent_core::Input::ApprovalDenied {
+                    call_ids: ids,
+                    reason: reason.to_owned(),
+                },
+            };
+            self.record_answer(child, input).await?;
+        }
+        // Each call in doubt runs again (a person's word, not a retry of the model's), and
+        // finds its child where the answer left it.
+        let (last, rest) = waiting
+            .split_last()
+            .map_or((None, &[][..]), |(l, r)| (Some(l), r));
+        for (call, _, _) in rest {
+            self.record_answer(
+                run_id,
+                agent_core::Input::Resolved {
+                    call_id: call.call_id.clone(),
+                    resolution: agent_core::Resolution::Retry,
+                },
+            )
+            .await?;
+        }
+        match last {
+            Some((call, _, _)) => Ok(Some(
+                self.resolve(
+                    run_id,
+                    call.call_id.clone(),
+                    agent_core::Resolution::Retry,
+                    cancel,
+                )
+                .await?,
+            )),
+            None => Ok(None),
+        }
     }
 }

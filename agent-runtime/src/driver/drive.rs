@@ -38,7 +38,10 @@ impl Runtime {
         );
         let inside = span.clone();
         async move {
-            let report = self.drive_in_span(run_id, machine, log, cancel).await;
+            let report = match self.drive_in_span(run_id, machine, log, cancel).await {
+                Ok(report) => Ok(self.surface_children(report).await),
+                Err(e) => Err(e),
+            };
             match &report {
                 Ok(report) => {
                     inside.record("agent.terminal_reason", report.outcome.reason.as_str());

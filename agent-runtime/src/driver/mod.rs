@@ -349,6 +349,15 @@ impl Runtime {
     /// person (the pending calls included), `None` if it was interrupted (`resume` goes on
     /// with it).
     pub async fn standing(&self, run_id: &str) -> Result<Option<Report>, RuntimeError> {
+        Ok(match self.standing_as_logged(run_id).await? {
+            Some(report) => Some(self.surface_children(report).await),
+            None => None,
+        })
+    }
+
+    /// [`Runtime::standing`] as the run's own log has it (a pause on sub-agents shown as
+    /// the calls in doubt it is).
+    async fn standing_as_logged(&self, run_id: &str) -> Result<Option<Report>, RuntimeError> {
         let (machine, _) = self.load(run_id).await?;
         let outcome = machine.outcome();
         Ok(outcome.map(|outcome| Report {
@@ -460,6 +469,13 @@ impl Runtime {
         call_ids: Vec<CallId>,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        // A sub-agent's approvals are answered through its parent.
+        if let Some(report) = self
+            .settle_children(run_id, &call_ids, None, cancel.clone())
+            .await?
+        {
+            return Ok(report);
+        }
         self.settle(run_id, Input::ApprovalGranted { call_ids }, cancel)
             .await
     }
@@ -473,6 +489,12 @@ impl Runtime {
         reason: String,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        if let Some(report) = self
+            .settle_children(run_id, &call_ids, Some(&reason), cancel.clone())
+            .await?
+        {
+            return Ok(report);
+        }
         self.settle(run_id, Input::ApprovalDenied { call_ids, reason }, cancel)
             .await
     }

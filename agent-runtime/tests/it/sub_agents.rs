@@ -259,3 +259,120 @@ async fn cancelling_the_parent_cancels_its_sub_agent() {
     assert_eq!(state.outcome().unwrap().reason, TerminalReason::Cancelled);
     assert_eq!(state.steps, 0, "its model call never answered");
 }
+
+fn approval_script() -> Arc<dyn Model> {
+    script(json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
+            {"final": "the child is done"}
+        ],
+        "agents": {"save the note": {"turns": [
+            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
+            {"final": "saved, or told why not"}
+        ]}}
+    }))
+}
+
+#[tokio::test]
+async fn a_childs_approval_surfaces_on_the_parent_and_is_answered_there() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    // The parent may delegate; writes ask, in the child as anywhere.
+    let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
+    let report = rt
+        .start(
+            RunRequest::new("parent", "note it", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::ApprovalRequired,
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(report.outcome.pending.len(), 1);
+    let pending = &report.outcome.pending[0];
+    assert_eq!(
+        (pending.call_id.as_str(), pending.tool.as_str()),
+        ("w1", "write_file")
+    );
+    assert!(
+        pending.why.starts_with("sub-agent of call d1:"),
+        "{}",
+        pending.why
+    );
+    assert!(!s.dir.path().join("ws/note.txt").exists());
+    // Where it stands says the same, without driving anything.
+    let standing = rt.standing("parent").await.unwrap().unwrap();
+    assert_eq!(standing.outcome, report.outcome);
+    // A call that is not pending is refused, naming those that are.
+    let err = rt
+        .approve(
+            "parent",
+            vec![CallId::from("nope")],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("pending: w1"), "{err}");
+
+    let report = rt
+        .approve("parent", vec![CallId::from("w1")], CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::Completed,
+        "{:?}",
+        report.outcome
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.dir.path().join("ws/note.txt")).unwrap(),
+        "hi\n"
+    );
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = store.load(&child_id).unwrap();
+    assert_eq!(count(&child, "approval_granted"), 1);
+    assert_eq!(count(&child, "tool_finished"), 1, "the write ran once");
+    let parent = store.load("parent").unwrap();
+    assert_eq!(count(&parent, "effect_resolved"), 1);
+    let result = parent.iter().rev().find_map(|e| match &e.event {
+        Event::ToolFinished { result, .. } => Some(result.content().to_owned()),
+        _ => None,
+    });
+    assert_eq!(result.as_deref(), Some("saved, or told why not"));
+}
+
+#[tokio::test]
+async fn a_childs_call_denied_through_the_parent_is_told_to_the_child() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
+    rt.start(
+        RunRequest::new("parent", "note it", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let report = rt
+        .deny("parent", vec![], "not now".into(), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::Completed,
+        "{:?}",
+        report.outcome
+    );
+    assert!(!s.dir.path().join("ws/note.txt").exists());
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = store.load(&child_id).unwrap();
+    assert_eq!(count(&child, "approval_denied"), 1);
+    let denied = child.iter().find_map(|e| match &e.event {
+        Event::CallRejected { result, .. } => Some(result.content().to_owned()),
+        _ => None,
+    });
+    assert!(denied.unwrap().contains("not now"));
+}
