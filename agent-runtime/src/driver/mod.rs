@@ -523,6 +523,47 @@ impl Runtime {
     /// A run whose log no longer folds (damaged by hand, or by a bug) can still be ended:
     /// `cancelled` is appended after what is there.
     pub async fn cancel(&self, run_id: &str) -> Result<Report, RuntimeError> {
+        let report = self.cancel_one(run_id).await?;
+        // Its sub-agents stop with it.
+        for child in self.children_of(run_id).await {
+            // A child that already ended stays as it ended.
+            let _ = self.cancel_one(&child).await;
+        }
+        Ok(report)
+    }
+
+    /// The sub-agent runs a run started: those its log names, and those of the calls of
+    /// its latest turn (a crash may have come before their results).
+    async fn children_of(&self, run_id: &str) -> Vec<String> {
+        let Ok(log) = self.load_log(run_id).await else {
+            return Vec::new();
+        };
+        let mut children: Vec<String> = log
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::SubAgentFinished { run_id, .. } => Some(run_id.clone()),
+                _ => None,
+            })
+            .collect();
+        if let Ok(state) = RunState::fold(&log) {
+            for call in &state.turn_calls {
+                if agent_tools::builtin::is_delegate(&call.name) {
+                    children.push(delegate::sub_agent_run_id(run_id, state.turn, &call.id));
+                }
+            }
+        }
+        children.sort();
+        children.dedup();
+        let mut existing = Vec::new();
+        for child in children {
+            if self.load_log(&child).await.is_ok_and(|l| !l.is_empty()) {
+                existing.push(child);
+            }
+        }
+        existing
+    }
+
+    async fn cancel_one(&self, run_id: &str) -> Result<Report, RuntimeError> {
         let (mut machine, log) = match self.load(run_id).await {
             Ok(loaded) => loaded,
             Err(RuntimeError::Damaged { message, .. }) => {

@@ -376,3 +376,22 @@ async fn a_childs_call_denied_through_the_parent_is_told_to_the_child() {
     });
     assert!(denied.unwrap().contains("not now"));
 }
+
+#[tokio::test]
+async fn cancelling_a_parent_paused_on_its_child_cancels_the_child_too() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
+    rt.start(
+        RunRequest::new("parent", "note it", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let report = rt.cancel("parent").await.unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = RunState::fold(&store.load(&child_id).unwrap()).unwrap();
+    assert_eq!(child.outcome().unwrap().reason, TerminalReason::Cancelled);
+    assert!(!s.dir.path().join("ws/note.txt").exists());
+}
