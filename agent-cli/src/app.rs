@@ -527,7 +527,7 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
     if let Some(n) = at {
         // The prompt of call N is the projection of everything committed before it.
         let calls = RunState::fold(&log).map(|s| s.steps).unwrap_or(0);
-        let Some(first) = log.iter().position(|e| model_call(&e.event) == Some(n)) else {
+        let Some(first) = agent_core::before_model_call(&log, n) else {
             return Err(usage(format!(
                 "run {run_id} made {calls} model call(s); --at takes 1 to {calls}"
             )));
@@ -594,17 +594,6 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
     match damage {
         Some(damage) => Err(failed(damage)),
         None => Ok(EXIT_OK),
-    }
-}
-
-/// The model call an event belongs to, for events a model call writes first.
-fn model_call(event: &Event) -> Option<u32> {
-    match event {
-        Event::DecisionProposed { turn, .. }
-        | Event::DecisionRejected { turn, .. }
-        | Event::ModelRetried { turn, .. }
-        | Event::ModelFailed { turn, .. } => Some(*turn),
-        _ => None,
     }
 }
 
