@@ -99,7 +99,13 @@ impl Runtime {
 
     /// A runtime for a child: the same store, gateway, clock and context settings, the
     /// guarded model, only `tools`, no event sink and no answer validators of its own.
-    fn child(&self, model: Arc<dyn Model>, tools: BTreeSet<String>, parent: ParentCall) -> Runtime {
+    fn child(
+        &self,
+        model: Arc<dyn Model>,
+        tools: BTreeSet<String>,
+        parent: ParentCall,
+        read_only: bool,
+    ) -> Runtime {
         Runtime {
             model,
             gateway: Arc::clone(&self.gateway),
@@ -117,6 +123,7 @@ impl Runtime {
             check_timeout: self.check_timeout,
             only_tools: Some(tools),
             parent: Some(parent),
+            asks_denied: read_only,
         }
     }
 
@@ -211,7 +218,7 @@ impl Runtime {
             turn,
             call_id: call.id.clone(),
         };
-        let child = self.child(model, tools, parent);
+        let child = self.child(model, tools, parent, read_only);
         let state = machine.state();
         let worked = state.worked_by(self.clock.now_ms());
         let budget = sub_agent_budget(machine.budget(), &state.usage, worked, args.max_steps);

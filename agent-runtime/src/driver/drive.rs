@@ -314,6 +314,19 @@ impl Runtime {
                 .into_iter()
                 .map(|(id, reason)| (id, Verdict::Deny { reason })),
         );
+        if self.asks_denied {
+            for (_, verdict) in &mut checked {
+                if let Verdict::Ask { why } = verdict {
+                    *verdict = Verdict::Deny {
+                        reason: format!(
+                            "a reading sub-agent cannot wait for a person, and this call would \
+                             ask one ({why}); do without it, or say in your answer what it \
+                             would take"
+                        ),
+                    };
+                }
+            }
+        }
         // Hooks saw the real values; what they say goes to the log.
         let redact = |text: &mut String| *text = self.redactor.redact_str(text);
         for (_, verdict) in &mut checked {

@@ -139,6 +139,9 @@ pub struct Runtime {
     only_tools: Option<std::collections::BTreeSet<String>>,
     /// The call a sub-agent's run answers, recorded in the manifest of the run it starts.
     parent: Option<agent_core::ParentCall>,
+    /// Calls that would ask a person are denied instead (a reading sub-agent, which runs
+    /// beside other reads and cannot wait for one).
+    asks_denied: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -179,6 +182,7 @@ impl Runtime {
             check_timeout: agent_tools::DEFAULT_CHECK_TIMEOUT,
             only_tools: None,
             parent: None,
+            asks_denied: false,
         }
     }
 

@@ -395,3 +395,54 @@ async fn cancelling_a_parent_paused_on_its_child_cancels_the_child_too() {
     assert_eq!(child.outcome().unwrap().reason, TerminalReason::Cancelled);
     assert!(!s.dir.path().join("ws/note.txt").exists());
 }
+
+#[tokio::test]
+async fn a_reading_sub_agent_is_denied_what_would_ask_a_person_and_goes_on() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let model = script(json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate_read", "arguments": {"goal": "peek"}}]},
+            {"final": "done"}
+        ],
+        "agents": {"peek": {"turns": [
+            {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+            {"final": "could not read it"}
+        ]}}
+    }));
+    let mut policy = agent_tools::Policy::new();
+    policy
+        .add(agent_tools::Action::Ask, "read_file(notes.txt)")
+        .unwrap();
+    let gateway = gateway(&s, &[]).with_policy(policy);
+    let rt = Runtime::new(model, Arc::new(gateway), Arc::clone(&store));
+    let report = rt
+        .start(
+            RunRequest::new("parent", "have a look", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::Completed,
+        "{:?}",
+        report.outcome
+    );
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = store.load(&child_id).unwrap();
+    let denied = child
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::CallRejected { result, .. } => Some(result.clone()),
+            _ => None,
+        })
+        .expect("the read was refused");
+    assert_eq!(denied.error_kind(), Some(ErrorKind::Denied));
+    assert!(
+        denied.content().contains("cannot wait for a person"),
+        "{}",
+        denied.content()
+    );
+    assert_eq!(count(&child, "approval_requested"), 0);
+}
