@@ -109,6 +109,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             jobs,
             junit,
             compare,
+            keep,
         } => {
             return crate::eval::eval(&crate::eval::EvalOptions {
                 paths,
@@ -120,6 +121,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 }),
                 junit,
                 compare,
+                keep,
                 json,
             });
         }

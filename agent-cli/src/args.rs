@@ -177,6 +177,10 @@ pub enum Commands {
         /// Show how each case moved since an earlier `agent eval --json` result.
         #[arg(long, value_name = "BASELINE.json")]
         compare: Option<PathBuf>,
+        /// Keep each trial's workspace and store in DIR/CASE-K (a new or empty directory),
+        /// to look at a failed trial with `agent --store DIR/CASE-K/store show RUN`.
+        #[arg(long, value_name = "DIR")]
+        keep: Option<PathBuf>,
     },
     /// Fork a run: a new run whose log begins with RUN's committed events before its model
     /// call N, then goes on with the options given (another model, budget, policy, tools).

@@ -39,6 +39,8 @@ pub struct EvalOptions {
     pub junit: Option<PathBuf>,
     /// An earlier `--json` result to compare with.
     pub compare: Option<PathBuf>,
+    /// Keep each trial's workspace and store under this directory (new or empty).
+    pub keep: Option<PathBuf>,
     /// Print the result as JSON.
     pub json: bool,
 }
@@ -72,12 +74,27 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
         None => None,
         Some(path) => Some(report::load_baseline(path).map_err(usage)?),
     };
+    if let Some(keep) = &options.keep
+        && std::fs::read_dir(keep).is_ok_and(|mut entries| entries.next().is_some())
+    {
+        return Err(usage(format!(
+            "--keep {}: the directory is not empty; give a new or empty one",
+            keep.display()
+        )));
+    }
     let exe =
         std::env::current_exe().map_err(|e| failed(format!("cannot find agent itself: {e}")))?;
     let invocation = Invocation {
         exe,
         model: options.model.clone(),
         base_url: options.base_url.clone(),
+        // The trials' processes run in their workspaces: paths given to them are absolute.
+        keep: options
+            .keep
+            .as_deref()
+            .map(std::path::absolute)
+            .transpose()
+            .map_err(|e| usage(format!("--keep: {e}")))?,
     };
     let trials = run_all(&invocation, &cases, options.repeat, options.jobs);
     let result = EvalReport::new(&cases, trials, options.repeat);
@@ -119,7 +136,7 @@ fn run_all(invocation: &Invocation, cases: &[Case], repeat: u32, jobs: usize) ->
                 loop {
                     let next = queue.lock().map(|mut q| q.pop_front()).ok().flatten();
                     let Some((c, k)) = next else { break };
-                    let trial = invocation.trial(&cases[c]);
+                    let trial = invocation.trial(&cases[c], k);
                     if let Ok(mut done) = done.lock() {
                         done[c][k as usize] = Some(trial);
                     }

@@ -268,6 +268,13 @@ impl EvalReport {
                 for failure in &t.failures {
                     let _ = writeln!(out, "    trial {}: {failure}", k + 1);
                 }
+                if let (false, Some(dir), Some(run)) = (t.pass, &t.kept, &t.run_id) {
+                    let _ = writeln!(
+                        out,
+                        "    trial {}: kept in {dir}; agent --store {dir}/store show {run}",
+                        k + 1
+                    );
+                }
             }
         }
         let cases: Vec<&CaseResult> = self.cases.iter().collect();
@@ -565,6 +572,7 @@ mod tests {
             repeated_plan: false,
             unauthorized_effects: 0,
             duplicated_effects: 0,
+            kept: None,
         }
     }
 

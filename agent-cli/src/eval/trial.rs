@@ -39,6 +39,9 @@ pub struct Trial {
     pub unauthorized_effects: u32,
     /// Effect keys with more than one result: a side effect done twice.
     pub duplicated_effects: u32,
+    /// Where the trial's workspace and store were kept (`--keep`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
 }
 
 /// The model and flags every trial of this invocation uses.
@@ -50,27 +53,47 @@ pub struct Invocation {
     pub model: Option<String>,
     /// `--base-url`.
     pub base_url: Option<String>,
+    /// Keep each trial's workspace and store under this directory (`--keep`).
+    pub keep: Option<PathBuf>,
 }
 
 impl Invocation {
-    /// Runs one trial of `case` in a fresh directory.
-    pub fn trial(&self, case: &Case) -> Trial {
-        match self.try_trial(case) {
+    /// Runs trial `k` (0-based) of `case` in a fresh directory: a temporary one, or
+    /// `KEEP/CASE-K` with `--keep`.
+    pub fn trial(&self, case: &Case, k: u32) -> Trial {
+        let kept = self
+            .keep
+            .as_ref()
+            .map(|keep| keep.join(format!("{}-{}", case.name, k + 1)));
+        let mut trial = match self.try_trial(case, kept.as_deref()) {
             Ok(trial) => trial,
             Err(problem) => Trial::broken(problem),
-        }
+        };
+        trial.kept = kept.map(|p| p.display().to_string());
+        trial
     }
 
-    fn try_trial(&self, case: &Case) -> Result<Trial, String> {
-        let dir = tempfile::tempdir().map_err(|e| format!("cannot make a directory: {e}"))?;
-        let ws = dir.path().join("workspace");
+    fn try_trial(&self, case: &Case, kept: Option<&Path>) -> Result<Trial, String> {
+        let made = |e: std::io::Error| format!("cannot make a directory: {e}");
+        let temporary;
+        let dir = match kept {
+            Some(path) => {
+                std::fs::create_dir_all(path).map_err(made)?;
+                path
+            }
+            None => {
+                temporary = tempfile::tempdir().map_err(made)?;
+                temporary.path()
+            }
+        };
+        let ws = dir.join("workspace");
         match &case.workspace {
             Some(fixture) => copy_dir(fixture, &ws)
                 .map_err(|e| format!("cannot copy the workspace {}: {e}", fixture.display()))?,
             None => std::fs::create_dir(&ws).map_err(|e| e.to_string())?,
         }
         let before = snapshot(&ws);
-        let config = dir.path().join("agent.toml");
+        let config = dir.join("agent.toml");
         std::fs::write(&config, "").map_err(|e| e.to_string())?;
         let model = self
             .model
@@ -79,7 +102,7 @@ impl Invocation {
             .ok_or("the case names no model; give one in the case or with --model")?;
         let world = World {
             exe: &self.exe,
-            dir: dir.path(),
+            dir,
             ws: &ws,
             config: &config,
             model: &model,
@@ -141,6 +164,7 @@ impl Trial {
             repeated_plan: false,
             unauthorized_effects: 0,
             duplicated_effects: 0,
+            kept: None,
         }
     }
 }
@@ -605,6 +629,7 @@ fn judge(
         repeated_plan: of_type(events, "correction_issued").next().is_some(),
         unauthorized_effects: unauthorized,
         duplicated_effects: duplicated,
+        kept: None,
     }
 }
 

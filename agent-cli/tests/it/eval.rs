@@ -254,3 +254,38 @@ fn a_case_may_be_json_and_a_model_given_on_the_command_line_replaces_its_own() {
     );
     assert_eq!(v["by_tag"]["json"]["cases"], 1);
 }
+
+#[test]
+fn a_kept_trial_can_be_looked_at_afterwards() {
+    let env = Env::new();
+    let case = repo()
+        .join("examples/evals/broken/direct-answer.toml")
+        .display()
+        .to_string();
+    // Relative to where `agent eval` runs (its trials run elsewhere).
+    let keep = env.dir.path().join("kept");
+    let out = env.run(&["eval", &case, "--keep", "kept"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    let trial = keep.join("direct-answer-1");
+    let hint = format!(
+        "kept in {}; agent --store {}/store show ",
+        trial.display(),
+        trial.display()
+    );
+    let at = text.find(&hint).unwrap_or_else(|| panic!("{text}"));
+    let run = text[at + hint.len()..].lines().next().unwrap().trim();
+    let shown = env
+        .bare()
+        .arg("--store")
+        .arg(trial.join("store"))
+        .args(["show", run])
+        .output()
+        .unwrap();
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    assert!(stdout(&shown).contains("final 42"), "{}", stdout(&shown));
+    // A directory that holds something already is refused before anything runs.
+    let out = env.run(&["eval", &case, "--keep", keep.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("is not empty"), "{}", stderr(&out));
+}
