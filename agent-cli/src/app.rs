@@ -432,7 +432,7 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
         return Err(usage(format!("no run {parent} in {location}")));
     }
     let state = RunState::fold(&log).map_err(|e| failed(format!("run {parent}: {e}")))?;
-    if at == 0 || agent_core::before_model_call(&log, at).is_none() {
+    if agent_core::before_model_call(&log, at).is_none() {
         let calls = state.steps;
         return Err(usage(format!(
             "run {parent} made {calls} model call(s); --at takes 1 to {calls}"

@@ -65,12 +65,11 @@ pub fn fork_log(
     mut manifest: Manifest,
 ) -> Result<Vec<Entry>, ForkError> {
     let state = RunState::fold(parent)?;
-    let cut = before_model_call(parent, at)
-        .filter(|_| at >= 1)
-        .ok_or_else(|| ForkError::NoSuchCall {
-            run_id: state.run_id.clone(),
-            calls: state.steps,
-        })?;
+    // Calls are numbered from 1: there is no call 0 to cut before.
+    let cut = before_model_call(parent, at).ok_or_else(|| ForkError::NoSuchCall {
+        run_id: state.run_id.clone(),
+        calls: state.steps,
+    })?;
     let mut prefix: Vec<Entry> = parent[..cut].to_vec();
     let version = prefix.last().map_or(0, |e| e.version);
     manifest.forked_from = Some(Box::new(ForkOrigin {

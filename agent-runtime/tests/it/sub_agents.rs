@@ -446,3 +446,70 @@ async fn a_reading_sub_agent_is_denied_what_would_ask_a_person_and_goes_on() {
     );
     assert_eq!(count(&child, "approval_requested"), 0);
 }
+
+#[tokio::test]
+async fn a_sub_agent_call_that_asks_for_more_than_the_parent_has_is_refused_and_starts_nothing() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let model = script(json!({
+        "turns": [
+            {"tool_calls": [
+                // No grandchildren, and no tool the run does not have.
+                {"id": "d1", "name": "delegate", "arguments": {"goal": "nest", "tools": ["delegate"]}},
+                {"id": "d2", "name": "delegate", "arguments": {"goal": "fetch", "tools": ["fetch_url"]}},
+                // Outside the schema: a step budget past its bound, an empty goal.
+                {"id": "d3", "name": "delegate_read", "arguments": {"goal": "x", "max_steps": 100000}},
+                {"id": "d4", "name": "delegate_read", "arguments": {"goal": ""}}
+            ]},
+            {"final": "done"}
+        ]
+    }));
+    let rt = runtime(&s, model, Arc::clone(&store), &["delegate"]);
+    let report = rt
+        .start(
+            RunRequest::new("parent", "try", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::Completed,
+        "{:?}",
+        report.outcome
+    );
+    let log = store.load("parent").unwrap();
+    let results: Vec<ToolResult> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } | Event::CallRejected { result, .. } => {
+                Some(result.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 4);
+    for result in &results {
+        assert_eq!(
+            result.error_kind(),
+            Some(ErrorKind::InvalidArguments),
+            "{result:?}"
+        );
+    }
+    let of = |id: &str| {
+        results
+            .iter()
+            .find(|r| r.call_id.as_str() == id)
+            .unwrap()
+            .content()
+    };
+    assert!(
+        of("d1").contains("\"delegate\" is not a tool a sub-agent may have"),
+        "{results:#?}"
+    );
+    assert!(of("d2").contains("fetch_url"), "{results:#?}");
+    assert!(of("d3").contains("/max_steps"), "{results:#?}");
+    assert!(of("d4").contains("/goal"), "{results:#?}");
+    assert_eq!(count(&log, "sub_agent_finished"), 0, "no child started");
+    assert_eq!(store.runs().unwrap().len(), 1);
+}
