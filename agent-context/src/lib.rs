@@ -40,7 +40,10 @@ mod tokens;
 pub use facts::Facts;
 pub use project::{ContextConfig, Projector, SUMMARY_PREFIX, project};
 pub use render::PromptText;
-pub use summarize::{Extractive, SUMMARY_INSTRUCTION, Summarizer, SummaryError, extract};
+pub use summarize::{
+    DEFAULT_SUMMARY_CHARS, Digest, Extractive, SUMMARY_INSTRUCTION, Summarizer, SummaryError,
+    extract,
+};
 pub use tokens::{CharEstimate, DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter, context_window};
 
 pub use agent_core::Prompt;

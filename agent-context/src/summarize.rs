@@ -1,6 +1,8 @@
 //! Summaries for compaction: a trait, and a deterministic extractive summary that needs no
 //! model (used by the script model, and as the fallback when a model's summary fails).
 
+use std::collections::VecDeque;
+
 use agent_core::{Decision, Entry, Event, Prompt, canonical_json};
 use async_trait::async_trait;
 
@@ -12,6 +14,19 @@ pub trait Summarizer: Send + Sync {
     /// the runtime falls back to the [`Extractive`] summary: compaction never waits on a
     /// summarizer that cannot answer.
     async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Result<String, SummaryError>;
+
+    /// Whether [`summarize`](Summarizer::summarize) reads `history`. When it does not, the
+    /// runtime gives it an empty history rather than read the log back from the store.
+    fn reads_history(&self) -> bool {
+        true
+    }
+
+    /// The summary made from the projection's running [`Digest`] instead, when this
+    /// summarizer can make it so (then neither the log nor `summarize` is needed).
+    fn summarize_digest(&self, digest: &Digest) -> Option<String> {
+        let _ = digest;
+        None
+    }
 }
 
 /// Why a summarizer gave no summary.
@@ -49,9 +64,14 @@ impl Extractive {
     }
 }
 
+/// Default of [`Extractive::max_chars`], and the size of the projection's [`Digest`].
+pub const DEFAULT_SUMMARY_CHARS: usize = 6_000;
+
 impl Default for Extractive {
     fn default() -> Self {
-        Extractive { max_chars: 6_000 }
+        Extractive {
+            max_chars: DEFAULT_SUMMARY_CHARS,
+        }
     }
 }
 
@@ -73,81 +93,141 @@ pub(crate) fn first_line(text: &str, max: usize) -> String {
 
 /// The extractive summary of `history`.
 pub fn extract(history: &[Entry], max_chars: usize) -> String {
-    let mut earlier = None;
-    let mut lines: Vec<String> = Vec::new();
+    let mut digest = Digest::new(max_chars);
     for entry in history {
+        digest.apply(entry);
+    }
+    digest.summary()
+}
+
+/// The extractive summary kept up to date as entries are applied: what [`extract`] makes
+/// of the history since the last compaction, without reading that history again. It holds
+/// at most `max_chars` of lines, so it does not grow with the run.
+#[derive(Clone, Debug)]
+pub struct Digest {
+    max_chars: usize,
+    /// The first line of the last compaction's summary.
+    earlier: Option<String>,
+    /// The newest lines that fit in `max_chars` (each counted with its newline).
+    lines: VecDeque<String>,
+    used: usize,
+    /// Lines since the last compaction that no longer fit.
+    omitted: usize,
+}
+
+impl Digest {
+    /// An empty digest whose summary holds at most `max_chars` of lines.
+    pub fn new(max_chars: usize) -> Self {
+        Digest {
+            max_chars,
+            earlier: None,
+            lines: VecDeque::new(),
+            used: 0,
+            omitted: 0,
+        }
+    }
+
+    /// The longest summary it makes, in characters of lines.
+    pub fn max_chars(&self) -> usize {
+        self.max_chars
+    }
+
+    /// Applies the next entry of the log.
+    pub fn apply(&mut self, entry: &Entry) {
         match &entry.event {
             Event::ContextCompacted { summary, .. } => {
                 // A second compaction keeps what the first one said.
-                earlier = Some(first_line(summary, 2_000));
-                lines.clear();
+                self.earlier = Some(first_line(summary, 2_000));
+                self.lines.clear();
+                self.used = 0;
+                self.omitted = 0;
             }
-            Event::DecisionProposed { turn, decision, .. } => lines.push(match decision {
-                Decision::ToolCalls { calls } => format!(
-                    "Turn {turn}: called {}",
-                    calls
-                        .iter()
-                        .map(|c| format!(
-                            "{} {} {}",
-                            c.id,
-                            c.name,
-                            first_line(&canonical_json(&c.arguments), 120)
-                        ))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-                Decision::Final { answer } => {
-                    format!("Turn {turn}: answered: {}", first_line(answer, 200))
+            Event::DecisionProposed { turn, decision, .. } => {
+                let mut line = format!("Turn {turn}: ");
+                match decision {
+                    Decision::ToolCalls { calls } => {
+                        line.push_str("called ");
+                        for (i, c) in calls.iter().enumerate() {
+                            if i > 0 {
+                                line.push_str("; ");
+                            }
+                            line.push_str(c.id.as_str());
+                            line.push(' ');
+                            line.push_str(&c.name);
+                            line.push(' ');
+                            line.push_str(&first_line(&canonical_json(&c.arguments), 120));
+                        }
+                    }
+                    Decision::Final { answer } => {
+                        line.push_str("answered: ");
+                        line.push_str(&first_line(answer, 200));
+                    }
+                    other => line.push_str(other.kind()),
                 }
-                other => format!("Turn {turn}: {}", other.kind()),
-            }),
+                self.push(line);
+            }
             Event::DecisionRejected { turn, problem, .. } => {
-                lines.push(format!("Turn {turn}: invalid reply ({problem})"));
+                self.push(format!("Turn {turn}: invalid reply ({problem})"));
             }
             Event::ToolFinished { result, .. } | Event::CallRejected { result, .. } => {
                 let status = if result.is_ok() { "ok" } else { "failed" };
-                lines.push(format!(
+                self.push(format!(
                     "  {} {status}: {}",
                     result.call_id,
                     first_line(&result.content(), 160)
                 ));
             }
             Event::CorrectionIssued { turn, .. } => {
-                lines.push(format!("Turn {turn}: repeated a plan and was corrected"));
+                self.push(format!("Turn {turn}: repeated a plan and was corrected"));
             }
             Event::UserMessage { text, .. } => {
-                lines.push(format!("The person said: {}", first_line(text, 300)));
+                self.push(format!("The person said: {}", first_line(text, 300)));
             }
             _ => {}
         }
     }
-    let mut out = String::new();
-    let mut used = 0;
-    let mut kept = Vec::new();
-    for line in lines.iter().rev() {
-        if used + line.len() + 1 > max_chars {
-            break;
+
+    /// Keeps `line` as the newest, and as many older lines as still fit.
+    fn push(&mut self, line: String) {
+        self.used += line.len() + 1;
+        self.lines.push_back(line);
+        while self.used > self.max_chars {
+            let Some(oldest) = self.lines.pop_front() else {
+                break;
+            };
+            self.used -= oldest.len() + 1;
+            self.omitted += 1;
         }
-        used += line.len() + 1;
-        kept.push(line.as_str());
     }
-    kept.reverse();
-    if let Some(earlier) = earlier {
-        out.push_str(&format!("Earlier: {earlier}\n"));
+
+    /// The summary: the last compaction's first line, a count of the lines left out, and
+    /// the newest lines that fit.
+    pub fn summary(&self) -> String {
+        let mut out = String::with_capacity(self.used + 64);
+        if let Some(earlier) = &self.earlier {
+            out.push_str(&format!("Earlier: {earlier}\n"));
+        }
+        if self.omitted > 0 {
+            out.push_str(&format!("({} earlier lines omitted)\n", self.omitted));
+        }
+        for (i, line) in self.lines.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            out.push_str(line);
+        }
+        out
     }
-    if kept.len() < lines.len() {
-        out.push_str(&format!(
-            "({} earlier lines omitted)\n",
-            lines.len() - kept.len()
-        ));
-    }
-    out.push_str(&kept.join("\n"));
-    out
 }
 
 #[async_trait]
 impl Summarizer for Extractive {
     async fn summarize(&self, history: &[Entry], _prompt: &Prompt) -> Result<String, SummaryError> {
         Ok(self.of(history))
+    }
+
+    /// The digest is the same summary, kept as the log was applied, when it has this size.
+    fn summarize_digest(&self, digest: &Digest) -> Option<String> {
+        (digest.max_chars() == self.max_chars).then(|| digest.summary())
     }
 }

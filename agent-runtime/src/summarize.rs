@@ -28,6 +28,11 @@ impl ModelSummarizer {
 
 #[async_trait]
 impl Summarizer for ModelSummarizer {
+    /// It reads the prompt, not the log.
+    fn reads_history(&self) -> bool {
+        false
+    }
+
     async fn summarize(&self, _history: &[Entry], prompt: &Prompt) -> Result<String, SummaryError> {
         let window = context_window(self.model.model());
         let mut messages: Vec<Message> = prompt.messages.clone();

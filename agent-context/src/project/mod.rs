@@ -21,6 +21,7 @@ use agent_core::{
 
 use crate::DEFAULT_SYSTEM_PROMPT;
 use crate::facts::Facts;
+use crate::summarize::{DEFAULT_SUMMARY_CHARS, Digest};
 use crate::tokens::{DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter};
 use mask::ResultMessage;
 use size::Sizes;
@@ -114,6 +115,9 @@ pub struct Projector {
     /// Closed turns whose results are still shown whole, oldest first.
     result_messages: VecDeque<ResultMessage>,
     facts: Facts,
+    /// The extractive summary of the history since the last compaction, kept as entries
+    /// are applied, so that compacting never reads the log back.
+    digest: Digest,
     /// Whether the run has `read_result`, so shortened results can point to it.
     reads_back: bool,
     /// The person's own words (goal, messages, reasons), kept through compactions.
@@ -171,6 +175,7 @@ impl Projector {
             turn: OpenTurn::default(),
             result_messages: VecDeque::new(),
             facts,
+            digest: Digest::new(DEFAULT_SUMMARY_CHARS),
             reads_back,
             user_texts: Vec::new(),
             version: 0,
@@ -203,6 +208,12 @@ impl Projector {
     /// The configuration.
     pub fn config(&self) -> &ContextConfig {
         &self.config
+    }
+
+    /// The extractive summary of the history since the last compaction (what
+    /// [`extract`](crate::extract) makes of the log from [`summary_from`](Self::summary_from)).
+    pub fn digest(&self) -> &Digest {
+        &self.digest
     }
 
     /// The facts block as it stands.
@@ -241,6 +252,7 @@ impl Projector {
         self.drop_provisional();
         self.version = entry.version;
         self.facts.apply(entry);
+        self.digest.apply(entry);
         match &entry.event {
             Event::RunStarted { goal, manifest, .. } => {
                 self.prompt.answer_schema = manifest.answer.as_ref().and_then(|a| a.schema.clone());

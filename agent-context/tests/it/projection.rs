@@ -3,7 +3,8 @@
 
 use agent_context::testing::snapshot_text;
 use agent_context::{
-    ContextConfig, DEFAULT_SYSTEM_PROMPT, Projector, SUMMARY_PREFIX, Tiktoken, extract, project,
+    ContextConfig, DEFAULT_SYSTEM_PROMPT, Digest, Projector, SUMMARY_PREFIX, Tiktoken, extract,
+    project,
 };
 use agent_core::*;
 use serde_json::json;
@@ -384,6 +385,48 @@ fn the_extractive_summary_is_deterministic_and_bounded() {
     assert!(a.contains("c40"), "the newest turn is kept");
 }
 
+/// The summary keeps the newest lines that fit and counts the others, as a summary made
+/// from all of its lines at once would.
+#[test]
+fn the_running_digest_keeps_the_newest_lines_that_fit() {
+    let log = reads_log(40, 500);
+    let mut whole = Digest::new(usize::MAX);
+    for e in &log.0 {
+        whole.apply(e);
+    }
+    let all: Vec<String> = whole.summary().lines().map(str::to_owned).collect();
+    assert_eq!(all.len(), 80, "a line for each call and each result");
+    // Exactly the size of the last five lines, and one less.
+    let five: usize = all.iter().rev().take(5).map(|l| l.len() + 1).sum();
+    for max in [0, 1, 50, 333, five - 1, five, 1_000, 6_000, 100_000] {
+        // The suffix of lines whose sizes (with a newline each) fit in `max`.
+        let mut used = 0;
+        let mut kept = Vec::new();
+        for line in all.iter().rev() {
+            if used + line.len() + 1 > max {
+                break;
+            }
+            used += line.len() + 1;
+            kept.push(line.as_str());
+        }
+        kept.reverse();
+        let mut expected = String::new();
+        if kept.len() < all.len() {
+            expected.push_str(&format!(
+                "({} earlier lines omitted)\n",
+                all.len() - kept.len()
+            ));
+        }
+        expected.push_str(&kept.join("\n"));
+        let mut digest = Digest::new(max);
+        for e in &log.0 {
+            digest.apply(e);
+        }
+        assert_eq!(digest.summary(), expected, "max {max}");
+        assert_eq!(extract(&log.0, max), expected, "max {max}");
+    }
+}
+
 #[test]
 fn snapshot_of_masked_results_and_a_compaction() {
     let log = reads_log(5, 400);
@@ -516,6 +559,8 @@ fn a_summary_needs_only_the_log_since_the_last_compaction() {
     assert!(tail.len() < log.0.len() / 2);
     assert_eq!(extract(tail, 6_000), extract(&log.0, 6_000));
     assert!(extract(tail, 6_000).starts_with("Earlier: "));
+    // The projection keeps that summary as it goes: compacting reads no log back.
+    assert_eq!(p.digest().summary(), extract(tail, 6_000));
     assert_eq!(projector(&log.0[..3], config()).summary_from(), 1);
 }
 

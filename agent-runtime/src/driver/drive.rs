@@ -92,18 +92,27 @@ impl Runtime {
                             agent.tokens_after = tracing::field::Empty,
                         );
                         let before = projector.tokens();
-                        // What came before the last compaction is in its summary.
-                        let log = self
-                            .load_log_from(&run_id, projector.summary_from())
-                            .instrument(span.clone())
-                            .await?;
-                        let summary = self
-                            .summarizer
-                            .summarize(&log, projector.prompt())
-                            .instrument(span.clone())
-                            .await
-                            // The one fallback: a summary made of the log itself.
-                            .unwrap_or_else(|_| agent_context::Extractive::default().of(&log));
+                        let summary = match self.summarizer.summarize_digest(projector.digest()) {
+                            Some(summary) => summary,
+                            None => {
+                                // What came before the last compaction is in its summary;
+                                // the log is read back only for a summarizer that reads it.
+                                let log = if self.summarizer.reads_history() {
+                                    self.load_log_from(&run_id, projector.summary_from())
+                                        .instrument(span.clone())
+                                        .await?
+                                } else {
+                                    Vec::new()
+                                };
+                                self.summarizer
+                                    .summarize(&log, projector.prompt())
+                                    .instrument(span.clone())
+                                    .await
+                                    // The one fallback: the extractive summary of the log,
+                                    // which the projection keeps as it goes.
+                                    .unwrap_or_else(|_| projector.digest().summary())
+                            }
+                        };
                         let after = projector.tokens_after_compaction(&summary);
                         span.record("agent.tokens_after", after);
                         // Compact only when it helps; otherwise the model gets what there is,

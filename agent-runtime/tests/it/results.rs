@@ -446,3 +446,146 @@ async fn a_summary_that_does_not_help_is_not_asked_for_again_every_turn() {
         "asked {asked} times over 13 model calls: once, and again only as the prompt grew"
     );
 }
+
+/// A store that counts the reads of a run's log.
+struct CountedReads {
+    inner: MemoryStore,
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Store for CountedReads {
+    fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
+        self.inner.append(run_id, expected, entries)
+    }
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.load(run_id)
+    }
+    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
+        self.inner.runs()
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_blob(handle)
+    }
+}
+
+/// A summarizer that records the history it was given; `reads` says whether it wants it.
+struct Seen {
+    reads: bool,
+    histories: Mutex<Vec<Vec<&'static str>>>,
+}
+
+#[async_trait]
+impl agent_context::Summarizer for Seen {
+    async fn summarize(
+        &self,
+        history: &[Entry],
+        _prompt: &Prompt,
+    ) -> Result<String, agent_context::SummaryError> {
+        let names = history.iter().map(|e| e.event.name()).collect();
+        self.histories.lock().unwrap().push(names);
+        Ok("short".to_owned())
+    }
+    fn reads_history(&self) -> bool {
+        self.reads
+    }
+}
+
+/// Compacting a long run: the extractive summary comes from what the projection kept, so
+/// the log is never read back; a summarizer that reads the history gets the log since the
+/// last compaction, and one that does not gets none (and no read).
+#[tokio::test]
+async fn compacting_reads_the_log_back_only_for_a_summarizer_that_reads_it() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let script = || {
+        let mut turns: Vec<Value> = (0..16)
+            .map(|i| {
+                json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+                "arguments": {"path": "big.txt", "offset": i + 1}}]})
+            })
+            .collect();
+        turns.push(json!({"final": "done"}));
+        json!({ "turns": turns })
+    };
+    let context = || agent_context::ContextConfig {
+        context_window: 6_000,
+        unmasked_result_chars: 0,
+        ..agent_context::ContextConfig::default()
+    };
+    let mut reads_of = Vec::new();
+    for summarizer in [
+        None,
+        Some(Arc::new(Seen {
+            reads: true,
+            histories: Mutex::default(),
+        })),
+        Some(Arc::new(Seen {
+            reads: false,
+            histories: Mutex::default(),
+        })),
+    ] {
+        let store = Arc::new(CountedReads {
+            inner: MemoryStore::new(),
+            reads: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let mut rt = s
+            .runtime(script(), Arc::clone(&store) as Arc<dyn Store>, vec![])
+            .with_context(context());
+        if let Some(summarizer) = &summarizer {
+            rt = rt.with_summarizer(Arc::clone(summarizer) as Arc<dyn agent_context::Summarizer>);
+        }
+        let report = rt
+            .start(
+                RunRequest::new("run-c", "read the big file", Budget::default()),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(report.outcome.reason, TerminalReason::Completed);
+        let reads = store.reads.load(std::sync::atomic::Ordering::Relaxed);
+        let log = store.inner.load("run-c").unwrap();
+        let compactions: Vec<&Entry> = log
+            .iter()
+            .filter(|e| matches!(e.event, Event::ContextCompacted { .. }))
+            .collect();
+        assert!(compactions.len() >= 2, "{}", compactions.len());
+        match &summarizer {
+            None => {
+                // The summary is the one the whole log makes, as ever.
+                let Event::ContextCompacted { summary, .. } = &compactions[1].event else {
+                    unreachable!()
+                };
+                let from = usize::try_from(compactions[0].version).unwrap() - 1;
+                let through = usize::try_from(compactions[1].version).unwrap() - 1;
+                assert_eq!(*summary, agent_context::extract(&log[from..through], 6_000));
+            }
+            Some(seen) => {
+                let histories = seen.histories.lock().unwrap();
+                assert_eq!(histories.len(), compactions.len());
+                if seen.reads {
+                    assert_eq!(histories[0][0], "run_started");
+                    assert_eq!(histories[1][0], "context_compacted", "since the last one");
+                    assert!(histories[1].len() > 4, "{:?}", histories[1]);
+                } else {
+                    assert!(histories.iter().all(Vec::is_empty), "{histories:?}");
+                }
+            }
+        }
+        reads_of.push(reads);
+    }
+    assert_eq!(reads_of[0], 0, "the extractive summary reads no log back");
+    assert_eq!(
+        reads_of[2], 0,
+        "nor does a summarizer that does not read it"
+    );
+    assert!(reads_of[1] >= 2, "one read a compaction: {reads_of:?}");
+}
