@@ -1,8 +1,9 @@
 //! The runtime facts block: what was done, rebuilt from the log, never from a summary.
 
-use std::collections::BTreeSet;
+use std::borrow::Cow;
+use std::collections::{BTreeSet, VecDeque};
 
-use agent_core::{Entry, Event, RunState, ToolResult, ToolSpec, canonical_json};
+use agent_core::{Entry, Event, RunState, ToolOutcome, ToolResult, ToolSpec, canonical_json};
 
 /// Side-effect actions listed at most (the oldest are counted, not listed).
 const MAX_ACTIONS: usize = 60;
@@ -20,10 +21,14 @@ pub struct Facts {
     /// The tools whose main argument is a path: what their side effects wrote.
     path_tools: BTreeSet<String>,
     state: RunState,
-    actions: Vec<String>,
+    /// The latest side-effect actions, at most [`MAX_ACTIONS`]: the block lists no more,
+    /// so no more are kept, however long the run.
+    actions: VecDeque<String>,
+    /// Side-effect actions in all.
+    actions_total: usize,
     files: BTreeSet<String>,
     handles: BTreeSet<String>,
-    last: Vec<String>,
+    last: VecDeque<String>,
 }
 
 fn excerpt(text: &str) -> String {
@@ -78,14 +83,22 @@ impl Facts {
             None => "ok".to_owned(),
             Some(kind) => kind.as_str().to_owned(),
         };
-        let content = result.content();
+        // The output as it is; an error's text is made.
+        let content = match &result.outcome {
+            ToolOutcome::Output(text) => Cow::Borrowed(text.as_str()),
+            ToolOutcome::Error(_) => Cow::Owned(result.content()),
+        };
         self.handles.extend(
             agent_core::Handle::blobs_in(&content)
                 .iter()
                 .map(ToString::to_string),
         );
         if let Some(key) = effect_key {
-            self.actions.push(format!(
+            self.actions_total += 1;
+            if self.actions.len() == MAX_ACTIONS {
+                self.actions.pop_front();
+            }
+            self.actions.push_back(format!(
                 "- turn {turn}: {} {} {args} -> {status} (effect {key}; receipt: {})",
                 result.call_id,
                 result.name,
@@ -98,15 +111,15 @@ impl Facts {
                 self.files.insert(path.to_owned());
             }
         }
-        self.last.push(format!(
+        if self.last.len() == LAST_CALLS {
+            self.last.pop_front();
+        }
+        self.last.push_back(format!(
             "- {} {} {args} -> {status}: {}",
             result.call_id,
             result.name,
             excerpt(&content)
         ));
-        if self.last.len() > LAST_CALLS {
-            self.last.remove(0);
-        }
     }
 
     /// The block, as the model reads it.
@@ -114,19 +127,18 @@ impl Facts {
         let mut out = String::from("Runtime facts, rebuilt from the event log:\n");
         let state = &self.state;
         out.push_str(&format!("Goal: {}\n", state.goal));
-        let reads = state.tool_calls as usize - self.actions.len().min(state.tool_calls as usize);
+        let reads = state.tool_calls as usize - self.actions_total.min(state.tool_calls as usize);
         out.push_str(&format!(
             "Tool calls run: {} ({} with side effects, {reads} reads).\n",
-            state.tool_calls,
-            self.actions.len()
+            state.tool_calls, self.actions_total
         ));
         if !self.actions.is_empty() {
             out.push_str("Side effects done (call, tool, arguments, outcome, effect key):\n");
-            let skip = self.actions.len().saturating_sub(MAX_ACTIONS);
+            let skip = self.actions_total - self.actions.len();
             if skip > 0 {
                 out.push_str(&format!("- ({skip} earlier ones not listed)\n"));
             }
-            for action in &self.actions[skip..] {
+            for action in &self.actions {
                 out.push_str(action);
                 out.push('\n');
             }

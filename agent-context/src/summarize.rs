@@ -2,8 +2,9 @@
 //! model (used by the script model, and as the fallback when a model's summary fails).
 
 use std::collections::VecDeque;
+use std::fmt::Write as _;
 
-use agent_core::{Decision, Entry, Event, Prompt, canonical_json};
+use agent_core::{Decision, Entry, Event, Prompt, ToolOutcome, canonical_json};
 use async_trait::async_trait;
 
 /// Writes the summary that replaces older turns.
@@ -78,11 +79,15 @@ impl Default for Extractive {
 /// The first line of `text`, at most `max` characters, with `…` when anything was left out.
 pub(crate) fn first_line(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or("");
-    // The first `max` characters, sliced rather than collected char by char.
-    let end = line
-        .char_indices()
-        .nth(max)
-        .map_or(line.len(), |(at, _)| at);
+    // The first `max` characters, sliced rather than collected char by char; a line of at
+    // most `max` bytes has at most `max` characters.
+    let end = if line.len() <= max {
+        line.len()
+    } else {
+        line.char_indices()
+            .nth(max)
+            .map_or(line.len(), |(at, _)| at)
+    };
     let mut out = String::with_capacity(end + 3);
     out.push_str(&line[..end]);
     if out.len() < text.len() {
@@ -143,7 +148,8 @@ impl Digest {
                 self.omitted = 0;
             }
             Event::DecisionProposed { turn, decision, .. } => {
-                let mut line = format!("Turn {turn}: ");
+                let mut line = String::with_capacity(160);
+                let _ = write!(line, "Turn {turn}: ");
                 match decision {
                     Decision::ToolCalls { calls } => {
                         line.push_str("called ");
@@ -171,11 +177,12 @@ impl Digest {
             }
             Event::ToolFinished { result, .. } | Event::CallRejected { result, .. } => {
                 let status = if result.is_ok() { "ok" } else { "failed" };
-                self.push(format!(
-                    "  {} {status}: {}",
-                    result.call_id,
-                    first_line(&result.content(), 160)
-                ));
+                // An output's first line, without copying the whole output.
+                let first = match &result.outcome {
+                    ToolOutcome::Output(text) => first_line(text, 160),
+                    ToolOutcome::Error(_) => first_line(&result.content(), 160),
+                };
+                self.push(format!("  {} {status}: {first}", result.call_id));
             }
             Event::CorrectionIssued { turn, .. } => {
                 self.push(format!("Turn {turn}: repeated a plan and was corrected"));

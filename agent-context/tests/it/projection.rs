@@ -308,6 +308,55 @@ fn write_log() -> Log {
     log
 }
 
+/// A long run of writes: the block counts them all and lists the newest sixty, in order.
+#[test]
+fn the_facts_list_the_newest_sixty_side_effects_and_count_the_rest() {
+    let mut log = Log::new("Write many parts");
+    for t in 1..=70u32 {
+        let id = format!("w{t}");
+        log.calls(
+            t,
+            vec![ToolCall::new(
+                id.as_str(),
+                "write_file",
+                json!({"path": format!("out/{t}.md"), "content": "x"}),
+            )],
+        )
+        .push(Event::ToolFinished {
+            turn: t,
+            result: ToolResult::ok(id.as_str().into(), "write_file", format!("wrote part {t}")),
+            effect_key: Some(format!("eff_{t:032}")),
+        });
+    }
+    log.calls(
+        71,
+        vec![ToolCall::new("r", "read_file", json!({"path": "a"}))],
+    )
+    .finished(71, ToolResult::ok("r".into(), "read_file", "read"));
+    let p = projector(&log.0, config());
+    let facts = p.facts();
+    assert!(
+        facts.contains("Tool calls run: 71 (70 with side effects, 1 reads)."),
+        "{facts}"
+    );
+    assert!(
+        facts.contains("- (10 earlier ones not listed)\n"),
+        "{facts}"
+    );
+    let listed: Vec<&str> = facts.lines().filter(|l| l.starts_with("- turn ")).collect();
+    assert_eq!(listed.len(), 60);
+    assert!(listed[0].starts_with("- turn 11: w11 "), "{}", listed[0]);
+    assert!(listed[59].starts_with("- turn 70: w70 "), "{}", listed[59]);
+    let last: Vec<&str> = facts
+        .lines()
+        .skip_while(|l| *l != "Last tool calls:")
+        .skip(1)
+        .collect();
+    assert_eq!(last.len(), 5, "{facts}");
+    assert!(last[0].starts_with("- w67 "), "{}", last[0]);
+    assert!(last[4].starts_with("- r read_file"), "{}", last[4]);
+}
+
 #[test]
 fn compaction_keeps_the_facts_and_the_newest_user_messages() {
     let mut log = write_log();
