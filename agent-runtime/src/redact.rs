@@ -402,7 +402,7 @@ impl Redactor {
         let redacted = entries
             .into_iter()
             .map(|entry| {
-                let json = serde_json::to_vec(&entry).ok();
+                let json = encode(&entry);
                 let clean = (self.secrets.is_empty() && !self.formats)
                     || json.as_deref().is_some_and(|json| {
                         std::str::from_utf8(json).is_ok_and(|text| !self.may_hold_secrets(text))
@@ -411,7 +411,7 @@ impl Redactor {
                     (entry, json)
                 } else {
                     let entry = self.redact_entry(entry);
-                    let json = serde_json::to_vec(&entry).ok();
+                    let json = encode(&entry);
                     (entry, json)
                 };
                 match json {
@@ -509,6 +509,29 @@ fn patterns() -> Vec<Pattern> {
     .into_iter()
     .filter_map(|(re, group)| Regex::new(re).ok().map(|regex| Pattern { regex, group }))
     .collect()
+}
+
+/// Largest encoding buffer kept between entries: one huge entry does not pin its size.
+const SCRATCH_KEPT: usize = 1 << 20;
+
+thread_local! {
+    /// The buffer entries are encoded into, reused so that an encoding does not grow its
+    /// buffer by doubling from scratch each time.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// An entry's JSON, in a buffer of its exact size.
+fn encode(entry: &Entry) -> Option<Vec<u8>> {
+    SCRATCH.with_borrow_mut(|buf| {
+        buf.clear();
+        let encoded = serde_json::to_writer(&mut *buf, entry)
+            .ok()
+            .map(|()| buf.to_vec());
+        if buf.capacity() > SCRATCH_KEPT {
+            *buf = Vec::new();
+        }
+        encoded
+    })
 }
 
 #[cfg(test)]
