@@ -249,7 +249,18 @@ impl Projector {
 
     /// Applies the next committed entry.
     pub fn apply(&mut self, entry: &Entry) {
-        self.drop_provisional();
+        // An event that closes the turn keeps its provisional answer as the answer (it is
+        // what the answer would be built as); any other replaces it.
+        let closes = matches!(
+            entry.event,
+            Event::DecisionProposed { .. }
+                | Event::DecisionRejected { .. }
+                | Event::ModelFailed { .. }
+                | Event::UserMessage { .. }
+        );
+        if !closes {
+            self.drop_provisional();
+        }
         self.version = entry.version;
         self.facts.apply(entry);
         self.digest.apply(entry);
@@ -420,18 +431,43 @@ impl Projector {
         (parts, versions)
     }
 
+    /// The versions of the results the answer to the latest assistant message shows.
+    fn answer_versions(&self) -> Vec<(CallId, u64)> {
+        self.turn
+            .calls
+            .iter()
+            .filter_map(|call| {
+                let (id, version, _) =
+                    self.turn.results.iter().find(|(id, _, _)| *id == call.id)?;
+                Some((id.clone(), *version))
+            })
+            .collect()
+    }
+
     fn close_turn(&mut self) {
         if self.turn.is_empty() {
             self.turn.results.clear();
             return;
         }
-        let (parts, versions) = self.answer_parts();
+        let index;
+        let versions;
+        if self.turn.shown {
+            // The provisional answer, rendered from the turn as it stands, becomes the
+            // answer: the same message, not built again.
+            self.turn.shown = false;
+            self.sizes.kept_last();
+            index = self.prompt.messages.len() - 1;
+            versions = self.answer_versions();
+        } else {
+            let (parts, built) = self.answer_parts();
+            index = self.prompt.messages.len();
+            self.push(Message {
+                role: Role::User,
+                parts,
+            });
+            versions = built;
+        }
         self.turn.clear();
-        let index = self.prompt.messages.len();
-        self.push(Message {
-            role: Role::User,
-            parts,
-        });
         if !versions.is_empty() {
             let chars = mask::maskable_chars(&self.config, &self.prompt.messages[index]);
             self.result_messages.push_back(ResultMessage {

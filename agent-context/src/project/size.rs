@@ -99,6 +99,14 @@ impl Sizes {
         counted.pending.push(index);
     }
 
+    /// The last message stays, as if removed and added again: it counts as added since the
+    /// provider's last count.
+    pub(super) fn kept_last(&mut self) {
+        if let Some(&bytes) = self.message_bytes.last() {
+            self.since = self.since.saturating_sub(bytes).saturating_add(bytes);
+        }
+    }
+
     /// The last message, added since the provider's last count, was removed.
     pub(super) fn popped(&mut self) {
         if let Some(bytes) = self.message_bytes.pop() {
@@ -301,6 +309,54 @@ mod tests {
                 prop_assert_eq!(sizes.tokens(&messages), expected);
                 let bytes: usize = messages.iter().map(message_bytes).sum();
                 prop_assert_eq!(sizes.bytes(), "system".len() + "[]".len() + bytes);
+            }
+        }
+
+        /// Keeping the last message is removing it and adding it again, for every figure
+        /// (the upper bound included), whatever the provider reported in between.
+        #[test]
+        fn keeping_the_last_message_is_popping_and_pushing_it(
+            steps in proptest::collection::vec(step(), 0..40),
+            reports in proptest::collection::vec(0u64..200, 40),
+        ) {
+            let mut kept = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+            let mut again = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+            let mut messages: Vec<Message> = Vec::new();
+            for (step, report) in steps.into_iter().zip(reports) {
+                match step {
+                    Step::Push(text) => {
+                        let message = Message::user_text(text);
+                        kept.pushed(&message);
+                        again.pushed(&message);
+                        messages.push(message);
+                    }
+                    // Here: the last message kept, after a count of the provider's (a
+                    // decision closing the turn) or without one (a failed call, a message).
+                    Step::Pop | Step::Clear => {
+                        if report % 2 == 0 {
+                            kept.reported(report);
+                            again.reported(report);
+                        }
+                        if let Some(last) = messages.last() {
+                            kept.kept_last();
+                            again.popped();
+                            again.pushed(last);
+                        }
+                    }
+                    Step::Change(i, text) => {
+                        if i < messages.len() {
+                            messages[i] = Message::user_text(text);
+                            kept.changed(i, &messages[i]);
+                            again.changed(i, &messages[i]);
+                        }
+                    }
+                    Step::Count => {
+                        kept.tokens(&messages);
+                    }
+                }
+                prop_assert_eq!(kept.upper_bound(), again.upper_bound());
+                prop_assert_eq!(kept.bytes(), again.bytes());
+                prop_assert_eq!(kept.tokens(&messages), again.tokens(&messages));
             }
         }
     }
