@@ -479,11 +479,28 @@ fn settle_summary(
 }
 
 /// Whether a commit that took a run's summary from `before` to `after` writes it.
-fn summary_due(before: &RunSummary, after: &RunSummary) -> bool {
+pub(crate) fn summary_due(before: &Due, after: &RunSummary) -> bool {
     before.version == 0
         || before.status != after.status
         || before.reason != after.reason
         || before.version / SUMMARY_EVERY != after.version / SUMMARY_EVERY
+}
+
+/// What of a summary decides whether it is written again ([`summary_due`]).
+pub(crate) struct Due {
+    version: u64,
+    status: String,
+    reason: Option<agent_core::TerminalReason>,
+}
+
+impl Due {
+    pub(crate) fn of(summary: &RunSummary) -> Due {
+        Due {
+            version: summary.version,
+            status: summary.status.clone(),
+            reason: summary.reason,
+        }
+    }
 }
 
 impl Store for SledStore {
@@ -537,19 +554,8 @@ impl Store for SledStore {
         };
         let version = {
             let mut summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
-            let before = summaries
-                .get(run_id)
-                .cloned()
-                .unwrap_or_else(|| RunSummary::new(run_id));
-            check_batch(run_id, before.version, expected_version, entries)?;
-            let mut summary = before.clone();
-            for entry in entries {
-                summary.apply(entry);
-            }
-            let stored = summary_due(&before, &summary)
-                .then(|| summary.encode())
-                .transpose()?;
-            let version = summary.version;
+            let current = summaries.get(run_id).map_or(0, |s| s.version);
+            check_batch(run_id, current, expected_version, entries)?;
             if entries.len() > 1 && !self.format_2.load(std::sync::atomic::Ordering::SeqCst) {
                 // The first record of several entries in a format-1 database: from now on an
                 // earlier `agent` must refuse it rather than misread it.
@@ -558,9 +564,29 @@ impl Store for SledStore {
                 self.format_2
                     .store(true, std::sync::atomic::Ordering::SeqCst);
             }
-            // Remembered first: the record may be in the tree even if a write below fails,
-            // and it must never be written over.
-            summaries.insert(run_id.to_owned(), summary);
+            // Brought up to date in place, before the record is written: the record may be
+            // in the tree even if a write below fails, and it must never be written over.
+            if !summaries.contains_key(run_id) {
+                summaries.insert(run_id.to_owned(), RunSummary::new(run_id));
+            }
+            let summary = summaries
+                .get_mut(run_id)
+                .ok_or_else(|| StoreError::RunNotFound(run_id.to_owned()))?;
+            let before = Due::of(summary);
+            for entry in entries {
+                summary.apply(entry);
+            }
+            let version = summary.version;
+            let stored = match summary_due(&before, summary).then(|| summary.encode()) {
+                Some(Err(e)) => {
+                    // Forgotten, so that the next commit finds it from the database, not
+                    // ahead of it.
+                    summaries.remove(run_id);
+                    return Err(e);
+                }
+                Some(Ok(bytes)) => Some(bytes),
+                None => None,
+            };
             self.events
                 .insert(event_key(run_id, first.version), record)?;
             // The summary after the record: a crash in between leaves a record the stored

@@ -522,8 +522,16 @@ impl Store for DirStore {
         run.served.durable.fetch_max(version, Ordering::SeqCst);
         let mut summary = run.served.summary.lock().unwrap_or_else(|p| p.into_inner());
         // The run's database folded the entries into its summary; not folded again here.
-        if let Some(now) = run.served.db.summary(run_id) {
-            *summary = now;
+        let Some(now) = run.served.db.summary(run_id) else {
+            return Ok(version);
+        };
+        let due = crate::sled_store::summary_due(&crate::sled_store::Due::of(&summary), &now);
+        *summary = now;
+        // The file is written when the database writes its own summary (a new run, a
+        // change of status, every 128 entries); meanwhile readers ask the owner, which
+        // serves the summary as of the last commit.
+        if !due {
+            return Ok(version);
         }
         // In place, padded to the length last written: one write, no new file. A reader
         // that meets it half written asks the owner instead. Not flushed: the run's
@@ -572,10 +580,18 @@ impl Store for DirStore {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let driver = self.driver(&id);
-            let summary = std::fs::read(self.summary_path(&id))
-                .ok()
-                .and_then(|bytes| serde_json::from_slice::<RunSummary>(&bytes).ok())
-                .or_else(|| self.owner_summary(&id));
+            let from_file = || {
+                std::fs::read(self.summary_path(&id))
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<RunSummary>(&bytes).ok())
+            };
+            // A live run's file lags its commits (it is written now and then): its owner
+            // says where it is.
+            let summary = if driver.is_some() {
+                self.owner_summary(&id).or_else(from_file)
+            } else {
+                from_file().or_else(|| self.owner_summary(&id))
+            };
             let summary = match summary {
                 Some(summary) if driver.is_some() || summary.status != "running" => summary,
                 // Not driven and not settled: maybe a commit the summary missed.

@@ -126,6 +126,34 @@ fn a_summary_missing_its_last_commit_is_read_again_from_the_log() {
     assert_eq!(mended["version"], 2);
 }
 
+/// The summary file is written now and then, not at every commit; a live run is listed
+/// as its owner has it, and the file catches up when the run ends.
+#[test]
+fn a_live_run_is_listed_as_its_owner_has_it_between_summary_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = DirStore::open(dir.path()).unwrap();
+    a.append("r", 0, &[started("r", 1)]).unwrap();
+    for v in 2..=6 {
+        a.append("r", v - 1, &[filler(v, 1)]).unwrap();
+    }
+    let on_disk = |path: &std::path::Path| -> u64 {
+        let bytes = std::fs::read(path).unwrap();
+        let summary: agent_store::RunSummary = serde_json::from_slice(&bytes).unwrap();
+        summary.version
+    };
+    let file = dir.path().join("runs/r.json");
+    assert_eq!(
+        on_disk(&file),
+        1,
+        "written with the run's first commit only"
+    );
+    let b = DirStore::open(dir.path()).unwrap();
+    let runs = b.runs().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].version, 6, "the owner's summary, not the file's");
+    assert!(runs[0].live.is_some());
+}
+
 #[test]
 fn a_summary_read_half_written_is_asked_of_the_process_driving_the_run() {
     let dir = tempfile::tempdir().unwrap();
