@@ -83,6 +83,9 @@ pub(crate) fn first_line(text: &str, max: usize) -> String {
     // most `max` bytes has at most `max` characters.
     let end = if line.len() <= max {
         line.len()
+    } else if line.as_bytes()[..max].is_ascii() {
+        // `max` ASCII characters are `max` bytes.
+        max
     } else {
         line.char_indices()
             .nth(max)

@@ -96,12 +96,41 @@ impl Marker {
         if covered <= self.written.load(Ordering::SeqCst) {
             return;
         }
-        let text = format!("format={FORMAT_VERSION} entries={covered:020}\n");
+        let text = marker_text(covered);
         // One positioned write: the text always has the same length.
-        if file.write_all_at(text.as_bytes(), 0).is_ok() {
+        if file.write_all_at(&text, 0).is_ok() {
             self.written.store(covered, Ordering::SeqCst);
         }
     }
+}
+
+/// `format=F entries=N\n` with N in 20 digits, written without the formatting machinery
+/// (it is written after every flush).
+fn marker_text(covered: u64) -> Vec<u8> {
+    let mut text = Vec::with_capacity(48);
+    text.extend_from_slice(b"format=");
+    push_digits(&mut text, u64::from(FORMAT_VERSION), 1);
+    text.extend_from_slice(b" entries=");
+    push_digits(&mut text, covered, 20);
+    text.push(b'\n');
+    text
+}
+
+/// `n` in decimal, padded with zeros to at least `width` digits.
+fn push_digits(out: &mut Vec<u8>, n: u64, width: usize) {
+    let mut digits = [b'0'; 20];
+    let mut rest = n;
+    let mut used = 0;
+    for digit in digits.iter_mut().rev() {
+        // A digit, 0 to 9.
+        *digit = b'0' + u8::try_from(rest % 10).unwrap_or(0);
+        rest /= 10;
+        used += 1;
+        if rest == 0 && used >= width {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[20 - used..]);
 }
 
 /// Group commit: concurrent appends share flushes. Each append takes a ticket after its
@@ -693,5 +722,18 @@ impl Store for SledStore {
         }
         let key = handle.to_string();
         Ok(self.blobs.get(key.as_bytes())?.map(|v| v.to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_marker_is_what_formatting_would_write() {
+        for n in [0, 7, 10, 12_345, u64::MAX] {
+            assert_eq!(
+                super::marker_text(n),
+                format!("format={} entries={n:020}\n", super::FORMAT_VERSION).into_bytes()
+            );
+        }
     }
 }
