@@ -80,8 +80,8 @@ impl Facts {
             .find(|c| c.id == result.call_id);
         let args = call.map_or_else(String::new, |c| canonical_json(&c.arguments));
         let status = match result.error_kind() {
-            None => "ok".to_owned(),
-            Some(kind) => kind.as_str().to_owned(),
+            None => "ok",
+            Some(kind) => kind.as_str(),
         };
         // The output as it is; an error's text is made.
         let content = match &result.outcome {
@@ -114,12 +114,22 @@ impl Facts {
         if self.last.len() == LAST_CALLS {
             self.last.pop_front();
         }
-        self.last.push_back(format!(
-            "- {} {} {args} -> {status}: {}",
-            result.call_id,
-            result.name,
-            excerpt(&content)
-        ));
+        let mut line = String::with_capacity(args.len() + result.name.len() + EXCERPT + 48);
+        for piece in [
+            "- ",
+            result.call_id.as_str(),
+            " ",
+            &result.name,
+            " ",
+            &args,
+            " -> ",
+            status,
+            ": ",
+            &excerpt(&content),
+        ] {
+            line.push_str(piece);
+        }
+        self.last.push_back(line);
     }
 
     /// The block, as the model reads it.

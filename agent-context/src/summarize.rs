@@ -185,7 +185,12 @@ impl Digest {
                     ToolOutcome::Output(text) => first_line(text, 160),
                     ToolOutcome::Error(_) => first_line(&result.content(), 160),
                 };
-                self.push(format!("  {} {status}: {first}", result.call_id));
+                let mut line =
+                    String::with_capacity(result.call_id.as_str().len() + first.len() + 16);
+                for piece in ["  ", result.call_id.as_str(), " ", status, ": ", &first] {
+                    line.push_str(piece);
+                }
+                self.push(line);
             }
             Event::CorrectionIssued { turn, .. } => {
                 self.push(format!("Turn {turn}: repeated a plan and was corrected"));
