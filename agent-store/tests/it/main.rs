@@ -5,6 +5,7 @@ mod dir;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod roundtrip;
+mod sled_tree;
 
 use agent_store::conformance::{check_all, filler, started};
 use agent_store::{FORMAT_VERSION, MemoryStore, SledStore, Store, StoreError};

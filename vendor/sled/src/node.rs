@@ -164,6 +164,9 @@ impl Node {
     }
 
     pub(crate) fn split(mut self) -> (Node, Node) {
+        /// agent-loop: entries the right node gets when the rightmost leaf splits: the
+        /// smallest size [`Node::should_merge`] leaves alone.
+        const RIGHTMOST_SPLIT_KEEPS: usize = 4;
         fn split_inner<T>(
             keys: &mut Vec<IVec>,
             values: &mut Vec<T>,
@@ -174,7 +177,15 @@ impl Node {
         where
             T: Clone + Ord,
         {
-            let split_point = keys.len() / 2 + 1;
+            // agent-loop: the rightmost leaf of a tree that is appended to (keys that
+            // only grow, as a log's) keeps all but a few of its entries on the left, so
+            // that the left node is full and never split again, and the right one starts
+            // at the size below which a node would be merged back. Elsewhere, in half.
+            let split_point = if suffix_truncation && old_hi.is_empty() {
+                keys.len().saturating_sub(RIGHTMOST_SPLIT_KEEPS).max(1)
+            } else {
+                keys.len() / 2 + 1
+            };
             let right_keys = keys.split_off(split_point);
             let right_values = values.split_off(split_point);
             let right_min = &right_keys[0];

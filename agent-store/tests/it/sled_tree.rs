@@ -1,0 +1,90 @@
+//! The vendored sled's B-tree, where `vendor/sled` changed it (the split of the rightmost
+//! leaf): whatever the order of inserts and removes, the tree holds what a map would, in
+//! order, before and after it is opened again.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+/// An operation on the tree: keys that only grow (a log's), keys anywhere, removals.
+#[derive(Clone, Debug)]
+enum Op {
+    Append(u16),
+    Insert(u32, u16),
+    Remove(u32),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u16..2_000).prop_map(Op::Append),
+        3 => (any::<u32>(), 0u16..2_000).prop_map(|(k, n)| Op::Insert(k, n)),
+        1 => any::<u32>().prop_map(Op::Remove),
+    ]
+}
+
+fn value(n: u16) -> Vec<u8> {
+    vec![u8::try_from(n % 251).unwrap(); usize::from(n)]
+}
+
+fn check(tree: &sled::Tree, model: &BTreeMap<Vec<u8>, Vec<u8>>) -> Result<(), TestCaseError> {
+    let stored: Vec<(Vec<u8>, Vec<u8>)> = tree
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv.unwrap();
+            (k.to_vec(), v.to_vec())
+        })
+        .collect();
+    let expected: Vec<(Vec<u8>, Vec<u8>)> =
+        model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    prop_assert_eq!(stored.len(), expected.len());
+    prop_assert!(stored == expected, "the tree differs from the map");
+    // Backwards too, and each key on its own.
+    let backwards: Vec<Vec<u8>> = tree.iter().rev().map(|kv| kv.unwrap().0.to_vec()).collect();
+    let mut keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+    keys.reverse();
+    prop_assert_eq!(backwards, keys);
+    for (k, v) in model {
+        prop_assert_eq!(tree.get(k).unwrap().map(|v| v.to_vec()), Some(v.clone()));
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn the_tree_holds_what_a_map_holds_whatever_the_order(ops in proptest::collection::vec(op(), 1..400)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut model = BTreeMap::new();
+        let mut next: u64 = 0;
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let tree = db.open_tree("t").unwrap();
+            for op in &ops {
+                match op {
+                    Op::Append(n) => {
+                        // Big-endian, after every key so far: the rightmost leaf grows.
+                        let key = [[0xff_u8].as_slice(), &next.to_be_bytes()].concat();
+                        next += 1;
+                        tree.insert(&key, value(*n)).unwrap();
+                        model.insert(key, value(*n));
+                    }
+                    Op::Insert(k, n) => {
+                        let key = k.to_be_bytes().to_vec();
+                        tree.insert(&key, value(*n)).unwrap();
+                        model.insert(key, value(*n));
+                    }
+                    Op::Remove(k) => {
+                        let key = k.to_be_bytes().to_vec();
+                        tree.remove(&key).unwrap();
+                        model.remove(&key);
+                    }
+                }
+            }
+            check(&tree, &model)?;
+            db.flush().unwrap();
+        }
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        check(&db.open_tree("t").unwrap(), &model)?;
+    }
+}
