@@ -152,7 +152,7 @@ impl ScriptModel {
         let raw: RawScript = serde_json::from_str(text)
             .map_err(|e| format!("not a script ({e}); expected {{\"turns\": [TURN, ...]}}"))?;
         for (i, turn) in raw.turns.iter().enumerate() {
-            parse_turn(turn.get()).map_err(|e| format!("turn {}: {e}", i + 1))?;
+            check_turn(turn.get()).map_err(|e| format!("turn {}: {e}", i + 1))?;
         }
         let mut agents = std::collections::BTreeMap::new();
         for (goal, script) in raw.agents {
@@ -165,6 +165,74 @@ impl ScriptModel {
             agents,
         })
     }
+}
+
+/// What [`parse_turn`] checks, without building the turn: a script is checked whole when
+/// it is loaded, and each turn is built when it is played. Arguments and answers, which
+/// may be any JSON, are read past rather than built; everything else is read as
+/// `parse_turn` reads it.
+fn check_turn(text: &str) -> Result<(), String> {
+    use serde::de::IgnoredAny;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct CheckTurn {
+        #[serde(rename = "final")]
+        final_answer: Option<IgnoredAny>,
+        tool_calls: Option<Vec<CheckCall>>,
+        request_approval: Option<CheckApproval>,
+        clarification: Option<String>,
+        cannot_continue: Option<String>,
+        invalid: Option<String>,
+        error: Option<String>,
+        #[serde(default, rename = "delay_ms")]
+        _delay_ms: u64,
+        #[serde(default, rename = "usage")]
+        _usage: Option<RawUsage>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct CheckCall {
+        #[serde(rename = "id")]
+        _id: String,
+        #[serde(rename = "name")]
+        _name: String,
+        #[serde(default, rename = "arguments")]
+        _arguments: IgnoredAny,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct CheckApproval {
+        #[serde(rename = "summary")]
+        _summary: String,
+        #[serde(default, rename = "calls")]
+        _calls: Vec<CheckCall>,
+    }
+
+    if !text.trim_start().starts_with('{') {
+        return Err(format!("a turn is an object with one of: {KEYS}"));
+    }
+    let raw: CheckTurn = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let answers = [
+        raw.final_answer.is_some(),
+        raw.tool_calls.is_some(),
+        raw.request_approval.is_some(),
+        raw.clarification.is_some(),
+        raw.cannot_continue.is_some(),
+        raw.invalid.is_some(),
+        raw.error.is_some(),
+    ]
+    .into_iter()
+    .filter(|present| *present)
+    .count();
+    if answers != 1 {
+        return Err(format!(
+            "a turn has exactly one of: {KEYS} (this one has {answers})"
+        ));
+    }
+    Ok(())
 }
 
 fn parse_turn(text: &str) -> Result<Turn, String> {
@@ -270,6 +338,47 @@ impl Model for ScriptModel {
                 turn.usage,
             )),
             Answer::Error(message) => Err(ProviderError::Scripted(message)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_turn, parse_turn};
+
+    /// The check at load time refuses exactly what building the turn refuses, with the
+    /// same words.
+    #[test]
+    fn the_load_check_and_the_turn_agree() {
+        let turns = [
+            r#"{"final": "done"}"#,
+            r#"{"final": {"a": [1, 2]}}"#,
+            r#"{"final": null}"#,
+            r#"{"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "a"}}]}"#,
+            r#"{"tool_calls": [{"id": "c1", "name": "read_file"}], "delay_ms": 5}"#,
+            r#"{"tool_calls": [{"id": 1, "name": "read_file"}]}"#,
+            r#"{"tool_calls": [{"id": "c1"}]}"#,
+            r#"{"tool_calls": [{"id": "c1", "name": "x", "args": {}}]}"#,
+            r#"{"request_approval": {"summary": "ok?"}}"#,
+            r#"{"request_approval": {"summary": "ok?", "calls": [{"id": "c", "name": "w"}]}}"#,
+            r#"{"request_approval": {"calls": []}}"#,
+            r#"{"clarification": "which?"}"#,
+            r#"{"cannot_continue": "no"}"#,
+            r#"{"invalid": "garbage"}"#,
+            r#"{"error": "boom"}"#,
+            r#"{"final": "a", "error": "b"}"#,
+            r#"{}"#,
+            r#"{"delay_ms": 3}"#,
+            r#"{"final": "x", "usage": {"input_tokens": 3, "cost_usd": 0.5}}"#,
+            r#"{"final": "x", "usage": {"input_tokens": -3}}"#,
+            r#"{"final": "x", "usage": {"tokens": 3}}"#,
+            r#"{"final": "x", "surprise": 1}"#,
+            r#"{"final": "x"#,
+            r#"[1]"#,
+            r#"  "text""#,
+        ];
+        for turn in turns {
+            assert_eq!(check_turn(turn).err(), parse_turn(turn).err(), "{turn}");
         }
     }
 }

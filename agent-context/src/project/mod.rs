@@ -15,8 +15,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use agent_core::{
-    CallId, Decision, Entry, Event, Message, Part, Prompt, Reasoning, Role, ToolCall, ToolResult,
-    ToolSpec,
+    CallId, Decision, Entry, Event, Message, Part, Prompt, Reasoning, Role, ToolResult, ToolSpec,
 };
 
 use crate::DEFAULT_SYSTEM_PROMPT;
@@ -85,7 +84,8 @@ impl Default for ContextConfig {
 /// notes committed for it so far.
 #[derive(Default)]
 struct OpenTurn {
-    calls: Vec<ToolCall>,
+    /// The calls answered, by id and tool (their arguments are in the assistant message).
+    calls: Vec<(CallId, String)>,
     results: Vec<(CallId, u64, Part)>,
     notes: Vec<String>,
     /// Whether the prompt ends with a provisional message answering it (replaced as more
@@ -395,7 +395,11 @@ impl Projector {
                 arguments: call.arguments.clone(),
             });
         }
-        self.turn.calls = decision.calls().to_vec();
+        self.turn.calls = decision
+            .calls()
+            .iter()
+            .map(|c| (c.id.clone(), c.name.clone()))
+            .collect();
         self.push(Message {
             role: Role::Assistant,
             parts,
@@ -407,15 +411,15 @@ impl Projector {
     fn answer_parts(&self) -> (Vec<Part>, Vec<(CallId, u64)>) {
         let mut parts = Vec::new();
         let mut versions = Vec::new();
-        for call in &self.turn.calls {
-            match self.turn.results.iter().find(|(id, _, _)| *id == call.id) {
+        for (call_id, name) in &self.turn.calls {
+            match self.turn.results.iter().find(|(id, _, _)| id == call_id) {
                 Some((id, version, part)) => {
                     parts.push(part.clone());
                     versions.push((id.clone(), *version));
                 }
                 None => parts.push(Part::ToolResult {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
+                    call_id: call_id.clone(),
+                    name: name.clone(),
                     ok: false,
                     content: "not run: no result was recorded for this call".to_owned(),
                 }),
@@ -436,9 +440,8 @@ impl Projector {
         self.turn
             .calls
             .iter()
-            .filter_map(|call| {
-                let (id, version, _) =
-                    self.turn.results.iter().find(|(id, _, _)| *id == call.id)?;
+            .filter_map(|(call_id, _)| {
+                let (id, version, _) = self.turn.results.iter().find(|(id, _, _)| id == call_id)?;
                 Some((id.clone(), *version))
             })
             .collect()
