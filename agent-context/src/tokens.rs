@@ -4,6 +4,12 @@
 pub trait TokenCounter: Send + Sync {
     /// Tokens in `text`.
     fn count(&self, text: &str) -> usize;
+
+    /// Tokens in `value`'s JSON text (a tool call's arguments). By default the text is
+    /// written out and counted; a counter that needs no text can count it as it is written.
+    fn count_json(&self, value: &serde_json::Value) -> usize {
+        self.count(&value.to_string())
+    }
 }
 
 /// OpenAI's `o200k_base` encoding, from `tiktoken-rs` (its tables ship with the crate).
@@ -25,6 +31,24 @@ pub struct CharEstimate;
 impl TokenCounter for CharEstimate {
     fn count(&self, text: &str) -> usize {
         text.chars().count().div_ceil(4)
+    }
+
+    fn count_json(&self, value: &serde_json::Value) -> usize {
+        /// Counts the characters of UTF-8 written to it: every byte but continuations.
+        struct Chars(usize);
+        impl std::io::Write for Chars {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.iter().filter(|b| (**b & 0xC0) != 0x80).count();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut chars = Chars(0);
+        // Writing to a counter cannot fail, and a `Value` always serializes.
+        let _ = serde_json::to_writer(&mut chars, value);
+        chars.0.div_ceil(4)
     }
 }
 
@@ -64,6 +88,21 @@ pub fn context_window(model: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_estimate_of_json_is_the_estimate_of_its_text() {
+        for value in [
+            serde_json::json!({}),
+            serde_json::json!({"path": "caf\u{e9} \u{1f600} \"q\"\n", "n": [1, 2.5, null, true]}),
+            serde_json::json!("\u{4e2d}".repeat(301)),
+        ] {
+            assert_eq!(
+                CharEstimate.count_json(&value),
+                CharEstimate.count(&value.to_string()),
+                "{value}"
+            );
+        }
+    }
 
     #[test]
     fn windows_by_longest_prefix() {

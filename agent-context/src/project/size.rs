@@ -193,7 +193,7 @@ impl Sizes {
                 Part::Text { text } => counter.count(text),
                 Part::ToolUse {
                     name, arguments, ..
-                } => counter.count(name) + counter.count(&arguments.to_string()) + 3,
+                } => counter.count(name) + counter.count_json(arguments) + 3,
                 Part::ToolResult { content, .. } => counter.count(content) + 3,
                 Part::Reasoning { reasoning } => counter.count(&reasoning_text(reasoning)) + 3,
             })
