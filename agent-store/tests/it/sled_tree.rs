@@ -1,6 +1,7 @@
-//! The vendored sled's B-tree, where `vendor/sled` changed it (the split of the rightmost
-//! leaf): whatever the order of inserts and removes, the tree holds what a map would, in
-//! order, before and after it is opened again.
+//! The vendored sled's B-tree and page cache, where `vendor/sled` changed them (the split
+//! of the rightmost leaf, the cache's shards): whatever the order of inserts and removes,
+//! and with a cache small enough that pages are evicted and read back from disk, the tree
+//! holds what a map would, in order, before and after it is opened again.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +21,15 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<u32>(), 0u16..2_000).prop_map(|(k, n)| Op::Insert(k, n)),
         1 => any::<u32>().prop_map(Op::Remove),
     ]
+}
+
+/// A database whose cache holds a few pages: most are evicted and read back.
+fn small_cache(path: &std::path::Path) -> sled::Db {
+    sled::Config::new()
+        .path(path)
+        .cache_capacity(16 * 1024)
+        .open()
+        .unwrap()
 }
 
 fn value(n: u16) -> Vec<u8> {
@@ -58,7 +68,7 @@ proptest! {
         let mut model = BTreeMap::new();
         let mut next: u64 = 0;
         {
-            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let db = small_cache(dir.path());
             let tree = db.open_tree("t").unwrap();
             for op in &ops {
                 match op {
@@ -84,7 +94,7 @@ proptest! {
             check(&tree, &model)?;
             db.flush().unwrap();
         }
-        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let db = small_cache(dir.path());
         check(&db.open_tree("t").unwrap(), &model)?;
     }
 }

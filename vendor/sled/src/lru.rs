@@ -17,13 +17,13 @@ use crate::{
 const MAX_QUEUE_ITEMS: usize = 4;
 
 #[cfg(not(any(test, feature = "lock_free_delays")))]
-const MAX_QUEUE_ITEMS: usize = 64;
+const MAX_QUEUE_ITEMS: usize = 8;
 
 #[cfg(any(test, feature = "lock_free_delays"))]
 const N_SHARDS: usize = 2;
 
 #[cfg(not(any(test, feature = "lock_free_delays")))]
-const N_SHARDS: usize = 256;
+const N_SHARDS: usize = 8;
 
 struct AccessBlock {
     len: AtomicUsize,
