@@ -370,12 +370,12 @@ impl Projector {
 
     fn assistant(&mut self, decision: &Decision, reasoning: &[Reasoning]) {
         // What the model thought comes first, as its provider gave it and wants it back.
-        let mut parts: Vec<Part> = reasoning
-            .iter()
-            .map(|r| Part::Reasoning {
-                reasoning: r.clone(),
-            })
-            .collect();
+        // Sized exactly: the prompt keeps every message until a compaction, and a vector
+        // grown by pushes holds room for four parts.
+        let mut parts: Vec<Part> = Vec::with_capacity(reasoning.len() + 1 + decision.calls().len());
+        parts.extend(reasoning.iter().map(|r| Part::Reasoning {
+            reasoning: r.clone(),
+        }));
         let text = match decision {
             Decision::Final { answer } => Some(answer.clone()),
             Decision::ToolCalls { .. } => None,
@@ -409,8 +409,9 @@ impl Projector {
     /// The user message that answers the latest assistant message: a result part for
     /// every call, in the model's order, then the notes. Returns the versions of results.
     fn answer_parts(&self) -> (Vec<Part>, Vec<(CallId, u64)>) {
-        let mut parts = Vec::new();
-        let mut versions = Vec::new();
+        // Sized exactly, as the assistant's message is.
+        let mut parts = Vec::with_capacity(self.turn.calls.len() + self.turn.notes.len());
+        let mut versions = Vec::with_capacity(self.turn.calls.len());
         for (call_id, name) in &self.turn.calls {
             match self.turn.results.iter().find(|(id, _, _)| id == call_id) {
                 Some((id, version, part)) => {
