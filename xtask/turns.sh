@@ -16,7 +16,8 @@ agent="$root/target/release/agent"
 args=(run --model "script:$work/script.json" --workspace "$work" --store "$work/.agent"
   --max-steps $((n + 5)) --max-tool-calls $((n + 5)) --json "read the records")
 if [ "${2:-}" = "--callgrind" ]; then
-  valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.out" \
+  # --fair-sched=yes keeps threads spinning on a lock from being counted at random.
+  valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes --callgrind-out-file="$work/cg.out" \
     "$agent" "${args[@]}" > /dev/null 2> "$work/cg.err"
   total=$(grep -oE "Collected : [0-9]+" "$work/cg.err" | grep -oE "[0-9]+")
   main=$(grep -E "^summary: " "$work/cg.out-01" | grep -oE "[0-9]+")
