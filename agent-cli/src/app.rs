@@ -264,16 +264,51 @@ fn run(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {
         usage("no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in agent.toml")
     })?;
     let budget = settings.budget.apply(Budget::default());
-    let rt = tokio_one_run()?;
-    let asks = interactive(settings);
-    let store = StoreSource::At(&settings.store);
-    let runtime = build(settings, choice, store, &rt, !json, asks)?;
-    let cancel = cancel_on_ctrl_c(&rt);
+    let one = OneRun::new(settings, choice, StoreSource::At(&settings.store), json)?;
     let run_id = ulid::Ulid::generate().to_string();
     let request = RunRequest::new(run_id, goal, budget);
-    let report = rt.block_on(runtime.start(request, cancel.clone()))?;
-    let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
-    Ok(finish(&report, json))
+    let report = one
+        .rt
+        .block_on(one.runtime.start(request, one.cancel.clone()))?;
+    one.finish(report)
+}
+
+/// A command that drives one run: its async runtime, the agent's runtime, whether a person
+/// at the terminal answers its pauses, and Ctrl-C as cancellation.
+struct OneRun {
+    rt: tokio::runtime::Runtime,
+    runtime: Runtime,
+    asks: bool,
+    cancel: CancellationToken,
+    json: bool,
+}
+
+impl OneRun {
+    fn new(
+        settings: &Settings,
+        choice: &ModelChoice,
+        store: StoreSource<'_>,
+        json: bool,
+    ) -> Result<OneRun, Failure> {
+        let rt = tokio_one_run()?;
+        let asks = interactive(settings);
+        let runtime = build(settings, choice, store, &rt, !json, asks)?;
+        let cancel = cancel_on_ctrl_c(&rt);
+        Ok(OneRun {
+            rt,
+            runtime,
+            asks,
+            cancel,
+            json,
+        })
+    }
+
+    /// A pause for approval settled at the terminal when there is one, then the outcome
+    /// printed and its exit code.
+    fn finish(&self, report: Report) -> Result<u8, Failure> {
+        let report = ask_inline(self.asks, &self.rt, &self.runtime, report, &self.cancel)?;
+        Ok(finish(&report, self.json))
+    }
 }
 
 /// On a terminal, a run that pauses for approval asks the person there and then, instead
@@ -393,20 +428,10 @@ fn drive_existing(
         Resume::Reply(text) => Some((text.clone(), new_budget(settings, run_id, &log)?)),
         _ => None,
     };
-    let rt = tokio_one_run()?;
-    let asks = interactive(settings);
-    let runtime = build(
-        settings,
-        &choice,
-        StoreSource::Open(Box::new(store)),
-        &rt,
-        !json,
-        asks,
-    )?;
-    let cancel = cancel_on_ctrl_c(&rt);
-    let token = cancel.clone();
-    let report = rt.block_on(async {
-        let cancel = token;
+    let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
+    let runtime = &one.runtime;
+    let cancel = one.cancel.clone();
+    let report = one.rt.block_on(async move {
         if let Some((text, budget)) = reply {
             return runtime.reply(run_id, &text, budget, cancel).await;
         }
@@ -419,8 +444,7 @@ fn drive_existing(
             }
         }
     })?;
-    let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
-    Ok(finish(&report, json))
+    one.finish(report)
 }
 
 /// `agent fork RUN --at N`: the fork written, then driven like a new run.
@@ -446,21 +470,14 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
     let budget = settings
         .budget
         .apply(state.budget_in_force().unwrap_or_default());
-    let rt = tokio_one_run()?;
-    let asks = interactive(settings);
-    let runtime = build(
-        settings,
-        &choice,
-        StoreSource::Open(Box::new(store)),
-        &rt,
-        !json,
-        asks,
-    )?;
-    let cancel = cancel_on_ctrl_c(&rt);
+    let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     let run_id = ulid::Ulid::generate().to_string();
-    let report = rt.block_on(runtime.fork(parent, at, &run_id, budget, cancel.clone()))?;
-    let report = ask_inline(asks, &rt, &runtime, report, &cancel)?;
-    Ok(finish(&report, json))
+    let report =
+        one.rt.block_on(
+            one.runtime
+                .fork(parent, at, &run_id, budget, one.cancel.clone()),
+        )?;
+    one.finish(report)
 }
 
 /// The limits a message to a run sets, when they differ from those in force.
