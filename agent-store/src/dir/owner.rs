@@ -235,6 +235,15 @@ pub(super) fn load_from(socket: &Path, from: u64) -> Option<Vec<Entry>> {
 
 /// The run's summary from its owner, or `None` if it did not answer.
 pub(super) fn summary(socket: &Path) -> Option<crate::RunSummary> {
+    summary_within(socket, MAX_SUMMARY)
+}
+
+/// Longest summary line read from an owner: whatever listens on the socket, a reader's
+/// memory stays bounded (a summary is a few hundred bytes and a goal).
+const MAX_SUMMARY: u64 = 1 << 20;
+
+/// [`summary`], reading at most `max` bytes of the answer.
+fn summary_within(socket: &Path, max: u64) -> Option<crate::RunSummary> {
     let stream = UnixStream::connect(socket).ok()?;
     stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
@@ -242,7 +251,9 @@ pub(super) fn summary(socket: &Path) -> Option<crate::RunSummary> {
     request.push(b'\n');
     (&stream).write_all(&request).ok()?;
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line).ok()?;
+    BufReader::new((&stream).take(max))
+        .read_line(&mut line)
+        .ok()?;
     serde_json::from_str(&line).ok()
 }
 
@@ -255,6 +266,33 @@ mod tests {
         let socket = dir.path().join("run.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         (dir, socket, listener)
+    }
+
+    /// An owner whose answer is longer than a reader takes is not read to its end: the
+    /// reader's memory is bounded whatever listens on the socket.
+    #[test]
+    fn a_summary_longer_than_the_limit_is_not_read() {
+        let answer = |socket: PathBuf, listener: UnixListener, max: u64| {
+            let owner = std::thread::spawn(move || {
+                let (stream, _) = listener.accept().unwrap();
+                let mut line = String::new();
+                BufReader::new(&stream).read_line(&mut line).unwrap();
+                let mut summary = crate::RunSummary::new("r");
+                summary.goal = "g".repeat(300);
+                let mut bytes = serde_json::to_vec(&summary).unwrap();
+                bytes.push(b'\n');
+                // The reader may close early: what it did not read is not an error here.
+                let _ = (&stream).write_all(&bytes);
+            });
+            let got = summary_within(&socket, max);
+            owner.join().unwrap();
+            got
+        };
+        let (_dir, socket, owner) = listener();
+        let whole = answer(socket, owner, MAX_SUMMARY).expect("a summary within the limit");
+        assert_eq!(whole.goal.len(), 300);
+        let (_dir, socket, owner) = listener();
+        assert!(answer(socket, owner, 100).is_none());
     }
 
     #[test]
