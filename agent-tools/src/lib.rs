@@ -49,4 +49,4 @@ pub use hooks::{DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError, Subject};
 pub use replay::ToolReplay;
 pub use tool::{Tool, ToolContext, Typed, TypedTool, Unavailable};
-pub use workspace::{Resolved, Workspace};
+pub use workspace::{INLINE_READ_BYTES, Resolved, Seen, Workspace, is_local_file_system};

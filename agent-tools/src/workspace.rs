@@ -25,11 +25,17 @@ use cap_std::fs::Dir;
 /// Symlinks followed while resolving one path, at most (as Linux's `MAXSYMLINKS`).
 const MAX_LINKS: usize = 40;
 
+/// Bytes of a file a tool may read on the async thread instead of tokio's blocking pool
+/// (see [`Workspace::reads_inline`]).
+pub const INLINE_READ_BYTES: u64 = 64 << 10;
+
 /// The directory every path of a file tool is resolved in, and confined to.
 #[derive(Clone)]
 pub struct Workspace {
     root: PathBuf,
     dir: Arc<Dir>,
+    /// The root's device, when the root is on a local disk or memory file system.
+    local_dev: Option<u64>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -45,6 +51,40 @@ impl std::fmt::Debug for Workspace {
 pub struct Resolved {
     rel: PathBuf,
     exists: bool,
+    /// What the walk saw at the path, when its last step looked at the thing itself.
+    seen: Option<Seen>,
+}
+
+/// What a path named when it was resolved (links not followed: a resolved path has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// A regular file: its device and its length in bytes.
+    File {
+        /// The device it is on.
+        dev: u64,
+        /// Its length in bytes.
+        len: u64,
+    },
+    /// A directory.
+    Dir,
+    /// A FIFO, a socket or a device.
+    Other,
+}
+
+impl Seen {
+    fn of(meta: &cap_std::fs::Metadata) -> Seen {
+        use cap_std::fs::MetadataExt;
+        if meta.is_file() {
+            Seen::File {
+                dev: meta.dev(),
+                len: meta.len(),
+            }
+        } else if meta.is_dir() {
+            Seen::Dir
+        } else {
+            Seen::Other
+        }
+    }
 }
 
 impl Resolved {
@@ -56,6 +96,13 @@ impl Resolved {
     /// Whether something exists at that path (links resolved).
     pub fn exists(&self) -> bool {
         self.exists
+    }
+
+    /// What was there when the path was resolved (`None` when the walk did not look at
+    /// the thing itself: the root, a missing path, a path ending in `..`). It may have
+    /// changed since: a tool checks what it opened, not this.
+    pub fn seen(&self) -> Option<Seen> {
+        self.seen
     }
 
     /// Whether this is the root itself.
@@ -93,10 +140,34 @@ impl Workspace {
             ));
         }
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
+        let local_dev = local_device(&dir)?;
         Ok(Workspace {
             root,
             dir: Arc::new(dir),
+            local_dev,
         })
+    }
+
+    /// Whether the root is on a local disk or memory file system (ext4, XFS, Btrfs, tmpfs,
+    /// overlayfs and the like; not NFS, SMB, FUSE or an unknown kind), where reading a small
+    /// file cannot hang. Only known on Linux; `false` elsewhere.
+    pub fn is_local(&self) -> bool {
+        self.local_dev.is_some()
+    }
+
+    /// Whether a tool may read `resolved` on the async thread rather than on tokio's
+    /// blocking pool: a regular file of at most [`INLINE_READ_BYTES`] on the root's own
+    /// local file system. Handing a read to the pool and back wakes two threads, which
+    /// costs more than reading a few kilobytes from the page cache (about a third of a
+    /// one-read turn's CPU, BENCHMARKS.md); such a read is bounded, so the call's timeout
+    /// and cancellation lose nothing by it. Anything else (a big file, another mount, a
+    /// network or FUSE file system) goes to the pool, where a hung read cannot hold up the
+    /// run.
+    pub fn reads_inline(&self, resolved: &Resolved) -> bool {
+        match (self.local_dev, resolved.seen) {
+            (Some(root), Some(Seen::File { dev, len })) => dev == root && len <= INLINE_READ_BYTES,
+            _ => false,
+        }
     }
 
     /// The canonical root.
@@ -183,7 +254,10 @@ impl Workspace {
         let mut current: Vec<OsString> = Vec::new();
         let mut links = 0;
         let mut missing = false;
+        // What the last component pushed is, while `current` ends with it.
+        let mut seen = None;
         while let Some(part) = queue.pop_front() {
+            seen = None;
             if part == ".." {
                 if current.pop().is_none() {
                     return Err(escape(path, "climbs out of the workspace"));
@@ -208,6 +282,7 @@ impl Workspace {
                 }
             };
             if !meta.file_type().is_symlink() {
+                seen = Some(Seen::of(&meta));
                 continue;
             }
             links += 1;
@@ -239,13 +314,23 @@ impl Workspace {
         }
         let rel: PathBuf = current.iter().collect();
         let exists = !missing;
-        Ok(Resolved { rel, exists })
+        Ok(Resolved { rel, exists, seen })
     }
 
-    /// Opens a resolved file for reading, beneath the root.
+    /// Opens a resolved path for reading, beneath the root. Never waits: a FIFO with no
+    /// writer opens at once (non-blocking; reads of a regular file are not affected) and a
+    /// terminal does not become the controlling one, so a caller checks the file it got
+    /// (`File::metadata`) before reading.
     pub fn open(&self, resolved: &Resolved) -> io::Result<std::fs::File> {
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            use cap_std::fs::OpenOptionsExt;
+            options.custom_flags(NO_WAIT_FLAGS);
+        }
         self.dir
-            .open(resolved.cap_path())
+            .open_with(resolved.cap_path(), &options)
             .map(cap_std::fs::File::into_std)
     }
 
@@ -304,6 +389,52 @@ impl Workspace {
     }
 }
 
+/// `O_NONBLOCK | O_NOCTTY`: an open that never waits for a FIFO's writer nor takes a
+/// terminal.
+#[cfg(target_os = "linux")]
+const NO_WAIT_FLAGS: i32 =
+    (rustix::fs::OFlags::NONBLOCK.bits() | rustix::fs::OFlags::NOCTTY.bits()) as i32;
+#[cfg(all(unix, not(target_os = "linux")))]
+const NO_WAIT_FLAGS: i32 = 0;
+
+/// File systems whose reads come from a local disk or memory (`statfs`'s `f_type`).
+const LOCAL_FILE_SYSTEMS: [i64; 11] = [
+    0xEF53,      // ext2, ext3, ext4
+    0x5846_5342, // XFS
+    0x9123_683E, // Btrfs
+    0x0102_1994, // tmpfs
+    0x8584_58F6, // ramfs
+    0x794C_7630, // overlayfs
+    0xF2F5_2010, // F2FS
+    0x2FC1_2FC1, // ZFS
+    0xCA45_1A4E, // bcachefs
+    0x3153_464A, // JFS
+    0x5265_4973, // ReiserFS
+];
+
+/// Whether `statfs`'s `f_type` names a local disk or memory file system.
+pub fn is_local_file_system(f_type: i64) -> bool {
+    LOCAL_FILE_SYSTEMS.contains(&f_type)
+}
+
+/// The device of `dir` when it is on a local file system.
+#[cfg(target_os = "linux")]
+fn local_device(dir: &Dir) -> io::Result<Option<u64>> {
+    use cap_std::fs::MetadataExt;
+    let fs = rustix::fs::fstatfs(dir)?;
+    // `f_type` is a signed word of the platform's size: the magic is its low 32 bits.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let kind = (fs.f_type as i64) & 0xFFFF_FFFF;
+    is_local_file_system(kind)
+        .then(|| dir.dir_metadata().map(|m| m.dev()))
+        .transpose()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn local_device(_dir: &Dir) -> io::Result<Option<u64>> {
+    Ok(None)
+}
+
 /// Appends the components of `path` (relative) to `queue`, `.` and empty ones dropped.
 fn push_components(
     queue: &mut VecDeque<OsString>,
@@ -357,6 +488,56 @@ mod tests {
         }
         assert_eq!(ws.resolve(".").unwrap().display(), ".");
         assert!(!ws.resolve("new/file").unwrap().exists());
+    }
+
+    #[test]
+    fn a_resolution_says_what_it_saw_and_small_local_files_are_read_inline() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("ws/notes")).unwrap();
+        std::fs::write(tmp.path().join("ws/notes/a.txt"), "abc").unwrap();
+        let big = vec![b'x'; INLINE_READ_BYTES as usize + 1];
+        std::fs::write(tmp.path().join("ws/big.txt"), big).unwrap();
+        std::os::unix::fs::symlink("notes/a.txt", tmp.path().join("ws/link")).unwrap();
+        let ws = Workspace::new(tmp.path().join("ws")).unwrap();
+        assert!(
+            ws.is_local(),
+            "a temporary directory is on a local file system"
+        );
+        let seen = |p: &str| ws.resolve(p).unwrap().seen();
+        let Some(Seen::File { len: 3, .. }) = seen("notes/a.txt") else {
+            panic!("{:?}", seen("notes/a.txt"));
+        };
+        // Through a link, the file it names.
+        assert_eq!(seen("link"), seen("notes/a.txt"));
+        assert_eq!(seen("notes"), Some(Seen::Dir));
+        // The walk ended on `..` or found nothing: it did not look.
+        assert_eq!(seen("notes/.."), None);
+        assert_eq!(seen("notes/missing.txt"), None);
+        assert_eq!(seen("."), None);
+        let inline = |p: &str| ws.reads_inline(&ws.resolve(p).unwrap());
+        assert!(inline("notes/a.txt"));
+        assert!(inline("link"));
+        assert!(!inline("big.txt"));
+        assert!(!inline("notes"));
+        assert!(!inline("notes/missing.txt"));
+    }
+
+    #[test]
+    fn only_local_file_systems_are_local() {
+        for local in [0xEF53, 0x0102_1994, 0x5846_5342, 0x9123_683E, 0x794C_7630] {
+            assert!(is_local_file_system(local), "{local:#x}");
+        }
+        // NFS, SMB2, CIFS, FUSE, 9p, an unknown kind.
+        for remote in [
+            0x6969,
+            0xFE53_4D42,
+            0xFF53_4D42,
+            0x6573_5546,
+            0x0102_1997,
+            0x1234,
+        ] {
+            assert!(!is_local_file_system(remote), "{remote:#x}");
+        }
     }
 
     #[test]

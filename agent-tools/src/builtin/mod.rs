@@ -65,36 +65,43 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Opens a resolved path for reading, through the workspace capability. Only regular
-/// files: a FIFO or a device would block or never end.
+/// files: a FIFO or a device would block or never end. What the resolution saw is refused
+/// before anything is opened, and the file opened (without waiting, [`Workspace::open`])
+/// is checked again, so a path swapped for a FIFO in between is refused, not waited on.
+///
+/// [`Workspace::open`]: crate::Workspace::open
 fn open_regular(
     workspace: &crate::Workspace,
     resolved: &crate::workspace::Resolved,
     given: &str,
 ) -> Result<(std::fs::File, u64), agent_core::ToolError> {
-    let meta = workspace
-        .metadata(resolved)
-        .map_err(|e| io_error(given, &e))?;
-    if meta.is_dir() {
-        return Err(agent_core::ToolError::new(
+    use crate::workspace::Seen;
+    let not_regular = |dir: bool| {
+        agent_core::ToolError::new(
             agent_core::ErrorKind::ExecutionFailed,
-            if resolved.is_root() {
+            if !dir {
+                format!(
+                    "{given:?} is not a regular file (a pipe, socket or device); it cannot be read"
+                )
+            } else if resolved.is_root() {
                 format!(
                     "{given:?} is the workspace root, a directory; give a file path, or use list_dir"
                 )
             } else {
                 format!("{given:?} is a directory; use list_dir")
             },
-        ));
-    }
-    if !meta.is_file() {
-        return Err(agent_core::ToolError::new(
-            agent_core::ErrorKind::ExecutionFailed,
-            format!(
-                "{given:?} is not a regular file (a pipe, socket or device); it cannot be read"
-            ),
-        ));
+        )
+    };
+    match resolved.seen() {
+        Some(Seen::Dir) => return Err(not_regular(true)),
+        Some(Seen::Other) => return Err(not_regular(false)),
+        Some(Seen::File { .. }) | None => {}
     }
     let file = workspace.open(resolved).map_err(|e| io_error(given, &e))?;
+    let meta = file.metadata().map_err(|e| io_error(given, &e))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.is_dir()));
+    }
     Ok((file, meta.len()))
 }
 

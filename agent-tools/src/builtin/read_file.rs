@@ -45,28 +45,52 @@ impl TypedTool for ReadFile {
 
     async fn run(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let workspace = ctx.workspace.clone();
-        let given = args.path.clone();
+        let given = args.path;
         let offset = args.offset.unwrap_or(1).max(1);
         let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+        if workspace.is_local() {
+            // Resolving looks only at the workspace's own local file system here, as the
+            // gateway's check already did on this thread; a small file there is read at
+            // once (`Workspace::reads_inline`), anything else on the blocking pool.
+            let resolved = workspace.resolve_existing(&given)?;
+            if workspace.reads_inline(&resolved) {
+                return read(&workspace, &resolved, &given, offset, limit);
+            }
+            return blocking(move || read(&workspace, &resolved, &given, offset, limit)).await;
+        }
         blocking(move || {
             let resolved = workspace.resolve_existing(&given)?;
-            let (file, size) = open_regular(&workspace, &resolved, &given)?;
-            let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
-            let head = reader.fill_buf().map_err(|e| io_error(&given, &e))?;
-            if head[..head.len().min(SNIFF)].contains(&0) {
-                return Err(ToolError::new(
-                    ErrorKind::ExecutionFailed,
-                    format!(
-                        "{given} looks like a binary file ({size} bytes); only text files can be read"
-                    ),
-                ));
-            }
-            number_lines(&mut reader, offset, limit, OUTPUT_CAP, size)
-                .map_err(|e| io_error(&given, &e))
+            read(&workspace, &resolved, &given, offset, limit)
         })
         .await
     }
 }
+
+/// Lines `offset..offset+limit` of a resolved file, numbered (see [`number_lines`]).
+fn read(
+    workspace: &crate::Workspace,
+    resolved: &crate::workspace::Resolved,
+    given: &str,
+    offset: usize,
+    limit: usize,
+) -> Result<String, ToolError> {
+    let (file, size) = open_regular(workspace, resolved, given)?;
+    // Room for the whole of a small file and the empty read that ends it.
+    let capacity = usize::try_from(size.saturating_add(1))
+        .map_or(READ_BUFFER, |n| n.clamp(SNIFF, READ_BUFFER));
+    let mut reader = std::io::BufReader::with_capacity(capacity, file);
+    let head = reader.fill_buf().map_err(|e| io_error(given, &e))?;
+    if head[..head.len().min(SNIFF)].contains(&0) {
+        return Err(ToolError::new(
+            ErrorKind::ExecutionFailed,
+            format!("{given} looks like a binary file ({size} bytes); only text files can be read"),
+        ));
+    }
+    number_lines(&mut reader, offset, limit, OUTPUT_CAP, size).map_err(|e| io_error(given, &e))
+}
+
+/// The read buffer of a file larger than it.
+const READ_BUFFER: usize = 64 << 10;
 
 /// Bytes of numbered lines returned at most, leaving room for the note under the tool's
 /// 50,000-character result limit: a file of any size costs this much memory.

@@ -33,6 +33,65 @@ async fn a_fifo_is_refused_at_once_not_waited_on() {
     assert_eq!(out, "a.txt:1: needle");
 }
 
+#[test]
+fn opening_a_fifo_never_waits_for_a_writer() {
+    // What a tool opens is checked after the open (a path may be swapped for a FIFO once
+    // it was resolved), so the open itself must not wait for a writer that never comes.
+    let dir = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let ws = agent_tools::Workspace::new(dir.path()).unwrap();
+    let resolved = ws.resolve_existing("pipe").unwrap();
+    assert_eq!(resolved.seen(), Some(agent_tools::Seen::Other));
+    let (done, opened) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let file = ws
+            .open(&resolved)
+            .map(|f| f.metadata().unwrap().file_type());
+        let _ = done.send(file.map_err(|e| e.to_string()));
+    });
+    // A guard against a hang, not a timing assertion: an open that waits never returns.
+    let opened = opened
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("opening the FIFO waited for a writer");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(opened.unwrap().is_fifo());
+}
+
+#[tokio::test]
+async fn a_small_local_file_is_read_at_once_without_the_blocking_pool() {
+    use futures::FutureExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("small.txt"), "one\ntwo\n").unwrap();
+    let big: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
+    assert!(big.len() as u64 > agent_tools::INLINE_READ_BYTES);
+    std::fs::write(dir.path().join("big.txt"), &big).unwrap();
+    let ws = agent_tools::Workspace::new(dir.path()).unwrap();
+    assert!(
+        ws.is_local(),
+        "the test's temporary directory should be on a local file system"
+    );
+    let tool = Typed(ReadFile);
+    // Read on the caller's thread: done at the first poll, no hand-off to the pool.
+    let small = call(&tool, dir.path(), json!({"path": "small.txt"}))
+        .now_or_never()
+        .expect("a small local file is read without waiting for the blocking pool");
+    assert_eq!(small.unwrap(), "     1\tone\n     2\ttwo\n");
+    // A big one goes to the pool (`Workspace::reads_inline`, tested with the workspace;
+    // whether its first poll finds it done is a race with the pool's thread) and reads
+    // the same.
+    let lines = call(&tool, dir.path(), json!({"path": "big.txt", "limit": 2}))
+        .await
+        .unwrap();
+    assert!(
+        lines.starts_with("     1\tline 0\n     2\tline 1\n"),
+        "{lines}"
+    );
+}
+
 #[tokio::test]
 async fn grep_reads_past_a_line_that_is_not_utf8() {
     let dir = tempfile::tempdir().unwrap();
