@@ -16,7 +16,7 @@ use crate::builtin::head_tail;
 use crate::hooks::{Hook, HookCall, HookDecision};
 use crate::policy::{Policy, Subject};
 use crate::tool::{Tool, ToolContext};
-use crate::workspace::Workspace;
+use crate::workspace::{Resolved, Workspace};
 use serde_json::Value;
 
 /// Where the whole of an output too large for the model is kept; the result keeps the
@@ -345,6 +345,16 @@ impl Gateway {
     /// What the call's main argument means: a path resolved in the workspace (an escape is
     /// refused here, as a denial), a command line analysed, or text.
     fn subject(&self, spec: &ToolSpec, call: &ToolCall) -> Result<Subject, Verdict> {
+        self.subject_resolved(spec, call)
+            .map(|(subject, _)| subject)
+    }
+
+    /// [`Gateway::subject`], and for a path the argument as given and its resolution.
+    fn subject_resolved(
+        &self,
+        spec: &ToolSpec,
+        call: &ToolCall,
+    ) -> Result<(Subject, Option<(String, Resolved)>), Verdict> {
         match Subject::of(spec, call) {
             Subject::Path { given, .. } => {
                 let raw = spec
@@ -354,14 +364,17 @@ impl Gateway {
                     .and_then(Value::as_str)
                     .unwrap_or_default();
                 match self.workspace.resolve(raw) {
-                    Ok(resolved) => Ok(Subject::Path {
-                        resolved: resolved.display(),
-                        given,
-                    }),
+                    Ok(resolved) => Ok((
+                        Subject::Path {
+                            resolved: resolved.display(),
+                            given,
+                        },
+                        Some((raw.to_owned(), resolved)),
+                    )),
                     Err(e) => Err(Verdict::Deny { reason: e.message }),
                 }
             }
-            other => Ok(other),
+            other => Ok((other, None)),
         }
     }
 
@@ -412,6 +425,7 @@ impl Gateway {
                         run_id: String::new(),
                         call_id: scheduled.call.id.clone(),
                         effect_key: scheduled.effect_key.clone(),
+                        resolved: None,
                     };
                     registered
                         .tool
@@ -452,22 +466,21 @@ impl Gateway {
                 format!("no tool is named {:?}", call.name),
             );
         };
-        // The tree may have changed since the check (or the check ran in another process,
-        // before an approval): a path that now resolves somewhere policy denies is refused.
-        if let Subject::Path { .. } = Subject::of(&registered.spec, &call) {
-            match self.subject(&registered.spec, &call) {
-                Err(Verdict::Deny { reason }) => return fail(ErrorKind::Denied, reason),
-                Ok(subject) => {
-                    if let Verdict::Deny { reason } = self.policy.judge(&registered.spec, &subject)
-                    {
-                        return fail(ErrorKind::Denied, reason);
-                    }
-                }
-                Err(_) => {}
-            }
-        }
         let Ok(_permit) = limit.acquire_owned().await else {
             return fail(ErrorKind::ExecutionFailed, "the executor shut down".into());
+        };
+        // The tree may have changed since the check (or the check ran in another process,
+        // before an approval, or waited for a permit): a path that now resolves somewhere
+        // policy denies is refused. The tool acts on this resolution, the one judged last.
+        let resolved = match self.subject_resolved(&registered.spec, &call) {
+            Err(Verdict::Deny { reason }) => return fail(ErrorKind::Denied, reason),
+            Ok((subject @ Subject::Path { .. }, path)) => {
+                if let Verdict::Deny { reason } = self.policy.judge(&registered.spec, &subject) {
+                    return fail(ErrorKind::Denied, reason);
+                }
+                path
+            }
+            Ok(_) | Err(_) => None,
         };
         let ctx = ToolContext {
             workspace: Arc::clone(&self.workspace),
@@ -475,6 +488,7 @@ impl Gateway {
             run_id: run_id.to_owned(),
             call_id: call.id.clone(),
             effect_key,
+            resolved,
         };
         let stop = ctx.cancel.clone();
         let started = std::time::Instant::now();

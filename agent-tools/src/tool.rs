@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::workspace::Workspace;
+use crate::workspace::{Resolved, Workspace};
 
 /// What a running call can see: where it may act and whether it should stop.
 #[derive(Clone, Debug)]
@@ -24,6 +24,21 @@ pub struct ToolContext {
     pub call_id: CallId,
     /// The effect key, for `write`/`external` calls.
     pub effect_key: Option<String>,
+    /// The call's path argument as given and as the gateway resolved it right before the
+    /// call, the resolution policy judged: a file tool acts on it ([`ToolContext::resolution`])
+    /// rather than on a walk of its own. `None` outside the gateway, and for a call without
+    /// a path argument.
+    pub resolved: Option<(String, Resolved)>,
+}
+
+impl ToolContext {
+    /// The gateway's resolution of `given`, if it resolved exactly that path for this call.
+    pub fn resolution(&self, given: &str) -> Option<Resolved> {
+        match &self.resolved {
+            Some((path, resolved)) if path == given => Some(resolved.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// Why a tool cannot be called any more.

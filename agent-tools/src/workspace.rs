@@ -13,8 +13,9 @@
 //!   link is never written through.
 
 use std::collections::VecDeque;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -103,6 +104,19 @@ impl Resolved {
     /// changed since: a tool checks what it opened, not this.
     pub fn seen(&self) -> Option<Seen> {
         self.seen
+    }
+
+    /// This resolution if something exists there; else the error a tool gives for a
+    /// missing `path` (as the model spelled it).
+    pub fn existing(self, path: &str) -> Result<Resolved, ToolError> {
+        if self.exists {
+            Ok(self)
+        } else {
+            Err(ToolError::new(
+                ErrorKind::ExecutionFailed,
+                format!("{path}: no such file or directory in the workspace"),
+            ))
+        }
     }
 
     /// Whether this is the root itself.
@@ -199,15 +213,16 @@ impl Workspace {
 
     /// Like [`Workspace::resolve`], for a path that must exist.
     pub fn resolve_existing(&self, path: &str) -> Result<Resolved, ToolError> {
-        let resolved = self.resolve(path)?;
-        if resolved.exists {
-            Ok(resolved)
-        } else {
-            Err(ToolError::new(
-                ErrorKind::ExecutionFailed,
-                format!("{path}: no such file or directory in the workspace"),
-            ))
-        }
+        self.resolve(path)?.existing(path)
+    }
+
+    /// `known` (a resolution of `path` made already) or else a resolution of `path`.
+    pub fn resolve_known(
+        &self,
+        known: Option<Resolved>,
+        path: &str,
+    ) -> Result<Resolved, ToolError> {
+        known.map_or_else(|| self.resolve(path), Ok)
     }
 
     /// The path relative to the root, for messages (`.` for the root itself).
@@ -251,7 +266,14 @@ impl Workspace {
     fn walk(&self, path: &str, start: &Path) -> Result<Resolved, ToolError> {
         let mut queue: VecDeque<OsString> = VecDeque::new();
         push_components(&mut queue, start, path)?;
-        let mut current: Vec<OsString> = Vec::new();
+        // The path so far, `/`-separated, and where each of its components ends.
+        let mut current: Vec<u8> = Vec::with_capacity(path.len());
+        let mut ends: Vec<usize> = Vec::new();
+        let pop = |current: &mut Vec<u8>, ends: &mut Vec<usize>| {
+            ends.pop()?;
+            current.truncate(ends.last().map_or(0, |&end| end));
+            Some(())
+        };
         let mut links = 0;
         let mut missing = false;
         // What the last component pushed is, while `current` ends with it.
@@ -259,17 +281,21 @@ impl Workspace {
         while let Some(part) = queue.pop_front() {
             seen = None;
             if part == ".." {
-                if current.pop().is_none() {
+                if pop(&mut current, &mut ends).is_none() {
                     return Err(escape(path, "climbs out of the workspace"));
                 }
                 continue;
             }
-            current.push(part);
+            if !current.is_empty() {
+                current.push(b'/');
+            }
+            current.extend_from_slice(part.as_bytes());
+            ends.push(current.len());
             if missing {
                 continue;
             }
-            let candidate: PathBuf = current.iter().collect();
-            let meta = match self.dir.symlink_metadata(&candidate) {
+            let candidate = Path::new(OsStr::from_bytes(&current));
+            let meta = match self.dir.symlink_metadata(candidate) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     missing = true;
@@ -291,9 +317,9 @@ impl Workspace {
             }
             let target = self
                 .dir
-                .read_link_contents(&candidate)
+                .read_link_contents(candidate)
                 .map_err(|e| ToolError::new(ErrorKind::ExecutionFailed, format!("{path}: {e}")))?;
-            current.pop();
+            pop(&mut current, &mut ends);
             let target = if target.is_absolute() {
                 let Ok(rel) = target.strip_prefix(&self.root) else {
                     return Err(escape(
@@ -302,6 +328,7 @@ impl Workspace {
                     ));
                 };
                 current.clear();
+                ends.clear();
                 rel.to_path_buf()
             } else {
                 target
@@ -312,7 +339,7 @@ impl Workspace {
                 queue.push_front(part);
             }
         }
-        let rel: PathBuf = current.iter().collect();
+        let rel = PathBuf::from(OsString::from_vec(current));
         let exists = !missing;
         Ok(Resolved { rel, exists, seen })
     }
@@ -470,8 +497,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("ws/secrets")).unwrap();
         std::fs::create_dir_all(tmp.path().join("ws/notes")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("ws/secrets/sub")).unwrap();
         std::fs::write(tmp.path().join("ws/secrets/key.txt"), "k").unwrap();
         std::os::unix::fs::symlink("secrets", tmp.path().join("ws/s")).unwrap();
+        std::os::unix::fs::symlink("../key.txt", tmp.path().join("ws/secrets/sub/up")).unwrap();
         let ws = Workspace::new(tmp.path().join("ws")).unwrap();
         let abs = format!("{}/secrets/key.txt", ws.root().display());
         for spelling in [
@@ -480,6 +509,9 @@ mod tests {
             "notes/../secrets/key.txt",
             "s/key.txt",
             "s/../s/./key.txt",
+            "secrets/sub/../key.txt",
+            "s/sub/up",
+            "secrets/sub/../sub/../key.txt",
             abs.as_str(),
         ] {
             let r = ws.resolve(spelling).unwrap();
@@ -487,7 +519,10 @@ mod tests {
             assert!(r.exists());
         }
         assert_eq!(ws.resolve(".").unwrap().display(), ".");
+        assert_eq!(ws.resolve("secrets/sub/..").unwrap().display(), "secrets");
+        assert_eq!(ws.resolve("s/sub/../../notes").unwrap().display(), "notes");
         assert!(!ws.resolve("new/file").unwrap().exists());
+        assert_eq!(ws.resolve("new/a/../b").unwrap().display(), "new/b");
     }
 
     #[test]

@@ -44,8 +44,9 @@ impl TypedTool for EditFile {
         }
         let workspace = ctx.workspace.clone();
         let given = args.path.clone();
+        let known = ctx.resolution(&given);
         let (resolved, bytes) = blocking(move || {
-            let resolved = workspace.resolve_existing(&given)?;
+            let resolved = workspace.resolve_known(known, &given)?.existing(&given)?;
             let bytes = read_bytes(&workspace, &resolved, &given)?;
             Ok((resolved, bytes))
         })

@@ -50,8 +50,9 @@ impl TypedTool for Grep {
             .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, format!("pattern: {e}")))?;
         let workspace = ctx.workspace.clone();
         let given = args.path.clone().unwrap_or_else(|| ".".to_owned());
+        let known = ctx.resolution(&given);
         let (lines, total) = blocking(move || {
-            let start = workspace.resolve_existing(&given)?;
+            let start = workspace.resolve_known(known, &given)?.existing(&given)?;
             Ok(search(&workspace, &start, &regex))
         })
         .await?;

@@ -36,8 +36,9 @@ impl TypedTool for ListDir {
         let given = args.path.unwrap_or_else(|| ".".to_owned());
         let workspace = ctx.workspace.clone();
         let path = given.clone();
+        let known = ctx.resolution(&given);
         let (shown, entries) = blocking(move || {
-            let resolved = workspace.resolve_existing(&path)?;
+            let resolved = workspace.resolve_known(known, &path)?.existing(&path)?;
             let entries = workspace
                 .entries(&resolved)
                 .map_err(|e| io_error(&path, &e))?;

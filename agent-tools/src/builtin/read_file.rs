@@ -48,18 +48,20 @@ impl TypedTool for ReadFile {
         let given = args.path;
         let offset = args.offset.unwrap_or(1).max(1);
         let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+        // The path policy judged, as the gateway resolved it just now.
+        let known = ctx.resolution(&given);
         if workspace.is_local() {
             // Resolving looks only at the workspace's own local file system here, as the
             // gateway's check already did on this thread; a small file there is read at
             // once (`Workspace::reads_inline`), anything else on the blocking pool.
-            let resolved = workspace.resolve_existing(&given)?;
+            let resolved = workspace.resolve_known(known, &given)?.existing(&given)?;
             if workspace.reads_inline(&resolved) {
                 return read(&workspace, &resolved, &given, offset, limit);
             }
             return blocking(move || read(&workspace, &resolved, &given, offset, limit)).await;
         }
         blocking(move || {
-            let resolved = workspace.resolve_existing(&given)?;
+            let resolved = workspace.resolve_known(known, &given)?.existing(&given)?;
             read(&workspace, &resolved, &given, offset, limit)
         })
         .await

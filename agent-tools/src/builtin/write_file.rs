@@ -42,8 +42,9 @@ impl TypedTool for WriteFile {
         let workspace = ctx.workspace.clone();
         let given = args.path.clone();
         let content = args.content.clone();
+        let known = ctx.resolution(&given);
         blocking(move || {
-            let resolved = workspace.resolve(&given)?;
+            let resolved = workspace.resolve_known(known, &given)?;
             workspace
                 .write_atomic(&resolved, content.as_bytes())
                 .map_err(|e| io_error(&given, &e))

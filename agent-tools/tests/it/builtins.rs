@@ -13,6 +13,7 @@ pub fn ctx(root: &std::path::Path) -> ToolContext {
         run_id: "run-1".into(),
         call_id: CallId::from("c1"),
         effect_key: None,
+        resolved: None,
     }
 }
 
@@ -22,6 +23,45 @@ pub async fn call(
     args: Value,
 ) -> Result<String, ToolError> {
     tool.call(args, &ctx(root)).await
+}
+
+#[tokio::test]
+async fn file_tools_act_on_the_resolution_the_gateway_judged() {
+    // The gateway resolves a call's path, policy judges that resolution, and the tool is
+    // handed it: a link changed in between does not move the tool somewhere unjudged.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("judged.txt"), "judged\n").unwrap();
+    std::fs::write(dir.path().join("other.txt"), "other\n").unwrap();
+    std::os::unix::fs::symlink("judged.txt", dir.path().join("link")).unwrap();
+    let mut ctx = ctx(dir.path());
+    let judged = ctx.workspace.resolve("link").unwrap();
+    std::fs::remove_file(dir.path().join("link")).unwrap();
+    std::os::unix::fs::symlink("other.txt", dir.path().join("link")).unwrap();
+    ctx.resolved = Some(("link".to_owned(), judged));
+    let read = Typed(ReadFile)
+        .call(json!({"path": "link"}), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(read, "     1\tjudged\n");
+    std::fs::create_dir(dir.path().join("judged")).unwrap();
+    std::fs::write(dir.path().join("judged/inside.txt"), "").unwrap();
+    std::os::unix::fs::symlink("judged", dir.path().join("dir")).unwrap();
+    let judged = ctx.workspace.resolve("dir").unwrap();
+    std::fs::remove_file(dir.path().join("dir")).unwrap();
+    std::os::unix::fs::symlink(".", dir.path().join("dir")).unwrap();
+    let mut in_dir = ctx.clone();
+    in_dir.resolved = Some(("dir".to_owned(), judged));
+    let listed = Typed(ListDir)
+        .call(json!({"path": "dir"}), &in_dir)
+        .await
+        .unwrap();
+    assert!(listed.contains("inside.txt"), "{listed}");
+    // A resolution of another spelling is not borrowed: the tool resolves its own.
+    let read = Typed(ReadFile)
+        .call(json!({"path": "./link"}), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(read, "     1\tother\n");
 }
 
 #[tokio::test]

@@ -372,6 +372,55 @@ fn a_deny_rule_applies_when_a_link_changes_after_the_check() {
     });
 }
 
+/// A path tool that answers with the resolution the gateway handed it.
+struct ShowsResolution;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct PathArgs {
+    #[allow(dead_code)]
+    path: String,
+}
+
+#[async_trait::async_trait]
+impl agent_tools::TypedTool for ShowsResolution {
+    type Args = PathArgs;
+    const NAME: &'static str = "shows_resolution";
+    const RISK: Risk = Risk::Read;
+    const MAIN_ARGUMENT: Option<&'static str> = Some("path");
+
+    fn description(&self) -> String {
+        "test".to_owned()
+    }
+
+    async fn run(
+        &self,
+        _args: PathArgs,
+        ctx: &agent_tools::ToolContext,
+    ) -> Result<String, agent_core::ToolError> {
+        Ok(match &ctx.resolved {
+            Some((given, resolved)) => format!("{given} -> {}", resolved.display()),
+            None => "none".to_owned(),
+        })
+    }
+}
+
+#[test]
+fn the_gateway_hands_a_path_tool_the_resolution_policy_judged() {
+    let t = tree();
+    let mut g = gateway(&t.ws, &[]);
+    g.register(Arc::new(agent_tools::Typed(ShowsResolution)))
+        .unwrap();
+    rt().block_on(async {
+        let out = run(
+            &g,
+            "shows_resolution",
+            json!({"path": "notes/../s/key.txt"}),
+        )
+        .await;
+        assert_eq!(out.unwrap(), "notes/../s/key.txt -> secrets/key.txt");
+    });
+}
+
 #[test]
 fn hooks_see_the_resolved_path_and_the_spelling() {
     let t = tree();
