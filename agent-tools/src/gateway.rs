@@ -312,6 +312,9 @@ impl Gateway {
         if matches!(verdict, Verdict::Deny { .. }) {
             return verdict;
         }
+        if !self.hooks.iter().any(|h| h.applies_to(&call.name)) {
+            return verdict;
+        }
         // Hooks judge the path the tool would touch, and see the spelling too.
         let resolved = match (&subject, registered.spec.main_argument.as_deref()) {
             (Subject::Path { resolved, .. }, Some(arg)) => {
