@@ -21,7 +21,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// Two values that differ only in key order or formatting give the same text, which is
 /// what makes plan fingerprints independent of how a model happened to write them.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(64);
     write_canonical(value, &mut out);
     // Only JSON text was written: valid UTF-8.
     String::from_utf8(out).unwrap_or_default()
@@ -31,17 +31,15 @@ pub fn canonical_json(value: &Value) -> String {
 pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
             out.push(b'{');
-            for (i, (key, v)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                // Writing a string or a number into a Vec cannot fail.
-                let _ = serde_json::to_writer(&mut *out, key);
-                out.push(b':');
-                write_canonical(v, out);
+            // serde_json's map keeps its keys sorted, unless a crate of the build turns on
+            // its `preserve_order`: then they are sorted here.
+            if map.keys().is_sorted() {
+                write_members(map.iter(), out);
+            } else {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                write_members(members.into_iter(), out);
             }
             out.push(b'}');
         }
@@ -58,6 +56,19 @@ pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
         scalar => {
             let _ = serde_json::to_writer(&mut *out, scalar);
         }
+    }
+}
+
+/// An object's members, in the order given, as `"key":value` separated by commas.
+fn write_members<'a>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
+    for (i, (key, v)) in members.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, key);
+        out.push(b':');
+        write_canonical(v, out);
     }
 }
 
