@@ -13,11 +13,13 @@ use agent_core::{Entry, Handle};
 
 use crate::{RunSummary, Store, StoreError, check_batch};
 
-/// The format this code writes: each commit is one record. It also reads format 1 (a record
-/// per entry), and marks a database format 2 only when it first writes a record of several
-/// entries into it: opening or reading one changes nothing, so an earlier `agent` can still
-/// read what was only read.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format this code writes. Format 2: each commit is one record (format 1 had a record
+/// per entry). Format 3: sled's tree may hold split fragments (`vendor/sled`'s
+/// `Link::Split`), which sled as published, and so an `agent` before format 3, cannot read.
+/// This code reads formats 1 to 3, and marks a database format 3 before it first writes
+/// anything into it: opening or reading one changes nothing, so an earlier `agent` can
+/// still read what was only read, and refuses in words what this one wrote to.
+pub const FORMAT_VERSION: u32 = 3;
 /// A run's stored summary is rewritten at least once in this many entries.
 const SUMMARY_EVERY: u64 = 128;
 const FORMAT_KEY: &[u8] = b"format";
@@ -38,9 +40,9 @@ pub struct SledStore {
     marker: Marker,
     /// Set when the database holds fewer entries than were committed.
     damage: Option<String>,
-    /// The meta tree and whether it says format 2 yet (see [`FORMAT_VERSION`]).
+    /// The meta tree and whether it says [`FORMAT_VERSION`] yet.
     meta: sled::Tree,
-    format_2: std::sync::atomic::AtomicBool,
+    marked: std::sync::atomic::AtomicBool,
     /// Every run's summary as of its last append. This handle is the database's only
     /// writer (sled locks it to one process), so the version check is made here, under this
     /// lock, and a commit needs no transaction across the two trees.
@@ -185,6 +187,19 @@ impl GroupFlush {
 }
 
 impl SledStore {
+    /// Marks the database with [`FORMAT_VERSION`] before the first write into one of an
+    /// earlier format: from then on an earlier `agent` refuses it rather than misreads it
+    /// (any write may split a node of sled's tree, which sled as published cannot read).
+    fn mark(&self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering;
+        if !self.marked.load(Ordering::SeqCst) {
+            self.meta
+                .insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
+            self.marked.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
     /// Opens the store in `dir`, creating it if the directory is missing or empty. A store
     /// whose database cannot be read is [`StoreError::Damaged`], naming it.
     pub fn open(dir: impl AsRef<Path>) -> Result<SledStore, StoreError> {
@@ -227,7 +242,7 @@ impl SledStore {
         let meta = db.open_tree("meta")?;
         match meta.get(FORMAT_KEY)? {
             Some(found) if found.as_ref() == FORMAT_VERSION.to_string().as_bytes() => {}
-            Some(found) if found.as_ref() == b"1" => {}
+            Some(found) if found.as_ref() == b"1" || found.as_ref() == b"2" => {}
             Some(found) => {
                 return Err(StoreError::UnknownFormat {
                     path,
@@ -278,12 +293,13 @@ impl SledStore {
             // A store made before the marker existed gets one now.
             marker.record(total);
         }
-        let format_2 = meta.get(FORMAT_KEY)?.as_deref() == Some(b"2".as_slice());
+        let marked =
+            meta.get(FORMAT_KEY)?.as_deref() == Some(FORMAT_VERSION.to_string().as_bytes());
         Ok(SledStore {
             events,
             runs,
             meta,
-            format_2: std::sync::atomic::AtomicBool::new(format_2),
+            marked: std::sync::atomic::AtomicBool::new(marked),
             summaries: Mutex::new(summaries),
             blobs: db.open_tree("blobs")?,
             flusher: GroupFlush::default(),
@@ -586,14 +602,7 @@ impl Store for SledStore {
             let mut summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
             let current = summaries.get(run_id).map_or(0, |s| s.version);
             check_batch(run_id, current, expected_version, entries)?;
-            if entries.len() > 1 && !self.format_2.load(std::sync::atomic::Ordering::SeqCst) {
-                // The first record of several entries in a format-1 database: from now on an
-                // earlier `agent` must refuse it rather than misread it.
-                self.meta
-                    .insert(FORMAT_KEY, FORMAT_VERSION.to_string().as_bytes())?;
-                self.format_2
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-            }
+            self.mark()?;
             // Brought up to date in place, before the record is written: the record may be
             // in the tree even if a write below fails, and it must never be written over.
             if !summaries.contains_key(run_id) {
@@ -711,6 +720,7 @@ impl Store for SledStore {
             if let Some(damage) = self.damage() {
                 return Err(damage);
             }
+            self.mark()?;
             self.blobs.insert(key.as_bytes(), bytes)?;
             self.flusher.wait_durable(&self.db, &self.marker)?;
         }

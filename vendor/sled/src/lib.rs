@@ -419,6 +419,24 @@ pub(crate) enum Link {
     ParentMergeConfirm,
     /// A Node is marked for being merged into its left sibling
     ChildMergeCap,
+    /// agent-loop: the node gave its keys from `hi` on to a new right sibling, `next`:
+    /// it keeps the keys below `hi` (the left half of `Node::split`). Written as a
+    /// fragment instead of the whole left half, which for a log's rightmost leaf is
+    /// nearly all of it.
+    Split {
+        /// The node's new high bound: the right sibling's low one.
+        hi: IVec,
+        /// The right sibling.
+        next: PageId,
+    },
+    /// agent-loop: an index node gains a child, `to`, for the keys from `at` on (what
+    /// `Node::parent_split` does), written as a fragment instead of the whole index node.
+    ParentSplit {
+        /// The child's low bound, whole (not prefix-encoded).
+        at: IVec,
+        /// The child.
+        to: PageId,
+    },
 }
 
 /// A fast map that is not resistant to collision attacks. Works

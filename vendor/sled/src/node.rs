@@ -103,7 +103,59 @@ impl Node {
             ChildMergeCap => {
                 self.merging = true;
             }
+            Split { ref hi, next } => self.keep_below(hi, next),
+            ParentSplit { ref at, to } => {
+                // `false` when the child is there already: nothing to do.
+                let _ = self.parent_split(at, to);
+            }
         }
+    }
+
+    /// agent-loop: the left half of a split at `hi` (see `Link::Split`): the keys below
+    /// `hi`, `hi` as the high bound, `next` as the right sibling, and the keys' common
+    /// prefix taken from the new bounds, as `Node::split` leaves its left node.
+    pub(crate) fn keep_below(&mut self, hi: &IVec, next: PageId) {
+        let old_prefix_len = self.prefix_len as usize;
+        let prefixed_lo = self.lo[..old_prefix_len].to_vec();
+        // Every key of the node, `hi` among them, begins with the prefix.
+        let encoded_hi = &hi[old_prefix_len.min(hi.len())..];
+        let below = |k: &IVec| fastcmp(k, encoded_hi) == std::cmp::Ordering::Less;
+        match self.data {
+            Data::Index(ref mut index) => {
+                let at = index.keys.partition_point(below);
+                index.keys.truncate(at);
+                index.pointers.truncate(at);
+            }
+            Data::Leaf(ref mut leaf) => {
+                let at = leaf.keys.partition_point(below);
+                leaf.keys.truncate(at);
+                leaf.values.truncate(at);
+            }
+        }
+        self.hi = hi.clone();
+        self.next = NonZeroU64::new(next);
+        let new_prefix_len = self
+            .hi
+            .iter()
+            .zip(self.lo.iter())
+            .take_while(|(a, b)| a == b)
+            .take(u8::max_value() as usize)
+            .count();
+        if new_prefix_len != old_prefix_len {
+            match self.data {
+                Data::Index(ref mut index) => {
+                    for k in &mut index.keys {
+                        *k = prefix::reencode(&prefixed_lo, k, new_prefix_len);
+                    }
+                }
+                Data::Leaf(ref mut leaf) => {
+                    for k in &mut leaf.keys {
+                        *k = prefix::reencode(&prefixed_lo, k, new_prefix_len);
+                    }
+                }
+            }
+        }
+        self.prefix_len = u8::try_from(new_prefix_len).unwrap();
     }
 
     pub(crate) fn set_leaf(&mut self, key: IVec, val: IVec) {

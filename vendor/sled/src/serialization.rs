@@ -350,6 +350,16 @@ impl Serialize for Link {
             }
             Link::ParentMergeIntention(a) => 1 + a.serialized_size(),
             Link::ParentMergeConfirm | Link::ChildMergeCap => 1,
+            Link::Split { hi, next } => {
+                1 + (hi.len() as u64).serialized_size()
+                    + u64::try_from(hi.len()).unwrap()
+                    + next.serialized_size()
+            }
+            Link::ParentSplit { at, to } => {
+                1 + (at.len() as u64).serialized_size()
+                    + u64::try_from(at.len()).unwrap()
+                    + to.serialized_size()
+            }
         }
     }
 
@@ -374,6 +384,16 @@ impl Serialize for Link {
             Link::ChildMergeCap => {
                 4_u8.serialize_into(buf);
             }
+            Link::Split { hi, next } => {
+                5_u8.serialize_into(buf);
+                hi.serialize_into(buf);
+                next.serialize_into(buf);
+            }
+            Link::ParentSplit { at, to } => {
+                6_u8.serialize_into(buf);
+                at.serialize_into(buf);
+                to.serialize_into(buf);
+            }
         }
     }
 
@@ -389,6 +409,14 @@ impl Serialize for Link {
             2 => Link::ParentMergeIntention(u64::deserialize(buf)?),
             3 => Link::ParentMergeConfirm,
             4 => Link::ChildMergeCap,
+            5 => Link::Split {
+                hi: IVec::deserialize(buf)?,
+                next: u64::deserialize(buf)?,
+            },
+            6 => Link::ParentSplit {
+                at: IVec::deserialize(buf)?,
+                to: u64::deserialize(buf)?,
+            },
             _ => return Err(Error::corruption(None)),
         })
     }
@@ -925,13 +953,21 @@ mod qc {
 
     impl Arbitrary for Link {
         fn arbitrary<G: Gen>(g: &mut G) -> Link {
-            let discriminant = g.gen_range(0, 5);
+            let discriminant = g.gen_range(0, 7);
             match discriminant {
                 0 => Link::Set(IVec::arbitrary(g), IVec::arbitrary(g)),
                 1 => Link::Del(IVec::arbitrary(g)),
                 2 => Link::ParentMergeIntention(u64::arbitrary(g)),
                 3 => Link::ParentMergeConfirm,
                 4 => Link::ChildMergeCap,
+                5 => Link::Split {
+                    hi: IVec::arbitrary(g),
+                    next: u64::arbitrary(g),
+                },
+                6 => Link::ParentSplit {
+                    at: IVec::arbitrary(g),
+                    to: u64::arbitrary(g),
+                },
                 _ => unreachable!("invalid choice"),
             }
         }

@@ -1464,10 +1464,23 @@ impl Tree {
 
         // replace node, pointing next to installed right
         lhs.next = Some(NonZeroU64::new(rhs_pid).unwrap());
-        let replace = self.context.pagecache.replace(
+        // agent-loop: the left half is linked as a `Link::Split` fragment rather than
+        // written whole: for a log's rightmost leaf, which keeps all but four entries, a
+        // split wrote the whole leaf again.
+        let split = Link::Split { hi: rhs_lo.clone(), next: rhs_pid };
+        debug_assert_eq!(
+            {
+                let mut applied = view.deref().clone();
+                applied.apply(&split);
+                applied
+            },
+            lhs,
+            "a split fragment must leave the left node `Node::split` makes"
+        );
+        let replace = self.context.pagecache.link(
             view.pid,
             view.node_view.0,
-            lhs,
+            split,
             guard,
         )?;
         M.tree_child_split_attempt();
@@ -1497,10 +1510,22 @@ impl Tree {
                 return Ok(());
             }
 
-            let replace = self.context.pagecache.replace(
+            // agent-loop: linked as a `Link::ParentSplit` fragment rather than the
+            // whole index node written again at each split of a child.
+            let link = Link::ParentSplit { at: rhs_lo.clone(), to: rhs_pid };
+            debug_assert_eq!(
+                {
+                    let mut applied = parent_view.deref().clone();
+                    applied.apply(&link);
+                    applied
+                },
+                parent,
+                "a parent split fragment must leave the index `Node::parent_split` makes"
+            );
+            let replace = self.context.pagecache.link(
                 parent_view.pid,
                 parent_view.node_view.0,
-                parent,
+                link,
                 guard,
             )?;
             if replace.is_ok() {

@@ -24,7 +24,9 @@ pub(crate) const META_PID: PageId = 0;
 pub(crate) const COUNTER_PID: PageId = 1;
 pub(crate) const BATCH_MANIFEST_PID: PageId = PageId::max_value() - 666;
 
-pub(crate) const PAGE_CONSOLIDATION_THRESHOLD: usize = 10;
+// agent-loop: 16, not 10: more fragments than a leaf of an appended log gets between two
+// splits, so such a leaf is never written whole again (vendor/README.md).
+pub(crate) const PAGE_CONSOLIDATION_THRESHOLD: usize = 16;
 pub(crate) const SEGMENT_CLEANUP_THRESHOLD: usize = 50;
 
 // Allows for around 1 trillion items to be stored
