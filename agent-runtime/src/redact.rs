@@ -156,7 +156,7 @@ impl Redactor {
             || self
                 .anchors
                 .as_ref()
-                .is_none_or(|anchors| anchors.is_match(json))
+                .is_none_or(|anchors| anchored(anchors, json))
     }
 
     /// `text` with every known value and credential format replaced.
@@ -167,7 +167,7 @@ impl Redactor {
             || self
                 .anchors
                 .as_ref()
-                .is_some_and(|anchors| !anchors.is_match(&out))
+                .is_some_and(|anchors| !anchored(anchors, &out))
         {
             return out;
         }
@@ -474,9 +474,16 @@ fn escape_pointer(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// A literal each credential pattern's match contains (matched in any case, so a superset):
-/// keep it in step with [`patterns`].
-const ANCHORS: &str = r"(?i)sk-|gh[pousr]_|github_pat_|akia|asia|xox|authorization|bearer|://";
+/// A literal each credential pattern's match contains (matched in any case, so a superset),
+/// but the password of a URL's (see [`anchored`]): keep it in step with [`patterns`].
+const ANCHORS: &str = r"(?i)sk-|gh[pousr]_|github_pat_|akia|asia|xox|authorization|bearer";
+
+/// Whether `text` may hold a credential: one of [`ANCHORS`], or `://` with an `@` after
+/// it, which the password of a URL needs. A URL alone (every run's first entry holds
+/// the JSON Schema dialect's) is not enough to compile and run every pattern.
+fn anchored(anchors: &Regex, text: &str) -> bool {
+    anchors.is_match(text) || text.find("://").is_some_and(|at| text[at..].contains('@'))
+}
 
 /// [`ANCHORS`] compiled, once per process (a runtime and its blob store each make a
 /// redactor; cloning a compiled regex shares it).
@@ -548,6 +555,10 @@ mod tests {
             ("PLAIN_KEY".to_owned(), "plainsecretvalue42".to_owned()),
         ]);
         assert_eq!(r.redact_str("fn main() {}"), "fn main() {}");
+        // Every run's first entry holds a URL without a password: the JSON Schema dialect.
+        let dialect = r#"{"$schema":"https://json-schema.org/draft/2020-12/schema"}"#;
+        assert!(!r.may_hold_secrets(dialect));
+        assert_eq!(r.redact_str(dialect), dialect);
         assert!(
             r.compiled.get().is_none(),
             "text without an anchor compiles no credential pattern"
