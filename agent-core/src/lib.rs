@@ -78,7 +78,7 @@ pub use fork::{ForkError, before_model_call, fork_log, model_call_of};
 pub use handle::{BLOB_PREFIX, Handle, HandleError};
 pub use machine::{Command, Input, InputError, Machine, ReplyError, RunConfig, Verdict};
 pub use progress::{correction_message, fingerprint};
-pub use prompt::{Message, Part, Prompt, Role};
+pub use prompt::{Arguments, Message, Part, Prompt, Role};
 pub use reason::{Outcome, PendingCall, ReasonClass, TerminalReason, UnknownReason};
 pub use schedule::{ScheduledCall, schedule};
 pub use schema::provider_schema;

@@ -58,6 +58,68 @@ impl Message {
     }
 }
 
+/// A tool call's arguments in a prompt: the object's compact JSON text, which is what a
+/// provider sends (OpenAI's dialects send it as a string; Anthropic's embeds it). A prompt
+/// holds one per call until it is compacted, thousands in a long run, and a one-member
+/// object as a [`Value`] takes a map node of some 640 bytes; as text it takes its length.
+/// Serialized, it is the object again, as a [`Value`] would be.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Arguments(Box<str>);
+
+impl Arguments {
+    /// The compact JSON text of `value` (keys in the order a [`Value`]'s map keeps them).
+    pub fn new(value: &Value) -> Arguments {
+        Arguments(value.to_string().into_boxed_str())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The arguments as a value again.
+    pub fn to_value(&self) -> Value {
+        // The text was written from a value: it reads back.
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+impl From<&Value> for Arguments {
+    fn from(value: &Value) -> Arguments {
+        Arguments::new(value)
+    }
+}
+
+impl From<Value> for Arguments {
+    fn from(value: Value) -> Arguments {
+        Arguments::new(&value)
+    }
+}
+
+impl std::fmt::Display for Arguments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for Arguments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Arguments({})", self.0)
+    }
+}
+
+impl Serialize for Arguments {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Arguments {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Arguments, D::Error> {
+        Value::deserialize(deserializer).map(|value| Arguments::new(&value))
+    }
+}
+
 /// A piece of a message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -73,8 +135,8 @@ pub enum Part {
         call_id: CallId,
         /// The tool's name.
         name: String,
-        /// The arguments object.
-        arguments: Value,
+        /// The arguments object, as JSON text.
+        arguments: Arguments,
     },
     /// The result of a call, paired with its `ToolUse` by id.
     ToolResult {
@@ -93,4 +155,36 @@ pub enum Part {
         /// As the provider gave it.
         reasoning: Reasoning,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn arguments_are_the_objects_text_and_serialize_as_the_object() {
+        let value = json!({"path": "a \"b\" \u{e9}.txt", "n": [1, 2.5, null], "a": {}});
+        let arguments = Arguments::new(&value);
+        assert_eq!(arguments.as_str(), value.to_string());
+        assert_eq!(arguments.to_string(), value.to_string());
+        assert_eq!(arguments.to_value(), value);
+        let part = Part::ToolUse {
+            call_id: CallId::from("c1"),
+            name: "read_file".to_owned(),
+            arguments: arguments.clone(),
+        };
+        let text = serde_json::to_string(&part).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            json!({"type": "tool_use", "call_id": "c1", "name": "read_file", "arguments": value})
+        );
+        assert!(
+            text.ends_with(&format!(r#""arguments":{value}}}"#)),
+            "{text}"
+        );
+        let back: Part = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, part);
+        assert_ne!(Arguments::new(&json!({"path": "x"})), arguments);
+    }
 }

@@ -392,7 +392,7 @@ impl Projector {
             parts.push(Part::ToolUse {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
-                arguments: call.arguments.clone(),
+                arguments: agent_core::Arguments::new(&call.arguments),
             });
         }
         self.turn.calls = decision

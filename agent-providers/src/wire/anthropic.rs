@@ -92,7 +92,7 @@ pub fn request_body_thinking(
                         call_id,
                         name,
                         arguments,
-                    } => others.push(json!({"type": "tool_use", "id": call_id, "name": wire_name(name), "input": arguments})),
+                    } => others.push(json!({"type": "tool_use", "id": call_id, "name": wire_name(name), "input": arguments.to_value()})),
                     Part::ToolResult {
                         call_id,
                         ok,

@@ -250,12 +250,12 @@ fn prompt() -> Prompt {
                     Part::ToolUse {
                         call_id: "c1".into(),
                         name: "read_file".into(),
-                        arguments: json!({"path": "a.txt"}),
+                        arguments: json!({"path": "a.txt"}).into(),
                     },
                     Part::ToolUse {
                         call_id: "c2".into(),
                         name: "read_file".into(),
-                        arguments: json!({"path": "b.txt"}),
+                        arguments: json!({"path": "b.txt"}).into(),
                     },
                 ],
             },
@@ -367,7 +367,7 @@ fn anthropic_cache_breakpoints_mark_tools_system_and_the_last_two_user_messages(
         parts: vec![Part::ToolUse {
             call_id: "c3".into(),
             name: "read_file".into(),
-            arguments: json!({"path": "c.txt"}),
+            arguments: json!({"path": "c.txt"}).into(),
         }],
     });
     p.messages.push(Message {
