@@ -203,6 +203,11 @@ impl Machine {
         &self.committed
     }
 
+    /// The committed state, for a caller done with the machine (no copy of it).
+    pub fn into_state(self) -> RunState {
+        self.committed
+    }
+
     /// The run's budget.
     pub fn budget(&self) -> &Budget {
         &self.budget

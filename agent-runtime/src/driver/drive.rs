@@ -81,7 +81,7 @@ impl Runtime {
                     input: "nothing",
                     phase: "a phase with no command",
                 })?;
-                return Ok(report(&run_id, &machine, outcome));
+                return Ok(report(&run_id, machine, outcome));
             };
             match command {
                 Command::CallModel { .. } => {
@@ -287,9 +287,9 @@ impl Runtime {
                         input: "AwaitApproval or AwaitResolution",
                         phase: "not paused",
                     })?;
-                    return Ok(report(&run_id, &machine, outcome));
+                    return Ok(report(&run_id, machine, outcome));
                 }
-                Command::Finish(outcome) => return Ok(report(&run_id, &machine, outcome)),
+                Command::Finish(outcome) => return Ok(report(&run_id, machine, outcome)),
             }
         }
     }

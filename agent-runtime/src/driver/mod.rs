@@ -823,11 +823,11 @@ impl Runtime {
     }
 }
 
-pub(crate) fn report(run_id: &str, machine: &Machine, outcome: Outcome) -> Report {
+pub(crate) fn report(run_id: &str, machine: Machine, outcome: Outcome) -> Report {
     Report {
         run_id: run_id.to_owned(),
         outcome,
-        state: machine.state().clone(),
+        state: machine.into_state(),
     }
 }
 
