@@ -23,11 +23,12 @@ pub struct ScriptError {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawScript {
-    turns: Vec<Box<serde_json::value::RawValue>>,
+struct RawScript<'a> {
+    #[serde(borrow)]
+    turns: Vec<&'a serde_json::value::RawValue>,
     /// Scripts of sub-agents, by the goal they are given.
-    #[serde(default)]
-    agents: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>>,
+    #[serde(default, borrow)]
+    agents: std::collections::BTreeMap<String, &'a serde_json::value::RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -104,9 +105,12 @@ struct Turn {
 #[derive(Clone, Debug)]
 pub struct ScriptModel {
     name: String,
-    /// Each turn's JSON text, checked when the script was read and decoded when it is
-    /// played: a long script costs its text in memory, not a tree of values.
-    turns: Vec<Box<serde_json::value::RawValue>>,
+    /// The turns' JSON texts, one after the other, checked when the script was read and
+    /// decoded when each is played: a long script costs its text in memory, not a tree of
+    /// values nor an allocation a turn.
+    text: String,
+    /// Where each turn's text ends in `text` (it begins where the one before ends).
+    ends: Vec<usize>,
     /// The scripts sub-agents play, by their goal: a run whose first message is one of
     /// these goals is answered from its script.
     agents: std::collections::BTreeMap<String, ScriptModel>,
@@ -140,12 +144,19 @@ impl ScriptModel {
 
     /// Number of turns.
     pub fn len(&self) -> usize {
-        self.turns.len()
+        self.ends.len()
     }
 
     /// Whether the script has no turn.
     pub fn is_empty(&self) -> bool {
-        self.turns.is_empty()
+        self.ends.is_empty()
+    }
+
+    /// The JSON text of turn `index` (from 0).
+    fn turn(&self, index: usize) -> Option<&str> {
+        let end = *self.ends.get(index)?;
+        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
+        self.text.get(start..end)
     }
 
     fn parse(text: &str) -> Result<ScriptModel, String> {
@@ -159,9 +170,16 @@ impl ScriptModel {
             let model = Self::parse(script.get()).map_err(|e| format!("agents {goal:?}: {e}"))?;
             agents.insert(goal, model);
         }
+        let mut turns = String::with_capacity(raw.turns.iter().map(|t| t.get().len()).sum());
+        let mut ends = Vec::with_capacity(raw.turns.len());
+        for turn in &raw.turns {
+            turns.push_str(turn.get());
+            ends.push(turns.len());
+        }
         Ok(ScriptModel {
             name: "inline".to_owned(),
-            turns: raw.turns,
+            text: turns,
+            ends,
             agents,
         })
     }
@@ -318,14 +336,14 @@ impl Model for ScriptModel {
             return agent.decide(request).await;
         }
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
-        let Some(text) = self.turns.get(index) else {
+        let Some(text) = self.turn(index) else {
             return Err(ProviderError::Exhausted(format!(
                 "the script has {} turn(s) and all were used; add a turn or end with a final answer",
-                self.turns.len()
+                self.len()
             )));
         };
         // Checked when the script was read: it decodes the same now.
-        let turn = parse_turn(text.get()).map_err(ProviderError::Scripted)?;
+        let turn = parse_turn(text).map_err(ProviderError::Scripted)?;
         if !turn.delay.is_zero() {
             // Simulated latency: the script stands in for a model that takes this long.
             tokio::time::sleep(turn.delay).await;
