@@ -482,7 +482,8 @@ const ANCHORS: &str = r"(?i)sk-|gh[pousr]_|github_pat_|akia|asia|xox|authorizati
 /// it, which the password of a URL needs. A URL alone (every run's first entry holds
 /// the JSON Schema dialect's) is not enough to compile and run every pattern.
 fn anchored(anchors: &Regex, text: &str) -> bool {
-    anchors.is_match(text) || text.find("://").is_some_and(|at| text[at..].contains('@'))
+    // An `@` is rare, and looked for first: `memrchr`, not a substring search.
+    anchors.is_match(text) || text.rfind('@').is_some_and(|at| text[..at].contains("://"))
 }
 
 /// [`ANCHORS`] compiled, once per process (a runtime and its blob store each make a
