@@ -370,8 +370,9 @@ const SET_ASIDE: &str = "snapshots-set-aside";
 /// Bytes of sled's page cache. Its default, 1 GiB, lets a process's memory grow with the
 /// store it writes; runs append and read each log whole and rarely, so a small cache costs
 /// nothing measurable and keeps memory flat (with `vendor/sled`'s cache shards, which
-/// evict; sled's own 256 shards never did for a run's few accesses).
-const CACHE_BYTES: u64 = 1024 * 1024;
+/// evict; sled's own 256 shards never did for a run's few accesses). 512 KiB counts the
+/// same instructions a turn as 1 MiB did; 256 KiB read pages back (BENCHMARKS.md).
+const CACHE_BYTES: u64 = 512 * 1024;
 
 fn open_db(path: &Path, wait: Duration) -> Result<sled::Db, StoreError> {
     let started = std::time::Instant::now();
