@@ -49,6 +49,7 @@
 //! assert_eq!(machine.poll_command(), None);
 //! ```
 
+mod attempts;
 mod budget;
 mod decision;
 mod digest;

@@ -152,7 +152,7 @@ pub struct RunState {
     tally: Tally,
     invalid_before: u32,
     denials_before: u32,
-    attempts: BTreeMap<u128, u32>,
+    attempts: crate::attempts::Attempts,
     /// The [`call_signature`] of each of `turn_calls`, in their order (when repeats are
     /// tracked).
     turn_signatures: Vec<u128>,
@@ -194,7 +194,7 @@ impl Default for RunState {
             tally: Tally::default(),
             invalid_before: 0,
             denials_before: 0,
-            attempts: BTreeMap::new(),
+            attempts: crate::attempts::Attempts::default(),
             turn_signatures: Vec::new(),
             tracks_repeats: true,
         }
@@ -248,9 +248,7 @@ impl RunState {
             .position(|c| c == call)
             .and_then(|at| self.turn_signatures.get(at).copied());
         self.attempts
-            .get(&known.unwrap_or_else(|| call_signature(call)))
-            .copied()
-            .unwrap_or(0)
+            .get(known.unwrap_or_else(|| call_signature(call)))
     }
 
     /// The budget in force: the one a message set last, else the run's own (`None` before
@@ -551,7 +549,7 @@ impl RunState {
                         Some(signature) => *signature,
                         None => call_signature(&self.turn_calls[at]),
                     };
-                    *self.attempts.entry(signature).or_insert(0) += 1;
+                    self.attempts.record(signature);
                 }
                 self.record_result(*turn, result);
             }
