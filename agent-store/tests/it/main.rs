@@ -153,6 +153,17 @@ fn a_store_of_another_format_is_refused() {
     );
 }
 
+/// The format a database's meta tree says.
+fn stored_format(path: &std::path::Path) -> Vec<u8> {
+    raw_sled(path)
+        .open_tree("meta")
+        .unwrap()
+        .get("format")
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
 #[test]
 fn a_format_2_store_is_read_and_marked_at_its_first_write() {
     let dir = tempfile::tempdir().unwrap();
@@ -161,25 +172,23 @@ fn a_format_2_store_is_read_and_marked_at_its_first_write() {
         db.open_tree("meta").unwrap().insert("format", "2").unwrap();
         db.flush().unwrap();
     }
-    let format = || {
-        raw_sled(dir.path())
-            .open_tree("meta")
-            .unwrap()
-            .get("format")
-            .unwrap()
-            .unwrap()
-            .to_vec()
-    };
     {
         let store = SledStore::open(dir.path()).unwrap();
         assert!(store.runs().unwrap().is_empty());
     }
-    assert_eq!(format(), b"2", "opening and reading write nothing");
+    assert_eq!(
+        stored_format(dir.path()),
+        b"2",
+        "opening and reading write nothing"
+    );
     {
         let store = SledStore::open(dir.path()).unwrap();
         store.put_blob(b"bytes").unwrap();
     }
-    assert_eq!(format(), FORMAT_VERSION.to_string().as_bytes());
+    assert_eq!(
+        stored_format(dir.path()),
+        FORMAT_VERSION.to_string().as_bytes()
+    );
 }
 
 /// The key format 1 and 2 both give an entry of run `run`.
@@ -215,21 +224,12 @@ fn a_format_1_store_is_read_and_continued_with_records_of_whole_commits() {
             .unwrap();
         db.flush().unwrap();
     }
-    let format = |path: &std::path::Path| {
-        raw_sled(path)
-            .open_tree("meta")
-            .unwrap()
-            .get("format")
-            .unwrap()
-            .unwrap()
-            .to_vec()
-    };
     {
         let store = SledStore::open(&path).unwrap();
         assert_eq!(store.load("r").unwrap().len(), 3);
     }
     assert_eq!(
-        format(&path),
+        stored_format(&path),
         b"1",
         "reading leaves an earlier agent's database as it was"
     );
@@ -238,7 +238,7 @@ fn a_format_1_store_is_read_and_continued_with_records_of_whole_commits() {
         assert_eq!(store.append("r", 3, &[filler(4, 3)]).unwrap(), 4);
     }
     assert_eq!(
-        format(&path),
+        stored_format(&path),
         FORMAT_VERSION.to_string().as_bytes(),
         "any write may split a node of the tree in a way an earlier agent cannot read: \
          the database says so from the first"
