@@ -43,18 +43,7 @@ async fn large_outputs_are_kept_as_blobs_in_the_store() {
 #[tokio::test]
 async fn a_long_run_is_compacted_and_the_model_sees_the_summary_and_facts() {
     let s = setup();
-    std::fs::write(
-        s.dir.path().join("ws/big.txt"),
-        "a line of the big file\n".repeat(200),
-    )
-    .unwrap();
-    let mut turns: Vec<Value> = (0..12)
-        .map(|i| {
-            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
-            "arguments": {"path": "big.txt", "offset": i + 1}}]})
-        })
-        .collect();
-    turns.push(json!({"final": "done"}));
+    let turns = paged_reads(&s, 12);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let rt = s
         .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
@@ -257,18 +246,7 @@ async fn read_result_reads_only_handles_its_own_run_handed_out() {
 #[tokio::test]
 async fn replaying_the_log_reproduces_every_prompt_byte_for_byte() {
     let s = setup();
-    std::fs::write(
-        s.dir.path().join("ws/big.txt"),
-        "a line of the big file\n".repeat(200),
-    )
-    .unwrap();
-    let mut turns: Vec<Value> = (0..12)
-        .map(|i| {
-            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
-            "arguments": {"path": "big.txt", "offset": i + 1}}]})
-        })
-        .collect();
-    turns.push(json!({"final": "done"}));
+    let turns = paged_reads(&s, 12);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let context = agent_context::ContextConfig {
         context_window: 6_000,
@@ -398,18 +376,7 @@ impl agent_context::Summarizer for Wordy {
 #[tokio::test]
 async fn a_summary_that_does_not_help_is_not_asked_for_again_every_turn() {
     let s = setup();
-    std::fs::write(
-        s.dir.path().join("ws/big.txt"),
-        "a line of the big file\n".repeat(200),
-    )
-    .unwrap();
-    let mut turns: Vec<Value> = (0..12)
-        .map(|i| {
-            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
-            "arguments": {"path": "big.txt", "offset": i + 1}}]})
-        })
-        .collect();
-    turns.push(json!({"final": "done"}));
+    let turns = paged_reads(&s, 12);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let wordy = Arc::new(Wordy(std::sync::atomic::AtomicUsize::new(0)));
     let rt = s
@@ -501,21 +468,7 @@ impl agent_context::Summarizer for Seen {
 #[tokio::test]
 async fn compacting_reads_the_log_back_only_for_a_summarizer_that_reads_it() {
     let s = setup();
-    std::fs::write(
-        s.dir.path().join("ws/big.txt"),
-        "a line of the big file\n".repeat(200),
-    )
-    .unwrap();
-    let script = || {
-        let mut turns: Vec<Value> = (0..16)
-            .map(|i| {
-                json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
-                "arguments": {"path": "big.txt", "offset": i + 1}}]})
-            })
-            .collect();
-        turns.push(json!({"final": "done"}));
-        json!({ "turns": turns })
-    };
+    let script = || json!({ "turns": paged_reads(&s, 16) });
     let context = || agent_context::ContextConfig {
         context_window: 6_000,
         unmasked_result_chars: 0,
@@ -588,4 +541,22 @@ async fn compacting_reads_the_log_back_only_for_a_summarizer_that_reads_it() {
         "nor does a summarizer that does not read it"
     );
     assert!(reads_of[1] >= 2, "one read a compaction: {reads_of:?}");
+}
+
+/// A script of `reads` calls reading `big.txt` (written into the workspace, 200 lines) a
+/// page further each time, then a final answer.
+fn paged_reads(s: &Setup, reads: usize) -> Vec<Value> {
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let mut turns: Vec<Value> = (0..reads)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+            "arguments": {"path": "big.txt", "offset": i + 1}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "done"}));
+    turns
 }
