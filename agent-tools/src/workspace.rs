@@ -154,7 +154,7 @@ impl Workspace {
             ));
         }
         let dir = Dir::open_ambient_dir(&root, ambient_authority())?;
-        let local_dev = local_device(&dir)?;
+        let local_dev = local_device(&dir);
         Ok(Workspace {
             root,
             dir: Arc::new(dir),
@@ -444,22 +444,24 @@ pub fn is_local_file_system(f_type: i64) -> bool {
     LOCAL_FILE_SYSTEMS.contains(&f_type)
 }
 
-/// The device of `dir` when it is on a local file system.
+/// The device of `dir` when it is on a local file system; `None` when that cannot be told
+/// (a file system `fstatfs` fails on is treated as remote: every read goes to the pool).
 #[cfg(target_os = "linux")]
-fn local_device(dir: &Dir) -> io::Result<Option<u64>> {
+fn local_device(dir: &Dir) -> Option<u64> {
     use cap_std::fs::MetadataExt;
-    let fs = rustix::fs::fstatfs(dir)?;
+    let fs = rustix::fs::fstatfs(dir).ok()?;
     // `f_type` is a signed word of the platform's size: the magic is its low 32 bits.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     let kind = (fs.f_type as i64) & 0xFFFF_FFFF;
-    is_local_file_system(kind)
-        .then(|| dir.dir_metadata().map(|m| m.dev()))
-        .transpose()
+    if !is_local_file_system(kind) {
+        return None;
+    }
+    dir.dir_metadata().ok().map(|m| m.dev())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn local_device(_dir: &Dir) -> io::Result<Option<u64>> {
-    Ok(None)
+fn local_device(_dir: &Dir) -> Option<u64> {
+    None
 }
 
 /// Appends the components of `path` (relative) to `queue`, `.` and empty ones dropped.
