@@ -56,27 +56,38 @@ impl TypedTool for ReadFile {
             // once (`Workspace::reads_inline`), anything else on the blocking pool.
             let resolved = workspace.resolve_known(known, &given)?.existing(&given)?;
             if workspace.reads_inline(&resolved) {
-                return read(&workspace, &resolved, &given, offset, limit);
+                let (file, size) = open_regular(&workspace, &resolved, &given)?;
+                // The file opened is what counts: one that grew since it was resolved is
+                // read on the pool after all.
+                if size <= crate::workspace::INLINE_READ_BYTES {
+                    return read(file, size, &given, offset, limit);
+                }
+                return blocking(move || read(file, size, &given, offset, limit)).await;
             }
-            return blocking(move || read(&workspace, &resolved, &given, offset, limit)).await;
+            return blocking(move || {
+                let (file, size) = open_regular(&workspace, &resolved, &given)?;
+                read(file, size, &given, offset, limit)
+            })
+            .await;
         }
         blocking(move || {
             let resolved = workspace.resolve_known(known, &given)?.existing(&given)?;
-            read(&workspace, &resolved, &given, offset, limit)
+            let (file, size) = open_regular(&workspace, &resolved, &given)?;
+            read(file, size, &given, offset, limit)
         })
         .await
     }
 }
 
-/// Lines `offset..offset+limit` of a resolved file, numbered (see [`number_lines`]).
+/// Lines `offset..offset+limit` of an opened regular file of `size` bytes, numbered (see
+/// [`number_lines`]).
 fn read(
-    workspace: &crate::Workspace,
-    resolved: &crate::workspace::Resolved,
+    file: std::fs::File,
+    size: u64,
     given: &str,
     offset: usize,
     limit: usize,
 ) -> Result<String, ToolError> {
-    let (file, size) = open_regular(workspace, resolved, given)?;
     // Room for the whole of a small file and the empty read that ends it.
     let capacity = usize::try_from(size.saturating_add(1))
         .map_or(READ_BUFFER, |n| n.clamp(SNIFF, READ_BUFFER));

@@ -65,6 +65,26 @@ async fn file_tools_act_on_the_resolution_the_gateway_judged() {
 }
 
 #[tokio::test]
+async fn a_file_that_grew_after_it_was_resolved_is_still_read_whole() {
+    // Resolved small (so to be read in place), then grown past the in-place limit before
+    // the tool opens it: the size of the file opened decides, and its lines all come back.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("log.txt"), "first\n").unwrap();
+    let mut ctx = ctx(dir.path());
+    let small = ctx.workspace.resolve("log.txt").unwrap();
+    assert!(ctx.workspace.reads_inline(&small));
+    let grown: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
+    assert!(grown.len() as u64 > agent_tools::INLINE_READ_BYTES);
+    std::fs::write(dir.path().join("log.txt"), &grown).unwrap();
+    ctx.resolved = Some(("log.txt".to_owned(), small));
+    let read = Typed(ReadFile)
+        .call(json!({"path": "log.txt", "offset": 9_999}), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(read, "  9999\tline 9998\n 10000\tline 9999\n");
+}
+
+#[tokio::test]
 async fn read_file_numbers_lines_and_pages() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "one\ntwo\nthree\n").unwrap();
