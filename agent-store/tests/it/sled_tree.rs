@@ -98,3 +98,63 @@ proptest! {
         check(&db.open_tree("t").unwrap(), &model)?;
     }
 }
+
+/// `vendor/sled` flushes with `fdatasync` and writes zeros ahead of its log's end, so that
+/// a flush overwrites blocks the file has rather than growing it. A log several segments
+/// long (512 KiB each), flushed after every entry as a store flushes each commit, with
+/// entries past 128 KiB among them (those are files of their own), reads back whole when
+/// opened again, and again after more is appended to the reopened log.
+#[test]
+fn a_log_of_many_segments_flushed_entry_by_entry_reads_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        sled::Config::new()
+            .path(dir.path())
+            .cache_capacity(64 * 1024)
+            .flush_every_ms(None)
+            .open()
+            .unwrap()
+    };
+    // Sizes that straddle pages, the zeroed stretch and segment ends; every 40th entry is
+    // a blob.
+    let size = |i: usize| match i % 40 {
+        39 => 150_000 + i,
+        n => 300 + n * 97 + (i * 7919) % 4_000,
+    };
+    let entry = |i: usize| vec![u8::try_from(i % 251).unwrap(); size(i)];
+    let key = |i: usize| u64::try_from(i).unwrap().to_be_bytes();
+    let mut written = 0;
+    let mut total = 0;
+    for round in 0..2 {
+        let db = open();
+        let tree = db.open_tree("log").unwrap();
+        for i in 0..written {
+            assert_eq!(
+                tree.get(key(i)).unwrap().as_deref(),
+                Some(entry(i).as_slice()),
+                "entry {i} after reopening, round {round}"
+            );
+        }
+        let upto = written + 400;
+        for i in written..upto {
+            tree.insert(key(i), entry(i)).unwrap();
+            db.flush().unwrap();
+            total += size(i);
+        }
+        written = upto;
+    }
+    assert!(
+        total > 4 * 512 * 1024,
+        "{total} bytes span too few segments"
+    );
+    let db = open();
+    let tree = db.open_tree("log").unwrap();
+    assert_eq!(tree.len(), written);
+    for i in 0..written {
+        assert_eq!(
+            tree.get(key(i)).unwrap().as_deref(),
+            Some(entry(i).as_slice()),
+            "entry {i}"
+        );
+    }
+}

@@ -556,7 +556,8 @@ impl Config {
     fn open_file(&self) -> Result<File> {
         let blob_dir: PathBuf = self.get_path().join("blobs");
 
-        if !blob_dir.exists() {
+        let created = !blob_dir.exists();
+        if created {
             fs::create_dir_all(blob_dir)?;
         }
 
@@ -573,7 +574,17 @@ impl Config {
             options.create_new(true);
         }
 
-        self.try_lock(options.open(&self.db_path())?)
+        let file = self.try_lock(options.open(&self.db_path())?)?;
+        if created && !self.temporary {
+            // agent-loop: a new database's files (`conf`, `db`, `blobs/`) and its
+            // directory's own name are durable before its first flush confirms a write.
+            let path = self.get_path();
+            crate::pagecache::sync_dir(&path)?;
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                crate::pagecache::sync_dir(parent)?;
+            }
+        }
+        Ok(file)
     }
 
     fn try_lock(&self, file: File) -> Result<File> {
@@ -677,6 +688,10 @@ impl Config {
         f.write_all(&*bytes)?;
         io_fail!(self, "write_config crc");
         f.write_all(&crc_arr)?;
+        if !self.temporary {
+            // agent-loop: see `open_file`.
+            f.sync_all()?;
+        }
         io_fail!(self, "write_config post");
         Ok(())
     }

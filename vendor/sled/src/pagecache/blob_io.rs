@@ -90,12 +90,26 @@ pub(crate) fn write_blob<T: Serialize>(
     io_fail!(config, "write_blob write kind_byte");
     f.write_all(kind_buf)?;
     io_fail!(config, "write_blob write buf");
-    f.write_all(&data)
-        .map(|r| {
-            trace!("successfully wrote blob at {:?}", path);
-            r
-        })
-        .map_err(|e| e.into())
+    f.write_all(&data)?;
+    if !config.temporary {
+        // agent-loop: the log entry that points at this blob is made durable by the
+        // next flush; the blob and its name in `blobs/` must be durable before it.
+        io_fail!(config, "write_blob sync");
+        f.sync_data()?;
+        sync_dir(path.parent().expect("a blob's path has a directory"))?;
+    }
+    trace!("successfully wrote blob at {:?}", path);
+    Ok(())
+}
+
+/// agent-loop: makes the names a directory holds durable (a new file's among them).
+pub(crate) fn sync_dir(dir: &std::path::Path) -> Result<()> {
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
+    // Windows makes a new name durable with the file; it cannot open a directory as a file.
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
 }
 
 pub(crate) fn gc_blobs(config: &Config, stable_lsn: Lsn) -> Result<()> {

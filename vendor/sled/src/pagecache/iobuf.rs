@@ -287,6 +287,11 @@ impl StabilityIntervals {
     }
 }
 
+/// agent-loop: how far ahead of the log's end the file is zeroed (`IoBufs::zero_ahead`).
+const ZERO_AHEAD: LogOffset = 64 * 1024;
+
+static ZEROS: [u8; ZERO_AHEAD as usize + 4096] = [0; ZERO_AHEAD as usize + 4096];
+
 pub(crate) struct IoBufs {
     pub config: RunningConfig,
 
@@ -314,6 +319,10 @@ pub(crate) struct IoBufs {
     pub segment_accountant: Mutex<SegmentAccountant>,
     pub segment_cleaner: SegmentCleaner,
     deferred_segment_ops: stack::Stack<SegmentOp>,
+    // agent-loop: how far the file is instantiated (written, or zeroed ahead of the
+    // log), so that a write below it overwrites blocks the file already has; see
+    // `IoBufs::zero_ahead`.
+    instantiated: Mutex<LogOffset>,
     #[cfg(feature = "io_uring")]
     pub submission_mutex: Mutex<()>,
     #[cfg(feature = "io_uring")]
@@ -403,6 +412,8 @@ impl IoBufs {
             iobuf.store_segment_header(0, next_lsn, stable);
         }
 
+        let instantiated = config.file.metadata()?.len();
+
         Ok(IoBufs {
             config,
 
@@ -417,11 +428,48 @@ impl IoBufs {
             segment_accountant: Mutex::new(segment_accountant),
             segment_cleaner,
             deferred_segment_ops: stack::Stack::default(),
+            instantiated: Mutex::new(instantiated),
             #[cfg(feature = "io_uring")]
             submission_mutex: Mutex::new(()),
             #[cfg(feature = "io_uring")]
             io_uring: rio::new()?,
         })
+    }
+
+    /// agent-loop: before a write that ends past what the file holds, writes zeros for
+    /// up to `ZERO_AHEAD` bytes after it (within its segment), so that the next writes
+    /// overwrite blocks the file already has. A write that grows the file makes its
+    /// `fdatasync` write the file's metadata too (its length, its new blocks): 1.5 times
+    /// an overwrite's on ext4 (`xtask/flushes.py`). Zeros are what sled itself writes
+    /// after the tail of a segment when it recovers (`MessageKind::Corrupted`), and the
+    /// recovery reads them as the end of the log.
+    ///
+    /// Writes of sealed buffers can run side by side and land out of order; each takes
+    /// this lock to claim its end before it writes, and zeros go only past every end
+    /// claimed so far, never over a buffer's data.
+    fn zero_ahead(&self, log_offset: LogOffset, len: usize) -> Result<()> {
+        let end = log_offset + LogOffset::try_from(len).unwrap();
+        let mut instantiated = self.instantiated.lock();
+        if end <= *instantiated {
+            return Ok(());
+        }
+        let segment_size = LogOffset::try_from(self.config.segment_size).unwrap();
+        let segment_end = (log_offset / segment_size + 1) * segment_size;
+        let page = 4096;
+        let to = std::cmp::min(
+            (end + ZERO_AHEAD + page - 1) / page * page,
+            segment_end,
+        );
+        if to > end {
+            io_fail!(self, "zero ahead");
+            pwrite_all(
+                &self.config.file,
+                &ZEROS[..assert_usize(to - end)],
+                end,
+            )?;
+        }
+        *instantiated = std::cmp::max(to, end);
+        Ok(())
     }
 
     pub(in crate::pagecache) fn sa_mark_link(
@@ -727,33 +775,18 @@ impl IoBufs {
         #[cfg(not(feature = "io_uring"))]
         {
             let f = &self.config.file;
+            if !self.config.temporary {
+                self.zero_ahead(log_offset, total_len)?;
+            }
             pwrite_all(f, data, log_offset)?;
             if !self.config.temporary {
-                #[cfg(target_os = "linux")]
-                {
-                    use std::os::unix::io::AsRawFd;
-                    let ret = unsafe {
-                        libc::sync_file_range(
-                            f.as_raw_fd(),
-                            i64::try_from(log_offset).unwrap(),
-                            i64::try_from(total_len).unwrap(),
-                            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                                | libc::SYNC_FILE_RANGE_WRITE
-                                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                        )
-                    };
-                    if ret < 0 {
-                        let err = std::io::Error::last_os_error();
-                        if let Some(libc::ENOSYS) = err.raw_os_error() {
-                            f.sync_all()?;
-                        } else {
-                            return Err(err.into());
-                        }
-                    }
-                }
-
-                #[cfg(not(target_os = "linux"))]
-                f.sync_all()?;
+                // agent-loop: `fdatasync` (`F_FULLFSYNC` on macOS), not sled's
+                // `sync_file_range`, which writes the pages but neither the file's
+                // metadata (a grown length, newly allocated blocks) nor the disk's
+                // volatile write cache: a write it "flushed" could be lost to a power
+                // cut or an OS crash (spacejam/sled#1452). A flush is the point where a
+                // commit is confirmed, so it must survive both.
+                f.sync_data()?;
             }
         }
         io_fail!(self, "buffer write post");

@@ -48,6 +48,7 @@ use self::{
 };
 
 pub(crate) use self::{
+    blob_io::sync_dir,
     logger::{
         read_message, read_segment_header, MessageHeader, SegmentHeader,
         SegmentNumber,
