@@ -462,17 +462,30 @@ fn creation_cut_short(dir: &Path, names: &[String]) -> bool {
 }
 
 fn create_layout(dir: &Path) -> Result<(), StoreError> {
+    // The directories this makes, the store's own among them, outermost first.
+    let absolute = std::path::absolute(dir).map_err(|e| files::io_error(dir, &e))?;
+    let mut made: Vec<&Path> = absolute.ancestors().take_while(|a| !a.exists()).collect();
+    made.reverse();
     for sub in ["runs", "blobs", "tmp"] {
         let path = dir.join(sub);
         std::fs::create_dir_all(&path).map_err(|e| files::io_error(&path, &e))?;
     }
-    // Written last: a directory without it, emptied of all else, is created again.
+    // Written last: a directory without it, emptied of all else, is created again. Its
+    // flush makes the names of `runs`, `blobs` and `tmp` durable too.
     files::replace(
         &dir.join("tmp"),
         &dir.join(LAYOUT_FILE),
         layout_text().as_bytes(),
         true,
-    )
+    )?;
+    // And the store's own name, in the directory that holds it (and so on up for each
+    // directory made): else a power cut could lose the store with every run in it.
+    for made in made {
+        if let Some(parent) = made.parent() {
+            files::sync_dir(parent)?;
+        }
+    }
+    Ok(())
 }
 
 fn check_layout(dir: &Path) -> Result<(), StoreError> {
