@@ -115,26 +115,39 @@ fn ci() -> Result<()> {
 /// The README's test command: every test of the workspace, once what they need is here.
 fn test() -> Result<()> {
     ensure_postgres()?;
-    ensure_chromium()?;
+    // The report's test opens `agent report`'s page in a headless browser.
+    ensure_program(
+        "chromium",
+        "chromium",
+        "a headless browser for the report's test",
+    )?;
+    // The durability test reads which of the `agent` process's writes were flushed before
+    // it reported each event.
+    ensure_program(
+        "strace",
+        "strace",
+        "the system calls of the durability test",
+    )?;
     run("cargo", &["test", "--workspace"], &[])
 }
 
-/// A headless browser (the report's test opens `agent report`'s page in one): `chromium`
-/// on the `PATH`, else installed from the distribution's packages.
-fn ensure_chromium() -> Result<()> {
+/// `program` on the `PATH`, else installed from the distribution's `package`.
+fn ensure_program(program: &str, package: &str, why: &str) -> Result<()> {
     let on_path = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join("chromium").is_file()));
+        .is_some_and(|p| std::env::split_paths(&p).any(|dir| dir.join(program).is_file()));
     if on_path {
         return Ok(());
     }
-    eprintln!("xtask: installing Chromium (the report's test opens it in a headless browser)");
+    eprintln!("xtask: installing {package} ({why})");
     let apt = |args: &[&str]| run("apt-get", args, &[("DEBIAN_FRONTEND", "noninteractive")]);
     apt(&["update", "-qq"])
-        .and_then(|()| apt(&["install", "-y", "-qq", "chromium"]))
-        .context(
-            "chromium is missing and could not be installed; install the distribution's \
-             chromium package",
-        )
+        .and_then(|()| apt(&["install", "-y", "-qq", package]))
+        .with_context(|| {
+            format!(
+                "{program} is missing and could not be installed; install the \
+                 distribution's {package} package"
+            )
+        })
 }
 
 /// The PostgreSQL server's programs (the store's tests start a throwaway cluster): on the

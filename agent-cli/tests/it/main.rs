@@ -13,6 +13,7 @@ mod approvals;
 mod chat;
 mod conversation;
 mod crash;
+mod durable;
 mod eval;
 mod forks;
 mod hostile;
