@@ -17,7 +17,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-AHEAD = 64 * 1024
+AHEAD = 32 * 1024
 
 
 def main():

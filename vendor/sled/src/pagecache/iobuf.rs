@@ -288,7 +288,7 @@ impl StabilityIntervals {
 }
 
 /// agent-loop: how far ahead of the log's end the file is zeroed (`IoBufs::zero_ahead`).
-const ZERO_AHEAD: LogOffset = 64 * 1024;
+const ZERO_AHEAD: LogOffset = 32 * 1024;
 
 static ZEROS: [u8; ZERO_AHEAD as usize + 4096] = [0; ZERO_AHEAD as usize + 4096];
 

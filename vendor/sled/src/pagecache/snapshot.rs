@@ -317,7 +317,6 @@ fn advance_snapshot(
                 let shred_len = config.segment_size
                     - usize::try_from(segment_progress).unwrap()
                     - 1;
-                let shred_zone = vec![MessageKind::Corrupted.into(); shred_len];
                 let shred_base =
                     offset + LogOffset::try_from(segment_progress).unwrap();
 
@@ -326,14 +325,33 @@ fn advance_snapshot(
                     shred_point = Some(shred_base);
                 }
 
-                debug!(
-                    "zeroing the end of the recovered segment at lsn {} between lids {} and {}",
-                    config.normalize(iterated_lsn),
-                    shred_base,
-                    shred_base + shred_len as LogOffset
-                );
-                pwrite_all(&config.file, &shred_zone, shred_base)?;
-                config.file.sync_all()?;
+                // agent-loop: when this segment ends the file, cut the file at the
+                // recovered tip instead: the same end of the log, without filling the
+                // rest of the segment with zeros. Each run's database is opened again
+                // to be read (`agent show`), which grew every one to a whole segment
+                // (512 KiB) on disk, whatever it held.
+                let file_len = config.file.metadata()?.len();
+                if file_len <= offset + config.segment_size as LogOffset {
+                    debug!(
+                        "cutting the file at the recovered tip at lsn {}, lid {}",
+                        config.normalize(iterated_lsn),
+                        shred_base,
+                    );
+                    if file_len > shred_base {
+                        config.file.set_len(shred_base)?;
+                    }
+                    config.file.sync_all()?;
+                } else {
+                    debug!(
+                        "zeroing the end of the recovered segment at lsn {} between lids {} and {}",
+                        config.normalize(iterated_lsn),
+                        shred_base,
+                        shred_base + shred_len as LogOffset
+                    );
+                    let shred_zone = vec![MessageKind::Corrupted.into(); shred_len];
+                    pwrite_all(&config.file, &shred_zone, shred_base)?;
+                    config.file.sync_all()?;
+                }
             }
             (iterated_lsn, iter.segment_base.map(|bb| bb.offset))
         };
