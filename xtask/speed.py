@@ -6,7 +6,8 @@ answer. Run by `cargo xtask bench`, or alone:
     python3 xtask/speed.py [--quick]
 
 Prints, for N = 100, 1,000, 3,000 and 10,000: wall, user and system time, peak resident
-memory and store bytes a turn; the instructions of a 1,000- and a 3,000-turn run (callgrind:
+memory and store bytes a turn; the marginal wall time a turn from 1,000 to 3,000 turns
+against the disk's fsync p50; the instructions of a 1,000- and a 3,000-turn run (callgrind:
 the whole process, and its main thread, which drives the run and makes the commits) and
 the marginal instructions a turn between them; the disk's fsync p50; `agent show` and `agent context`
 on the 10,000-turn run; and process start to the first model call on a one-turn run.
@@ -140,13 +141,17 @@ def main():
     quick = "--quick" in sys.argv
     subprocess.run(["cargo", "build", "-q", "--release", "-p", "agent-cli"], cwd=ROOT,
                    check=True)
-    print(f"fsync p50 (4 KiB write + fdatasync): {fsync_p50() * 1e6:.0f} µs")
+    fsyncs = [fsync_p50()]
+    print(f"fsync p50 (4 KiB write + fdatasync): {fsyncs[0] * 1e6:.0f} µs")
     sizes = [100, 1000] if quick else [100, 1000, 3000, 10000]
     kept = None
+    walls = {}
     for n in sizes:
         work = tempfile.mkdtemp()
         workload(n, work)
         wall, user, system, rss, _ = timed([AGENT] + run_args(n, work))
+        walls[n] = wall
+        fsyncs.append(fsync_p50())
         stored = store_bytes(os.path.join(work, ".agent"))
         print(f"N={n}: {wall:.2f} s wall ({wall / n * 1000:.3f} ms a turn), {user:.2f} s "
               f"user, {system:.2f} s system, peak resident {rss / 1024:.1f} MB, store "
@@ -154,6 +159,13 @@ def main():
         if kept:
             shutil.rmtree(kept)
         kept = work
+    if 1000 in walls and 3000 in walls:
+        # A turn without the process's start and end: one `fdatasync` of the run's log.
+        marginal = (walls[3000] - walls[1000]) / 2000
+        fsync = statistics.median(fsyncs)
+        print(f"marginal wall a turn, 1,000 to 3,000 turns: {marginal * 1000:.3f} ms, "
+              f"{marginal / fsync:.2f} times the fsync p50 of {fsync * 1e6:.0f} µs (median "
+              f"of {len(fsyncs)}, around the runs); 1 fdatasync a turn")
     if not quick and kept:
         runs = json.loads(subprocess.run(
             [AGENT, "runs", "--store", f"{kept}/.agent", "--json"],
