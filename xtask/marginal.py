@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""The marginal wall time of a durable turn against the disk's fsync p50, for one or more
+`agent` binaries, interleaved so that the disk's drift falls on each alike (BENCHMARKS.md,
+"Durable commits"): in each round and for each binary, a 1,000-turn and a 3,000-turn run of
+../shared/bench's workload, with the fsync p50 measured before, between and after; the
+marginal turn is (wall(3,000) - wall(1,000)) / 2,000, without the process's start and end.
+
+    python3 xtask/marginal.py [--rounds N] [AGENT...]   (default: target/release/agent)
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import speed  # noqa: E402
+
+
+def wall(agent, n, work):
+    subprocess.run(["rm", "-rf", os.path.join(work, ".agent")], check=True)
+    started = time.perf_counter()
+    subprocess.run([agent] + speed.run_args(n, work), stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - started
+
+
+def main():
+    args = sys.argv[1:]
+    rounds = 4
+    if "--rounds" in args:
+        at = args.index("--rounds")
+        rounds = int(args[at + 1])
+        del args[at:at + 2]
+    agents = args or [speed.AGENT]
+    works = {n: tempfile.mkdtemp() for n in (1000, 3000)}
+    try:
+        for n, work in works.items():
+            speed.workload(n, work)
+        ratios = {a: [] for a in agents}
+        for r in range(rounds):
+            for agent in agents:
+                fsyncs = [speed.fsync_p50(200)]
+                small = wall(agent, 1000, works[1000])
+                fsyncs.append(speed.fsync_p50(200))
+                big = wall(agent, 3000, works[3000])
+                fsyncs.append(speed.fsync_p50(200))
+                marginal = (big - small) / 2000
+                fsync = statistics.median(fsyncs)
+                ratios[agent].append(marginal / fsync)
+                print(f"round {r + 1}, {agent}: {marginal * 1e6:.0f} µs a turn, fsync p50 "
+                      f"{fsync * 1e6:.0f} µs: {marginal / fsync:.2f} times", flush=True)
+        for agent, values in ratios.items():
+            print(f"{agent}: median {statistics.median(values):.2f} times the fsync p50 "
+                  f"(from {min(values):.2f} to {max(values):.2f})")
+    finally:
+        for work in works.values():
+            subprocess.run(["rm", "-rf", work], check=True)
+
+
+if __name__ == "__main__":
+    main()
