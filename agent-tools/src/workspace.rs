@@ -8,7 +8,10 @@
 //!   judge that path, so every alias of a file gets the same verdict.
 //! - Every file operation then goes through a directory capability (`cap-std`): opens are
 //!   resolved beneath the workspace directory handle, so a directory swapped for a link
-//!   between the check and the use is refused, not followed. Writes go to a fresh
+//!   between the check and the use is refused, not followed. On Linux an open goes
+//!   through no symlink at all (`openat2` with `RESOLVE_NO_SYMLINKS`): a resolved path has
+//!   none, so a link on it now, even one that stays inside the workspace, was made after
+//!   the path was judged and is refused too. Writes go to a fresh
 //!   temporary file (`O_TMPFILE`, or an exclusive random name) renamed into place: a planted
 //!   link is never written through.
 
@@ -349,6 +352,13 @@ impl Workspace {
     /// terminal does not become the controlling one, so a caller checks the file it got
     /// (`File::metadata`) before reading.
     pub fn open(&self, resolved: &Resolved) -> io::Result<std::fs::File> {
+        #[cfg(target_os = "linux")]
+        if let Some(opened) = self.open_exact(
+            resolved.cap_path(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY,
+        ) {
+            return opened.map(std::fs::File::from);
+        }
         let mut options = cap_std::fs::OpenOptions::new();
         options.read(true);
         #[cfg(unix)]
@@ -361,14 +371,66 @@ impl Workspace {
             .map(cap_std::fs::File::into_std)
     }
 
-    /// The metadata of a resolved path (links followed, beneath the root).
+    /// Opens `rel` (a resolved path, with no symlink in it) beneath the root through no
+    /// symlink at all: Linux's `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`. A link
+    /// found on the path now was made after the path was resolved and judged; the
+    /// capability alone would follow it to wherever it points inside the workspace, a file
+    /// the policy never saw, so the open is refused instead. `None` where the kernel has no
+    /// `openat2` (before 5.6) or a filter forbids it: the capability's open then stands.
+    #[cfg(target_os = "linux")]
+    fn open_exact(
+        &self,
+        rel: &Path,
+        flags: rustix::fs::OFlags,
+    ) -> Option<io::Result<rustix::fd::OwnedFd>> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::io::Errno;
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(
+            &self.dir,
+            rel,
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve,
+        ) {
+            Ok(fd) => Some(Ok(fd)),
+            Err(Errno::NOSYS | Errno::PERM) => None,
+            Err(Errno::LOOP) => Some(Err(io::Error::other(format!(
+                "{}: a directory on this path was replaced by a symbolic link after the path \
+                 was checked; the tool does not follow it (try the call again)",
+                rel.display()
+            )))),
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    /// A resolved directory as a capability, opened through no symlink (see
+    /// [`Workspace::open_exact`]).
+    fn open_dir_exact(&self, rel: &Path) -> io::Result<Dir> {
+        #[cfg(target_os = "linux")]
+        if let Some(opened) = self.open_exact(
+            rel,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        ) {
+            return opened.map(|fd| Dir::from_std_file(std::fs::File::from(fd)));
+        }
+        self.dir.open_dir(rel)
+    }
+
+    /// The metadata of a resolved path, reached through no symlink (see
+    /// [`Workspace::open_exact`]).
     pub fn metadata(&self, resolved: &Resolved) -> io::Result<cap_std::fs::Metadata> {
+        #[cfg(target_os = "linux")]
+        if let Some(opened) = self.open_exact(resolved.cap_path(), rustix::fs::OFlags::PATH) {
+            return cap_std::fs::Metadata::from_file(&std::fs::File::from(opened?));
+        }
         self.dir.metadata(resolved.cap_path())
     }
 
     /// A resolved directory's entries: names, and whether each is a directory.
     pub fn entries(&self, resolved: &Resolved) -> io::Result<Vec<(String, bool)>> {
-        let dir = self.dir.open_dir(resolved.cap_path())?;
+        let dir = self.open_dir_exact(resolved.cap_path())?;
         let mut out = Vec::new();
         for entry in dir.entries()? {
             let entry = entry?;
@@ -394,7 +456,7 @@ impl Workspace {
             self.dir.try_clone()?
         } else {
             self.dir.create_dir_all(parent)?;
-            self.dir.open_dir(parent)?
+            self.open_dir_exact(parent)?
         };
         let keep = match dir.symlink_metadata(name) {
             Ok(meta) if meta.is_dir() => {

@@ -351,6 +351,44 @@ fn the_capability_refuses_even_a_path_resolved_before_the_swap() {
     );
 }
 
+/// The last step of a use: between the resolution policy judged and the tool's open, a
+/// directory on the path becomes a link to another place *inside* the workspace (which
+/// the capability alone allows). The open and the write go through no link at all, so
+/// they are refused rather than reach a file policy never saw.
+#[test]
+fn a_path_is_opened_exactly_as_resolved_not_through_a_link_made_since() {
+    let t = tree();
+    let ws = Workspace::new(&t.ws).unwrap();
+    std::fs::write(t.ws.join("notes/key.txt"), "a note\n").unwrap();
+    let read = ws.resolve("notes/key.txt").unwrap();
+    let write = ws.resolve("notes/new.txt").unwrap();
+    assert_eq!(read.display(), "notes/key.txt");
+    std::fs::rename(t.ws.join("notes"), t.ws.join("notes.old")).unwrap();
+    std::os::unix::fs::symlink("secrets", t.ws.join("notes")).unwrap();
+    match ws.open(&read) {
+        Ok(mut file) => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut file, &mut text).unwrap();
+            panic!("opened through the new link: {text:?}");
+        }
+        Err(e) => assert!(e.to_string().contains("symbolic link"), "{e}"),
+    }
+    assert!(ws.write_atomic(&write, b"X").is_err());
+    assert!(!t.ws.join("secrets/new.txt").exists());
+    assert!(ws.entries(&ws.resolve("notes.old").unwrap()).is_ok());
+    assert!(ws.entries(&read_dir_then_swap(&t)).is_err());
+}
+
+/// `a/b` resolved as a directory, then `a` swapped for a link to `c`.
+fn read_dir_then_swap(t: &Tree) -> agent_tools::Resolved {
+    let ws = Workspace::new(&t.ws).unwrap();
+    let resolved = ws.resolve("a/b").unwrap();
+    std::fs::create_dir_all(t.ws.join("c/b")).unwrap();
+    std::fs::rename(t.ws.join("a"), t.ws.join("a.old")).unwrap();
+    std::os::unix::fs::symlink("c", t.ws.join("a")).unwrap();
+    resolved
+}
+
 #[test]
 fn a_deny_rule_applies_when_a_link_changes_after_the_check() {
     let t = tree();
