@@ -383,25 +383,35 @@ impl Workspace {
         rel: &Path,
         flags: rustix::fs::OFlags,
     ) -> Option<io::Result<rustix::fd::OwnedFd>> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        use rustix::io::Errno;
-        let resolve =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        match rustix::fs::openat2(
-            &self.dir,
-            rel,
-            flags | OFlags::CLOEXEC,
-            Mode::empty(),
-            resolve,
-        ) {
-            Ok(fd) => Some(Ok(fd)),
-            Err(Errno::NOSYS | Errno::PERM) => None,
-            Err(Errno::LOOP) => Some(Err(io::Error::other(format!(
-                "{}: a directory on this path was replaced by a symbolic link after the path \
-                 was checked; the tool does not follow it (try the call again)",
-                rel.display()
-            )))),
-            Err(e) => Some(Err(e.into())),
+        open_beneath_exact(&self.dir, rel, flags)
+    }
+
+    /// A resolved directory as a capability, its missing components made one by one, each
+    /// beneath the one before and opened through no symlink (see
+    /// [`Workspace::open_exact`]).
+    fn create_dir_all_exact(&self, rel: &Path) -> io::Result<Dir> {
+        #[cfg(target_os = "linux")]
+        {
+            let mut dir = self.dir.try_clone()?;
+            for part in rel.components() {
+                let name = Path::new(part.as_os_str());
+                match dir.create_dir(name) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+                let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY;
+                dir = match open_beneath_exact(&dir, name, flags) {
+                    Some(opened) => Dir::from_std_file(std::fs::File::from(opened?)),
+                    None => dir.open_dir(name)?,
+                };
+            }
+            Ok(dir)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            self.dir.create_dir_all(rel)?;
+            self.dir.open_dir(rel)
         }
     }
 
@@ -455,8 +465,7 @@ impl Workspace {
         let dir = if parent.as_os_str().is_empty() {
             self.dir.try_clone()?
         } else {
-            self.dir.create_dir_all(parent)?;
-            self.open_dir_exact(parent)?
+            self.create_dir_all_exact(parent)?
         };
         let keep = match dir.symlink_metadata(name) {
             Ok(meta) if meta.is_dir() => {
@@ -475,6 +484,28 @@ impl Workspace {
         }
         temp.as_file().sync_all()?;
         temp.replace(name)
+    }
+}
+
+/// `rel` opened beneath `dir` through no symlink (see [`Workspace::open_exact`]).
+#[cfg(target_os = "linux")]
+fn open_beneath_exact(
+    dir: &Dir,
+    rel: &Path,
+    flags: rustix::fs::OFlags,
+) -> Option<io::Result<rustix::fd::OwnedFd>> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use rustix::io::Errno;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+        Ok(fd) => Some(Ok(fd)),
+        Err(Errno::NOSYS | Errno::PERM) => None,
+        Err(Errno::LOOP) => Some(Err(io::Error::other(format!(
+            "{}: a directory on this path was replaced by a symbolic link after the path was \
+             checked; the tool does not follow it (try the call again)",
+            rel.display()
+        )))),
+        Err(e) => Some(Err(e.into())),
     }
 }
 

@@ -362,6 +362,7 @@ fn a_path_is_opened_exactly_as_resolved_not_through_a_link_made_since() {
     std::fs::write(t.ws.join("notes/key.txt"), "a note\n").unwrap();
     let read = ws.resolve("notes/key.txt").unwrap();
     let write = ws.resolve("notes/new.txt").unwrap();
+    let deep = ws.resolve("notes/deep/new.txt").unwrap();
     assert_eq!(read.display(), "notes/key.txt");
     std::fs::rename(t.ws.join("notes"), t.ws.join("notes.old")).unwrap();
     std::os::unix::fs::symlink("secrets", t.ws.join("notes")).unwrap();
@@ -375,6 +376,9 @@ fn a_path_is_opened_exactly_as_resolved_not_through_a_link_made_since() {
     }
     assert!(ws.write_atomic(&write, b"X").is_err());
     assert!(!t.ws.join("secrets/new.txt").exists());
+    // Nor is a directory made through the link on the way to a new file.
+    assert!(ws.write_atomic(&deep, b"X").is_err());
+    assert!(!t.ws.join("secrets/deep").exists());
     assert!(ws.entries(&ws.resolve("notes.old").unwrap()).is_ok());
     assert!(ws.entries(&read_dir_then_swap(&t)).is_err());
 }
