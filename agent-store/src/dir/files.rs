@@ -16,13 +16,6 @@ fn temp_name(tmp: &Path, what: &str) -> PathBuf {
     tmp.join(format!("{what}.{}.{n}", std::process::id()))
 }
 
-/// Makes the names `dir` holds durable (a new file's or directory's among them).
-pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(dir, &e))
-}
-
 pub(super) fn io_error(path: &Path, e: &std::io::Error) -> StoreError {
     StoreError::Engine(format!("{}: {e}", path.display()))
 }

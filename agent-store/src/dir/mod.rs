@@ -479,10 +479,16 @@ fn create_layout(dir: &Path) -> Result<(), StoreError> {
         true,
     )?;
     // And the store's own name, in the directory that holds it (and so on up for each
-    // directory made): else a power cut could lose the store with every run in it.
+    // directory made): else a power cut could lose the store with every run in it. A
+    // directory this process may write in but not read (`-wx`) cannot be opened to be
+    // flushed; the store is made all the same.
     for made in made {
         if let Some(parent) = made.parent() {
-            files::sync_dir(parent)?;
+            match std::fs::File::open(parent) {
+                Ok(dir) => dir.sync_all().map_err(|e| files::io_error(parent, &e))?,
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+                Err(e) => return Err(files::io_error(parent, &e)),
+            }
         }
     }
     Ok(())
