@@ -99,6 +99,17 @@ proptest! {
     }
 }
 
+/// A database flushed only when asked, as the store flushes each commit, with a cache of
+/// a few pages.
+fn flushed_by_hand(path: &std::path::Path) -> sled::Db {
+    sled::Config::new()
+        .path(path)
+        .cache_capacity(64 * 1024)
+        .flush_every_ms(None)
+        .open()
+        .unwrap()
+}
+
 /// `vendor/sled` flushes with `fdatasync` and writes zeros ahead of its log's end, so that
 /// a flush overwrites blocks the file has rather than growing it. A log several segments
 /// long (512 KiB each), flushed after every entry as a store flushes each commit, with
@@ -107,14 +118,7 @@ proptest! {
 #[test]
 fn a_log_of_many_segments_flushed_entry_by_entry_reads_back_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let open = || {
-        sled::Config::new()
-            .path(dir.path())
-            .cache_capacity(64 * 1024)
-            .flush_every_ms(None)
-            .open()
-            .unwrap()
-    };
+    let open = || flushed_by_hand(dir.path());
     // Sizes that straddle pages, the zeroed stretch and segment ends; every 40th entry is
     // a blob.
     let size = |i: usize| match i % 40 {
@@ -166,13 +170,7 @@ fn a_log_of_many_segments_flushed_entry_by_entry_reads_back_whole() {
 #[test]
 fn a_database_opened_again_is_cut_at_its_log_not_padded_to_a_segment() {
     let dir = tempfile::tempdir().unwrap();
-    let open = || {
-        sled::Config::new()
-            .path(dir.path())
-            .flush_every_ms(None)
-            .open()
-            .unwrap()
-    };
+    let open = || flushed_by_hand(dir.path());
     let entry = |i: u64| format!("entry {i} ").repeat(40).into_bytes();
     let mut written = 0_u64;
     for round in 0..3 {
