@@ -350,7 +350,8 @@ impl Workspace {
     /// Opens a resolved path for reading, beneath the root. Never waits: a FIFO with no
     /// writer opens at once (non-blocking; reads of a regular file are not affected) and a
     /// terminal does not become the controlling one, so a caller checks the file it got
-    /// (`File::metadata`) before reading.
+    /// (`File::metadata`) before reading. On Linux the open goes through no symlink: a
+    /// link on the resolved path now was made after it was judged, and is refused.
     pub fn open(&self, resolved: &Resolved) -> io::Result<std::fs::File> {
         #[cfg(target_os = "linux")]
         if let Some(opened) = self.open_exact(
@@ -428,8 +429,8 @@ impl Workspace {
         self.dir.open_dir(rel)
     }
 
-    /// The metadata of a resolved path, reached through no symlink (see
-    /// [`Workspace::open_exact`]).
+    /// The metadata of a resolved path, reached through no symlink on Linux, as
+    /// [`Workspace::open`] opens it.
     pub fn metadata(&self, resolved: &Resolved) -> io::Result<cap_std::fs::Metadata> {
         #[cfg(target_os = "linux")]
         if let Some(opened) = self.open_exact(resolved.cap_path(), rustix::fs::OFlags::PATH) {
