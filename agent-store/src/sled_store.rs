@@ -149,6 +149,9 @@ struct FlushState {
     flushed: u64,
     flushing: bool,
     failed: Option<String>,
+    /// Appends waiting for a flush another one makes: with none, a finished flush wakes
+    /// nobody (a process driving one run then makes no futex call a commit).
+    waiting: usize,
 }
 
 impl GroupFlush {
@@ -178,10 +181,14 @@ impl GroupFlush {
                 st.flushing = false;
                 st.flushed = target;
                 st.failed = result.err().map(|e| e.to_string());
-                self.done.notify_all();
+                if st.waiting > 0 {
+                    self.done.notify_all();
+                }
                 continue;
             }
+            st.waiting += 1;
             st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiting -= 1;
         }
     }
 }
