@@ -4,6 +4,8 @@
 "Durable commits"): in each round and for each binary, a 1,000-turn and a 3,000-turn run of
 ../shared/bench's workload, with the fsync p50 measured before, between and after; the
 marginal turn is (wall(3,000) - wall(1,000)) / 2,000, without the process's start and end.
+Before each run and each fsync measurement the disk is left to settle (`sync`, one
+second), so that neither pays for what the other left dirty.
 
     python3 xtask/marginal.py [--rounds N] [AGENT...]   (default: target/release/agent)
 """
@@ -19,8 +21,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import speed  # noqa: E402
 
 
+def fsync_p50():
+    speed.settle()
+    return speed.fsync_p50(200)
+
+
 def wall(agent, n, work):
     subprocess.run(["rm", "-rf", os.path.join(work, ".agent")], check=True)
+    speed.settle()
     started = time.perf_counter()
     subprocess.run([agent] + speed.run_args(n, work), stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - started
@@ -41,11 +49,11 @@ def main():
         ratios = {a: [] for a in agents}
         for r in range(rounds):
             for agent in agents:
-                fsyncs = [speed.fsync_p50(200)]
+                fsyncs = [fsync_p50()]
                 small = wall(agent, 1000, works[1000])
-                fsyncs.append(speed.fsync_p50(200))
+                fsyncs.append(fsync_p50())
                 big = wall(agent, 3000, works[3000])
-                fsyncs.append(speed.fsync_p50(200))
+                fsyncs.append(fsync_p50())
                 marginal = (big - small) / 2000
                 fsync = statistics.median(fsyncs)
                 ratios[agent].append(marginal / fsync)

@@ -92,6 +92,14 @@ def callgrind(n):
         shutil.rmtree(work)
 
 
+def settle():
+    """Writes back what earlier steps left dirty (a workload's files just made, a deleted
+    store's freed blocks) so that it does not fall on the next measurement: the fsync
+    baseline and the runs then see the same quiet disk (`xtask/marginal.py` too)."""
+    os.sync()
+    time.sleep(1)
+
+
 def fsync_p50(samples=300):
     """A 4 KiB write and `fdatasync` of the disk the store is on, as the store's bench does."""
     fd, path = tempfile.mkstemp()
@@ -118,6 +126,7 @@ def flushes_in_run(n):
     work = tempfile.mkdtemp()
     try:
         workload(n, work)
+        settle()
         data = os.path.join(work, "perf.data")
         events = "syscalls:sys_enter_fdatasync,syscalls:sys_exit_fdatasync"
         traced = subprocess.run(
@@ -173,6 +182,7 @@ def main():
     quick = "--quick" in sys.argv
     subprocess.run(["cargo", "build", "-q", "--release", "-p", "agent-cli"], cwd=ROOT,
                    check=True)
+    settle()
     fsyncs = [fsync_p50()]
     print(f"fsync p50 (4 KiB write + fdatasync): {fsyncs[0] * 1e6:.0f} µs")
     sizes = [100, 1000] if quick else [100, 1000, 3000, 10000]
@@ -181,8 +191,10 @@ def main():
     for n in sizes:
         work = tempfile.mkdtemp()
         workload(n, work)
+        settle()
         wall, user, system, rss, _ = timed([AGENT] + run_args(n, work))
         walls[n] = wall
+        settle()
         fsyncs.append(fsync_p50())
         stored = store_bytes(os.path.join(work, ".agent"))
         print(f"N={n}: {wall:.2f} s wall ({wall / n * 1000:.3f} ms a turn), {user:.2f} s "
