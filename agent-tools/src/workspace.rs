@@ -354,7 +354,8 @@ impl Workspace {
     /// link on the resolved path now was made after it was judged, and is refused.
     pub fn open(&self, resolved: &Resolved) -> io::Result<std::fs::File> {
         #[cfg(target_os = "linux")]
-        if let Some(opened) = self.open_exact(
+        if let Some(opened) = open_beneath_exact(
+            &self.dir,
             resolved.cap_path(),
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY,
         ) {
@@ -372,68 +373,29 @@ impl Workspace {
             .map(cap_std::fs::File::into_std)
     }
 
-    /// Opens `rel` (a resolved path, with no symlink in it) beneath the root through no
-    /// symlink at all: Linux's `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`. A link
-    /// found on the path now was made after the path was resolved and judged; the
-    /// capability alone would follow it to wherever it points inside the workspace, a file
-    /// the policy never saw, so the open is refused instead. `None` where the kernel has no
-    /// `openat2` (before 5.6) or a filter forbids it: the capability's open then stands.
-    #[cfg(target_os = "linux")]
-    fn open_exact(
-        &self,
-        rel: &Path,
-        flags: rustix::fs::OFlags,
-    ) -> Option<io::Result<rustix::fd::OwnedFd>> {
-        open_beneath_exact(&self.dir, rel, flags)
-    }
-
     /// A resolved directory as a capability, its missing components made one by one, each
-    /// beneath the one before and opened through no symlink (see
-    /// [`Workspace::open_exact`]).
+    /// beneath the one before and opened through no symlink (see [`open_beneath_exact`]).
     fn create_dir_all_exact(&self, rel: &Path) -> io::Result<Dir> {
-        #[cfg(target_os = "linux")]
-        {
-            let mut dir = self.dir.try_clone()?;
-            for part in rel.components() {
-                let name = Path::new(part.as_os_str());
-                match dir.create_dir(name) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(e),
-                }
-                let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY;
-                dir = match open_beneath_exact(&dir, name, flags) {
-                    Some(opened) => Dir::from_std_file(std::fs::File::from(opened?)),
-                    None => dir.open_dir(name)?,
-                };
+        let mut dir = self.dir.try_clone()?;
+        for part in rel.components() {
+            let name = Path::new(part.as_os_str());
+            match dir.create_dir(name) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
             }
-            Ok(dir)
+            dir = open_dir_exact(&dir, name)?;
         }
-        #[cfg(not(target_os = "linux"))]
-        {
-            self.dir.create_dir_all(rel)?;
-            self.dir.open_dir(rel)
-        }
-    }
-
-    /// A resolved directory as a capability, opened through no symlink (see
-    /// [`Workspace::open_exact`]).
-    fn open_dir_exact(&self, rel: &Path) -> io::Result<Dir> {
-        #[cfg(target_os = "linux")]
-        if let Some(opened) = self.open_exact(
-            rel,
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
-        ) {
-            return opened.map(|fd| Dir::from_std_file(std::fs::File::from(fd)));
-        }
-        self.dir.open_dir(rel)
+        Ok(dir)
     }
 
     /// The metadata of a resolved path, reached through no symlink on Linux, as
     /// [`Workspace::open`] opens it.
     pub fn metadata(&self, resolved: &Resolved) -> io::Result<cap_std::fs::Metadata> {
         #[cfg(target_os = "linux")]
-        if let Some(opened) = self.open_exact(resolved.cap_path(), rustix::fs::OFlags::PATH) {
+        if let Some(opened) =
+            open_beneath_exact(&self.dir, resolved.cap_path(), rustix::fs::OFlags::PATH)
+        {
             return cap_std::fs::Metadata::from_file(&std::fs::File::from(opened?));
         }
         self.dir.metadata(resolved.cap_path())
@@ -441,7 +403,7 @@ impl Workspace {
 
     /// A resolved directory's entries: names, and whether each is a directory.
     pub fn entries(&self, resolved: &Resolved) -> io::Result<Vec<(String, bool)>> {
-        let dir = self.open_dir_exact(resolved.cap_path())?;
+        let dir = open_dir_exact(&self.dir, resolved.cap_path())?;
         let mut out = Vec::new();
         for entry in dir.entries()? {
             let entry = entry?;
@@ -488,7 +450,12 @@ impl Workspace {
     }
 }
 
-/// `rel` opened beneath `dir` through no symlink (see [`Workspace::open_exact`]).
+/// Opens `rel` (a resolved path, with no symlink in it) beneath `dir` through no symlink at
+/// all: Linux's `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`. A link found on the
+/// path now was made after the path was resolved and judged; the capability alone would
+/// follow it to wherever it points inside the workspace, a file the policy never saw, so
+/// the open is refused instead. `None` where the kernel has no `openat2` (before 5.6) or a
+/// filter forbids it: the capability's open then stands.
 #[cfg(target_os = "linux")]
 fn open_beneath_exact(
     dir: &Dir,
@@ -502,12 +469,26 @@ fn open_beneath_exact(
         Ok(fd) => Some(Ok(fd)),
         Err(Errno::NOSYS | Errno::PERM) => None,
         Err(Errno::LOOP) => Some(Err(io::Error::other(format!(
-            "{}: a directory on this path was replaced by a symbolic link after the path was \
+            "{}: a part of this path was replaced by a symbolic link after the path was \
              checked; the tool does not follow it (try the call again)",
             rel.display()
         )))),
         Err(e) => Some(Err(e.into())),
     }
+}
+
+/// The directory `rel` beneath `dir` as a capability, opened through no symlink (see
+/// [`open_beneath_exact`]).
+fn open_dir_exact(dir: &Dir, rel: &Path) -> io::Result<Dir> {
+    #[cfg(target_os = "linux")]
+    if let Some(opened) = open_beneath_exact(
+        dir,
+        rel,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+    ) {
+        return opened.map(|fd| Dir::from_std_file(std::fs::File::from(fd)));
+    }
+    dir.open_dir(rel)
 }
 
 /// `O_NONBLOCK | O_NOCTTY`: an open that never waits for a FIFO's writer nor takes a
