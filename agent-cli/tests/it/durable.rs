@@ -55,7 +55,15 @@ fn traced(env: &Env, args: &[&str]) -> (Vec<String>, String) {
     let trace = env.dir.path().join("strace.txt");
     let out = env.dir.path().join("stdout.txt");
     let agent = env.cmd();
-    let status = Command::new("strace")
+    let mut strace = Command::new("strace");
+    // The agent's environment as `Env` sets it, its removals included.
+    for (key, value) in agent.get_envs() {
+        match value {
+            Some(value) => strace.env(key, value),
+            None => strace.env_remove(key),
+        };
+    }
+    let status = strace
         .args(["-f", "-qq", "-y", "-s", "0", "-o"])
         .arg(&trace)
         .args([
@@ -66,10 +74,6 @@ fn traced(env: &Env, args: &[&str]) -> (Vec<String>, String) {
         .arg(agent.get_program())
         .args(agent.get_args())
         .args(args)
-        .envs(agent.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("AGENT_STORE")
         .current_dir(env.dir.path())
         .stdout(std::fs::File::create(&out).unwrap())
         .output()
