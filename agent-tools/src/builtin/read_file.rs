@@ -91,7 +91,7 @@ fn read(
     // Room for the whole of a small file and the empty read that ends it.
     let capacity = usize::try_from(size.saturating_add(1))
         .map_or(READ_BUFFER, |n| n.clamp(SNIFF, READ_BUFFER));
-    let mut reader = std::io::BufReader::with_capacity(capacity, file);
+    let mut reader = std::io::BufReader::with_capacity(capacity, UntilEnd::new(file));
     let head = reader.fill_buf().map_err(|e| io_error(given, &e))?;
     if head[..head.len().min(SNIFF)].contains(&0) {
         return Err(ToolError::new(
@@ -100,6 +100,33 @@ fn read(
         ));
     }
     number_lines(&mut reader, offset, limit, OUTPUT_CAP, size).map_err(|e| io_error(given, &e))
+}
+
+/// A reader that stops asking once it has met the end. `BufReader` asks again at every
+/// `fill_buf` past the end: a system call each time, for a file read whole.
+struct UntilEnd<R> {
+    inner: R,
+    ended: bool,
+}
+
+impl<R> UntilEnd<R> {
+    fn new(inner: R) -> UntilEnd<R> {
+        UntilEnd {
+            inner,
+            ended: false,
+        }
+    }
+}
+
+impl<R: Read> Read for UntilEnd<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.ended || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = self.inner.read(buf)?;
+        self.ended = n == 0;
+        Ok(n)
+    }
 }
 
 /// The read buffer of a file larger than it.
@@ -212,7 +239,35 @@ fn number_lines(
 
 #[cfg(test)]
 mod tests {
-    use super::number_lines;
+    use super::{UntilEnd, number_lines};
+    use std::io::Read;
+
+    /// A reader of `data` that counts how often it is asked.
+    struct Counted<'a> {
+        data: &'a [u8],
+        asked: usize,
+    }
+
+    impl Read for Counted<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.asked += 1;
+            self.data.read(buf)
+        }
+    }
+
+    #[test]
+    fn a_small_file_is_read_with_one_read_and_one_that_meets_the_end() {
+        let text = b"a\nb\n";
+        let mut counted = Counted {
+            data: text,
+            asked: 0,
+        };
+        let mut reader = std::io::BufReader::with_capacity(64, UntilEnd::new(&mut counted));
+        let out = number_lines(&mut reader, 1, 10, 1000, text.len() as u64).unwrap();
+        assert_eq!(out, "     1\ta\n     2\tb\n");
+        drop(reader);
+        assert_eq!(counted.asked, 2);
+    }
 
     fn lines(text: &str, offset: usize, limit: usize, cap: usize) -> String {
         let mut reader = std::io::Cursor::new(text.as_bytes().to_vec());
