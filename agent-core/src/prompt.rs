@@ -69,7 +69,12 @@ pub struct Arguments(Box<str>);
 impl Arguments {
     /// The compact JSON text of `value` (keys in the order a [`Value`]'s map keeps them).
     pub fn new(value: &Value) -> Arguments {
-        Arguments(value.to_string().into_boxed_str())
+        // `to_string` writes into a byte buffer; `Display` goes through the formatter.
+        Arguments(
+            serde_json::to_string(value)
+                .unwrap_or_else(|_| value.to_string())
+                .into_boxed_str(),
+        )
     }
 
     /// The JSON text.

@@ -54,10 +54,13 @@ impl Subject {
         };
         match arg {
             "command" => Subject::command(value),
-            "path" => Subject::Path {
-                resolved: clean(value),
-                given: clean(value),
-            },
+            "path" => {
+                let given = clean(value);
+                Subject::Path {
+                    resolved: given.clone(),
+                    given,
+                }
+            }
             _ => Subject::Text(value.trim_start_matches("./").to_owned()),
         }
     }
@@ -73,6 +76,10 @@ impl Subject {
 
 /// A path spelling without `./` and repeated slashes (for matching as given).
 pub(crate) fn clean(path: &str) -> String {
+    if !path.is_empty() && path.split('/').all(|p| !p.is_empty() && p != ".") {
+        // Already clean, as most paths are.
+        return path.to_owned();
+    }
     let parts: Vec<&str> = path
         .split('/')
         .filter(|p| !p.is_empty() && *p != ".")
@@ -332,6 +339,23 @@ fn command_allowed(allows: &[&Rule], analysis: &Analysis) -> Option<Verdict> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_spelling_is_cleaned_of_dots_and_repeated_slashes_and_a_clean_one_kept() {
+        for (given, cleaned) in [
+            ("a/b.txt", "a/b.txt"),
+            ("a//b/./c", "a/b/c"),
+            ("./a", "a"),
+            ("a/", "a"),
+            ("/abs/x", "abs/x"),
+            ("a/../b", "a/../b"),
+            (".", "."),
+            ("", "."),
+            ("./", "."),
+        ] {
+            assert_eq!(clean(given), cleaned, "{given:?}");
+        }
+    }
 
     fn spec(name: &str, risk: Risk, arg: Option<&str>) -> ToolSpec {
         let mut s = ToolSpec::new(name, "", json!({}), risk);

@@ -226,7 +226,7 @@ impl Workspace {
     /// `openat2`; the walk then resolves it as before.
     #[cfg(target_os = "linux")]
     fn resolve_plain(&self, start: &Path) -> Option<Resolved> {
-        use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+        use rustix::fs::{FileType, OFlags};
         let mut plain = 0;
         for component in start.components() {
             match component {
@@ -239,11 +239,9 @@ impl Workspace {
         if plain < 2 {
             return None;
         }
-        let resolve =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
         // With `O_PATH | O_NOFOLLOW` a link at the end is opened itself, and seen below.
-        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat2(&*self.dir, start, flags, Mode::empty(), resolve).ok()?;
+        let flags = OFlags::PATH | OFlags::NOFOLLOW;
+        let fd = openat2_through_no_link(&self.dir, start, flags)?.ok()?;
         let stat = rustix::fs::fstat(&fd).ok()?;
         let seen = match FileType::from_raw_mode(stat.st_mode) {
             FileType::Symlink => return None,
@@ -512,18 +510,42 @@ fn open_beneath_exact(
     rel: &Path,
     flags: rustix::fs::OFlags,
 ) -> Option<io::Result<rustix::fd::OwnedFd>> {
-    use rustix::fs::{Mode, OFlags, ResolveFlags};
     use rustix::io::Errno;
-    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    match rustix::fs::openat2(dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+    match openat2_through_no_link(dir, rel, flags)? {
         Ok(fd) => Some(Ok(fd)),
-        Err(Errno::NOSYS | Errno::PERM) => None,
         Err(Errno::LOOP) => Some(Err(io::Error::other(format!(
             "{}: a part of this path was replaced by a symbolic link after the path was \
              checked; the tool does not follow it (try the call again)",
             rel.display()
         )))),
         Err(e) => Some(Err(e.into())),
+    }
+}
+
+/// `openat2` beneath `dir` through no symlink (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`).
+/// `None` where the kernel has no `openat2` (before 5.6; the process then stops asking) or
+/// a filter forbids it.
+#[cfg(target_os = "linux")]
+fn openat2_through_no_link(
+    dir: &Dir,
+    rel: &Path,
+    flags: rustix::fs::OFlags,
+) -> Option<rustix::io::Result<rustix::fd::OwnedFd>> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    use rustix::io::Errno;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static MISSING: AtomicBool = AtomicBool::new(false);
+    if MISSING.load(Ordering::Relaxed) {
+        return None;
+    }
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    match rustix::fs::openat2(dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+        Err(Errno::NOSYS) => {
+            MISSING.store(true, Ordering::Relaxed);
+            None
+        }
+        Err(Errno::PERM) => None,
+        opened => Some(opened),
     }
 }
 

@@ -3,6 +3,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use std::fmt::Write as _;
 use std::io::{BufRead, Read};
 
 use super::{SNIFF, blocking, io_error, open_regular};
@@ -91,7 +92,7 @@ fn read(
     // Room for the whole of a small file and the empty read that ends it.
     let capacity = usize::try_from(size.saturating_add(1))
         .map_or(READ_BUFFER, |n| n.clamp(SNIFF, READ_BUFFER));
-    let mut reader = std::io::BufReader::with_capacity(capacity, UntilEnd::new(file));
+    let mut reader = std::io::BufReader::with_capacity(capacity, file);
     let head = reader.fill_buf().map_err(|e| io_error(given, &e))?;
     if head[..head.len().min(SNIFF)].contains(&0) {
         return Err(ToolError::new(
@@ -100,33 +101,6 @@ fn read(
         ));
     }
     number_lines(&mut reader, offset, limit, OUTPUT_CAP, size).map_err(|e| io_error(given, &e))
-}
-
-/// A reader that stops asking once it has met the end. `BufReader` asks again at every
-/// `fill_buf` past the end: a system call each time, for a file read whole.
-struct UntilEnd<R> {
-    inner: R,
-    ended: bool,
-}
-
-impl<R> UntilEnd<R> {
-    fn new(inner: R) -> UntilEnd<R> {
-        UntilEnd {
-            inner,
-            ended: false,
-        }
-    }
-}
-
-impl<R: Read> Read for UntilEnd<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.ended || buf.is_empty() {
-            return Ok(0);
-        }
-        let n = self.inner.read(buf)?;
-        self.ended = n == 0;
-        Ok(n)
-    }
 }
 
 /// The read buffer of a file larger than it.
@@ -167,11 +141,20 @@ fn number_lines(
     }
     let mut out = String::new();
     let mut line = Vec::new();
+    let mut prefix = String::new();
     let mut shown = 0usize;
     let mut cut_line = None;
     let mut held_back = false;
-    while shown < limit && !reader.fill_buf()?.is_empty() {
-        let prefix = format!("{:>6}\t", line_no + 1);
+    // Whether a read met the end: `BufReader` would ask the file again (a system call)
+    // at every later `fill_buf`.
+    let mut at_end = false;
+    while shown < limit {
+        if reader.fill_buf()?.is_empty() {
+            at_end = true;
+            break;
+        }
+        prefix.clear();
+        let _ = write!(prefix, "{:>6}\t", line_no + 1);
         let room = cap.saturating_sub(out.len() + prefix.len() + 1);
         if room == 0 {
             break;
@@ -202,14 +185,17 @@ fn number_lines(
             cut_line = Some(line_no);
         }
         out.push_str(&prefix);
-        out.push_str(&String::from_utf8_lossy(&line));
+        match std::str::from_utf8(&line) {
+            Ok(text) => out.push_str(text),
+            Err(_) => out.push_str(&String::from_utf8_lossy(&line)),
+        }
         out.push('\n');
         if cut_line.is_some() {
             break;
         }
     }
     let last = if held_back { line_no - 1 } else { line_no };
-    let more = held_back || !reader.fill_buf()?.is_empty();
+    let more = held_back || (!at_end && !reader.fill_buf()?.is_empty());
     if let Some(n) = cut_line {
         out.push_str(&format!(
             "(line {n} is cut: the output stops at {cap} bytes; use grep to find what you need in it)\n"
@@ -239,7 +225,7 @@ fn number_lines(
 
 #[cfg(test)]
 mod tests {
-    use super::{UntilEnd, number_lines};
+    use super::number_lines;
     use std::io::Read;
 
     /// A reader of `data` that counts how often it is asked.
@@ -262,7 +248,7 @@ mod tests {
             data: text,
             asked: 0,
         };
-        let mut reader = std::io::BufReader::with_capacity(64, UntilEnd::new(&mut counted));
+        let mut reader = std::io::BufReader::with_capacity(64, &mut counted);
         let out = number_lines(&mut reader, 1, 10, 1000, text.len() as u64).unwrap();
         assert_eq!(out, "     1\ta\n     2\tb\n");
         drop(reader);
