@@ -1,12 +1,14 @@
 //! The gateway: the one door between the model's intents and real actions.
 
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{
     CallId, ErrorKind, Handle, ScheduledCall, ToolCall, ToolError, ToolResult, ToolSpec, Verdict,
 };
+use futures::FutureExt as _;
 use futures::future::join_all;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -500,12 +502,25 @@ impl Gateway {
         }
         let tool = Arc::clone(&registered.tool);
         let arguments = call.arguments.clone();
-        // A task of its own, so a panicking tool is a failed call, not a crashed run.
-        let mut task = tokio::spawn(async move { tool.call(arguments, &ctx).await });
+        let call_future = async move { tool.call(arguments, &ctx).await };
+        // A panicking tool is a failed call, not a crashed run. On a current-thread runtime
+        // the call runs inside this future and its panic is caught here: a task of its own
+        // would run on this same thread, after a round trip through the scheduler.
+        // Elsewhere it gets a task of its own, which another worker may run.
+        let mut running: Running = if on_current_thread() {
+            Box::pin(
+                AssertUnwindSafe(call_future)
+                    .catch_unwind()
+                    .map(|caught| caught.map_err(|panic| panic_text(panic.as_ref()))),
+            )
+        } else {
+            let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(call_future));
+            Box::pin(task.map(|joined| joined.map_err(panic_message)))
+        };
         let timeout = Duration::from_millis(registered.spec.timeout_ms);
         let limit = registered.spec.result_limit;
         let mut result = tokio::select! {
-            joined = &mut task => match joined {
+            joined = &mut running => match joined {
                 Ok(Ok(output)) => ToolResult::ok(
                     call.id.clone(),
                     call.name.clone(),
@@ -515,11 +530,10 @@ impl Gateway {
                     error.message = head_tail(&error.message, limit);
                     ToolResult::error(call.id.clone(), call.name.clone(), error)
                 }
-                Err(join) => fail(ErrorKind::ExecutionFailed, panic_message(join)),
+                Err(panicked) => fail(ErrorKind::ExecutionFailed, panicked),
             },
             () = tokio::time::sleep(timeout) => {
                 stop.cancel();
-                task.abort();
                 fail(
                     ErrorKind::Timeout,
                     format!("{} did not finish within {} ms", call.name, timeout.as_millis()),
@@ -527,10 +541,12 @@ impl Gateway {
             }
             () = cancel.cancelled() => {
                 stop.cancel();
-                task.abort();
                 fail(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
             }
         };
+        // A call that timed out or was cancelled stops here (its task is aborted), before
+        // the hooks look at its result.
+        drop(running);
         for hook in self.hooks.iter().filter(|h| h.applies_to(&call.name)) {
             if let Some(note) = hook.after(run_id, &call, &result).await {
                 annotate(&mut result, &hook.name(), &note);
@@ -592,11 +608,26 @@ fn annotate(result: &mut ToolResult, hook: &str, note: &str) {
     }
 }
 
+/// A tool call running: its output or error, or what its panic said.
+type Running = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Result<String, ToolError>, String>> + Send>,
+>;
+
+/// Whether the task runs on a current-thread runtime.
+fn on_current_thread() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+        runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+    })
+}
+
 fn panic_message(join: tokio::task::JoinError) -> String {
     if join.is_cancelled() {
         return "the call was aborted".to_owned();
     }
-    let payload = join.into_panic();
+    panic_text(join.into_panic().as_ref())
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     let text = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

@@ -183,8 +183,20 @@ async fn a_group_runs_concurrently_and_results_keep_their_ids() {
     );
 }
 
+// A call runs inside the gateway's own future on a current-thread runtime, in a task of its
+// own on a multi-thread one: each behaviour below holds on both.
+
 #[tokio::test]
 async fn a_timeout_ends_the_call_and_keeps_its_siblings() {
+    a_timeout_ends_the_call_and_keeps_its_siblings_here().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_ends_the_call_and_keeps_its_siblings_on_a_multi_thread_runtime() {
+    a_timeout_ends_the_call_and_keeps_its_siblings_here().await;
+}
+
+async fn a_timeout_ends_the_call_and_keeps_its_siblings_here() {
     let dropped = Arc::new(AtomicUsize::new(0));
     let (_d, mut g) = gateway(vec![probe("echo", Behaviour::Echo)]);
     g.register(Arc::new(Probe {
@@ -239,6 +251,15 @@ async fn cancel_ends_running_calls_and_starts_no_new_group() {
 
 #[tokio::test]
 async fn a_panicking_tool_is_a_failed_call_not_a_crash() {
+    a_panicking_tool_is_a_failed_call_here().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_is_a_failed_call_not_a_crash_on_a_multi_thread_runtime() {
+    a_panicking_tool_is_a_failed_call_here().await;
+}
+
+async fn a_panicking_tool_is_a_failed_call_here() {
     let (_d, g) = gateway(vec![
         probe("boom", Behaviour::Panic),
         probe("echo", Behaviour::Echo),
