@@ -7,8 +7,8 @@ answer. Run by `cargo xtask bench`, or alone:
 
 Prints, for N = 100, 1,000, 3,000 and 10,000: wall, user and system time, peak resident
 memory and store bytes a turn; the marginal wall time a turn from 1,000 to 3,000 turns
-against the disk's fsync p50, and (where `perf` may trace) a 3,000-turn run's period
-against the `fdatasync`s it makes; the instructions of a 1,000- and a 3,000-turn run (callgrind:
+against the disk's fsync p50, and (where `perf` may trace) three 3,000-turn runs' period
+against the `fdatasync`s each makes; the instructions of a 1,000- and a 3,000-turn run (callgrind:
 the whole process, and its main thread, which drives the run and makes the commits) and
 the marginal instructions a turn between them; the disk's fsync p50; `agent show` and `agent context`
 on the 10,000-turn run; and process start to the first model call on a one-turn run.
@@ -118,9 +118,10 @@ def fsync_p50(samples=300):
 
 
 def flushes_in_run(n):
-    """The turn's period (from one flush's return to the next's) and the run's own flushes,
-    from `perf`'s `fdatasync` tracepoints on an n-turn run: means, in µs, and how many. None
-    where `perf` cannot trace (it needs the tracepoints and the right to use them)."""
+    """The turn's period (from one flush's return to the next's, a mean) and the run's own
+    flushes, from `perf`'s `fdatasync` tracepoints on an n-turn run: their mean and p50, in
+    µs, and how many. None where `perf` cannot trace (it needs the tracepoints and the right
+    to use them)."""
     if not shutil.which("perf"):
         return None
     work = tempfile.mkdtemp()
@@ -144,7 +145,7 @@ def flushes_in_run(n):
         if len(exits) < 2:
             return None
         period = (exits[-1] - exits[0]) * 1e6 / (len(exits) - 1)
-        return period, statistics.mean(flushes), len(flushes)
+        return period, statistics.mean(flushes), statistics.median(flushes), len(flushes)
     finally:
         shutil.rmtree(work)
 
@@ -210,12 +211,14 @@ def main():
         print(f"marginal wall a turn, 1,000 to 3,000 turns: {marginal * 1000:.3f} ms, "
               f"{marginal / fsync:.2f} times the fsync p50 of {fsync * 1e6:.0f} µs (median "
               f"of {len(fsyncs)}, around the runs); 1 fdatasync a turn")
-    in_run = None if quick else flushes_in_run(3000)
-    if in_run:
-        period, flush, count = in_run
-        print(f"in a 3,000-turn run under perf: a turn every {period:.0f} µs, its fdatasync "
-              f"{flush:.0f} µs (means, {count} flushes): {period / flush:.2f} times the "
-              f"flushes it makes")
+    # Three runs: the disk's pace drifts from one to the next.
+    in_runs = [] if quick else [flushes_in_run(3000) for _ in range(3)]
+    for in_run in filter(None, in_runs):
+        period, flush, flush_p50, count = in_run
+        print(f"in a 3,000-turn run under perf: a turn every {period:.0f} µs (mean), its "
+              f"fdatasync mean {flush:.0f} µs, p50 {flush_p50:.0f} µs ({count} flushes): "
+              f"{period / flush:.2f} times their mean, {period / flush_p50:.2f} times their "
+              f"p50")
     if not quick and kept:
         runs = json.loads(subprocess.run(
             [AGENT, "runs", "--store", f"{kept}/.agent", "--json"],
