@@ -2,7 +2,7 @@
 
 use crate::decision::ToolCall;
 use crate::digest::{canonical_json, sha256_hex, write_canonical};
-use crate::tool::ToolResult;
+use crate::tool::{ToolError, ToolOutcome, ToolResult};
 
 /// Fingerprint of a batch: a hash of its calls' names and canonical arguments, independent
 /// of call ids and of the order the calls were listed in.
@@ -55,6 +55,29 @@ fn signature_of(id: &str, part: &[u8]) -> u128 {
 /// Longest excerpt of a previous result quoted in a correction.
 const LEARNED_EXCERPT: usize = 400;
 
+/// `result` with its text cut to what [`correction_message`] may quote of it: its first
+/// [`LEARNED_EXCERPT`] characters, and one more, which tells the correction the text went
+/// on. The correction made from it is the one the whole result makes.
+pub(crate) fn quotable(result: &ToolResult) -> ToolResult {
+    let cut = |text: &str| match text.char_indices().nth(LEARNED_EXCERPT + 1) {
+        Some((at, _)) => text[..at].to_owned(),
+        None => text.to_owned(),
+    };
+    let outcome = match &result.outcome {
+        ToolOutcome::Output(text) => ToolOutcome::Output(cut(text)),
+        ToolOutcome::Error(error) => ToolOutcome::Error(ToolError {
+            kind: error.kind,
+            message: cut(&error.message),
+            retryable: error.retryable,
+        }),
+    };
+    ToolResult {
+        call_id: result.call_id.clone(),
+        name: result.name.clone(),
+        outcome,
+    }
+}
+
 /// The one message a model gets when it repeats a plan: what it repeated, that it was not
 /// run again, and what the earlier runs already returned.
 pub fn correction_message(calls: &[ToolCall], repeats: u32, learned: &[ToolResult]) -> String {
@@ -100,6 +123,39 @@ pub fn correction_message(calls: &[ToolCall], repeats: u32, learned: &[ToolResul
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_result_cut_to_what_a_correction_quotes_makes_the_same_correction() {
+        let calls = [ToolCall::new("x", "read_file", json!({"path": "a.txt"}))];
+        let texts = [
+            String::new(),
+            "short".to_owned(),
+            "a".repeat(LEARNED_EXCERPT),
+            "a".repeat(LEARNED_EXCERPT + 1),
+            "a".repeat(LEARNED_EXCERPT + 2),
+            "é".repeat(LEARNED_EXCERPT + 50),
+            "x".repeat(50_000),
+        ];
+        for text in &texts {
+            for result in [
+                ToolResult::ok("x".into(), "read_file", text.clone()),
+                ToolResult::error(
+                    "x".into(),
+                    "read_file",
+                    ToolError::new(crate::ErrorKind::ExecutionFailed, text.clone()),
+                ),
+            ] {
+                let kept = quotable(&result);
+                assert!(kept.content().chars().count() <= LEARNED_EXCERPT + 40);
+                assert_eq!(
+                    correction_message(&calls, 2, &[kept]),
+                    correction_message(&calls, 2, &[result]),
+                    "{} characters",
+                    text.chars().count()
+                );
+            }
+        }
+    }
 
     /// Fingerprints are stored in `correction_issued` events: the same plan keeps the
     /// same fingerprint across versions (computed independently, with Python's `json` and

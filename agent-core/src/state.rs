@@ -119,7 +119,9 @@ pub struct RunState {
     pub turn: u32,
     /// The calls the latest decision proposed.
     pub turn_calls: Vec<ToolCall>,
-    /// Results of the latest turn that produced any, in commit order.
+    /// Results of the latest turn that produced any, in commit order, each cut to what a
+    /// correction quotes of it (see [`crate::progress::correction_message`]): a state
+    /// keeps no tool's whole output.
     pub last_results: Vec<ToolResult>,
     /// Repetition tracking.
     pub plan: PlanTrack,
@@ -602,6 +604,6 @@ impl RunState {
             self.last_results.clear();
             self.last_results_turn = turn;
         }
-        self.last_results.push(result.clone());
+        self.last_results.push(crate::progress::quotable(result));
     }
 }
