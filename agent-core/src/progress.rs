@@ -59,9 +59,15 @@ const LEARNED_EXCERPT: usize = 400;
 /// [`LEARNED_EXCERPT`] characters, and one more, which tells the correction the text went
 /// on. The correction made from it is the one the whole result makes.
 pub(crate) fn quotable(result: &ToolResult) -> ToolResult {
-    let cut = |text: &str| match text.char_indices().nth(LEARNED_EXCERPT + 1) {
-        Some((at, _)) => text[..at].to_owned(),
-        None => text.to_owned(),
+    let cut = |text: &str| {
+        // No more bytes than the characters kept: nothing to cut, and nothing to count.
+        if text.len() <= LEARNED_EXCERPT + 1 {
+            return text.to_owned();
+        }
+        match text.char_indices().nth(LEARNED_EXCERPT + 1) {
+            Some((at, _)) => text[..at].to_owned(),
+            None => text.to_owned(),
+        }
     };
     let outcome = match &result.outcome {
         ToolOutcome::Output(text) => ToolOutcome::Output(cut(text)),
