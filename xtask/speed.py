@@ -117,7 +117,7 @@ def fsync_p50(samples=300):
         os.unlink(path)
 
 
-def flushes_in_run(n):
+def flushes_in_run(n, agent=None):
     """The turn's period (from one flush's return to the next's, a mean) and the run's own
     flushes, from `perf`'s `fdatasync` tracepoints on an n-turn run: their mean and p50, in
     µs, and how many. None where `perf` cannot trace (it needs the tracepoints and the right
@@ -131,7 +131,8 @@ def flushes_in_run(n):
         data = os.path.join(work, "perf.data")
         events = "syscalls:sys_enter_fdatasync,syscalls:sys_exit_fdatasync"
         traced = subprocess.run(
-            ["perf", "record", "-q", "-e", events, "-o", data, AGENT] + run_args(n, work),
+            ["perf", "record", "-q", "-e", events, "-o", data, agent or AGENT]
+            + run_args(n, work),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if traced.returncode != 0:
             return None
