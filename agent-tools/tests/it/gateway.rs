@@ -20,8 +20,31 @@ enum Behaviour {
     Echo,
     /// Waits until `n` calls are inside at once: only concurrent calls can pass.
     Rendezvous(Arc<Barrier>),
-    Hang(Arc<AtomicUsize>),
+    Hang(Arc<Dropped>),
     Panic,
+}
+
+/// How many hanging calls had their state dropped, and a wake-up for each drop.
+#[derive(Default)]
+struct Dropped {
+    count: AtomicUsize,
+    notify: tokio::sync::Notify,
+}
+
+impl Dropped {
+    /// Waits until `n` calls' state was dropped: at once on a current-thread runtime,
+    /// when another worker gets to the aborted task on a multi-thread one.
+    async fn reach(&self, n: usize) {
+        loop {
+            let dropped = self.notify.notified();
+            if self.count.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            tokio::time::timeout(std::time::Duration::from_secs(30), dropped)
+                .await
+                .expect("the call's state was never dropped");
+        }
+    }
 }
 
 #[async_trait]
@@ -45,10 +68,11 @@ impl Tool for Probe {
                 Ok(format!("met n={}", arguments["n"]))
             }
             Behaviour::Hang(dropped) => {
-                struct OnDrop(Arc<AtomicUsize>);
+                struct OnDrop(Arc<Dropped>);
                 impl Drop for OnDrop {
                     fn drop(&mut self) {
-                        self.0.fetch_add(1, Ordering::SeqCst);
+                        self.0.count.fetch_add(1, Ordering::SeqCst);
+                        self.0.notify.notify_waiters();
                     }
                 }
                 let _guard = OnDrop(Arc::clone(dropped));
@@ -197,7 +221,7 @@ async fn a_timeout_ends_the_call_and_keeps_its_siblings_on_a_multi_thread_runtim
 }
 
 async fn a_timeout_ends_the_call_and_keeps_its_siblings_here() {
-    let dropped = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(Dropped::default());
     let (_d, mut g) = gateway(vec![probe("echo", Behaviour::Echo)]);
     g.register(Arc::new(Probe {
         name: "hang",
@@ -217,20 +241,14 @@ async fn a_timeout_ends_the_call_and_keeps_its_siblings_here() {
     };
     assert!(timeout.retryable, "a timeout may be retried");
     assert_eq!(results[1].content(), "n=2");
-    tokio::task::yield_now().await;
-    // The aborted task dropped the call's state.
-    for _ in 0..100 {
-        if dropped.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+    // The timed-out call's state is dropped (its task aborted on a multi-thread runtime).
+    dropped.reach(1).await;
+    assert_eq!(dropped.count.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn cancel_ends_running_calls_and_starts_no_new_group() {
-    let dropped = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(Dropped::default());
     let (_d, g) = gateway(vec![
         probe("hang", Behaviour::Hang(Arc::clone(&dropped))),
         probe("echo", Behaviour::Echo),
