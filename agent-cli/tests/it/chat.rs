@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,9 @@ struct Terminal {
     /// What the terminal showed, escape sequences removed, and how far `expect` read.
     screen: Arc<(Mutex<String>, Condvar)>,
     read: usize,
+    /// Set by the reader once the terminal has nothing more to show (every slave side
+    /// closed), just before its last wake-up.
+    drained: Arc<AtomicBool>,
 }
 
 /// Failure bound for a line that never comes; nothing waits this long when things work.
@@ -39,6 +43,8 @@ impl Terminal {
         let mut reader = master.try_clone().unwrap();
         let screen: Arc<(Mutex<String>, Condvar)> = Arc::default();
         let shared = Arc::clone(&screen);
+        let drained = Arc::new(AtomicBool::new(false));
+        let done = Arc::clone(&drained);
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             // EIO once the child closed the last slave descriptor.
@@ -52,12 +58,17 @@ impl Terminal {
                     .push_str(&plain(&String::from_utf8_lossy(&buf[..n])));
                 more.notify_all();
             }
+            let (text, more) = &*shared;
+            let _held = text.lock().unwrap();
+            done.store(true, Ordering::SeqCst);
+            more.notify_all();
         });
         Terminal {
             child,
             master,
             screen,
             read: 0,
+            drained,
         }
     }
 
@@ -101,10 +112,23 @@ impl Terminal {
         screen
     }
 
+    /// Waits for the child to exit and for the terminal to show all it wrote: the reader
+    /// may still be behind when the child is gone.
     fn wait(mut self) -> (Option<i32>, String) {
         let status = self.child.wait().unwrap();
-        let shown = self.screen.0.lock().unwrap().clone();
-        (status.code(), shown)
+        let (screen, more) = &*self.screen;
+        let deadline = Instant::now() + PATIENCE;
+        let mut shown = screen.lock().unwrap();
+        while !self.drained.load(Ordering::SeqCst) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "the terminal never closed; it showed:\n{}",
+                &*shown
+            );
+            shown = more.wait_timeout(shown, left).unwrap().0;
+        }
+        (status.code(), shown.clone())
     }
 }
 
