@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use agent_core::{
@@ -519,19 +520,26 @@ impl Gateway {
         };
         let timeout = Duration::from_millis(registered.spec.timeout_ms);
         let limit = registered.spec.result_limit;
-        let mut result = tokio::select! {
-            joined = &mut running => match joined {
-                Ok(Ok(output)) => ToolResult::ok(
-                    call.id.clone(),
-                    call.name.clone(),
-                    self.shape_output(output, limit),
-                ),
-                Ok(Err(mut error)) => {
-                    error.message = head_tail(&error.message, limit);
-                    ToolResult::error(call.id.clone(), call.name.clone(), error)
-                }
-                Err(panicked) => fail(ErrorKind::ExecutionFailed, panicked),
-            },
+        let answered = |joined: Result<Result<String, ToolError>, String>| match joined {
+            Ok(Ok(output)) => ToolResult::ok(
+                call.id.clone(),
+                call.name.clone(),
+                self.shape_output(output, limit),
+            ),
+            Ok(Err(mut error)) => {
+                error.message = head_tail(&error.message, limit);
+                ToolResult::error(call.id.clone(), call.name.clone(), error)
+            }
+            Err(panicked) => fail(ErrorKind::ExecutionFailed, panicked),
+        };
+        // A call done at its first poll (a small file read in place) has nothing left to
+        // time out or cancel: it needs no timer, whose registration can wake the runtime's
+        // driver (a system call).
+        let mut result = if let Poll::Ready(joined) = futures::poll!(running.as_mut()) {
+            answered(joined)
+        } else {
+            tokio::select! {
+            joined = &mut running => answered(joined),
             () = tokio::time::sleep(timeout) => {
                 stop.cancel();
                 fail(
@@ -542,6 +550,7 @@ impl Gateway {
             () = cancel.cancelled() => {
                 stop.cancel();
                 fail(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
+            }
             }
         };
         // A call that timed out or was cancelled stops here (its task is aborted), before
