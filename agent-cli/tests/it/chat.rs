@@ -74,19 +74,38 @@ impl Terminal {
 
     /// Waits until `text` appears after what was already read, and moves past it.
     fn expect(&mut self, text: &str) -> String {
+        let read = self.read;
+        let (seen, end) = self.wait_for(
+            || format!("{text:?} never appeared"),
+            |shown| {
+                let at = shown[read..].find(text)?;
+                let end = read + at + text.len();
+                Some((shown[read..end].to_owned(), end))
+            },
+        );
+        self.read = end;
+        seen
+    }
+
+    /// Waits, at most `PATIENCE`, until `ready` finds what it looks for on the screen;
+    /// fails with `never` and the screen otherwise.
+    fn wait_for<T>(
+        &self,
+        never: impl Fn() -> String,
+        mut ready: impl FnMut(&str) -> Option<T>,
+    ) -> T {
         let (screen, more) = &*self.screen;
         let deadline = Instant::now() + PATIENCE;
         let mut shown = screen.lock().unwrap();
         loop {
-            if let Some(at) = shown[self.read..].find(text) {
-                let seen = shown[self.read..self.read + at + text.len()].to_owned();
-                self.read += at + text.len();
-                return seen;
+            if let Some(found) = ready(&shown) {
+                return found;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             assert!(
                 !left.is_zero(),
-                "{text:?} never appeared; the terminal showed:\n{}",
+                "{}; the terminal showed:\n{}",
+                never(),
                 &*shown
             );
             shown = more.wait_timeout(shown, left).unwrap().0;
@@ -116,19 +135,16 @@ impl Terminal {
     /// may still be behind when the child is gone.
     fn wait(mut self) -> (Option<i32>, String) {
         let status = self.child.wait().unwrap();
-        let (screen, more) = &*self.screen;
-        let deadline = Instant::now() + PATIENCE;
-        let mut shown = screen.lock().unwrap();
-        while !self.drained.load(Ordering::SeqCst) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "the terminal never closed; it showed:\n{}",
-                &*shown
-            );
-            shown = more.wait_timeout(shown, left).unwrap().0;
-        }
-        (status.code(), shown.clone())
+        // The reader sets `drained` holding the screen's lock, so it is read under it.
+        let shown = self.wait_for(
+            || "the terminal never closed".to_owned(),
+            |shown| {
+                self.drained
+                    .load(Ordering::SeqCst)
+                    .then(|| shown.to_owned())
+            },
+        );
+        (status.code(), shown)
     }
 }
 
