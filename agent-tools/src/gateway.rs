@@ -539,18 +539,18 @@ impl Gateway {
             answered(joined)
         } else {
             tokio::select! {
-            joined = &mut running => answered(joined),
-            () = tokio::time::sleep(timeout) => {
-                stop.cancel();
-                fail(
-                    ErrorKind::Timeout,
-                    format!("{} did not finish within {} ms", call.name, timeout.as_millis()),
-                )
-            }
-            () = cancel.cancelled() => {
-                stop.cancel();
-                fail(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
-            }
+                joined = &mut running => answered(joined),
+                () = tokio::time::sleep(timeout) => {
+                    stop.cancel();
+                    fail(
+                        ErrorKind::Timeout,
+                        format!("{} did not finish within {} ms", call.name, timeout.as_millis()),
+                    )
+                }
+                () = cancel.cancelled() => {
+                    stop.cancel();
+                    fail(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
+                }
             }
         };
         // A call that timed out or was cancelled stops here (its task is aborted), before
