@@ -346,10 +346,14 @@ impl Config {
         let mut config = self.clone();
         config.limit_cache_max_memory();
 
-        let file = config.open_file()?;
+        let (file, new_files) = config.open_file()?;
 
         // seal config in a Config
-        let config = RunningConfig { inner: config, file: Arc::new(file) };
+        let config = RunningConfig {
+            inner: config,
+            file: Arc::new(file),
+            new_files: Arc::new(new_files),
+        };
 
         Db::start_inner(config)
     }
@@ -434,12 +438,16 @@ impl Config {
 
         self.limit_cache_max_memory();
 
-        let file = self.open_file().unwrap_or_else(|e| {
+        let (file, new_files) = self.open_file().unwrap_or_else(|e| {
             panic!("open file at {:?}: {}", self.db_path(), e);
         });
 
         // seal config in a Config
-        RunningConfig { inner: self, file: Arc::new(file) }
+        RunningConfig {
+            inner: self,
+            file: Arc::new(file),
+            new_files: Arc::new(new_files),
+        }
     }
 
     fn gen_temp_path() -> PathBuf {
@@ -553,7 +561,7 @@ impl Config {
         Ok(())
     }
 
-    fn open_file(&self) -> Result<File> {
+    fn open_file(&self) -> Result<(File, NewFiles)> {
         let blob_dir: PathBuf = self.get_path().join("blobs");
 
         let created = !blob_dir.exists();
@@ -561,7 +569,7 @@ impl Config {
             fs::create_dir_all(blob_dir)?;
         }
 
-        self.verify_config()?;
+        let conf = self.verify_config()?;
 
         // open the data file
         let mut options = fs::OpenOptions::new();
@@ -575,16 +583,28 @@ impl Config {
         }
 
         let file = self.try_lock(options.open(&self.db_path())?)?;
-        if created && !self.temporary {
-            // agent-loop: a new database's files (`conf`, `db`, `blobs/`) and its
-            // directory's own name are durable before its first flush confirms a write.
+        // agent-loop: a new database's files (`conf`, `db`, `blobs/`) and its
+        // directory's own name are durable before its first flush confirms a write. A
+        // thread of their own syncs them while the database starts (three syncs of new
+        // files and directories: about a millisecond, most of a short run's start), and
+        // that flush waits for it (`NewFiles::wait`).
+        let mut dirs = Vec::new();
+        if created {
             let path = self.get_path();
-            crate::pagecache::sync_dir(&path)?;
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                crate::pagecache::sync_dir(parent)?;
+            if let Some(parent) =
+                path.parent().filter(|p| !p.as_os_str().is_empty())
+            {
+                dirs.push(parent.to_path_buf());
             }
+            dirs.insert(0, path);
         }
-        Ok(file)
+        let new_files = if self.temporary || (conf.is_none() && dirs.is_empty())
+        {
+            NewFiles::durable()
+        } else {
+            NewFiles::sync(conf, dirs)?
+        };
+        Ok((file, new_files))
     }
 
     fn try_lock(&self, file: File) -> Result<File> {
@@ -621,7 +641,8 @@ impl Config {
         Ok(file)
     }
 
-    fn verify_config(&self) -> Result<()> {
+    /// agent-loop: the configuration file when this wrote it (not yet synced).
+    fn verify_config(&self) -> Result<Option<File>> {
         match self.read_config() {
             Ok(Some(old)) => {
                 supported!(
@@ -657,9 +678,9 @@ impl Config {
                         self.version.1,
                     )
                 );
-                Ok(())
+                Ok(None)
             }
-            Ok(None) => self.write_config(),
+            Ok(None) => self.write_config().map(Some),
             Err(e) => Err(e),
         }
     }
@@ -674,7 +695,8 @@ impl Config {
         persisted_config.serialize()
     }
 
-    fn write_config(&self) -> Result<()> {
+    /// agent-loop: returns the file, synced by `open_file`'s `NewFiles`.
+    fn write_config(&self) -> Result<File> {
         let bytes = self.serialize();
         let crc: u32 = crc32(&*bytes);
         let crc_arr = u32_to_arr(crc);
@@ -688,12 +710,8 @@ impl Config {
         f.write_all(&*bytes)?;
         io_fail!(self, "write_config crc");
         f.write_all(&crc_arr)?;
-        if !self.temporary {
-            // agent-loop: see `open_file`.
-            f.sync_all()?;
-        }
         io_fail!(self, "write_config post");
-        Ok(())
+        Ok(f)
     }
 
     fn read_config(&self) -> Result<Option<StorageParameters>> {
@@ -800,6 +818,66 @@ impl Config {
 pub struct RunningConfig {
     inner: Config,
     pub(crate) file: Arc<File>,
+    /// agent-loop: the syncs that make a new database's files durable.
+    pub(crate) new_files: Arc<NewFiles>,
+}
+
+/// agent-loop: the syncs that make a new database's files durable (its `conf`, the
+/// names its directory holds, and its directory's own name), made by a thread of their
+/// own while the database starts. A flush waits for them before it confirms a write.
+#[derive(Debug)]
+pub(crate) struct NewFiles(Mutex<NewFilesState>);
+
+#[derive(Debug)]
+enum NewFilesState {
+    Durable,
+    Syncing(std::thread::JoinHandle<io::Result<()>>),
+    Failed(ErrorKind, String),
+}
+
+impl NewFiles {
+    fn durable() -> NewFiles {
+        NewFiles(Mutex::new(NewFilesState::Durable))
+    }
+
+    /// Syncs `conf` (when given), then each directory, on a thread of their own.
+    fn sync(conf: Option<File>, dirs: Vec<PathBuf>) -> Result<NewFiles> {
+        let syncing = std::thread::Builder::new()
+            .name("sled-new-files".to_owned())
+            .spawn(move || {
+                if let Some(conf) = conf {
+                    conf.sync_all()?;
+                }
+                for dir in &dirs {
+                    crate::pagecache::sync_dir(dir).map_err(|e| match e {
+                        Error::Io(e) => e,
+                        other => io::Error::new(ErrorKind::Other, other.to_string()),
+                    })?;
+                }
+                Ok(())
+            })?;
+        Ok(NewFiles(Mutex::new(NewFilesState::Syncing(syncing))))
+    }
+
+    /// Returns once the syncs are done: an error if one failed (then at every call).
+    pub(crate) fn wait(&self) -> io::Result<()> {
+        // Held while waiting: a second flush waits for the first one's wait.
+        let mut state = self.0.lock();
+        let done = match std::mem::replace(&mut *state, NewFilesState::Durable) {
+            NewFilesState::Durable => Ok(()),
+            NewFilesState::Syncing(syncing) => syncing.join().unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    ErrorKind::Other,
+                    "the thread syncing a new database's files panicked",
+                ))
+            }),
+            NewFilesState::Failed(kind, message) => Err(io::Error::new(kind, message)),
+        };
+        if let Err(e) = &done {
+            *state = NewFilesState::Failed(e.kind(), e.to_string());
+        }
+        done
+    }
 }
 
 #[allow(unsafe_code)]

@@ -790,6 +790,8 @@ impl IoBufs {
                 // cut or an OS crash (spacejam/sled#1452). A flush is the point where a
                 // commit is confirmed, so it must survive both.
                 f.sync_data()?;
+                // agent-loop: and so must the new database's other files and names.
+                self.config.new_files.wait()?;
             }
         }
         io_fail!(self, "buffer write post");
