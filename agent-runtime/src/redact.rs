@@ -18,6 +18,7 @@
 //!   ordinary identifiers (`sk-learn-style-names`, `pk_sequence_generator_name`) and source
 //!   text are left alone.
 
+use aho_corasick::AhoCorasick;
 use regex::{Captures, Regex, RegexSet};
 use serde_json::Value;
 
@@ -52,7 +53,7 @@ pub struct Redactor {
     compiled: std::sync::OnceLock<Formats>,
     /// The literal every pattern's match contains, in any case, and each secret value as
     /// JSON writes it: text of a serialized entry in which none occurs has nothing to redact.
-    anchors: Option<Regex>,
+    anchors: Option<AhoCorasick>,
     escaped_secrets: Vec<String>,
 }
 
@@ -476,21 +477,46 @@ fn escape_pointer(key: &str) -> String {
 
 /// A literal each credential pattern's match contains (matched in any case, so a superset),
 /// but the password of a URL's (see [`anchored`]): keep it in step with [`patterns`].
-const ANCHORS: &str = r"(?i)sk-|gh[pousr]_|github_pat_|akia|asia|xox|authorization|bearer";
+///
+/// Matched in ASCII case only: the patterns that ignore case (`authorization`, `bearer`)
+/// hold no letter whose other case is outside ASCII (as `k` and `s` have: `K`, `ſ`), so
+/// this is still a superset of their matches.
+const ANCHORS: [&str; 12] = [
+    "sk-",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "akia",
+    "asia",
+    "xox",
+    "authorization",
+    "bearer",
+];
 
 /// Whether `text` may hold a credential: one of [`ANCHORS`], or `://` with an `@` after
 /// it, which the password of a URL needs. A URL alone (every run's first entry holds
 /// the JSON Schema dialect's) is not enough to compile and run every pattern.
-fn anchored(anchors: &Regex, text: &str) -> bool {
+fn anchored(anchors: &AhoCorasick, text: &str) -> bool {
     // An `@` is rare, and looked for first: `memrchr`, not a substring search.
     anchors.is_match(text) || text.rfind('@').is_some_and(|at| text[..at].contains("://"))
 }
 
 /// [`ANCHORS`] compiled, once per process (a runtime and its blob store each make a
-/// redactor; cloning a compiled regex shares it).
-fn anchors() -> Option<Regex> {
-    static ONCE: std::sync::OnceLock<Option<Regex>> = std::sync::OnceLock::new();
-    ONCE.get_or_init(|| Regex::new(ANCHORS).ok()).clone()
+/// redactor; cloning the automaton shares it). An automaton of literals, not a regular
+/// expression: it takes a tenth of the time to build (a regular expression of the same
+/// alternation was 0.4 ms of every run's start).
+fn anchors() -> Option<AhoCorasick> {
+    static ONCE: std::sync::OnceLock<Option<AhoCorasick>> = std::sync::OnceLock::new();
+    ONCE.get_or_init(|| {
+        AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .build(ANCHORS)
+            .ok()
+    })
+    .clone()
 }
 
 fn patterns() -> Vec<Pattern> {
@@ -588,6 +614,32 @@ mod tests {
         }
         let clean = serde_json::to_string(&json!({"content": "fn main() {}\n"})).unwrap();
         assert!(!r.may_hold_secrets(&clean));
+    }
+
+    /// The quick check matches its literals in ASCII case only: a superset of the patterns
+    /// that ignore case, whose literals hold no letter with a case outside ASCII, and of
+    /// the others, in any ASCII case.
+    #[test]
+    fn the_quick_check_ignores_ascii_case_and_misses_nothing_unicode_case_would_find() {
+        let r = Redactor::new([]);
+        for sample in [
+            format!("AUTHORIZATION: {}", "dXNlcjpwYXNzd29yZA=="),
+            format!("BeArEr {}", "tok1".repeat(5)),
+        ] {
+            assert_ne!(r.redact_str(&sample), sample);
+            assert!(r.may_hold_secrets(&sample), "{sample}");
+        }
+        assert!(r.may_hold_secrets("SK-Proj GHP_ Xox AkIa"));
+        // The letters of `authorization` and `bearer` have no other case outside ASCII (the
+        // check is able to see one: `k` and `s` have).
+        let letters = |set: &str| {
+            let class = Regex::new(&format!("(?i)^[{set}]$")).unwrap();
+            ('\u{80}'..=char::MAX)
+                .filter(|c| class.is_match(c.encode_utf8(&mut [0; 4])))
+                .collect::<Vec<char>>()
+        };
+        assert_eq!(letters("authorizationbearer"), Vec::<char>::new());
+        assert_eq!(letters("ks"), vec!['\u{17f}', '\u{212a}']);
     }
 
     /// The encoded entries are the JSON of the entries as redacted: a clean entry's bytes
