@@ -47,10 +47,18 @@ pub struct Histogram {
 impl Default for Histogram {
     #[allow(unsafe_code)]
     fn default() -> Histogram {
+        // agent-loop: without metrics (sled's default `no_metrics`) nothing is ever
+        // counted in a bucket, and the 41 histograms of the process's metrics, built at
+        // the first database's start, had 512 KiB of buckets each.
+        #[cfg(feature = "no_metrics")]
+        let buckets = 0;
+        #[cfg(not(feature = "no_metrics"))]
+        let buckets = BUCKETS;
+
         #[cfg(not(feature = "miri_optimizations"))]
         {
-            let mut vals = Vec::with_capacity(BUCKETS);
-            vals.resize_with(BUCKETS, Default::default);
+            let mut vals = Vec::with_capacity(buckets);
+            vals.resize_with(buckets, Default::default);
 
             Histogram {
                 vals,
@@ -64,7 +72,7 @@ impl Default for Histogram {
             // Avoid calling Vec::resize_with with a large length because its
             // internals cause stacked borrows tracking information to add an
             // item for each element of the vector.
-            let mut vals = std::mem::ManuallyDrop::new(vec![0_usize; BUCKETS]);
+            let mut vals = std::mem::ManuallyDrop::new(vec![0_usize; buckets]);
             let ptr: *mut usize = vals.as_mut_ptr();
             let len = vals.len();
             let capacity = vals.capacity();
