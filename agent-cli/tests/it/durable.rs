@@ -30,7 +30,8 @@ fn parse(line: &str) -> Option<Call<'_>> {
             returned: true,
         });
     }
-    let (name, args) = rest.split_once('(')?;
+    let unfinished = rest.strip_suffix(" <unfinished ...>");
+    let (name, args) = unfinished.unwrap_or(rest).split_once('(')?;
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         return None;
     }
@@ -38,7 +39,7 @@ fn parse(line: &str) -> Option<Call<'_>> {
     Some(Call {
         name,
         first,
-        returned: !line.ends_with("<unfinished ...>"),
+        returned: unfinished.is_none(),
     })
 }
 
@@ -147,9 +148,11 @@ fn every_event_is_reported_after_its_commit_reached_the_disk() {
             continue;
         }
         let (name, path, opening) = if line.contains("<... ") {
+            // The same thread's call: two threads may each have one of a name pending.
+            let pid = |l: &str| l.split_once(' ').map_or("", |(pid, _)| pid).to_owned();
             let at = pending
                 .iter()
-                .rposition(|(n, _, _)| n == call.name)
+                .rposition(|(n, _, opening)| n == call.name && pid(opening) == pid(line))
                 .unwrap_or_else(|| panic!("{line} resumes nothing"));
             pending.remove(at)
         } else {
@@ -205,4 +208,45 @@ fn every_event_is_reported_after_its_commit_reached_the_disk() {
     // One flush a commit at least: the start, two turns, the answer.
     assert!(db_syncs >= 4, "{db_syncs} flushes of the database");
     assert!(blob_syncs >= 1, "the long answer's blob was never flushed");
+}
+
+/// A new run whose database's files cannot be made durable confirms nothing: the first
+/// `fsync` of a run in a store that exists is its new database's `conf` (on the thread
+/// that syncs the new files), made to fail; the run stops with the checkpoint failure's
+/// exit code and the disk's error in words, and no event is reported.
+#[test]
+fn a_new_database_whose_files_cannot_be_synced_reports_nothing() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "done"}]));
+    let first = env.run(&["run", "--model", &model, "a goal"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+
+    let agent = env.cmd();
+    let mut strace = Command::new("strace");
+    for (key, value) in agent.get_envs() {
+        match value {
+            Some(value) => strace.env(key, value),
+            None => strace.env_remove(key),
+        };
+    }
+    let out = strace
+        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync"])
+        .args(["-e", "inject=fsync:error=EIO:when=1"])
+        .arg(agent.get_program())
+        .args(agent.get_args())
+        .args(["run", "--events", "--model", &model, "a goal"])
+        .current_dir(env.dir.path())
+        .output()
+        .expect("strace runs (`cargo xtask test` installs it when missing)");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("could not be committed") && err.contains("Input/output error (os error 5)"),
+        "{err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
