@@ -50,24 +50,42 @@ fn path_of(first: &str) -> &str {
         .map_or("", |(_, p)| p.strip_suffix('>').unwrap_or(p))
 }
 
-/// The system calls of `agent ARGS` (every thread's, in the order `strace` saw them) and
-/// what it printed on stdout.
-fn traced(env: &Env, args: &[&str]) -> (Vec<String>, String) {
-    let trace = env.dir.path().join("strace.txt");
-    let out = env.dir.path().join("stdout.txt");
+/// `agent ARGS` in `env` under `strace` with `strace_args` (its environment as `Env` sets
+/// it, removals included).
+fn under_strace(env: &Env, strace_args: &[&str], args: &[&str]) -> Command {
     let agent = env.cmd();
     let mut strace = Command::new("strace");
-    // The agent's environment as `Env` sets it, its removals included.
     for (key, value) in agent.get_envs() {
         match value {
             Some(value) => strace.env(key, value),
             None => strace.env_remove(key),
         };
     }
-    let status = strace
-        .args(["-f", "-qq", "-y", "-s", "0", "-o"])
-        .arg(&trace)
-        .args([
+    strace
+        .args(strace_args)
+        .arg(agent.get_program())
+        .args(agent.get_args())
+        .args(args)
+        .current_dir(env.dir.path());
+    strace
+}
+
+/// The system calls of `agent ARGS` (every thread's, in the order `strace` saw them) and
+/// what it printed on stdout.
+fn traced(env: &Env, args: &[&str]) -> (Vec<String>, String) {
+    let trace = env.dir.path().join("strace.txt");
+    let out = env.dir.path().join("stdout.txt");
+    let trace_arg = trace.display().to_string();
+    let status = under_strace(
+        env,
+        &[
+            "-f",
+            "-qq",
+            "-y",
+            "-s",
+            "0",
+            "-o",
+            &trace_arg,
             "-e",
             "trace=write,pwrite64,pwritev,pwritev2,fsync,fdatasync,sync_file_range,\
              openat,mkdir,rename",
@@ -76,14 +94,12 @@ fn traced(env: &Env, args: &[&str]) -> (Vec<String>, String) {
             // reported before they are would be seen as such.
             "-e",
             "inject=fsync:delay_exit=50000",
-        ])
-        .arg(agent.get_program())
-        .args(agent.get_args())
-        .args(args)
-        .current_dir(env.dir.path())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .output()
-        .expect("strace runs (`cargo xtask test` installs it when missing)");
+        ],
+        args,
+    )
+    .stdout(std::fs::File::create(&out).unwrap())
+    .output()
+    .expect("strace runs (`cargo xtask test` installs it when missing)");
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
     let lines = std::fs::read_to_string(&trace)
         .unwrap()
@@ -221,23 +237,22 @@ fn a_new_database_whose_files_cannot_be_synced_reports_nothing() {
     let first = env.run(&["run", "--model", &model, "a goal"]);
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
 
-    let agent = env.cmd();
-    let mut strace = Command::new("strace");
-    for (key, value) in agent.get_envs() {
-        match value {
-            Some(value) => strace.env(key, value),
-            None => strace.env_remove(key),
-        };
-    }
-    let out = strace
-        .args(["-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync"])
-        .args(["-e", "inject=fsync:error=EIO:when=1"])
-        .arg(agent.get_program())
-        .args(agent.get_args())
-        .args(["run", "--events", "--model", &model, "a goal"])
-        .current_dir(env.dir.path())
-        .output()
-        .expect("strace runs (`cargo xtask test` installs it when missing)");
+    let out = under_strace(
+        &env,
+        &[
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=fsync",
+            "-e",
+            "inject=fsync:error=EIO:when=1",
+        ],
+        &["run", "--events", "--model", &model, "a goal"],
+    )
+    .output()
+    .expect("strace runs (`cargo xtask test` installs it when missing)");
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(5), "{err}");
     assert!(
