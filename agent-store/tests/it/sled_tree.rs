@@ -23,13 +23,28 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Opens `config`'s database once the lock of a handle just dropped is released: sled
+/// lets go of its file a moment after the last handle drops (a write or a truncation its
+/// thread pool still finishes holds it), and `SledStore` waits for it the same way.
+fn open_when_free(config: sled::Config) -> sled::Db {
+    let started = std::time::Instant::now();
+    loop {
+        match config.open() {
+            Ok(db) => return db,
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && started.elapsed() < std::time::Duration::from_secs(10) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 /// A database whose cache holds a few pages: most are evicted and read back.
 fn small_cache(path: &std::path::Path) -> sled::Db {
-    sled::Config::new()
-        .path(path)
-        .cache_capacity(16 * 1024)
-        .open()
-        .unwrap()
+    open_when_free(sled::Config::new().path(path).cache_capacity(16 * 1024))
 }
 
 fn value(n: u16) -> Vec<u8> {
@@ -102,12 +117,12 @@ proptest! {
 /// A database flushed only when asked, as the store flushes each commit, with a cache of
 /// a few pages.
 fn flushed_by_hand(path: &std::path::Path) -> sled::Db {
-    sled::Config::new()
-        .path(path)
-        .cache_capacity(64 * 1024)
-        .flush_every_ms(None)
-        .open()
-        .unwrap()
+    open_when_free(
+        sled::Config::new()
+            .path(path)
+            .cache_capacity(64 * 1024)
+            .flush_every_ms(None),
+    )
 }
 
 /// `vendor/sled` flushes with `fdatasync` and writes zeros ahead of its log's end, so that
