@@ -591,12 +591,12 @@ impl Config {
         let mut dirs = Vec::new();
         if created {
             let path = self.get_path();
-            if let Some(parent) =
-                path.parent().filter(|p| !p.as_os_str().is_empty())
-            {
-                dirs.push(parent.to_path_buf());
-            }
-            dirs.insert(0, path);
+            let parent = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(Path::to_path_buf);
+            dirs.push(path);
+            dirs.extend(parent);
         }
         let new_files = if self.temporary || (conf.is_none() && dirs.is_empty())
         {
