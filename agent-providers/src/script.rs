@@ -2,6 +2,7 @@
 //! Nth model call of a run.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{Decision, ModelReply, ToolCall, Usage};
@@ -105,15 +106,47 @@ struct Turn {
 #[derive(Clone, Debug)]
 pub struct ScriptModel {
     name: String,
-    /// The turns' JSON texts, one after the other, checked when the script was read and
-    /// decoded when each is played: a long script costs its text in memory, not a tree of
-    /// values nor an allocation a turn.
-    text: String,
-    /// Where each turn's text ends in `text` (it begins where the one before ends).
-    ends: Vec<usize>,
+    /// Where the turns' texts are: checked when the script was read, and decoded when each
+    /// is played, so a long script costs neither a tree of values nor an allocation a turn.
+    source: Arc<Source>,
+    /// Where each turn's text lies in `source`, and a hash of the text that was checked.
+    turns: Vec<Span>,
     /// The scripts sub-agents play, by their goal: a run whose first message is one of
     /// these goals is answered from its script.
     agents: std::collections::BTreeMap<String, ScriptModel>,
+}
+
+/// Where a script's turns are read from.
+#[derive(Debug)]
+enum Source {
+    /// The script's text, held whole.
+    Text(String),
+    /// A script file of more than [`FILE_BACKED_BYTES`], open: each turn is read from it
+    /// when it is played, so a long script does not hold its text in memory for a whole
+    /// run (a 10,000-turn script is about a megabyte).
+    #[cfg(unix)]
+    File(std::fs::File),
+}
+
+/// A script file larger than this is read turn by turn as it is played.
+const FILE_BACKED_BYTES: u64 = 64 << 10;
+
+/// One turn's text in its source: where it starts, its length, and a hash of it as it
+/// was checked.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u64,
+    len: u32,
+    hash: u32,
+}
+
+/// A 32-bit hash of a turn's text, to tell that a script file changed after it was read.
+fn text_hash(text: &str) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    // The low half of a 64-bit hash: a change goes unseen once in four billion.
+    (hasher.finish() & u64::from(u32::MAX)) as u32
 }
 
 const KEYS: &str =
@@ -127,62 +160,133 @@ impl ScriptModel {
             path: path.display().to_string(),
             problem,
         };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
-        let mut model = Self::parse(&text).map_err(fail)?;
-        model.name = PathBuf::from(path).display().to_string();
-        Ok(model)
+        let mut file =
+            std::fs::File::open(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut file, &mut text)
+            .map_err(|e| fail(format!("cannot read it: {e}")))?;
+        let parsed = Self::parse(&text, 0).map_err(fail)?;
+        let source = if u64::try_from(text.len()).unwrap_or(u64::MAX) > FILE_BACKED_BYTES {
+            Self::file_source(file, text)
+        } else {
+            Source::Text(text)
+        };
+        let name = PathBuf::from(path).display().to_string();
+        Ok(Self::assemble(name, &Arc::new(source), parsed))
+    }
+
+    /// The source a long script file is played from: the file itself where turns can be
+    /// read at their offsets, its text elsewhere.
+    #[cfg(unix)]
+    fn file_source(file: std::fs::File, _text: String) -> Source {
+        Source::File(file)
+    }
+
+    #[cfg(not(unix))]
+    fn file_source(_file: std::fs::File, text: String) -> Source {
+        Source::Text(text)
     }
 
     /// Parses a script from JSON text.
     pub fn from_json(text: &str) -> Result<ScriptModel, ScriptError> {
-        Self::parse(text).map_err(|problem| ScriptError {
+        let parsed = Self::parse(text, 0).map_err(|problem| ScriptError {
             path: "<inline>".to_owned(),
             problem,
-        })
+        })?;
+        let source = Arc::new(Source::Text(text.to_owned()));
+        Ok(Self::assemble("inline".to_owned(), &source, parsed))
     }
 
     /// Number of turns.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.turns.len()
     }
 
     /// Whether the script has no turn.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.turns.is_empty()
     }
 
-    /// The JSON text of turn `index` (from 0).
-    fn turn(&self, index: usize) -> Option<&str> {
-        let end = *self.ends.get(index)?;
-        let start = index.checked_sub(1).map_or(0, |before| self.ends[before]);
-        self.text.get(start..end)
+    /// The JSON text of turn `index` (from 0), as it was checked when the script was read;
+    /// `Ok(None)` past the last turn.
+    fn turn(&self, index: usize) -> Result<Option<String>, String> {
+        let Some(span) = self.turns.get(index) else {
+            return Ok(None);
+        };
+        let text = match &*self.source {
+            Source::Text(text) => usize::try_from(span.start)
+                .ok()
+                .and_then(|start| text.get(start..start + span.len as usize))
+                .map(str::to_owned),
+            #[cfg(unix)]
+            Source::File(file) => {
+                use std::os::unix::fs::FileExt;
+                let mut bytes = vec![0; span.len as usize];
+                file.read_exact_at(&mut bytes, span.start)
+                    .ok()
+                    .and_then(|()| String::from_utf8(bytes).ok())
+            }
+        };
+        match text {
+            Some(text) if text_hash(&text) == span.hash => Ok(Some(text)),
+            _ => Err(format!(
+                "turn {} of script {} is no longer what was read when the run started \
+                 (the file changed); start the run again",
+                index + 1,
+                self.name
+            )),
+        }
     }
 
-    fn parse(text: &str) -> Result<ScriptModel, String> {
+    /// The turns of the script `text`, which begins `base` bytes into its source, and its
+    /// sub-agents' scripts.
+    fn parse(text: &str, base: u64) -> Result<Parsed, String> {
         let raw: RawScript = serde_json::from_str(text)
             .map_err(|e| format!("not a script ({e}); expected {{\"turns\": [TURN, ...]}}"))?;
         for (i, turn) in raw.turns.iter().enumerate() {
             check_turn(turn.get()).map_err(|e| format!("turn {}: {e}", i + 1))?;
         }
-        let mut agents = std::collections::BTreeMap::new();
+        // Where a slice of `text` begins in the source.
+        let offset = |slice: &str| base + (slice.as_ptr() as usize - text.as_ptr() as usize) as u64;
+        let mut agents = Vec::with_capacity(raw.agents.len());
         for (goal, script) in raw.agents {
-            let model = Self::parse(script.get()).map_err(|e| format!("agents {goal:?}: {e}"))?;
-            agents.insert(goal, model);
+            let parsed = Self::parse(script.get(), offset(script.get()))
+                .map_err(|e| format!("agents {goal:?}: {e}"))?;
+            agents.push((goal, parsed));
         }
-        let mut turns = String::with_capacity(raw.turns.iter().map(|t| t.get().len()).sum());
-        let mut ends = Vec::with_capacity(raw.turns.len());
-        for turn in &raw.turns {
-            turns.push_str(turn.get());
-            ends.push(turns.len());
+        let mut turns = Vec::with_capacity(raw.turns.len());
+        for (i, turn) in raw.turns.iter().enumerate() {
+            let text = turn.get();
+            let len = u32::try_from(text.len())
+                .map_err(|_| format!("turn {}: longer than 4 GiB", i + 1))?;
+            turns.push(Span {
+                start: offset(text),
+                len,
+                hash: text_hash(text),
+            });
         }
-        Ok(ScriptModel {
-            name: "inline".to_owned(),
-            text: turns,
-            ends,
-            agents,
-        })
+        Ok(Parsed { turns, agents })
     }
+
+    /// A model of what `parse` found, played from `source`.
+    fn assemble(name: String, source: &Arc<Source>, parsed: Parsed) -> ScriptModel {
+        ScriptModel {
+            agents: parsed
+                .agents
+                .into_iter()
+                .map(|(goal, parsed)| (goal, Self::assemble(name.clone(), source, parsed)))
+                .collect(),
+            name,
+            source: Arc::clone(source),
+            turns: parsed.turns,
+        }
+    }
+}
+
+/// A script's turns and its sub-agents' scripts, as [`ScriptModel::parse`] found them.
+struct Parsed {
+    turns: Vec<Span>,
+    agents: Vec<(String, Parsed)>,
 }
 
 /// What [`parse_turn`] checks, without building the turn: a script is checked whole when
@@ -336,14 +440,14 @@ impl Model for ScriptModel {
             return agent.decide(request).await;
         }
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
-        let Some(text) = self.turn(index) else {
+        let Some(text) = self.turn(index).map_err(ProviderError::Scripted)? else {
             return Err(ProviderError::Exhausted(format!(
                 "the script has {} turn(s) and all were used; add a turn or end with a final answer",
                 self.len()
             )));
         };
         // Checked when the script was read: it decodes the same now.
-        let turn = parse_turn(text).map_err(ProviderError::Scripted)?;
+        let turn = parse_turn(&text).map_err(ProviderError::Scripted)?;
         if !turn.delay.is_zero() {
             // Simulated latency: the script stands in for a model that takes this long.
             tokio::time::sleep(turn.delay).await;

@@ -146,3 +146,103 @@ fn a_missing_file_names_the_path() {
             .starts_with("script /nonexistent/script.json: cannot read it")
     );
 }
+
+/// A script with `n` one-call turns and a final answer, and a sub-agent's script, as text
+/// with line breaks between its turns (what a person writes).
+fn long_script(n: usize) -> String {
+    let mut turns: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file",
+                "arguments": {"path": format!("data/f{i}.txt")}}]})
+        })
+        .collect();
+    turns.push(json!({"final": "done"}));
+    let agents = json!({"peek": {"turns": [{"final": "from the sub-agent"}]}});
+    format!(
+        "{{\"agents\": {agents},\n \"turns\": [\n  {}\n]}}\n",
+        turns
+            .iter()
+            .map(serde_json::Value::to_string)
+            .collect::<Vec<_>>()
+            .join(",\n  ")
+    )
+}
+
+async fn answer_as(model: &ScriptModel, goal: &str) -> Result<ModelReply, ProviderError> {
+    let prompt = Prompt {
+        messages: vec![agent_core::Message::user_text(goal)],
+        ..prompt()
+    };
+    model
+        .decide(ModelRequest {
+            prompt: &prompt,
+            step: 0,
+        })
+        .await
+}
+
+/// A script file too long to hold in memory for a run is played from the file: every turn,
+/// and a sub-agent's, as the same text given inline plays it.
+#[tokio::test]
+async fn a_long_script_file_plays_as_its_text_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.json");
+    let text = long_script(1_500);
+    assert!(text.len() > 100_000, "{} bytes", text.len());
+    std::fs::write(&path, &text).unwrap();
+    let from_file = ScriptModel::from_path(&path).unwrap();
+    let inline = ScriptModel::from_json(&text).unwrap();
+    assert_eq!(from_file.len(), 1_501);
+    for step in [0, 1, 749, 1_499, 1_500] {
+        let played = answer(&from_file, step).await.unwrap();
+        assert_eq!(played, answer(&inline, step).await.unwrap(), "turn {step}");
+    }
+    assert_eq!(
+        answer(&from_file, 749).await.unwrap().decision,
+        Ok(Decision::ToolCalls {
+            calls: vec![ToolCall::new(
+                "c749",
+                "read_file",
+                json!({"path": "data/f749.txt"})
+            )]
+        })
+    );
+    assert_eq!(
+        answer_as(&from_file, "peek").await.unwrap().decision,
+        Ok(Decision::Final {
+            answer: "from the sub-agent".into()
+        })
+    );
+    let exhausted = answer(&from_file, 1_501).await.unwrap_err();
+    assert_eq!(exhausted.kind(), agent_core::ModelErrorKind::Exhausted);
+}
+
+/// A long script file is read turn by turn: a turn changed after the script was checked
+/// (the same length, other text) or cut off is refused in words, never played.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_long_script_file_changed_after_it_was_read_is_refused() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.json");
+    let text = long_script(1_500);
+    std::fs::write(&path, &text).unwrap();
+    let model = ScriptModel::from_path(&path).unwrap();
+    // "f700.txt" becomes "f799.txt" in place.
+    let at = text.find("data/f700.txt").unwrap() + "data/f7".len();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(b"99", at as u64).unwrap();
+    let changed = answer(&model, 700).await.unwrap_err().to_string();
+    assert!(
+        changed.contains("turn 701 of script") && changed.contains("the file changed"),
+        "{changed}"
+    );
+    // The turns around it are as they were.
+    assert!(answer(&model, 699).await.is_ok());
+    assert!(answer(&model, 701).await.is_ok());
+    file.set_len(u64::try_from(text.len() / 2).unwrap())
+        .unwrap();
+    let cut = answer(&model, 1_400).await.unwrap_err().to_string();
+    assert!(cut.contains("turn 1401 of script"), "{cut}");
+    assert!(answer(&model, 10).await.is_ok());
+}
