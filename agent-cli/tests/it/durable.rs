@@ -89,11 +89,13 @@ fn traced(env: &Env, args: &[&str]) -> (Vec<String>, String) {
             "-e",
             "trace=write,pwrite64,pwritev,pwritev2,fsync,fdatasync,sync_file_range,\
              openat,mkdir,rename",
-            // Every `fsync` returns 50 ms late: a new database's `conf` and directories
-            // are synced on a thread of their own while the run starts, and an event
-            // reported before they are would be seen as such.
+            // Every `fsync` starts 300 ms late: a new database's directories are synced
+            // on threads of their own while the run starts (its `conf` is, with an
+            // `fdatasync`), and an event reported before they are would be seen as such.
+            // Held on entry, not on exit: strace prints a call's exit before it holds it
+            // there, and the trace would show the sync done while the thread still waits.
             "-e",
-            "inject=fsync:delay_exit=50000",
+            "inject=fsync:delay_enter=300000",
         ],
         args,
     )
@@ -227,9 +229,9 @@ fn every_event_is_reported_after_its_commit_reached_the_disk() {
 }
 
 /// A new run whose database's files cannot be made durable confirms nothing: the first
-/// `fsync` of a run in a store that exists is its new database's `conf` (on the thread
-/// that syncs the new files), made to fail; the run stops with the checkpoint failure's
-/// exit code and the disk's error in words, and no event is reported.
+/// `fsync` of a run in a store that exists is one of its new database's directories' (on
+/// the threads that sync the new files), made to fail; the run stops with the checkpoint
+/// failure's exit code and the disk's error in words, and no event is reported.
 #[test]
 fn a_new_database_whose_files_cannot_be_synced_reports_nothing() {
     let env = Env::new();
