@@ -107,7 +107,7 @@ struct Turn {
 pub struct ScriptModel {
     name: String,
     /// Where the turns' texts are: checked when the script was read, and decoded when each
-    /// is played, so a long script costs neither a tree of values nor an allocation a turn.
+    /// is played, so a long script never costs a tree of values.
     source: Arc<Source>,
     /// Where each turn's text lies in `source`, and a hash of the text that was checked.
     turns: Vec<Span>,
