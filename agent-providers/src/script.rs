@@ -121,15 +121,23 @@ pub struct ScriptModel {
 enum Source {
     /// The script's text, held whole.
     Text(String),
-    /// A script file of more than [`FILE_BACKED_BYTES`], open: each turn is read from it
-    /// when it is played, so a long script does not hold its text in memory for a whole
-    /// run (a 10,000-turn script is about a megabyte).
+    /// A script file of more than [`FILE_BACKED_BYTES`], open: its turns are read from it
+    /// as they are played, [`WINDOW_BYTES`] at a time, so a long script does not hold its
+    /// text in memory for a whole run (a 10,000-turn script is about a megabyte).
     #[cfg(unix)]
-    File(std::fs::File),
+    File {
+        file: std::fs::File,
+        /// The bytes last read, and where in the file they begin.
+        window: std::sync::Mutex<(u64, Vec<u8>)>,
+    },
 }
 
 /// A script file larger than this is read turn by turn as it is played.
 const FILE_BACKED_BYTES: u64 = 64 << 10;
+
+/// Bytes of a long script file read at once: turns are played in order, so one read
+/// serves the hundreds of turns that follow.
+const WINDOW_BYTES: usize = 64 << 10;
 
 /// One turn's text in its source: where it starts, its length, and a hash of it as it
 /// was checked.
@@ -179,7 +187,10 @@ impl ScriptModel {
     /// read at their offsets, its text elsewhere.
     #[cfg(unix)]
     fn file_source(file: std::fs::File, _text: String) -> Source {
-        Source::File(file)
+        Source::File {
+            file,
+            window: std::sync::Mutex::new((0, Vec::new())),
+        }
     }
 
     #[cfg(not(unix))]
@@ -219,13 +230,7 @@ impl ScriptModel {
                 .and_then(|start| text.get(start..start + span.len as usize))
                 .map(str::to_owned),
             #[cfg(unix)]
-            Source::File(file) => {
-                use std::os::unix::fs::FileExt;
-                let mut bytes = vec![0; span.len as usize];
-                file.read_exact_at(&mut bytes, span.start)
-                    .ok()
-                    .and_then(|()| String::from_utf8(bytes).ok())
-            }
+            Source::File { file, window } => read_span(file, window, span),
         };
         match text {
             Some(text) if text_hash(&text) == span.hash => Ok(Some(text)),
@@ -281,6 +286,50 @@ impl ScriptModel {
             turns: parsed.turns,
         }
     }
+}
+
+/// The bytes of `span` in `file`, from `window` when it holds them, else read into it
+/// from where the span begins; `None` when the file no longer has them as text.
+#[cfg(unix)]
+fn read_span(
+    file: &std::fs::File,
+    window: &std::sync::Mutex<(u64, Vec<u8>)>,
+    span: &Span,
+) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut window = window
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (begins, bytes) = &mut *window;
+    let len = span.len as usize;
+    let held = span
+        .start
+        .checked_sub(*begins)
+        .and_then(|at| usize::try_from(at).ok())
+        .filter(|&at| at.checked_add(len).is_some_and(|end| end <= bytes.len()));
+    let at = match held {
+        Some(at) => at,
+        None => {
+            bytes.resize(len.max(WINDOW_BYTES), 0);
+            // A read may stop short at the end of the file: what it read is the window.
+            let mut read = 0;
+            while read < bytes.len() {
+                match file.read_at(&mut bytes[read..], span.start + read as u64) {
+                    Ok(0) => break,
+                    Ok(n) => read += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            bytes.truncate(read);
+            *begins = span.start;
+            if read < len {
+                return None;
+            }
+            0
+        }
+    };
+    String::from_utf8(bytes[at..at + len].to_vec()).ok()
 }
 
 /// A script's turns and its sub-agents' scripts, as [`ScriptModel::parse`] found them.

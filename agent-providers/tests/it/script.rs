@@ -242,7 +242,36 @@ async fn a_long_script_file_changed_after_it_was_read_is_refused() {
     assert!(answer(&model, 701).await.is_ok());
     file.set_len(u64::try_from(text.len() / 2).unwrap())
         .unwrap();
+    // Turn 11 is read again (it lies before what was read last), with what follows it up
+    // to the file's new end; turn 1401 lies past that end.
+    assert!(answer(&model, 10).await.is_ok());
     let cut = answer(&model, 1_400).await.unwrap_err().to_string();
     assert!(cut.contains("turn 1401 of script"), "{cut}");
-    assert!(answer(&model, 10).await.is_ok());
+}
+
+/// One read of a long script file serves the turns that follow the one played: a turn
+/// already read plays as it was checked, whatever the file holds since.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_long_script_file_is_read_ahead_not_once_a_turn() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.json");
+    let text = long_script(1_500);
+    std::fs::write(&path, &text).unwrap();
+    let model = ScriptModel::from_path(&path).unwrap();
+    assert!(answer(&model, 0).await.is_ok());
+    let at = text.find("data/f5.txt").unwrap() + "data/f".len();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(b"6", at as u64).unwrap();
+    assert_eq!(
+        answer(&model, 5).await.unwrap().decision,
+        Ok(Decision::ToolCalls {
+            calls: vec![ToolCall::new(
+                "c5",
+                "read_file",
+                json!({"path": "data/f5.txt"})
+            )]
+        })
+    );
 }
