@@ -168,6 +168,30 @@ fn long_script(n: usize) -> String {
     )
 }
 
+/// A 1,500-turn script written to a file (kept while the directory lives), its text, and
+/// the model read from the file.
+struct LongScript {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    text: String,
+    model: ScriptModel,
+}
+
+fn long_script_file() -> LongScript {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.json");
+    let text = long_script(1_500);
+    assert!(text.len() > 100_000, "{} bytes", text.len());
+    std::fs::write(&path, &text).unwrap();
+    let model = ScriptModel::from_path(&path).unwrap();
+    LongScript {
+        _dir: dir,
+        path,
+        text,
+        model,
+    }
+}
+
 async fn answer_as(model: &ScriptModel, goal: &str) -> Result<ModelReply, ProviderError> {
     let prompt = Prompt {
         messages: vec![agent_core::Message::user_text(goal)],
@@ -185,12 +209,12 @@ async fn answer_as(model: &ScriptModel, goal: &str) -> Result<ModelReply, Provid
 /// and a sub-agent's, as the same text given inline plays it.
 #[tokio::test]
 async fn a_long_script_file_plays_as_its_text_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("script.json");
-    let text = long_script(1_500);
-    assert!(text.len() > 100_000, "{} bytes", text.len());
-    std::fs::write(&path, &text).unwrap();
-    let from_file = ScriptModel::from_path(&path).unwrap();
+    let LongScript {
+        _dir,
+        text,
+        model: from_file,
+        ..
+    } = long_script_file();
     let inline = ScriptModel::from_json(&text).unwrap();
     assert_eq!(from_file.len(), 1_501);
     for step in [0, 1, 749, 1_499, 1_500] {
@@ -223,11 +247,12 @@ async fn a_long_script_file_plays_as_its_text_does() {
 #[tokio::test]
 async fn a_long_script_file_changed_after_it_was_read_is_refused() {
     use std::os::unix::fs::FileExt;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("script.json");
-    let text = long_script(1_500);
-    std::fs::write(&path, &text).unwrap();
-    let model = ScriptModel::from_path(&path).unwrap();
+    let LongScript {
+        _dir,
+        path,
+        text,
+        model,
+    } = long_script_file();
     // "f700.txt" becomes "f799.txt" in place.
     let at = text.find("data/f700.txt").unwrap() + "data/f7".len();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -255,11 +280,12 @@ async fn a_long_script_file_changed_after_it_was_read_is_refused() {
 #[tokio::test]
 async fn a_long_script_file_is_read_ahead_not_once_a_turn() {
     use std::os::unix::fs::FileExt;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("script.json");
-    let text = long_script(1_500);
-    std::fs::write(&path, &text).unwrap();
-    let model = ScriptModel::from_path(&path).unwrap();
+    let LongScript {
+        _dir,
+        path,
+        text,
+        model,
+    } = long_script_file();
     assert!(answer(&model, 0).await.is_ok());
     let at = text.find("data/f5.txt").unwrap() + "data/f".len();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
