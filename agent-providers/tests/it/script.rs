@@ -168,6 +168,17 @@ fn long_script(n: usize) -> String {
     )
 }
 
+/// The decision turn `i` of [`long_script`] makes.
+fn read_of(i: usize) -> Decision {
+    Decision::ToolCalls {
+        calls: vec![ToolCall::new(
+            format!("c{i}"),
+            "read_file",
+            json!({"path": format!("data/f{i}.txt")}),
+        )],
+    }
+}
+
 /// A 1,500-turn script written to a file (kept while the directory lives), its text, and
 /// the model read from the file.
 struct LongScript {
@@ -223,13 +234,7 @@ async fn a_long_script_file_plays_as_its_text_does() {
     }
     assert_eq!(
         answer(&from_file, 749).await.unwrap().decision,
-        Ok(Decision::ToolCalls {
-            calls: vec![ToolCall::new(
-                "c749",
-                "read_file",
-                json!({"path": "data/f749.txt"})
-            )]
-        })
+        Ok(read_of(749))
     );
     assert_eq!(
         answer_as(&from_file, "peek").await.unwrap().decision,
@@ -290,14 +295,5 @@ async fn a_long_script_file_is_read_ahead_not_once_a_turn() {
     let at = text.find("data/f5.txt").unwrap() + "data/f".len();
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.write_all_at(b"6", at as u64).unwrap();
-    assert_eq!(
-        answer(&model, 5).await.unwrap().decision,
-        Ok(Decision::ToolCalls {
-            calls: vec![ToolCall::new(
-                "c5",
-                "read_file",
-                json!({"path": "data/f5.txt"})
-            )]
-        })
-    );
+    assert_eq!(answer(&model, 5).await.unwrap().decision, Ok(read_of(5)));
 }
