@@ -311,13 +311,19 @@ impl Runtime {
     pub(super) async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
         let mut expanded = Vec::new();
         let mut missing = Vec::new();
-        for call in calls {
-            match self.redactor.expand_call(call) {
-                Ok(call) => expanded.push(call),
-                Err(e) => missing.push((call.id.clone(), e.to_string())),
+        // Calls without references are checked as they are, not copied.
+        let as_proposed = if calls.iter().all(|call| call.secrets.is_empty()) {
+            calls
+        } else {
+            for call in calls {
+                match self.redactor.expand_call(call) {
+                    Ok(call) => expanded.push(call),
+                    Err(e) => missing.push((call.id.clone(), e.to_string())),
+                }
             }
-        }
-        let mut checked = self.gateway.check(run_id, &expanded).await;
+            &expanded
+        };
+        let mut checked = self.gateway.check(run_id, as_proposed).await;
         checked.extend(
             missing
                 .into_iter()
@@ -369,6 +375,11 @@ impl Runtime {
         let mut expanded = Vec::new();
         let mut missing = Vec::new();
         for mut scheduled in calls {
+            // A call without references is run as it is, not copied.
+            if scheduled.call.secrets.is_empty() {
+                expanded.push(scheduled);
+                continue;
+            }
             match self.redactor.expand_call(&scheduled.call) {
                 Ok(call) => {
                     scheduled.call = call;
