@@ -842,9 +842,9 @@ impl NewFiles {
 
     /// Syncs `conf` (when given) and each directory, on a thread of their own, all at
     /// once: each directory on a thread of its own beside it. Made one after another,
-    /// each sync waited for its own flush of the disk's cache (three of them, 2.2 ms at
-    /// p50 on a busy disk, longer than the first commit's `fdatasync`); side by side, the
-    /// disk's queue merges flushes that wait together.
+    /// each sync waited for the one before (2.2 ms at p50 for the three on a busy disk,
+    /// longer than the first commit's own `fdatasync`); side by side, they wait for the
+    /// disk together.
     fn sync(conf: Option<File>, dirs: Vec<PathBuf>) -> Result<NewFiles> {
         let syncing = std::thread::Builder::new()
             .name("sled-new-files".to_owned())
