@@ -225,16 +225,19 @@ impl ScriptModel {
             return Ok(None);
         };
         let text = match &*self.source {
+            // Held since it was checked: it cannot have changed.
             Source::Text(text) => usize::try_from(span.start)
                 .ok()
                 .and_then(|start| text.get(start..start + span.len as usize))
                 .map(str::to_owned),
             #[cfg(unix)]
-            Source::File { file, window } => read_span(file, window, span),
+            Source::File { file, window } => {
+                read_span(file, window, span).filter(|text| text_hash(text) == span.hash)
+            }
         };
         match text {
-            Some(text) if text_hash(&text) == span.hash => Ok(Some(text)),
-            _ => Err(format!(
+            Some(text) => Ok(Some(text)),
+            None => Err(format!(
                 "turn {} of script {} is no longer what was read when the run started \
                  (the file changed); start the run again",
                 index + 1,
