@@ -584,10 +584,10 @@ impl Config {
 
         let file = self.try_lock(options.open(&self.db_path())?)?;
         // agent-loop: a new database's files (`conf`, `db`, `blobs/`) and its
-        // directory's own name are durable before its first flush confirms a write. A
-        // thread of their own syncs them while the database starts (three syncs of new
-        // files and directories: about a millisecond, most of a short run's start), and
-        // that flush waits for it (`NewFiles::wait`).
+        // directory's own name are durable before its first flush confirms a write.
+        // Threads of their own sync them side by side while the database starts (three
+        // syncs of new files and directories, most of a short run's start when made in
+        // turn), and that flush waits for them (`NewFiles::wait`).
         let mut dirs = Vec::new();
         if created {
             let path = self.get_path();
