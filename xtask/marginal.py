@@ -38,13 +38,7 @@ def wall(agent, n, work):
 
 
 def main():
-    args = sys.argv[1:]
-    rounds = 4
-    if "--rounds" in args:
-        at = args.index("--rounds")
-        rounds = int(args[at + 1])
-        del args[at:at + 2]
-    agents = args or [speed.AGENT]
+    rounds, agents = speed.command_line("--rounds", 4)
     works = {n: tempfile.mkdtemp() for n in (1000, 3000)}
     try:
         for n, work in works.items():

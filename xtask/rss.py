@@ -21,12 +21,7 @@ TURNS = (100, 3000, 10000)
 
 
 def main():
-    args = sys.argv[1:]
-    rounds = 5
-    if args[:1] == ["--rounds"]:
-        rounds = int(args[1])
-        args = args[2:]
-    agents = args or [speed.AGENT]
+    rounds, agents = speed.command_line("--rounds", 5)
     works = {n: tempfile.mkdtemp() for n in TURNS}
     try:
         for n, work in works.items():

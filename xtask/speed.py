@@ -92,6 +92,18 @@ def callgrind(n):
         shutil.rmtree(work)
 
 
+def command_line(option, default):
+    """The number given with `option` (anywhere on the command line, else `default`) and
+    the other arguments: the `agent` binaries to measure, or `AGENT` when none is given."""
+    args = sys.argv[1:]
+    value = default
+    if option in args:
+        at = args.index(option)
+        value = int(args[at + 1])
+        del args[at:at + 2]
+    return value, args or [AGENT]
+
+
 def settle():
     """Writes back what earlier steps left dirty (a workload's files just made, a deleted
     store's freed blocks) so that it does not fall on the next measurement: the fsync

@@ -41,12 +41,7 @@ def one(agent, work):
 
 
 def main():
-    args = sys.argv[1:]
-    runs = 40
-    if args[:1] == ["--runs"]:
-        runs = int(args[1])
-        args = args[2:]
-    agents = args or [speed.AGENT]
+    runs, agents = speed.command_line("--runs", 40)
     works = {}
     try:
         for agent in agents:

@@ -27,12 +27,8 @@ NAMES = {0: "read", 1: "write", 3: "close", 5: "fstat", 17: "pread64", 18: "pwri
 
 
 def main():
-    args = sys.argv[1:]
-    turns = 3000
-    if args[:1] == ["--turns"]:
-        turns = int(args[1])
-        args = args[2:]
-    agent = args[0] if args else speed.AGENT
+    turns, agents = speed.command_line("--turns", 3000)
+    agent = agents[0]
     if not shutil.which("perf"):
         sys.exit("timeline.py needs perf (linux-perf) and the right to trace system calls")
     work = tempfile.mkdtemp()
