@@ -579,3 +579,64 @@ fn a_write_dispatched_but_not_run_is_reconciled_as_not_applied_and_run() {
     );
     check_log(&env, &id);
 }
+
+/// Whether process `pid` still runs (a zombie does not: it did all it will do).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        !matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X'))
+    })
+}
+
+/// Polls `done` (a file appearing, a process ending) until it holds or `within` passes.
+fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    done()
+}
+
+/// `kill -9` runs none of the process's code, yet the command it was running dies with it:
+/// otherwise the command would do its effect later, after the recovery had looked for the
+/// effect and been told to run the call again.
+#[test]
+fn a_command_running_when_the_run_is_killed_dies_with_it() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{
+            "id": "call-1",
+            "name": "shell",
+            "arguments": {"command": "echo $$ > pid.txt; sleep 60; echo late >> effects.txt"}
+        }]},
+        {"final": "done"}
+    ]));
+    let mut child = env
+        .cmd()
+        .args(["run", "--json", "--allow", "shell", "--model", &model, "go"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = env.dir.path().join("pid.txt");
+    let started = eventually(Duration::from_secs(60), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+    });
+    assert!(started, "the command never started");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(running(&pid), "the command runs while the run does");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The command would sleep for a minute; it must be gone long before.
+    assert!(
+        eventually(Duration::from_secs(20), || !running(&pid)),
+        "the command {pid} outlived the run killed by SIGKILL"
+    );
+    assert!(!env.dir.path().join("effects.txt").exists());
+}
