@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::hooks::{DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
+use crate::process::Watcher;
 
 /// An external hook: `bash -c COMMAND` gets one JSON object on stdin and answers with its
 /// exit code (0 allow, 2 deny with stderr as the reason) or a JSON object on stdout with
@@ -93,8 +94,9 @@ impl CommandHook {
 }
 
 /// Runs `bash -c command` in `cwd` with `env` added, `input` on its stdin: its answer read
-/// and its exit awaited, all within `timeout`. On timeout the command and every process
-/// it started are killed (it runs in its own process group).
+/// and its exit awaited, all within `timeout`. However this ends (answered, timed out, or
+/// this process killed), the command and every process it started that stayed in its
+/// process group are killed ([`Watcher`]).
 pub(crate) async fn run_command(
     command: &str,
     cwd: &std::path::Path,
@@ -102,6 +104,10 @@ pub(crate) async fn run_command(
     input: Vec<u8>,
     timeout: Duration,
 ) -> Answer {
+    let watcher = match Watcher::start() {
+        Ok(watcher) => watcher,
+        Err(why) => return Answer::Failed(format!("could not start: {why}")),
+    };
     let mut child = match tokio::process::Command::new("bash")
         .arg("-c")
         .arg(command)
@@ -111,14 +117,13 @@ pub(crate) async fn run_command(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
-        // Its own process group, so a timeout kills what it started too.
-        .process_group(0)
+        // The watcher's process group, so that what it started dies with it.
+        .process_group(watcher.group())
         .spawn()
     {
         Ok(child) => child,
         Err(e) => return Answer::Failed(format!("could not start: {e}")),
     };
-    let _group = child.id().map(crate::builtin::ProcessGroup);
     let (Some(mut stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {

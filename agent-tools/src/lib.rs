@@ -31,6 +31,8 @@ mod hooks;
 #[cfg(feature = "mcp")]
 pub mod mcp;
 mod policy;
+#[cfg(feature = "process")]
+mod process;
 mod replay;
 mod tool;
 mod workspace;

@@ -600,6 +600,37 @@ fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// Runs `agent` with `args` until the process its call started has written its pid into
+/// `pid_file`, kills the run with `kill -9`, and checks that the process dies soon after
+/// and never writes the line it would write a minute later to `effects.txt`.
+fn killed_mid_call(env: &Env, args: &[&str], pid_file: &str) {
+    let mut child = env
+        .cmd()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid_file = env.dir.path().join(pid_file);
+    let started = eventually(Duration::from_secs(60), || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+    });
+    assert!(started, "the call never started");
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(running(&pid), "the call's process runs while the run does");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // It would sleep for a minute; it must be gone long before.
+    assert!(
+        eventually(Duration::from_secs(20), || !running(&pid)),
+        "process {pid} outlived the run killed by SIGKILL"
+    );
+    assert!(!env.dir.path().join("effects.txt").exists());
+}
+
 /// `kill -9` runs none of the process's code, yet the command it was running dies with it:
 /// otherwise the command would do its effect later, after the recovery had looked for the
 /// effect and been told to run the call again.
@@ -614,29 +645,31 @@ fn a_command_running_when_the_run_is_killed_dies_with_it() {
         }]},
         {"final": "done"}
     ]));
-    let mut child = env
-        .cmd()
-        .args(["run", "--json", "--allow", "shell", "--model", &model, "go"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid_file = env.dir.path().join("pid.txt");
-    let started = eventually(Duration::from_secs(60), || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
-    });
-    assert!(started, "the command never started");
-    let pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
-    assert!(running(&pid), "the command runs while the run does");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // The command would sleep for a minute; it must be gone long before.
-    assert!(
-        eventually(Duration::from_secs(20), || !running(&pid)),
-        "the command {pid} outlived the run killed by SIGKILL"
+    let args = ["run", "--json", "--allow", "shell", "--model", &model, "go"];
+    killed_mid_call(&env, &args, "pid.txt");
+}
+
+/// And for a command hook: hooks may act (a post-call hook that formats a file, say), and
+/// one still running when the run dies must not act after it.
+#[test]
+fn a_hook_running_when_the_run_is_killed_dies_with_it() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "call-1", "name": "list_dir", "arguments": {}}]},
+        {"final": "done"}
+    ]));
+    let toml = format!(
+        "model = {model:?}\n[[hooks.pre_tool_use]]\n\
+         command = 'echo $$ > hook.pid; sleep 60; echo late >> effects.txt'\n\
+         timeout_secs = 120\n"
     );
-    assert!(!env.dir.path().join("effects.txt").exists());
+    std::fs::write(env.dir.path().join("agent.toml"), toml).unwrap();
+    let trusted = env.run(&["trust"]);
+    assert_eq!(
+        trusted.status.code(),
+        Some(0),
+        "{}",
+        crate::stderr(&trusted)
+    );
+    killed_mid_call(&env, &["run", "--json", "go"], "hook.pid");
 }

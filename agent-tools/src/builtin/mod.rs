@@ -20,8 +20,6 @@ pub use list_dir::{ListDir, ListDirArgs};
 pub use read_file::{ReadFile, ReadFileArgs};
 pub use read_result::{ReadResult, ReadResultArgs};
 #[cfg(feature = "process")]
-pub(crate) use shell::ProcessGroup;
-#[cfg(feature = "process")]
 pub use shell::{Shell, ShellArgs};
 pub use write_file::{WriteFile, WriteFileArgs};
 

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{HeadTail, head_tail};
+use crate::process::Watcher;
 use crate::tool::{ToolContext, TypedTool};
 
 /// Characters of output kept (the head and, mostly, the tail).
@@ -44,8 +45,11 @@ impl TypedTool for Shell {
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let limit = Duration::from_millis(args.timeout_ms.unwrap_or(u64::MAX));
         // Started first, in a process group of its own that the command joins: without it
-        // the command does not run.
-        let watcher = Watcher::start()?;
+        // the command does not run. Dropped however this call ends (done, timed out,
+        // cancelled, or dropped by the gateway), it kills the whole group; should this
+        // process die first, the watcher does.
+        let watcher =
+            Watcher::start().map_err(|why| ToolError::new(ErrorKind::ExecutionFailed, why))?;
         let mut command = tokio::process::Command::new("bash");
         command
             .arg("-c")
@@ -57,16 +61,13 @@ impl TypedTool for Shell {
             .kill_on_drop(true)
             // The watcher's process group, so that a timeout, or the watcher, can kill
             // everything it started.
-            .process_group(watcher.group);
+            .process_group(watcher.group());
         let mut child = command.spawn().map_err(|e| {
             ToolError::new(
                 ErrorKind::ExecutionFailed,
                 format!("cannot start bash: {e}"),
             )
         })?;
-        // Kills the whole group however this call ends: done, timed out, cancelled, or
-        // dropped by the gateway; and should this process die first, the watcher does.
-        let _group = ProcessGroup(watcher.group.unsigned_abs());
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(ToolError::new(
                 ErrorKind::ExecutionFailed,
@@ -140,73 +141,4 @@ async fn drain(mut pipe: impl tokio::io::AsyncRead + Unpin, mut into: HeadTail) 
         into.push(&buf[..n]);
     }
     into
-}
-
-/// A process group killed when dropped.
-pub(crate) struct ProcessGroup(pub(crate) u32);
-
-/// Kills a command's process group when this process ends before the call does, even by
-/// `kill -9`, which runs none of our code. The watcher is a process (`bash`) that leads a
-/// process group the command then joins; it reads a pipe this process holds until the pipe
-/// closes, then kills its whole group, itself included. The pipe closes when the call ends
-/// (the group is killed then anyway, [`ProcessGroup`]) or when this process dies. Without
-/// it, a command whose run was killed went on, and could do its effect after the run's
-/// recovery had looked for it and been told to run the call again.
-struct Watcher {
-    /// The group the command joins: the watcher's own.
-    group: i32,
-    /// Closed when the call ends or this process dies.
-    _pipe: tokio::process::ChildStdin,
-    /// Reaped by tokio once it exits.
-    _process: tokio::process::Child,
-}
-
-/// The watcher's script: wait for the pipe to close, then kill the group.
-const WATCH: &str = "while read -r _; do :; done; kill -KILL 0";
-
-impl Watcher {
-    fn start() -> Result<Watcher, ToolError> {
-        let mut process = tokio::process::Command::new("bash")
-            .arg("-c")
-            .arg(WATCH)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // Not in this process's group: a Ctrl-C to the run must not end the watcher
-            // before the command.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| {
-                ToolError::new(
-                    ErrorKind::ExecutionFailed,
-                    format!("cannot start bash (the command's watcher): {e}"),
-                )
-            })?;
-        let failed = |what: &str| ToolError::new(ErrorKind::ExecutionFailed, what.to_owned());
-        let group = process
-            .id()
-            .and_then(|pid| i32::try_from(pid).ok())
-            .ok_or_else(|| failed("the command's watcher ended as it started"))?;
-        let pipe = process
-            .stdin
-            .take()
-            .ok_or_else(|| failed("the command's watcher started without its pipe"))?;
-        Ok(Watcher {
-            group,
-            _pipe: pipe,
-            _process: process,
-        })
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.0) {
-            // The group may already be gone; that is the goal.
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
 }
