@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
+use crate::process::Watcher;
 use crate::tool::{Tool, ToolContext, Unavailable};
 
 /// The `{"mcpServers": {...}}` file.
@@ -105,6 +106,15 @@ impl McpConfig {
 
 type Client = RunningService<RoleClient, ()>;
 
+/// A running server: its client, and the watcher of the process group it runs in, so that
+/// it dies with this process, `kill -9` included, rather than finish a call the run's
+/// recovery will ask about ([`Watcher`]).
+struct Connection {
+    client: Client,
+    /// Dropped after the client: kills what the server started too.
+    _watcher: Watcher,
+}
+
 /// One server: its connection, restarted at most once.
 struct Server {
     name: String,
@@ -115,7 +125,8 @@ struct Server {
 
 enum State {
     Up {
-        client: Client,
+        /// Boxed: a client is large, and the other states are small.
+        connection: Box<Connection>,
         restarts_left: u8,
         /// Which connection this is (0 first, 1 after the restart).
         generation: u8,
@@ -127,22 +138,33 @@ enum State {
 }
 
 impl Server {
-    async fn spawn(name: &str, config: &ServerConfig, cwd: &Path) -> Result<Client, String> {
+    async fn spawn(
+        name: &str,
+        config: &ServerConfig,
+        cwd: &Path,
+    ) -> Result<Box<Connection>, String> {
+        let watcher = Watcher::start()?;
         let mut command = tokio::process::Command::new(&config.command);
         command
             .args(&config.args)
             .envs(&config.env)
             .current_dir(cwd)
             // A server given up on (start-up timeout, dropped client) does not linger.
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            .process_group(watcher.group());
         let (transport, _stderr) = TokioChildProcess::builder(command)
             // The server's own logging would garble the terminal.
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("{}: {e}", config.command))?;
-        ().serve(transport)
+        let client = ()
+            .serve(transport)
             .await
-            .map_err(|e| format!("server {name}: handshake failed: {e}"))
+            .map_err(|e| format!("server {name}: handshake failed: {e}"))?;
+        Ok(Box::new(Connection {
+            client,
+            _watcher: watcher,
+        }))
     }
 
     /// Calls a tool, restarting the server once if it died.
@@ -155,8 +177,8 @@ impl Server {
                 })
             } else {
                 match Server::spawn(&self.name, &self.config, &self.cwd).await {
-                    Ok(client) => State::Up {
-                        client,
+                    Ok(connection) => State::Up {
+                        connection,
                         restarts_left: restarts_left - 1,
                         generation: 1,
                     },
@@ -169,8 +191,10 @@ impl Server {
         }
         let (peer, generation) = match &*state {
             State::Up {
-                client, generation, ..
-            } => (client.peer().clone(), *generation),
+                connection,
+                generation,
+                ..
+            } => (connection.client.peer().clone(), *generation),
             State::Gone(why) => {
                 return Err(ToolError::new(ErrorKind::ExecutionFailed, why.to_string()));
             }
@@ -396,15 +420,16 @@ pub async fn connect_within(
             message,
         };
         let started = tokio::time::timeout(timeout, async {
-            let client = Server::spawn(name, server_config, cwd).await?;
-            let defs = client
+            let connection = Server::spawn(name, server_config, cwd).await?;
+            let defs = connection
+                .client
                 .list_all_tools()
                 .await
                 .map_err(|e| format!("listing its tools failed: {e}"))?;
-            Ok::<_, String>((client, defs))
+            Ok::<_, String>((connection, defs))
         })
         .await;
-        let (client, defs) = match started {
+        let (connection, defs) = match started {
             Ok(result) => result.map_err(start)?,
             Err(_) => {
                 return Err(McpError::TimedOut {
@@ -418,7 +443,7 @@ pub async fn connect_within(
             config: server_config.clone(),
             cwd: cwd.to_path_buf(),
             state: Mutex::new(State::Up {
-                client,
+                connection,
                 restarts_left: 1,
                 generation: 0,
             }),

@@ -649,6 +649,35 @@ fn a_command_running_when_the_run_is_killed_dies_with_it() {
     killed_mid_call(&env, &args, "pid.txt");
 }
 
+/// The same for an MCP server in the middle of a call: it sees its input close when the
+/// run dies, but would finish the call first.
+#[test]
+fn an_mcp_server_in_a_call_when_the_run_is_killed_dies_with_it() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("server.py"), crate::PY_MCP_SERVER).unwrap();
+    std::fs::write(
+        env.dir.path().join("mcp.json"),
+        json!({"mcpServers": {"s": {"command": "python3", "args": ["server.py"]}}}).to_string(),
+    )
+    .unwrap();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "call-1", "name": "mcp__s__slow", "arguments": {}}]},
+        {"final": "done"}
+    ]));
+    let args = [
+        "run",
+        "--json",
+        "--mcp-config",
+        "mcp.json",
+        "--allow",
+        "mcp__s__slow",
+        "--model",
+        &model,
+        "go",
+    ];
+    killed_mid_call(&env, &args, "server.pid");
+}
+
 /// And for a command hook: hooks may act (a post-call hook that formats a file, say), and
 /// one still running when the run dies must not act after it.
 #[test]

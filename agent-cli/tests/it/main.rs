@@ -78,7 +78,7 @@ impl Env {
 /// server the `agent` binary starts itself: `env` prints one of its environment variables,
 /// `die` kills the server in the middle of the call.
 const PY_MCP_SERVER: &str = r#"
-import json, os, sys
+import json, os, sys, time
 for line in sys.stdin:
     msg = json.loads(line)
     if "id" not in msg:
@@ -93,9 +93,18 @@ for line in sys.stdin:
             {"name": "env", "description": "prints a variable", "annotations": read_only,
              "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
             {"name": "die", "description": "exits", "annotations": read_only,
-             "inputSchema": {"type": "object"}}]}
+             "inputSchema": {"type": "object"}},
+            {"name": "slow", "description": "writes its pid, then a line a minute later",
+             "annotations": {"destructiveHint": True}, "inputSchema": {"type": "object"}}]}
     elif method == "tools/call" and msg["params"]["name"] == "die":
         os._exit(3)
+    elif method == "tools/call" and msg["params"]["name"] == "slow":
+        with open("server.pid", "w") as f:
+            f.write(str(os.getpid()) + "\n")
+        time.sleep(60)
+        with open("effects.txt", "a") as f:
+            f.write("late\n")
+        result = {"content": [{"type": "text", "text": "done"}]}
     elif method == "tools/call":
         name = msg["params"]["arguments"]["name"]
         text = name + "=" + os.environ.get(name, "")
