@@ -6,13 +6,15 @@ use std::process::Stdio;
 /// A process group that dies when this value is dropped, and when this process dies
 /// first, even by `kill -9`, which runs none of our code.
 ///
-/// The group is led by a watcher (`bash`) that reads a pipe this process holds until the
-/// pipe closes, then kills its whole group, itself included. The pipe closes when the
-/// `Watcher` is dropped (the group is then also killed at once, from here) or when this
-/// process dies. A command started into the group ([`Watcher::group`], given to
-/// `process_group`) before that is killed with it, and everything it started that stayed
-/// in its group. Without it, a command whose run was killed went on, and could do its
-/// effect after the run's recovery had looked for it and been told to run the call again.
+/// The group is led by a watcher (`sh`, the POSIX shell, so that an MCP server needs no
+/// `bash`) that reads a pipe this process holds until the pipe closes, then kills its
+/// whole group, itself included. The pipe closes when the `Watcher` is dropped (the group
+/// is then also killed at once, from here) or when this process dies. A command started
+/// into the group ([`Watcher::group`], given to `process_group`) is killed with it, and
+/// everything it started that stayed in its group; a process that leaves the group (a
+/// daemon's `setsid`) is out of reach. Without it, a command whose run was killed went
+/// on, and could do its effect after the run's recovery had looked for it and been told
+/// to run the call again.
 ///
 /// The pipe is not inherited by other children (Rust opens it close-on-exec), so only
 /// this process keeps the group alive.
@@ -27,12 +29,12 @@ pub(crate) struct Watcher {
 }
 
 /// The watcher's script: wait for the pipe to close, then kill the group.
-const WATCH: &str = "while read -r _; do :; done; kill -KILL 0";
+const WATCH: &str = "while read -r _; do :; done; kill -s KILL 0";
 
 impl Watcher {
     /// Starts a watcher, in a process group of its own. `Err` says why in words.
     pub(crate) fn start() -> Result<Watcher, String> {
-        let mut process = tokio::process::Command::new("bash")
+        let mut process = tokio::process::Command::new("sh")
             .arg("-c")
             .arg(WATCH)
             .stdin(Stdio::piped())
@@ -42,7 +44,7 @@ impl Watcher {
             // before what it watches.
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("cannot start bash (the process watcher): {e}"))?;
+            .map_err(|e| format!("cannot start sh (the process watcher): {e}"))?;
         let group = process
             .id()
             .and_then(|pid| i32::try_from(pid).ok())
