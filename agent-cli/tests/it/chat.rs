@@ -29,11 +29,37 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 impl Terminal {
     fn spawn(env: &Env, args: &[&str]) -> Terminal {
+        let mut cmd = env.cmd();
+        cmd.args(args);
+        Terminal::start(cmd)
+    }
+
+    /// As a person's shell starts it: in a session of its own whose controlling terminal
+    /// this is (`setsid --ctty`), so that Ctrl-C typed at the terminal ([`Terminal::ctrl_c`])
+    /// reaches every process of the foreground process group, as it does at a real one.
+    fn spawn_in_session(env: &Env, args: &[&str]) -> Terminal {
+        let agent = env.cmd();
+        let mut cmd = std::process::Command::new("setsid");
+        cmd.arg("--ctty")
+            .arg(agent.get_program())
+            .args(agent.get_args())
+            .args(args);
+        for (name, value) in agent.get_envs() {
+            match value {
+                Some(value) => cmd.env(name, value),
+                None => cmd.env_remove(name),
+            };
+        }
+        if let Some(dir) = agent.get_current_dir() {
+            cmd.current_dir(dir);
+        }
+        Terminal::start(cmd)
+    }
+
+    fn start(mut cmd: std::process::Command) -> Terminal {
         let pty = nix::pty::openpty(None, None).unwrap();
         let slave = pty.slave;
-        let child = env
-            .cmd()
-            .args(args)
+        let child = cmd
             .stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave))
@@ -121,6 +147,12 @@ impl Terminal {
     fn interrupt(&self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    }
+
+    /// Ctrl-C typed at the terminal: its line discipline sends SIGINT to the foreground
+    /// process group (a terminal of [`Terminal::spawn_in_session`]).
+    fn ctrl_c(&mut self) {
+        self.master.write_all(b"\x03").unwrap();
     }
 
     /// Types `/exit` and waits for a clean end; returns what the terminal showed.
@@ -259,6 +291,52 @@ fn a_chat_with_a_question_approvals_a_denial_and_ctrl_c_then_resume_elsewhere() 
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["answer"], "All done.");
     assert_eq!(v["run_id"], run.as_str());
+}
+
+/// Ctrl-C at a real terminal signals every process of its foreground group. It stops the
+/// run's command, and leaves the MCP servers `agent` started as they were: they live in
+/// process groups of their own, so their next call is answered by the same server.
+#[test]
+fn ctrl_c_at_the_terminal_stops_a_command_and_leaves_mcp_servers_running() {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("server.py"), crate::PY_MCP_SERVER).unwrap();
+    std::fs::write(
+        env.dir.path().join("mcp.json"),
+        json!({"mcpServers": {"s": {"command": "python3", "args": ["server.py"]}}}).to_string(),
+    )
+    .unwrap();
+    let env_call = |id: &str| json!({"tool_calls": [{"id": id, "name": "mcp__s__env", "arguments": {"name": "HOME"}}]});
+    let model = env.script(json!([
+        env_call("m1"),
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "sleep 600"}}]},
+        env_call("m2"),
+        {"final": "done"}
+    ]));
+    let mut t = Terminal::spawn_in_session(
+        &env,
+        &[
+            "chat",
+            "--mcp-config",
+            "mcp.json",
+            "--allow",
+            "shell",
+            "--model",
+            &model,
+        ],
+    );
+    t.expect("> ");
+    t.type_line("check");
+    t.expect("✓ m1 mcp__s__env (ok");
+    t.expect("s1 shell command=\"sleep 600\"");
+    t.ctrl_c();
+    t.expect("✗ s1 shell (cancelled");
+    t.expect("stopped; the run is kept");
+    t.expect("> ");
+    t.type_line("go on");
+    t.expect("✓ m2 mcp__s__env (ok");
+    t.expect("done");
+    t.expect("> ");
+    t.exit();
 }
 
 #[test]
