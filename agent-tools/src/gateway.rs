@@ -7,7 +7,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use agent_core::{
-    CallId, ErrorKind, Handle, ScheduledCall, ToolCall, ToolError, ToolResult, ToolSpec, Verdict,
+    CallId, ErrorKind, Handle, Risk, ScheduledCall, ToolCall, ToolError, ToolResult, ToolSpec,
+    Verdict,
 };
 use futures::FutureExt as _;
 use futures::future::join_all;
@@ -538,18 +539,38 @@ impl Gateway {
         let mut result = if let Poll::Ready(joined) = futures::poll!(running.as_mut()) {
             answered(joined)
         } else {
+            // A call with an effect, stopped halfway, may have acted: in part (a command
+            // killed midway), or in whole later (an edit on the blocking pool, which cannot
+            // be stopped, or an MCP server's call, which runs in the server). Unless it is
+            // idempotent, trying it again blindly could do it twice.
+            let may_have_acted = registered.spec.risk != Risk::Read && !registered.spec.idempotent;
+            let stopped = |kind: ErrorKind, what: String| {
+                if !may_have_acted {
+                    return fail(kind, what);
+                }
+                let mut error = ToolError::new(
+                    kind,
+                    format!(
+                        "{what}; it was stopped, but it may have acted, in part or in whole (a \
+                         tool that runs elsewhere, such as an MCP server, may still finish \
+                         it): check its effect before calling it again"
+                    ),
+                );
+                error.retryable = false;
+                ToolResult::error(call.id.clone(), call.name.clone(), error)
+            };
             tokio::select! {
                 joined = &mut running => answered(joined),
                 () = tokio::time::sleep(timeout) => {
                     stop.cancel();
-                    fail(
+                    stopped(
                         ErrorKind::Timeout,
                         format!("{} did not finish within {} ms", call.name, timeout.as_millis()),
                     )
                 }
                 () = cancel.cancelled() => {
                     stop.cancel();
-                    fail(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
+                    stopped(ErrorKind::Cancelled, "the run was cancelled while the call ran".into())
                 }
             }
         };

@@ -267,6 +267,57 @@ async fn cancel_ends_running_calls_and_starts_no_new_group() {
     assert_eq!(results[0].error_kind(), Some(ErrorKind::Cancelled));
 }
 
+/// A call with an effect, stopped by its timeout or a cancel, may have acted (in part, or
+/// later, elsewhere): the model is told to check, not invited to try again.
+#[tokio::test]
+async fn a_stopped_call_with_an_effect_says_to_check_before_trying_again() {
+    let dropped = Arc::new(Dropped::default());
+    let (_d, mut g) = gateway(vec![]);
+    for (name, timeout_ms) in [("slow_write", 50), ("hung_write", 60_000)] {
+        g.register(Arc::new(Probe {
+            name,
+            risk: Risk::Write,
+            timeout_ms,
+            behaviour: Behaviour::Hang(Arc::clone(&dropped)),
+        }))
+        .unwrap();
+    }
+    let timed_out = g
+        .execute(
+            "run",
+            vec![vec![scheduled("w", "slow_write", 1)]],
+            &CancellationToken::new(),
+        )
+        .await;
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    let (cancelled, ()) = tokio::join!(
+        g.execute("run", vec![vec![scheduled("c", "hung_write", 2)]], &cancel),
+        async move {
+            tokio::task::yield_now().await;
+            canceller.cancel();
+        }
+    );
+    for (results, kind) in [
+        (&timed_out, ErrorKind::Timeout),
+        (&cancelled, ErrorKind::Cancelled),
+    ] {
+        let ToolOutcome::Error(error) = &results[0].outcome else {
+            panic!("{:?}", results[0])
+        };
+        assert_eq!(error.kind, kind);
+        assert!(!error.retryable, "{error:?}");
+        assert!(
+            error.message.contains("may have acted")
+                && error
+                    .message
+                    .contains("check its effect before calling it again"),
+            "{error:?}"
+        );
+    }
+    assert!(timed_out[0].content().contains("within 50 ms"));
+}
+
 #[tokio::test]
 async fn a_panicking_tool_is_a_failed_call_not_a_crash() {
     a_panicking_tool_is_a_failed_call_here().await;
