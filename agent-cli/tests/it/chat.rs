@@ -299,12 +299,7 @@ fn a_chat_with_a_question_approvals_a_denial_and_ctrl_c_then_resume_elsewhere() 
 #[test]
 fn ctrl_c_at_the_terminal_stops_a_command_and_leaves_mcp_servers_running() {
     let env = Env::new();
-    std::fs::write(env.dir.path().join("server.py"), crate::PY_MCP_SERVER).unwrap();
-    std::fs::write(
-        env.dir.path().join("mcp.json"),
-        json!({"mcpServers": {"s": {"command": "python3", "args": ["server.py"]}}}).to_string(),
-    )
-    .unwrap();
+    let config = crate::py_mcp_config(&env, "s");
     let env_call = |id: &str| json!({"tool_calls": [{"id": id, "name": "mcp__s__env", "arguments": {"name": "HOME"}}]});
     let model = env.script(json!([
         env_call("m1"),
@@ -317,7 +312,7 @@ fn ctrl_c_at_the_terminal_stops_a_command_and_leaves_mcp_servers_running() {
         &[
             "chat",
             "--mcp-config",
-            "mcp.json",
+            config,
             "--allow",
             "shell",
             "--model",

@@ -654,12 +654,7 @@ fn a_command_running_when_the_run_is_killed_dies_with_it() {
 #[test]
 fn an_mcp_server_in_a_call_when_the_run_is_killed_dies_with_it() {
     let env = Env::new();
-    std::fs::write(env.dir.path().join("server.py"), crate::PY_MCP_SERVER).unwrap();
-    std::fs::write(
-        env.dir.path().join("mcp.json"),
-        json!({"mcpServers": {"s": {"command": "python3", "args": ["server.py"]}}}).to_string(),
-    )
-    .unwrap();
+    let config = crate::py_mcp_config(&env, "s");
     let model = env.script(json!([
         {"tool_calls": [{"id": "call-1", "name": "mcp__s__slow", "arguments": {}}]},
         {"final": "done"}
@@ -668,7 +663,7 @@ fn an_mcp_server_in_a_call_when_the_run_is_killed_dies_with_it() {
         "run",
         "--json",
         "--mcp-config",
-        "mcp.json",
+        config,
         "--allow",
         "mcp__s__slow",
         "--model",

@@ -76,7 +76,8 @@ impl Env {
 
 /// A minimal MCP server over stdio (JSON-RPC lines), in Python, for the tests that need a
 /// server the `agent` binary starts itself: `env` prints one of its environment variables,
-/// `die` kills the server in the middle of the call.
+/// `die` kills the server in the middle of the call, and `slow` writes its pid to
+/// `server.pid`, then a line to `effects.txt` a minute later.
 const PY_MCP_SERVER: &str = r#"
 import json, os, sys, time
 for line in sys.stdin:
@@ -114,6 +115,15 @@ for line in sys.stdin:
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
     sys.stdout.flush()
 "#;
+
+/// Writes [`PY_MCP_SERVER`] as `server.py` and an `mcp.json` that starts it as the server
+/// `name`; returns the configuration's file name, for `--mcp-config`.
+fn py_mcp_config(env: &Env, name: &str) -> &'static str {
+    std::fs::write(env.dir.path().join("server.py"), PY_MCP_SERVER).unwrap();
+    let config = json!({"mcpServers": {name: {"command": "python3", "args": ["server.py"]}}});
+    std::fs::write(env.dir.path().join("mcp.json"), config.to_string()).unwrap();
+    "mcp.json"
+}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -37,12 +37,7 @@ fn the_same_plan_after_a_correction_is_no_progress() {
 #[test]
 fn a_server_that_dies_twice_is_tool_unavailable() {
     let env = Env::new();
-    std::fs::write(env.dir.path().join("dying.py"), crate::PY_MCP_SERVER).unwrap();
-    std::fs::write(
-        env.dir.path().join("mcp.json"),
-        json!({"mcpServers": {"d": {"command": "python3", "args": ["dying.py"]}}}).to_string(),
-    )
-    .unwrap();
+    let config = crate::py_mcp_config(&env, "d");
     // Different arguments each time, so the plan is not a repeat.
     let die = |id: &str| json!({"tool_calls": [{"id": id, "name": "mcp__d__die", "arguments": {"attempt": id}}]});
     let model = env.script(json!([die("k1"), die("k2"), die("k3"), {"final": "x"}]));
@@ -52,7 +47,7 @@ fn a_server_that_dies_twice_is_tool_unavailable() {
         "--model",
         &model,
         "--mcp-config",
-        "mcp.json",
+        config,
         "g",
     ]);
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
