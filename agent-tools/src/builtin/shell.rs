@@ -87,9 +87,9 @@ impl TypedTool for Shell {
         let (stdout, stderr, status) = tokio::select! {
             done = run => done,
             () = tokio::time::sleep(limit) => {
-                return Err(ToolError::new(
+                return Err(stopped(
                     ErrorKind::Timeout,
-                    format!(
+                    &format!(
                         "the command did not finish within {} ms; it and the processes it \
                          started were killed",
                         limit.as_millis()
@@ -97,7 +97,7 @@ impl TypedTool for Shell {
                 ));
             }
             () = ctx.cancel.cancelled() => {
-                return Err(ToolError::new(
+                return Err(stopped(
                     ErrorKind::Cancelled,
                     "the run was cancelled; the command and its processes were killed",
                 ));
@@ -128,6 +128,17 @@ impl TypedTool for Shell {
             Err(ToolError::new(ErrorKind::ExecutionFailed, text))
         }
     }
+}
+
+/// A command killed midway: what it did until then stands, so running it again blindly
+/// could do part of it twice.
+fn stopped(kind: ErrorKind, what: &str) -> ToolError {
+    let mut error = ToolError::new(
+        kind,
+        format!("{what}; what it did before that stands: check its effect before running it again"),
+    );
+    error.retryable = false;
+    error
 }
 
 /// Reads a pipe to its end into a bounded buffer.

@@ -272,6 +272,9 @@ async fn a_timeout_kills_the_whole_process_group() {
     .await
     .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout);
+    // Killed midway, it may have done part of its work: not to be run again blindly.
+    assert!(!err.retryable, "{err:?}");
+    assert!(err.message.contains("check its effect"), "{err:?}");
     let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
     assert!(
         eventually_gone(pid.trim()),
@@ -304,7 +307,12 @@ async fn cancel_kills_the_whole_process_group() {
         cancel.cancel();
     };
     let (result, ()) = tokio::join!(run, watcher);
-    assert_eq!(result.unwrap_err().kind, ErrorKind::Cancelled);
+    let err = result.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Cancelled);
+    assert!(
+        !err.retryable && err.message.contains("check its effect"),
+        "{err:?}"
+    );
     let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
     assert!(
         eventually_gone(pid.trim()),
