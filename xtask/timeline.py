@@ -72,6 +72,9 @@ def main():
     # Leave out the start and the end of the run.
     cut = cut[len(cut) // 10:-5]
     shapes = collections.Counter(tuple(c[0] for c in t) for t in cut)
+    if not shapes:
+        sys.exit(f"timeline.py: the main thread of {agent} made no fdatasync in {turns} "
+                 "turns; is it a build that flushes on another thread?")
     shape, count = shapes.most_common(1)[0]
     chosen = [t for t in cut if tuple(c[0] for c in t) == shape]
     print(f"{count} of {len(cut)} turns make these {len(shape)} calls, in this order:")
