@@ -94,14 +94,24 @@ def callgrind(n):
 
 def command_line(option, default):
     """The number given with `option` (anywhere on the command line, else `default`) and
-    the other arguments: the `agent` binaries to measure, or `AGENT` when none is given."""
+    the other arguments: the `agent` binaries to measure, or `AGENT` when none is given,
+    built first from this tree (whatever an earlier build left there may be another
+    version)."""
     args = sys.argv[1:]
     value = default
     if option in args:
         at = args.index(option)
         value = int(args[at + 1])
         del args[at:at + 2]
+    if not args:
+        build()
     return value, args or [AGENT]
+
+
+def build():
+    """The release `agent` of this tree, at `AGENT`."""
+    subprocess.run(["cargo", "build", "-q", "--release", "-p", "agent-cli"], cwd=ROOT,
+                   check=True)
 
 
 def settle():
@@ -196,8 +206,7 @@ def start_to_first_call(samples=30):
 
 def main():
     quick = "--quick" in sys.argv
-    subprocess.run(["cargo", "build", "-q", "--release", "-p", "agent-cli"], cwd=ROOT,
-                   check=True)
+    build()
     settle()
     fsyncs = [fsync_p50()]
     print(f"fsync p50 (4 KiB write + fdatasync): {fsyncs[0] * 1e6:.0f} µs")
