@@ -109,10 +109,11 @@ def program():
 
 def main():
     rounds = 3000
-    if sys.argv[1:2] == ["--rounds"] and len(sys.argv) == 3 and sys.argv[2].isdigit():
+    if sys.argv[1:2] == ["--rounds"] and len(sys.argv) == 3 and sys.argv[2].isdigit() \
+            and int(sys.argv[2]) > 0:
         rounds = int(sys.argv[2])
     elif len(sys.argv) > 1:
-        sys.exit("usage: python3 xtask/idle_cost.py [--rounds N]")
+        sys.exit("usage: python3 xtask/idle_cost.py [--rounds N], N a whole number above 0")
     if not shutil.which("gcc"):
         sys.exit("idle_cost.py needs gcc")
     work = tempfile.mkdtemp()
