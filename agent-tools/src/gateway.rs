@@ -20,7 +20,7 @@ use crate::builtin::head_tail;
 use crate::hooks::{Hook, HookCall, HookDecision};
 use crate::policy::{Policy, Subject};
 use crate::tool::{Tool, ToolContext};
-use crate::workspace::{Resolved, Workspace};
+use crate::workspace::{Resolved, Seen, Workspace};
 use serde_json::Value;
 
 /// Where the whole of an output too large for the model is kept; the result keeps the
@@ -142,7 +142,33 @@ pub struct Gateway {
     replay: Option<Arc<crate::replay::ToolReplay>>,
     workspace: Arc<Workspace>,
     concurrency: usize,
+    /// Paths resolved by recent checks, for the runs of their calls (see [`Judged`]).
+    judged: std::sync::Mutex<std::collections::VecDeque<Judged>>,
 }
+
+/// A call's path as a check resolved and judged it, kept for the call's run in this
+/// process, so that the call acts on what policy, the hooks and any person asked saw:
+///
+/// - a regular file that existed is acted on as resolved then, without resolving it again,
+///   where the workspace's file operations go through no symlink
+///   ([`Workspace::opens_exactly`]): a link made on its path since makes the tool's open
+///   fail, and never leads elsewhere;
+/// - any other path (a file about to be written, a directory) is resolved again, as what
+///   is there may have changed (a group before the call may create it), and the call is
+///   refused if it now leads somewhere else than the path that was judged.
+#[derive(Debug)]
+struct Judged {
+    run_id: String,
+    call_id: CallId,
+    tool: String,
+    given: String,
+    subject: Subject,
+    resolved: Resolved,
+}
+
+/// Resolutions kept for calls not run yet, at most: a call asked about and never approved
+/// leaves one behind, and the oldest goes first (its run then resolves the path again).
+const JUDGED_KEPT: usize = 256;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -165,6 +191,7 @@ impl Gateway {
             replay: None,
             workspace: Arc::new(workspace),
             concurrency: DEFAULT_CONCURRENCY,
+            judged: Default::default(),
         }
     }
 
@@ -308,11 +335,34 @@ impl Gateway {
                 message: problems.join("; "),
             };
         }
-        let subject = match self.subject(&registered.spec, call) {
+        let (subject, path) = match self.subject_resolved(&registered.spec, call) {
             Ok(subject) => subject,
             Err(refused) => return refused,
         };
-        let verdict = self.policy.judge(&registered.spec, &subject);
+        let verdict = self.judge_subject(run_id, call, registered, &subject).await;
+        if let (Some((given, resolved)), Verdict::Allow | Verdict::Ask { .. }) = (path, &verdict) {
+            self.remember(Judged {
+                run_id: run_id.to_owned(),
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                given,
+                subject,
+                resolved,
+            });
+        }
+        verdict
+    }
+
+    /// Policy's verdict on a call's subject, then the pre-call hooks' (unless policy
+    /// denied it).
+    async fn judge_subject(
+        &self,
+        run_id: &str,
+        call: &ToolCall,
+        registered: &Registered,
+        subject: &Subject,
+    ) -> Verdict {
+        let verdict = self.policy.judge(&registered.spec, subject);
         if matches!(verdict, Verdict::Deny { .. }) {
             return verdict;
         }
@@ -320,7 +370,7 @@ impl Gateway {
             return verdict;
         }
         // Hooks judge the path the tool would touch, and see the spelling too.
-        let resolved = match (&subject, registered.spec.main_argument.as_deref()) {
+        let resolved = match (subject, registered.spec.main_argument.as_deref()) {
             (Subject::Path { resolved, .. }, Some(arg)) => {
                 let mut view = call.clone();
                 if let Some(map) = view.arguments.as_object_mut() {
@@ -349,14 +399,79 @@ impl Gateway {
         }
     }
 
-    /// What the call's main argument means: a path resolved in the workspace (an escape is
-    /// refused here, as a denial), a command line analysed, or text.
-    fn subject(&self, spec: &ToolSpec, call: &ToolCall) -> Result<Subject, Verdict> {
-        self.subject_resolved(spec, call)
-            .map(|(subject, _)| subject)
+    /// Keeps a check's resolution for the call's run (see [`Judged`]).
+    fn remember(&self, judged: Judged) {
+        let mut kept = self.judged.lock().unwrap_or_else(|p| p.into_inner());
+        kept.retain(|k| k.run_id != judged.run_id || k.call_id != judged.call_id);
+        if kept.len() >= JUDGED_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(judged);
     }
 
-    /// [`Gateway::subject`], and for a path the argument as given and its resolution.
+    /// What a check in this process judged for exactly this call (the same run, call id,
+    /// tool and path argument), taken out: a call runs once.
+    fn recall(&self, run_id: &str, spec: &ToolSpec, call: &ToolCall) -> Option<Judged> {
+        let mut kept = self.judged.lock().unwrap_or_else(|p| p.into_inner());
+        let at = kept
+            .iter()
+            .position(|k| k.run_id == run_id && k.call_id == call.id)?;
+        let judged = kept.remove(at)?;
+        drop(kept);
+        let raw = spec
+            .main_argument
+            .as_deref()
+            .and_then(|arg| call.arguments.get(arg))
+            .and_then(Value::as_str)?;
+        (judged.tool == call.name && judged.given == raw).then_some(judged)
+    }
+
+    /// The resolution a call's tool acts on, judged by policy once more (in case it
+    /// changed), or the reason the call is refused. See [`Judged`] for a path a check in
+    /// this process judged; any other is resolved now, and refused if policy denies where
+    /// it leads now.
+    fn resolution_to_act_on(
+        &self,
+        run_id: &str,
+        spec: &ToolSpec,
+        call: &ToolCall,
+    ) -> Result<Option<(String, Resolved)>, String> {
+        let judged = self.recall(run_id, spec, call);
+        if let Some(judged) = &judged
+            && matches!(judged.resolved.seen(), Some(Seen::File { .. }))
+            && self.workspace.opens_exactly()
+        {
+            if let Verdict::Deny { reason } = self.policy.judge(spec, &judged.subject) {
+                return Err(reason);
+            }
+            return Ok(Some((judged.given.clone(), judged.resolved.clone())));
+        }
+        match self.subject_resolved(spec, call) {
+            Err(Verdict::Deny { reason }) => Err(reason),
+            Ok((subject @ Subject::Path { .. }, path)) => {
+                if let (Some(judged), Some((given, now))) = (&judged, &path)
+                    && now.rel() != judged.resolved.rel()
+                {
+                    return Err(format!(
+                        "{given:?} now leads to {}, not to {} as when the call was checked: \
+                         the workspace changed in between; call it again to have it checked \
+                         anew",
+                        now.display(),
+                        judged.resolved.display()
+                    ));
+                }
+                if let Verdict::Deny { reason } = self.policy.judge(spec, &subject) {
+                    return Err(reason);
+                }
+                Ok(path)
+            }
+            Ok(_) | Err(_) => Ok(None),
+        }
+    }
+
+    /// What the call's main argument means: a path resolved in the workspace (an escape is
+    /// refused here, as a denial), a command line analysed, or text; and for a path the
+    /// argument as given and its resolution.
     fn subject_resolved(
         &self,
         spec: &ToolSpec,
@@ -477,17 +592,10 @@ impl Gateway {
             return fail(ErrorKind::ExecutionFailed, "the executor shut down".into());
         };
         // The tree may have changed since the check (or the check ran in another process,
-        // before an approval, or waited for a permit): a path that now resolves somewhere
-        // policy denies is refused. The tool acts on this resolution, the one judged last.
-        let resolved = match self.subject_resolved(&registered.spec, &call) {
-            Err(Verdict::Deny { reason }) => return fail(ErrorKind::Denied, reason),
-            Ok((subject @ Subject::Path { .. }, path)) => {
-                if let Verdict::Deny { reason } = self.policy.judge(&registered.spec, &subject) {
-                    return fail(ErrorKind::Denied, reason);
-                }
-                path
-            }
-            Ok(_) | Err(_) => None,
+        // before an approval, or waited for a permit): see `resolution_to_act_on`.
+        let resolved = match self.resolution_to_act_on(run_id, &registered.spec, &call) {
+            Ok(resolved) => resolved,
+            Err(reason) => return fail(ErrorKind::Denied, reason),
         };
         let ctx = ToolContext {
             workspace: Arc::clone(&self.workspace),

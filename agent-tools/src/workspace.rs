@@ -187,6 +187,29 @@ impl Workspace {
         }
     }
 
+    /// Whether an open of a resolved path goes through no symlink at all (on Linux, when
+    /// `openat2` worked the last time it was asked). A resolution made earlier in this
+    /// process may then be acted on again: its path has no link in it, so the open either
+    /// reaches the very path that was judged or is refused, if a link was made on it since.
+    pub fn opens_exactly(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            OPENAT2_WORKS.load(std::sync::atomic::Ordering::Relaxed)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
+    }
+
+    /// Whether a file opened for a read that [`Workspace::reads_inline`] allowed may still
+    /// be read in place: it is on the root's own local file system, at most
+    /// [`INLINE_READ_BYTES`] long (the resolution may be older than the open).
+    pub fn reads_inline_opened(&self, opened: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        self.local_dev == Some(opened.dev()) && opened.len() <= INLINE_READ_BYTES
+    }
+
     /// The canonical root.
     pub fn root(&self) -> &Path {
         &self.root
@@ -542,12 +565,26 @@ fn openat2_through_no_link(
     match rustix::fs::openat2(dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
         Err(Errno::NOSYS) => {
             MISSING.store(true, Ordering::Relaxed);
+            OPENAT2_WORKS.store(false, Ordering::Relaxed);
             None
         }
-        Err(Errno::PERM) => None,
-        opened => Some(opened),
+        Err(Errno::PERM) => {
+            OPENAT2_WORKS.store(false, Ordering::Relaxed);
+            None
+        }
+        opened => {
+            if !OPENAT2_WORKS.load(Ordering::Relaxed) {
+                OPENAT2_WORKS.store(true, Ordering::Relaxed);
+            }
+            Some(opened)
+        }
     }
 }
+
+/// Whether the last `openat2` was carried out (not refused as unknown or forbidden): see
+/// [`Workspace::opens_exactly`].
+#[cfg(target_os = "linux")]
+static OPENAT2_WORKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The directory `rel` beneath `dir` as a capability, opened through no symlink (see
 /// [`open_beneath_exact`]).

@@ -72,7 +72,7 @@ fn open_regular(
     workspace: &crate::Workspace,
     resolved: &crate::workspace::Resolved,
     given: &str,
-) -> Result<(std::fs::File, u64), agent_core::ToolError> {
+) -> Result<(std::fs::File, std::fs::Metadata), agent_core::ToolError> {
     use crate::workspace::Seen;
     let not_regular = |dir: bool| {
         agent_core::ToolError::new(
@@ -100,7 +100,7 @@ fn open_regular(
     if !meta.is_file() {
         return Err(not_regular(meta.is_dir()));
     }
-    Ok((file, meta.len()))
+    Ok((file, meta))
 }
 
 /// Reads a resolved regular file, at most `cap` bytes: `(bytes, whole)`, where `whole` says

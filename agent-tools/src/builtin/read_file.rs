@@ -57,24 +57,27 @@ impl TypedTool for ReadFile {
             // once (`Workspace::reads_inline`), anything else on the blocking pool.
             let resolved = workspace.resolve_known(known, &given)?.existing(&given)?;
             if workspace.reads_inline(&resolved) {
-                let (file, size) = open_regular(&workspace, &resolved, &given)?;
-                // The file opened is what counts: one that grew since it was resolved is
-                // read on the pool after all.
-                if size <= crate::workspace::INLINE_READ_BYTES {
-                    return read(file, size, &given, offset, limit);
+                let (file, meta) = open_regular(&workspace, &resolved, &given)?;
+                let size = meta.len();
+                // The file opened is what counts: one that grew since it was resolved, or
+                // is on another file system now, is read on the pool after all.
+                if workspace.reads_inline_opened(&meta) {
+                    // A local file's length as opened ends the read: no system call to
+                    // find its end. What is appended meanwhile is not read.
+                    return read(file.take(size), size, &given, offset, limit);
                 }
                 return blocking(move || read(file, size, &given, offset, limit)).await;
             }
             return blocking(move || {
-                let (file, size) = open_regular(&workspace, &resolved, &given)?;
-                read(file, size, &given, offset, limit)
+                let (file, meta) = open_regular(&workspace, &resolved, &given)?;
+                read(file, meta.len(), &given, offset, limit)
             })
             .await;
         }
         blocking(move || {
             let resolved = workspace.resolve_known(known, &given)?.existing(&given)?;
-            let (file, size) = open_regular(&workspace, &resolved, &given)?;
-            read(file, size, &given, offset, limit)
+            let (file, meta) = open_regular(&workspace, &resolved, &given)?;
+            read(file, meta.len(), &given, offset, limit)
         })
         .await
     }
@@ -83,7 +86,7 @@ impl TypedTool for ReadFile {
 /// Lines `offset..offset+limit` of an opened regular file of `size` bytes, numbered (see
 /// [`number_lines`]).
 fn read(
-    file: std::fs::File,
+    file: impl std::io::Read,
     size: u64,
     given: &str,
     offset: usize,

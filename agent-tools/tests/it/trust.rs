@@ -393,8 +393,49 @@ fn read_dir_then_swap(t: &Tree) -> agent_tools::Resolved {
     resolved
 }
 
+/// `docs` links to `notes`, and a read of `docs/a.txt` is judged (`notes/a.txt`); then
+/// `docs` is made to link to `secrets`, where reads are denied.
+fn docs_swapped_after_the_check(t: &Tree, g: &Gateway) {
+    rt().block_on(async {
+        assert_eq!(
+            verdict(g, "read_file", json!({"path": "docs/a.txt"})).await,
+            Verdict::Allow
+        );
+    });
+    std::fs::remove_file(t.ws.join("docs")).unwrap();
+    std::os::unix::fs::symlink("secrets", t.ws.join("docs")).unwrap();
+    std::fs::copy(t.ws.join("secrets/key.txt"), t.ws.join("secrets/a.txt")).unwrap();
+}
+
 #[test]
-fn a_deny_rule_applies_when_a_link_changes_after_the_check() {
+fn a_call_checked_in_this_process_reads_the_file_that_was_judged() {
+    let t = tree();
+    std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
+    let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
+    docs_swapped_after_the_check(&t, &g);
+    let out = rt()
+        .block_on(run(&g, "read_file", json!({"path": "docs/a.txt"})))
+        .unwrap();
+    assert!(out.contains("note") && !out.contains("KEY"), "{out}");
+}
+
+#[test]
+fn a_deny_rule_applies_when_a_link_changes_after_a_check_elsewhere() {
+    let t = tree();
+    std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
+    let rules = [(Action::Deny, "read_file(secrets/**)")];
+    // The check ran in another process (before an approval, say): this gateway resolves
+    // the path again, and judges where it leads now.
+    docs_swapped_after_the_check(&t, &gateway(&t.ws, &rules));
+    let g = gateway(&t.ws, &rules);
+    let err = rt()
+        .block_on(run(&g, "read_file", json!({"path": "docs/a.txt"})))
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+}
+
+#[test]
+fn resolutions_kept_for_calls_never_run_are_bounded_and_the_oldest_is_resolved_again() {
     let t = tree();
     std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
     let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
@@ -403,15 +444,83 @@ fn a_deny_rule_applies_when_a_link_changes_after_the_check() {
             verdict(&g, "read_file", json!({"path": "docs/a.txt"})).await,
             Verdict::Allow
         );
-        std::fs::remove_file(t.ws.join("docs")).unwrap();
-        std::fs::create_dir(t.ws.join("tmp")).unwrap();
-        std::os::unix::fs::symlink("secrets", t.ws.join("docs")).unwrap();
-        std::fs::copy(t.ws.join("secrets/key.txt"), t.ws.join("secrets/a.txt")).unwrap();
-        let err = run(&g, "read_file", json!({"path": "docs/a.txt"}))
-            .await
-            .unwrap_err();
-        assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+        // 256 calls checked since, and never run.
+        let others: Vec<ToolCall> = (0..256)
+            .map(|i| ToolCall::new(format!("o{i}"), "read_file", json!({"path": "notes/a.txt"})))
+            .collect();
+        g.check("run-1", &others).await;
     });
+    std::fs::remove_file(t.ws.join("docs")).unwrap();
+    std::os::unix::fs::symlink("secrets", t.ws.join("docs")).unwrap();
+    std::fs::copy(t.ws.join("secrets/key.txt"), t.ws.join("secrets/a.txt")).unwrap();
+    let err = rt()
+        .block_on(run(&g, "read_file", json!({"path": "docs/a.txt"})))
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+}
+
+/// Between the check and the run, the judged file is replaced by a link (to a file
+/// inside, which reads would reach): the open refuses it, and nothing is read through it.
+#[test]
+fn a_judged_file_replaced_by_a_link_after_the_check_is_not_read_through_it() {
+    let t = tree();
+    let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
+    rt().block_on(async {
+        assert_eq!(
+            verdict(&g, "read_file", json!({"path": "notes/a.txt"})).await,
+            Verdict::Allow
+        );
+    });
+    std::fs::remove_file(t.ws.join("notes/a.txt")).unwrap();
+    std::os::unix::fs::symlink("../secrets/key.txt", t.ws.join("notes/a.txt")).unwrap();
+    let err = rt()
+        .block_on(run(&g, "read_file", json!({"path": "notes/a.txt"})))
+        .unwrap_err();
+    assert!(err.message.contains("symbolic link"), "{err:?}");
+    assert!(!err.message.contains("KEY"), "{err:?}");
+}
+
+/// A write judged for where a link led is refused, not carried out, when the link leads
+/// elsewhere by the time it runs: there policy would have asked a person first.
+#[test]
+fn a_write_whose_path_leads_elsewhere_since_the_check_is_refused() {
+    let t = tree();
+    std::fs::create_dir_all(t.ws.join("work")).unwrap();
+    std::os::unix::fs::symlink("work", t.ws.join("docs")).unwrap();
+    let g = gateway(&t.ws, &[(Action::Allow, "write_file(work/**)")]);
+    let args = json!({"path": "docs/new.txt", "content": "X"});
+    rt().block_on(async {
+        assert_eq!(
+            verdict(&g, "write_file", args.clone()).await,
+            Verdict::Allow
+        );
+    });
+    std::fs::remove_file(t.ws.join("docs")).unwrap();
+    std::os::unix::fs::symlink("src", t.ws.join("docs")).unwrap();
+    let err = rt().block_on(run(&g, "write_file", args)).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+    assert!(err.message.contains("now leads to src/new.txt"), "{err:?}");
+    assert!(!t.ws.join("src/new.txt").exists());
+    assert!(!t.ws.join("work/new.txt").exists());
+}
+
+/// A file that does not exist when the call is checked (an earlier group of the same
+/// turn writes it) is resolved again when the call runs, and read.
+#[test]
+fn a_file_made_between_the_check_and_the_run_is_read() {
+    let t = tree();
+    let g = gateway(&t.ws, &[]);
+    rt().block_on(async {
+        assert_eq!(
+            verdict(&g, "read_file", json!({"path": "notes/later.txt"})).await,
+            Verdict::Allow
+        );
+    });
+    std::fs::write(t.ws.join("notes/later.txt"), "made later\n").unwrap();
+    let out = rt()
+        .block_on(run(&g, "read_file", json!({"path": "notes/later.txt"})))
+        .unwrap();
+    assert!(out.contains("made later"), "{out}");
 }
 
 /// A path tool that answers with the resolution the gateway handed it.
