@@ -393,59 +393,16 @@ fn read_dir_then_swap(t: &Tree) -> agent_tools::Resolved {
     resolved
 }
 
-/// `docs` links to `notes`, and a read of `docs/a.txt` is judged (`notes/a.txt`); then
-/// `docs` is made to link to `secrets`, where reads are denied.
-fn docs_swapped_after_the_check(t: &Tree, g: &Gateway) {
+/// `docs` links to `notes`, and a read of `docs/a.txt` is judged (`notes/a.txt`), then
+/// `checked_since` other calls that never run; then `docs` is made to link to `secrets`,
+/// where reads are denied.
+fn docs_swapped_after_the_check(t: &Tree, g: &Gateway, checked_since: usize) {
     rt().block_on(async {
         assert_eq!(
             verdict(g, "read_file", json!({"path": "docs/a.txt"})).await,
             Verdict::Allow
         );
-    });
-    std::fs::remove_file(t.ws.join("docs")).unwrap();
-    std::os::unix::fs::symlink("secrets", t.ws.join("docs")).unwrap();
-    std::fs::copy(t.ws.join("secrets/key.txt"), t.ws.join("secrets/a.txt")).unwrap();
-}
-
-#[test]
-fn a_call_checked_in_this_process_reads_the_file_that_was_judged() {
-    let t = tree();
-    std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
-    let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
-    docs_swapped_after_the_check(&t, &g);
-    let out = rt()
-        .block_on(run(&g, "read_file", json!({"path": "docs/a.txt"})))
-        .unwrap();
-    assert!(out.contains("note") && !out.contains("KEY"), "{out}");
-}
-
-#[test]
-fn a_deny_rule_applies_when_a_link_changes_after_a_check_elsewhere() {
-    let t = tree();
-    std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
-    let rules = [(Action::Deny, "read_file(secrets/**)")];
-    // The check ran in another process (before an approval, say): this gateway resolves
-    // the path again, and judges where it leads now.
-    docs_swapped_after_the_check(&t, &gateway(&t.ws, &rules));
-    let g = gateway(&t.ws, &rules);
-    let err = rt()
-        .block_on(run(&g, "read_file", json!({"path": "docs/a.txt"})))
-        .unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
-}
-
-#[test]
-fn resolutions_kept_for_calls_never_run_are_bounded_and_the_oldest_is_resolved_again() {
-    let t = tree();
-    std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
-    let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
-    rt().block_on(async {
-        assert_eq!(
-            verdict(&g, "read_file", json!({"path": "docs/a.txt"})).await,
-            Verdict::Allow
-        );
-        // 256 calls checked since, and never run.
-        let others: Vec<ToolCall> = (0..256)
+        let others: Vec<ToolCall> = (0..checked_since)
             .map(|i| ToolCall::new(format!("o{i}"), "read_file", json!({"path": "notes/a.txt"})))
             .collect();
         g.check("run-1", &others).await;
@@ -453,9 +410,45 @@ fn resolutions_kept_for_calls_never_run_are_bounded_and_the_oldest_is_resolved_a
     std::fs::remove_file(t.ws.join("docs")).unwrap();
     std::os::unix::fs::symlink("secrets", t.ws.join("docs")).unwrap();
     std::fs::copy(t.ws.join("secrets/key.txt"), t.ws.join("secrets/a.txt")).unwrap();
-    let err = rt()
-        .block_on(run(&g, "read_file", json!({"path": "docs/a.txt"})))
-        .unwrap_err();
+}
+
+/// The tree with `docs` linking to `notes`, and a gateway that denies reads in `secrets`.
+fn docs_tree() -> (Tree, Gateway) {
+    let t = tree();
+    std::os::unix::fs::symlink("notes", t.ws.join("docs")).unwrap();
+    let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
+    (t, g)
+}
+
+fn read_docs_a(g: &Gateway) -> Result<String, agent_core::ToolError> {
+    rt().block_on(run(g, "read_file", json!({"path": "docs/a.txt"})))
+}
+
+#[test]
+fn a_call_checked_in_this_process_reads_the_file_that_was_judged() {
+    let (t, g) = docs_tree();
+    docs_swapped_after_the_check(&t, &g, 0);
+    let out = read_docs_a(&g).unwrap();
+    assert!(out.contains("note") && !out.contains("KEY"), "{out}");
+}
+
+#[test]
+fn a_deny_rule_applies_when_a_link_changes_after_a_check_elsewhere() {
+    let (t, elsewhere) = docs_tree();
+    // The check ran in another process (before an approval, say): this gateway resolves
+    // the path again, and judges where it leads now.
+    docs_swapped_after_the_check(&t, &elsewhere, 0);
+    let g = gateway(&t.ws, &[(Action::Deny, "read_file(secrets/**)")]);
+    let err = read_docs_a(&g).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+}
+
+#[test]
+fn resolutions_kept_for_calls_never_run_are_bounded_and_the_oldest_is_resolved_again() {
+    let (t, g) = docs_tree();
+    // 256 calls checked since, and never run.
+    docs_swapped_after_the_check(&t, &g, 256);
+    let err = read_docs_a(&g).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
 }
 
