@@ -497,6 +497,28 @@ fn a_write_whose_path_leads_elsewhere_since_the_check_is_refused() {
     assert!(!t.ws.join("work/new.txt").exists());
 }
 
+/// A file that grew between the check and the run is read as it is when opened, not up
+/// to the length the check saw.
+#[test]
+fn a_file_that_grew_since_the_check_is_read_to_its_new_end() {
+    let t = tree();
+    let g = gateway(&t.ws, &[]);
+    let path = t.ws.join("notes/grows.txt");
+    std::fs::write(&path, "line 1\n").unwrap();
+    rt().block_on(async {
+        assert_eq!(
+            verdict(&g, "read_file", json!({"path": "notes/grows.txt"})).await,
+            Verdict::Allow
+        );
+    });
+    let text: String = (1..=300).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    let out = rt()
+        .block_on(run(&g, "read_file", json!({"path": "notes/grows.txt"})))
+        .unwrap();
+    assert!(out.contains("line 300"), "{out}");
+}
+
 /// A file that does not exist when the call is checked (an earlier group of the same
 /// turn writes it) is resolved again when the call runs, and read.
 #[test]
