@@ -436,16 +436,18 @@ impl Gateway {
         spec: &ToolSpec,
         call: &ToolCall,
     ) -> Result<Option<(String, Resolved)>, String> {
-        let judged = self.recall(run_id, spec, call);
-        if let Some(judged) = &judged
-            && matches!(judged.resolved.seen(), Some(Seen::File { .. }))
-            && self.workspace.opens_exactly()
-        {
-            if let Verdict::Deny { reason } = self.policy.judge(spec, &judged.subject) {
-                return Err(reason);
+        let judged = match self.recall(run_id, spec, call) {
+            Some(judged)
+                if matches!(judged.resolved.seen(), Some(Seen::File { .. }))
+                    && self.workspace.opens_exactly() =>
+            {
+                if let Verdict::Deny { reason } = self.policy.judge(spec, &judged.subject) {
+                    return Err(reason);
+                }
+                return Ok(Some((judged.given, judged.resolved)));
             }
-            return Ok(Some((judged.given.clone(), judged.resolved.clone())));
-        }
+            other => other,
+        };
         match self.subject_resolved(spec, call) {
             Err(Verdict::Deny { reason }) => Err(reason),
             Ok((subject @ Subject::Path { .. }, path)) => {
