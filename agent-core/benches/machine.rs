@@ -80,6 +80,7 @@ fn run(turns: u32, calls_per_turn: usize) -> u64 {
             }
             Command::CheckCalls { calls, .. } => Input::CallsChecked {
                 verdicts: calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect(),
+                paths: Vec::new(),
             },
             Command::ExecuteTools { group, .. } => Input::ToolsFinished {
                 results: group

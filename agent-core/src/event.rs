@@ -1,5 +1,7 @@
 //! The event log's entries: intents (what the model proposed) and facts (what happened).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Usage};
@@ -215,6 +217,10 @@ pub enum Event {
         pending: Vec<PendingCall>,
         /// Calls of the same batch already allowed; they run with the approved ones.
         allowed: Vec<CallId>,
+        /// For allowed calls that act on a path: where it led when they were checked. They
+        /// act on that place or not at all (the pending calls hold their own).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        allowed_paths: BTreeMap<CallId, String>,
     },
     /// Fact: a person approved these calls (all pending ones when the request had no calls).
     ApprovalGranted {

@@ -164,6 +164,10 @@ pub struct PendingCall {
     pub arguments: Value,
     /// Why it needs approval.
     pub why: String,
+    /// For a tool that acts on a path: where the path led in the workspace when the call
+    /// was checked (relative to the workspace). The call acts on that place or not at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// How an invocation ended: the reason, the answer for `completed`, and words for a person.

@@ -17,6 +17,10 @@ pub struct ScheduledCall {
     pub risk: Risk,
     /// The effect key for `write`/`external` calls.
     pub effect_key: Option<String>,
+    /// For a call that acts on a path: where it led in the workspace when the call was
+    /// judged. The executor acts on that place or refuses the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// Splits approved calls, in the model's order, into groups run one after another. Calls in
@@ -39,6 +43,7 @@ pub fn schedule(
             call,
             risk,
             effect_key,
+            path: None,
         };
         match groups.last_mut() {
             Some(group) if parallel && open_parallel => group.push(scheduled),

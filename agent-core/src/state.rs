@@ -135,6 +135,9 @@ pub struct RunState {
     pub cleared: BTreeSet<CallId>,
     /// Calls of the latest turn a person approved.
     pub granted: BTreeSet<CallId>,
+    /// Where the paths of the latest turn's calls led when they were checked, for calls
+    /// that waited for a person: after the approval they act on that place or not at all.
+    pub judged_paths: BTreeMap<CallId, String>,
     /// The current exchange: 0 for the goal, then one more for each user message.
     pub exchange: u32,
     /// Model calls made before the current exchange began.
@@ -185,6 +188,7 @@ impl Default for RunState {
             dispatched: BTreeMap::new(),
             cleared: BTreeSet::new(),
             granted: BTreeSet::new(),
+            judged_paths: BTreeMap::new(),
             exchange: 0,
             exchange_steps: 0,
             exchange_tool_calls: 0,
@@ -506,7 +510,13 @@ impl RunState {
                 summary,
                 pending,
                 allowed,
+                allowed_paths,
             } => {
+                let paths = pending
+                    .iter()
+                    .filter_map(|p| Some((p.call_id.clone(), p.path.clone()?)))
+                    .chain(allowed_paths.iter().map(|(id, p)| (id.clone(), p.clone())));
+                self.judged_paths.extend(paths);
                 self.status = Status::AwaitingApproval(Approval {
                     turn: *turn,
                     summary: summary.clone(),
@@ -597,6 +607,7 @@ impl RunState {
         self.dispatched.clear();
         self.cleared.clear();
         self.granted.clear();
+        self.judged_paths.clear();
     }
 
     fn record_result(&mut self, turn: u32, result: &ToolResult) {

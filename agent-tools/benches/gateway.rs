@@ -194,6 +194,7 @@ fn main() {
                 call: calls[0].clone(),
                 risk: Risk::Read,
                 effect_key: None,
+                path: None,
             }]];
             black_box(rt.block_on(plain.execute("run", group, &cancel)));
         },

@@ -129,6 +129,17 @@ pub enum ToolActivity<'a> {
     },
 }
 
+/// The gateway's word on a batch of calls ([`Gateway::check_judged`]), as the machine's
+/// `CallsChecked` input takes it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Checks {
+    /// One verdict per call, in the order the calls were given.
+    pub verdicts: Vec<(CallId, Verdict)>,
+    /// For calls allowed or asked about that act on a path: where it led in the workspace
+    /// when they were judged (relative to the workspace, as policy saw it).
+    pub paths: Vec<(CallId, String)>,
+}
+
 /// A watcher of calls as they start and finish.
 pub type ToolObserver = Arc<dyn Fn(ToolActivity<'_>) + Send + Sync>;
 
@@ -164,6 +175,13 @@ struct Judged {
     given: String,
     subject: Subject,
     resolved: Resolved,
+}
+
+/// Whether `now` is the place recorded as `then` (a resolution's [`Resolved::display`]).
+/// A name that is not UTF-8 is recorded with U+FFFD in place of its bytes, which another
+/// name could match: a record holding U+FFFD matches nothing, and the call is refused.
+fn same_place(then: &str, now: &Resolved) -> bool {
+    !then.contains(char::REPLACEMENT_CHARACTER) && now.display() == then
 }
 
 /// Resolutions kept for calls not run yet, at most: a call asked about and never approved
@@ -302,55 +320,91 @@ impl Gateway {
     /// Validates each call's arguments against its tool's schema, then asks policy, then
     /// the pre-call hooks (for calls policy did not deny).
     pub async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
+        self.check_judged(run_id, calls).await.verdicts
+    }
+
+    /// What [`Gateway::check`] says, and for each call allowed or asked about that acts on
+    /// a path, where the path led when it was judged: the machine's `CallsChecked`. Given
+    /// back in [`ScheduledCall::path`], it binds the call to that place even when it runs
+    /// in another process (after an approval there).
+    pub async fn check_judged(&self, run_id: &str, calls: &[ToolCall]) -> Checks {
         let checks = calls
             .iter()
             .map(|call| async move { (call.id.clone(), self.check_one(run_id, call).await) });
-        join_all(checks).await
+        let mut checks_done = Checks::default();
+        for (id, (verdict, path)) in join_all(checks).await {
+            if let Some(path) = path {
+                checks_done.paths.push((id.clone(), path));
+            }
+            checks_done.verdicts.push((id, verdict));
+        }
+        checks_done
     }
 
-    async fn check_one(&self, run_id: &str, call: &ToolCall) -> Verdict {
+    /// A call's verdict, and for an allowed or asked-about call that acts on a path, where
+    /// the path led.
+    async fn check_one(&self, run_id: &str, call: &ToolCall) -> (Verdict, Option<String>) {
+        let registered = match self.admitted(call) {
+            Ok(registered) => registered,
+            Err(refused) => return (refused, None),
+        };
+        let (subject, path) = match self.subject_resolved(&registered.spec, call) {
+            Ok(subject) => subject,
+            Err(refused) => return (refused, None),
+        };
+        let verdict = self.judge_subject(run_id, call, registered, &subject).await;
+        let Some((given, resolved)) = path else {
+            return (verdict, None);
+        };
+        if !matches!(verdict, Verdict::Allow | Verdict::Ask { .. }) {
+            return (verdict, None);
+        }
+        let Subject::Path {
+            resolved: judged, ..
+        } = &subject
+        else {
+            return (verdict, None);
+        };
+        let judged = judged.clone();
+        self.remember(Judged {
+            run_id: run_id.to_owned(),
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            given,
+            subject,
+            resolved,
+        });
+        (verdict, Some(judged))
+    }
+
+    /// The call's tool, if it exists, is available and the arguments fit its schema;
+    /// otherwise the verdict that refuses the call.
+    fn admitted(&self, call: &ToolCall) -> Result<&Registered, Verdict> {
         let Some(registered) = self.tools.get(&call.name) else {
-            return Verdict::Deny {
+            return Err(Verdict::Deny {
                 reason: format!("no tool is named {:?}", call.name),
-            };
+            });
         };
         if let Err(why) = registered.tool.available() {
-            return Verdict::Unavailable {
+            return Err(Verdict::Unavailable {
                 reason: why.to_string(),
-            };
+            });
         }
-        let validator = match registered.validator() {
-            Ok(validator) => validator,
-            Err(message) => {
-                return Verdict::Invalid {
-                    message: format!("the tool's own schema does not compile: {message}"),
-                };
-            }
-        };
+        let validator = registered
+            .validator()
+            .as_ref()
+            .map_err(|message| Verdict::Invalid {
+                message: format!("the tool's own schema does not compile: {message}"),
+            })?;
         let problems: Vec<String> = schema_errors(validator, &call.arguments)
             .map(|(path, message)| format!("{path}: {message}"))
             .collect();
         if !problems.is_empty() {
-            return Verdict::Invalid {
+            return Err(Verdict::Invalid {
                 message: problems.join("; "),
-            };
-        }
-        let (subject, path) = match self.subject_resolved(&registered.spec, call) {
-            Ok(subject) => subject,
-            Err(refused) => return refused,
-        };
-        let verdict = self.judge_subject(run_id, call, registered, &subject).await;
-        if let (Some((given, resolved)), Verdict::Allow | Verdict::Ask { .. }) = (path, &verdict) {
-            self.remember(Judged {
-                run_id: run_id.to_owned(),
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                given,
-                subject,
-                resolved,
             });
         }
-        verdict
+        Ok(registered)
     }
 
     /// Policy's verdict on a call's subject, then the pre-call hooks' (unless policy
@@ -428,13 +482,15 @@ impl Gateway {
 
     /// The resolution a call's tool acts on, judged by policy once more (in case it
     /// changed), or the reason the call is refused. See [`Judged`] for a path a check in
-    /// this process judged; any other is resolved now, and refused if policy denies where
-    /// it leads now.
+    /// this process judged. Any other is resolved now, and refused if it leads elsewhere
+    /// than `judged_path` (where it led when a check in another process judged it, before
+    /// an approval there) or if policy denies where it leads now.
     fn resolution_to_act_on(
         &self,
         run_id: &str,
         spec: &ToolSpec,
         call: &ToolCall,
+        judged_path: Option<&str>,
     ) -> Result<Option<(String, Resolved)>, String> {
         let judged = match self.recall(run_id, spec, call) {
             Some(judged)
@@ -451,16 +507,23 @@ impl Gateway {
         match self.subject_resolved(spec, call) {
             Err(Verdict::Deny { reason }) => Err(reason),
             Ok((subject @ Subject::Path { .. }, path)) => {
-                if let (Some(judged), Some((given, now))) = (&judged, &path)
-                    && now.rel() != judged.resolved.rel()
-                {
-                    return Err(format!(
-                        "{given:?} now leads to {}, not to {} as when the call was checked: \
-                         the workspace changed in between; call it again to have it checked \
-                         anew",
-                        now.display(),
-                        judged.resolved.display()
-                    ));
+                if let Some((given, now)) = &path {
+                    // This process's own check is exact; the record is for a check elsewhere.
+                    let then = match (&judged, judged_path) {
+                        (Some(judged), _) => {
+                            (now.rel() != judged.resolved.rel()).then(|| judged.resolved.display())
+                        }
+                        (None, Some(then)) => (!same_place(then, now)).then(|| then.to_owned()),
+                        (None, None) => None,
+                    };
+                    if let Some(then) = then {
+                        return Err(format!(
+                            "{given:?} now leads to {}, not to {then} as when the call was \
+                             checked: the workspace changed in between; call it again to have \
+                             it checked anew",
+                            now.display(),
+                        ));
+                    }
                 }
                 if let Verdict::Deny { reason } = self.policy.judge(spec, &subject) {
                     return Err(reason);
@@ -571,7 +634,10 @@ impl Gateway {
         limit: Arc<Semaphore>,
     ) -> ToolResult {
         let ScheduledCall {
-            call, effect_key, ..
+            call,
+            effect_key,
+            path: judged_path,
+            ..
         } = scheduled;
         let fail = |kind: ErrorKind, message: String| {
             ToolResult::error(
@@ -595,7 +661,9 @@ impl Gateway {
         };
         // The tree may have changed since the check (or the check ran in another process,
         // before an approval, or waited for a permit): see `resolution_to_act_on`.
-        let resolved = match self.resolution_to_act_on(run_id, &registered.spec, &call) {
+        let judged_path = judged_path.as_deref();
+        let resolved = match self.resolution_to_act_on(run_id, &registered.spec, &call, judged_path)
+        {
             Ok(resolved) => resolved,
             Err(reason) => return fail(ErrorKind::Denied, reason),
         };

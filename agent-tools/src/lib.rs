@@ -42,7 +42,7 @@ pub use answer::{
     AnswerChecker, AnswerSpecError, DEFAULT_CHECK_TIMEOUT, MAX_REJECTION_CHARS, answer_json,
 };
 pub use gateway::{
-    BlobSink, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
+    BlobSink, Checks, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
     StorageError, ToolActivity, ToolObserver,
 };
 #[cfg(feature = "process")]

@@ -103,6 +103,7 @@ async fn a_server_that_dies_is_restarted_once_then_unavailable() {
             call: call(id, name, args),
             risk: Risk::External,
             effect_key: None,
+            path: None,
         }]];
         let g = &g;
         async move {
@@ -208,6 +209,7 @@ async fn runs_use_mcp_tools_pause_on_a_crash_and_stop_when_the_server_is_gone() 
         call: call("k2", "mcp__fx__crash", json!({})),
         risk: Risk::External,
         effect_key: None,
+        path: None,
     }]];
     g.execute("r1", crash, &CancellationToken::new()).await;
     let rt = runtime(json!({"turns": [
@@ -280,6 +282,7 @@ async fn every_kind_of_content_is_kept() {
         call: call("x1", "mcp__fx__mixed", json!({})),
         risk: Risk::Read,
         effect_key: None,
+        path: None,
     }]];
     let results = g.execute("r", group, &CancellationToken::new()).await;
     let text = results[0].content();

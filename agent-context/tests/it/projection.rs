@@ -82,6 +82,7 @@ fn a_call_without_a_result_still_gets_one() {
         summary: None,
         pending: vec![],
         allowed: vec![],
+        allowed_paths: Default::default(),
     });
     let prompt = project("sys", &log.0, vec![]);
     pairs_every_call(&prompt);
@@ -299,6 +300,7 @@ fn write_log() -> Log {
             summary: Some(format!("part {t} done; go on?")),
             pending: vec![],
             allowed: vec![],
+            allowed_paths: Default::default(),
         });
         log.push(Event::ApprovalDenied {
             call_ids: vec![],

@@ -314,8 +314,8 @@ impl Machine {
                     calls,
                     asked_by_model,
                 },
-                Input::CallsChecked { verdicts },
-            ) => self.on_verdicts(turn, calls, asked_by_model, verdicts),
+                Input::CallsChecked { verdicts, paths },
+            ) => self.on_verdicts(turn, calls, asked_by_model, verdicts, paths),
             (Phase::AwaitingReconcile { turn, calls }, Input::EffectsReconciled { findings }) => {
                 self.on_reconciled(turn, calls, findings);
             }
@@ -426,5 +426,6 @@ pub(crate) fn pending_call(call: &ToolCall, why: String) -> PendingCall {
         tool: call.name.clone(),
         arguments: call.arguments.clone(),
         why,
+        path: None,
     }
 }

@@ -56,6 +56,9 @@ pub enum Input {
     CallsChecked {
         /// One verdict per call id; a call without one is denied (fail closed).
         verdicts: Vec<(CallId, Verdict)>,
+        /// For calls that act on a path: where it led in the workspace when they were
+        /// judged (relative to it). A call approved later acts on that place or not at all.
+        paths: Vec<(CallId, String)>,
     },
     /// The outstanding `ExecuteTools` finished; results in any order.
     ToolsFinished {

@@ -48,6 +48,7 @@ impl Machine {
             call,
             risk,
             effect_key,
+            path: None,
         }
     }
 

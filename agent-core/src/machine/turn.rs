@@ -170,6 +170,7 @@ impl Machine {
                     summary: Some(summary),
                     pending: Vec::new(),
                     allowed: Vec::new(),
+                    allowed_paths: BTreeMap::new(),
                 });
                 return self.commit();
             }
@@ -190,8 +191,10 @@ impl Machine {
         calls: Vec<ToolCall>,
         asked_by_model: Option<String>,
         verdicts: Vec<(CallId, Verdict)>,
+        paths: Vec<(CallId, String)>,
     ) {
         let mut verdicts: BTreeMap<CallId, Verdict> = verdicts.into_iter().collect();
+        let mut paths: BTreeMap<CallId, String> = paths.into_iter().collect();
         let mut writes_left = self
             .budget
             .max_write_actions
@@ -222,24 +225,35 @@ impl Machine {
                 Verdict::Deny { reason } | Verdict::Unavailable { reason } => {
                     Some(ToolError::new(ErrorKind::Denied, reason))
                 }
-                Verdict::Ask { .. } if self.working.granted.contains(&call.id) => {
-                    // A person already approved this call before a restart.
-                    runnable.push(call.id.clone());
+                Verdict::Ask { why } if self.working.granted.contains(&call.id) => {
+                    // A person already approved this call before a restart, for the place
+                    // its path led to then.
+                    let approved = self.working.judged_paths.get(&call.id);
+                    match (approved, paths.get(&call.id)) {
+                        (Some(then), Some(now)) if then != now => {
+                            let why = format!(
+                                "{why} (approved when its path led to {then}; it now leads to \
+                                 {now})"
+                            );
+                            pending.push(pending_call_at(&call, why, &mut paths));
+                        }
+                        _ => runnable.push(call.id.clone()),
+                    }
                     None
                 }
                 Verdict::Ask { why } => {
-                    pending.push(pending_call(&call, why));
+                    pending.push(pending_call_at(&call, why, &mut paths));
                     None
                 }
                 Verdict::Allow => {
                     if let Some(summary) = &asked_by_model {
-                        pending.push(pending_call(&call, format!("the model asked: {summary}")));
+                        let why = format!("the model asked: {summary}");
+                        pending.push(pending_call_at(&call, why, &mut paths));
                     } else if side_effect && writes_left == Some(0) {
                         let max = self.budget.max_write_actions.unwrap_or(0);
-                        pending.push(pending_call(
-                            &call,
-                            format!("the write-action budget (max_write_actions = {max}) is spent"),
-                        ));
+                        let why =
+                            format!("the write-action budget (max_write_actions = {max}) is spent");
+                        pending.push(pending_call_at(&call, why, &mut paths));
                     } else {
                         if side_effect {
                             writes_left = writes_left.map(|n| n - 1);
@@ -257,20 +271,31 @@ impl Machine {
             }
         }
         if !pending.is_empty() {
+            let allowed_paths = runnable
+                .iter()
+                .filter_map(|id| Some((id.clone(), paths.remove(id)?)))
+                .collect();
             self.stage(Event::ApprovalRequested {
                 turn,
                 summary: asked_by_model,
                 pending,
                 allowed: runnable,
+                allowed_paths,
             });
             return self.commit();
         }
-        self.execute(turn, runnable);
+        self.execute(turn, runnable, paths);
     }
 
     /// Checks the budgets that limit tool calls, then schedules the calls named in `ids`
-    /// (in the model's order).
-    pub(super) fn execute(&mut self, turn: u32, ids: Vec<CallId>) {
+    /// (in the model's order), each to act on the place in `paths` its path led to when it
+    /// was judged.
+    pub(super) fn execute(
+        &mut self,
+        turn: u32,
+        ids: Vec<CallId>,
+        mut paths: BTreeMap<CallId, String>,
+    ) {
         // Results still held here are rejections, which no budget below counts; results of
         // calls that ran are flushed before a rerun (see `recover`).
         let wanted: BTreeSet<CallId> = ids.into_iter().collect();
@@ -310,7 +335,11 @@ impl Machine {
                 ),
             ));
         }
-        self.groups = schedule(calls, &self.tools, &self.working.run_id, turn).into();
+        let mut groups = schedule(calls, &self.tools, &self.working.run_id, turn);
+        for scheduled in groups.iter_mut().flatten() {
+            scheduled.path = paths.remove(&scheduled.call.id);
+        }
+        self.groups = groups.into();
         self.next_group(turn);
     }
 
@@ -493,7 +522,8 @@ impl Machine {
                     ids.extend(call_ids.iter().cloned());
                 }
                 let turn = approval.turn;
-                self.execute(turn, ids);
+                let paths = self.working.judged_paths.clone();
+                self.execute(turn, ids, paths);
             }
         }
     }
@@ -506,4 +536,16 @@ fn first_line(text: &str) -> String {
         Some((at, _)) => format!("{}…", &line[..at]),
         None => line.to_owned(),
     }
+}
+
+/// A call waiting for a person, with the place its path led to when it was judged (taken
+/// from `paths`).
+fn pending_call_at(
+    call: &ToolCall,
+    why: String,
+    paths: &mut BTreeMap<CallId, String>,
+) -> crate::reason::PendingCall {
+    let mut pending = pending_call(call, why);
+    pending.path = paths.remove(&call.id);
+    pending
 }

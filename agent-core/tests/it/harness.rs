@@ -96,6 +96,9 @@ pub struct World {
     pub script: Vec<Turn>,
     /// The gateway's verdict per tool name; absent means allow.
     pub verdicts: BTreeMap<String, Verdict>,
+    /// Where the gateway finds each call's path leads, per call id; absent means the call
+    /// acts on no path.
+    pub paths: BTreeMap<String, String>,
     pub person: VecDeque<Person>,
     /// Fail the commit with this 1-based number.
     pub fail_commit: Option<usize>,
@@ -122,6 +125,7 @@ pub fn world(script: Vec<Reply>) -> World {
         ],
         script: script.into_iter().map(Turn::from).collect(),
         verdicts: BTreeMap::new(),
+        paths: BTreeMap::new(),
         person: VecDeque::new(),
         fail_commit: None,
         cancel_in_tools_of_turn: None,
@@ -150,6 +154,8 @@ pub struct Exec {
     pub turn: u32,
     pub id: CallId,
     pub name: String,
+    /// The place the executor was told the call's path led to when it was judged.
+    pub path: Option<String>,
     pub start: u64,
     pub end: u64,
 }

@@ -75,7 +75,12 @@ fn drive(
             }
             Command::CheckCalls { calls, .. } => {
                 let verdicts = calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect();
-                machine.handle(Input::CallsChecked { verdicts }).unwrap();
+                machine
+                    .handle(Input::CallsChecked {
+                        verdicts,
+                        paths: Vec::new(),
+                    })
+                    .unwrap();
             }
             Command::CheckAnswer { .. } => {
                 unreachable!("these runs have no answer validators")
@@ -312,7 +317,12 @@ fn a_replys_reasoning_is_committed_with_its_decision_and_survives_a_resume() {
             }
             Command::CheckCalls { calls, .. } => {
                 let verdicts = calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect();
-                machine.handle(Input::CallsChecked { verdicts }).unwrap();
+                machine
+                    .handle(Input::CallsChecked {
+                        verdicts,
+                        paths: Vec::new(),
+                    })
+                    .unwrap();
             }
             Command::ExecuteTools { group, .. } => {
                 let results = group

@@ -382,3 +382,115 @@ fn approving_one_of_two_pending_calls_waits_for_the_other() {
         other => panic!("expected to wait for w2, got {other:?}"),
     }
 }
+
+/// A batch that waits for a person: the request records where each call's path led when
+/// it was checked, and after the approval (in another process) every call of the batch is
+/// executed bound to that place.
+#[test]
+fn an_approved_batch_runs_bound_to_the_places_its_calls_were_checked_at() {
+    use crate::harness::{resume, run};
+    let mut w = world(vec![
+        Calls(vec![
+            ("r1", "read", json!({"path": "docs/a"})),
+            ("w1", "write", json!({"path": "docs/b"})),
+        ]),
+        Final("done"),
+    ]);
+    w.asks_for("write");
+    w.paths.insert("r1".into(), "notes/a".into());
+    w.paths.insert("w1".into(), "work/b".into());
+    w.person.push_back(Person::Away);
+    let paused = run(w.clone());
+    assert_eq!(paused.outcome.reason, TerminalReason::ApprovalRequired);
+    assert_eq!(paused.outcome.pending[0].path.as_deref(), Some("work/b"));
+    let requested = paused
+        .log
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ApprovalRequested {
+                pending,
+                allowed_paths,
+                ..
+            } => Some((pending.clone(), allowed_paths.clone())),
+            _ => None,
+        })
+        .expect("an approval was requested");
+    assert_eq!(requested.0[0].path.as_deref(), Some("work/b"));
+    assert_eq!(
+        requested.1,
+        [(CallId::from("r1"), "notes/a".to_owned())].into()
+    );
+    // Another process approves: its gateway never checked these calls.
+    let mut later = w;
+    later.paths.clear();
+    later.person = [Person::Approve].into();
+    let approved = resume(later, &paused.log, paused.boundaries.last().unwrap());
+    assert_eq!(approved.outcome.reason, TerminalReason::Completed);
+    let ran: Vec<(&str, Option<&str>)> = approved
+        .executed
+        .iter()
+        .map(|e| (e.id.as_str(), e.path.as_deref()))
+        .collect();
+    assert_eq!(ran, [("r1", Some("notes/a")), ("w1", Some("work/b"))]);
+}
+
+/// Without a person in between, a call is executed bound to the place its check found.
+#[test]
+fn a_call_allowed_at_once_runs_bound_to_the_place_it_was_checked_at() {
+    let mut w = world(vec![
+        Calls(vec![("r1", "read", json!({"path": "docs/a"}))]),
+        Final("done"),
+    ]);
+    w.paths.insert("r1".into(), "notes/a".into());
+    let done = check(w, TerminalReason::Completed);
+    assert_eq!(done.executed[0].path.as_deref(), Some("notes/a"));
+}
+
+/// An approval committed before a crash, for a call whose path leads elsewhere when the
+/// call is checked again after it: the person approved the other place, so the call waits
+/// for a person again, with both places named; where it still leads there, it runs.
+#[test]
+fn an_approval_before_a_crash_holds_only_for_the_place_it_was_given_for() {
+    use crate::harness::{resume, run};
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"path": "docs/new.txt"}))]),
+        Final("written"),
+    ]);
+    w.asks_for("write");
+    w.paths.insert("w1".into(), "work/new.txt".into());
+    w.person.push_back(Person::Approve);
+    // The approval's commit carries the write's dispatch; the lookup finds it not done.
+    w.reconcile = Some(Finding::NotApplied);
+    let full = run(w.clone());
+    assert_eq!(full.outcome.reason, TerminalReason::Completed);
+    let granted = full
+        .boundaries
+        .iter()
+        .find(|b| {
+            full.log[..b.log_len]
+                .iter()
+                .any(|e| matches!(e.event, Event::ApprovalGranted { .. }))
+        })
+        .unwrap();
+
+    let mut moved = w.clone();
+    moved.paths.insert("w1".into(), "src/new.txt".into());
+    moved.person = [Person::Away].into();
+    let asked = resume(moved, &full.log, granted);
+    assert_eq!(asked.outcome.reason, TerminalReason::ApprovalRequired);
+    assert!(asked.executed.is_empty(), "{:?}", asked.executed);
+    let pending = &asked.outcome.pending[0];
+    assert_eq!(pending.path.as_deref(), Some("src/new.txt"));
+    assert!(
+        pending
+            .why
+            .contains("approved when its path led to work/new.txt; it now leads to src/new.txt"),
+        "{}",
+        pending.why
+    );
+
+    let still = resume(w, &full.log, granted);
+    assert_eq!(still.outcome.reason, TerminalReason::Completed);
+    assert_eq!(still.executed.len(), 1);
+    assert_eq!(still.executed[0].path.as_deref(), Some("work/new.txt"));
+}

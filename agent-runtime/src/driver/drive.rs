@@ -7,6 +7,7 @@ use agent_core::{
     CallId, Command, Entry, Input, InputError, Machine, ScheduledCall, ToolCall, Verdict,
 };
 use agent_providers::ModelRequest;
+use agent_tools::Checks;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -177,15 +178,15 @@ impl Runtime {
                     }
                 }
                 Command::CheckCalls { calls, .. } => {
-                    let verdicts = tokio::select! {
-                        verdicts = self.check(&run_id, &calls) => Some(verdicts),
+                    let checks = tokio::select! {
+                        checks = self.check(&run_id, &calls) => Some(checks),
                         () = cancel.cancelled() => None,
                     };
-                    let Some(verdicts) = verdicts else {
+                    let Some(Checks { verdicts, paths }) = checks else {
                         machine.handle(Input::Cancel)?;
                         continue;
                     };
-                    machine.handle(Input::CallsChecked { verdicts })?;
+                    machine.handle(Input::CallsChecked { verdicts, paths })?;
                 }
                 Command::ExecuteTools { group, turn } => {
                     if group.iter().any(|c| c.effect_key.is_some()) {
@@ -308,7 +309,7 @@ impl Runtime {
 
     /// Checks the calls as the model proposed them (secret references expanded); a call
     /// whose secret this process does not have is refused, with the reason.
-    pub(super) async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Vec<(CallId, Verdict)> {
+    pub(super) async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Checks {
         let mut expanded = Vec::new();
         let mut missing = Vec::new();
         // Calls without references are checked as they are, not copied.
@@ -323,7 +324,10 @@ impl Runtime {
             }
             &expanded
         };
-        let mut checked = self.gateway.check(run_id, as_proposed).await;
+        let Checks {
+            verdicts: mut checked,
+            mut paths,
+        } = self.gateway.check_judged(run_id, as_proposed).await;
         checked.extend(
             missing
                 .into_iter()
@@ -353,14 +357,20 @@ impl Runtime {
                 Verdict::Allow => {}
             }
         }
+        // A path that holds a secret's value goes to the log redacted: the call it binds
+        // then matches no place, and is refused rather than run elsewhere.
+        for (_, path) in &mut paths {
+            redact(path);
+        }
         // In the model's order.
-        calls
+        let verdicts = calls
             .iter()
             .filter_map(|c| {
                 let at = checked.iter().position(|(id, _)| *id == c.id)?;
                 Some(checked.swap_remove(at))
             })
-            .collect()
+            .collect();
+        Checks { verdicts, paths }
     }
 
     /// The calls as proposed (secret references expanded), and those whose secret this

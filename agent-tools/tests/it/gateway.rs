@@ -108,6 +108,7 @@ fn scheduled(id: &str, name: &str, n: i64) -> ScheduledCall {
         call: ToolCall::new(id, name, json!({ "n": n })),
         risk: Risk::Read,
         effect_key: None,
+        path: None,
     }
 }
 
@@ -364,6 +365,7 @@ async fn long_outputs_are_cut_to_the_tools_limit_with_a_marker() {
         call: ToolCall::new("c", "talkative", json!({})),
         risk: Risk::Read,
         effect_key: None,
+        path: None,
     };
     let results = g
         .execute("run", vec![vec![call]], &CancellationToken::new())
@@ -462,6 +464,7 @@ async fn large_outputs_go_to_the_blob_sink_and_errors_keep_head_and_tail() {
         call: ToolCall::new(id, "loud", json!({ "fail": fail })),
         risk: Risk::Read,
         effect_key: None,
+        path: None,
     };
     let results = g
         .execute(
@@ -507,6 +510,7 @@ async fn a_stored_output_points_to_read_result_when_the_model_has_it() {
         call: ToolCall::new("ok", "loud", json!({ "fail": false })),
         risk: Risk::Read,
         effect_key: None,
+        path: None,
     };
     let results = g
         .execute("run", vec![vec![call]], &CancellationToken::new())
@@ -543,6 +547,7 @@ async fn read_result_takes_only_handles_and_says_what_a_handle_looks_like() {
         call: ToolCall::new(id, "read_result", json!({ "handle": handle })),
         risk: Risk::Read,
         effect_key: None,
+        path: None,
     };
     let results = g
         .execute(

@@ -197,6 +197,7 @@ async fn post_hooks_see_the_response_and_may_add_a_note() {
         call: read(),
         risk: Risk::Read,
         effect_key: None,
+        path: None,
     };
     let results = g
         .execute("run-7", vec![vec![call]], &CancellationToken::new())

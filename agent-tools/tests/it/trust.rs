@@ -84,6 +84,7 @@ async fn run(g: &Gateway, tool: &str, args: Value) -> Result<String, agent_core:
         call: ToolCall::new("c1", tool, args),
         risk,
         effect_key: None,
+        path: None,
     };
     let mut results = g
         .execute("run-1", vec![vec![call]], &CancellationToken::new())
@@ -495,6 +496,147 @@ fn a_write_whose_path_leads_elsewhere_since_the_check_is_refused() {
     assert!(err.message.contains("now leads to src/new.txt"), "{err:?}");
     assert!(!t.ws.join("src/new.txt").exists());
     assert!(!t.ws.join("work/new.txt").exists());
+}
+
+/// A write through `docs` (a link to `work`), checked by one gateway, where policy asks a
+/// person; `docs` then leads to `leads_to_at_run`, and another gateway (another process,
+/// after the approval) runs the call bound to the place recorded by the check.
+fn write_approved_elsewhere(
+    leads_to_at_run: &str,
+) -> (Tree, Result<String, agent_core::ToolError>) {
+    let t = tree();
+    std::fs::create_dir_all(t.ws.join("work")).unwrap();
+    std::os::unix::fs::symlink("work", t.ws.join("docs")).unwrap();
+    let rules = [(Action::Ask, "write_file(**)")];
+    let call = ToolCall::new(
+        "c1",
+        "write_file",
+        json!({"path": "docs/new.txt", "content": "X"}),
+    );
+    let checks =
+        rt().block_on(gateway(&t.ws, &rules).check_judged("run-1", std::slice::from_ref(&call)));
+    assert!(
+        matches!(checks.verdicts[..], [(_, Verdict::Ask { .. })]),
+        "{checks:?}"
+    );
+    assert_eq!(
+        checks.paths,
+        vec![(call.id.clone(), "work/new.txt".to_owned())]
+    );
+    std::fs::remove_file(t.ws.join("docs")).unwrap();
+    std::os::unix::fs::symlink(leads_to_at_run, t.ws.join("docs")).unwrap();
+    let scheduled = ScheduledCall {
+        call,
+        risk: Risk::Write,
+        effect_key: None,
+        path: Some(checks.paths[0].1.clone()),
+    };
+    let mut results = rt().block_on(gateway(&t.ws, &rules).execute(
+        "run-1",
+        vec![vec![scheduled]],
+        &CancellationToken::new(),
+    ));
+    let result = match results.remove(0).outcome {
+        ToolOutcome::Output(text) => Ok(text),
+        ToolOutcome::Error(e) => Err(e),
+    };
+    (t, result)
+}
+
+#[test]
+fn a_write_approved_in_another_process_is_refused_where_its_path_now_leads_elsewhere() {
+    let (t, result) = write_approved_elsewhere("src");
+    let err = result.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+    assert!(
+        err.message
+            .contains("now leads to src/new.txt, not to work/new.txt"),
+        "{err:?}"
+    );
+    assert!(!t.ws.join("src/new.txt").exists());
+    assert!(!t.ws.join("work/new.txt").exists());
+}
+
+#[test]
+fn a_write_approved_in_another_process_runs_where_its_path_still_leads() {
+    let (t, result) = write_approved_elsewhere("work");
+    result.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(t.ws.join("work/new.txt")).unwrap(),
+        "X"
+    );
+}
+
+/// A name that is not UTF-8 is recorded with U+FFFD in its place, which a real name could
+/// hold: such a record binds the call to nothing, and it is refused.
+#[test]
+fn a_recorded_path_with_a_replacement_character_matches_no_place() {
+    let t = tree();
+    let lossy = "notes/\u{FFFD}.txt";
+    std::fs::write(t.ws.join(lossy), "not this one\n").unwrap();
+    let g = gateway(&t.ws, &[]);
+    let scheduled = ScheduledCall {
+        call: ToolCall::new("c1", "read_file", json!({"path": lossy})),
+        risk: Risk::Read,
+        effect_key: None,
+        path: Some(lossy.to_owned()),
+    };
+    let mut results =
+        rt().block_on(g.execute("run-1", vec![vec![scheduled]], &CancellationToken::new()));
+    let ToolOutcome::Error(err) = results.remove(0).outcome else {
+        panic!("the call ran");
+    };
+    assert_eq!(err.kind, ErrorKind::Denied, "{err:?}");
+}
+
+/// `check_judged` records where a path led for calls allowed or asked about, and nothing
+/// for a call denied or a tool without a path (a command is asked about by default).
+#[test]
+fn the_check_records_the_place_of_each_call_allowed_or_asked_about() {
+    let (t, _) = docs_tree();
+    let g = gateway(
+        &t.ws,
+        &[
+            (Action::Deny, "read_file(secrets/**)"),
+            (Action::Ask, "write_file(src/**)"),
+        ],
+    );
+    let calls = [
+        ToolCall::new("read", "read_file", json!({"path": "docs/a.txt"})),
+        ToolCall::new("denied", "read_file", json!({"path": "s/key.txt"})),
+        ToolCall::new(
+            "ask",
+            "write_file",
+            json!({"path": "./src/../src/x.rs", "content": ""}),
+        ),
+        ToolCall::new("list", "list_dir", json!({"path": "."})),
+        ToolCall::new("shell", "shell", json!({"command": "true"})),
+    ];
+    let checks = rt().block_on(g.check_judged("run-1", &calls));
+    let kinds: Vec<(&str, V)> = checks
+        .verdicts
+        .iter()
+        .map(|(id, v)| (id.as_str(), kind(v)))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("read", V::Allow),
+            ("denied", V::Deny),
+            ("ask", V::Ask),
+            ("list", V::Allow),
+            ("shell", V::Ask),
+        ]
+    );
+    let paths: Vec<(&str, &str)> = checks
+        .paths
+        .iter()
+        .map(|(id, p)| (id.as_str(), p.as_str()))
+        .collect();
+    assert_eq!(
+        paths,
+        [("read", "notes/a.txt"), ("ask", "src/x.rs"), ("list", ".")]
+    );
 }
 
 /// A file that grew between the check and the run is read as it is when opened, not up

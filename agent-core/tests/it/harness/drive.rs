@@ -92,7 +92,11 @@ pub(super) fn drive(
                         (c.id.clone(), v)
                     })
                     .collect();
-                feed(&mut machine, Input::CallsChecked { verdicts });
+                let paths = calls
+                    .iter()
+                    .filter_map(|c| Some((c.id.clone(), world.paths.get(c.id.as_str())?.clone())))
+                    .collect();
+                feed(&mut machine, Input::CallsChecked { verdicts, paths });
             }
             Command::ExecuteTools { turn, group } => {
                 let cancel = world.cancel_in_tools_of_turn == Some(turn);
@@ -105,6 +109,7 @@ pub(super) fn drive(
                         turn,
                         id: sc.call.id.clone(),
                         name: sc.call.name.clone(),
+                        path: sc.path.clone(),
                         start,
                         end,
                     });
