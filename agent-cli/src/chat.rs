@@ -138,7 +138,11 @@ fn ask_pending_now(
             approved.push(p.call_id.clone());
             continue;
         }
-        tell(format_args!("? {} {call}\n  ({})\n", p.call_id, p.why));
+        let leads = render::leads_to(p);
+        tell(format_args!(
+            "? {} {call}{leads}\n  ({})\n",
+            p.call_id, p.why
+        ));
         let prompt = format!("approve? [y]es / [n]o [reason] / [a]lways {} > ", p.tool);
         loop {
             let answer = read(editor, &prompt)?;

@@ -29,12 +29,18 @@ pub fn outcome_json(report: &Report) -> Value {
             "reasoning_tokens": report.state.usage.reasoning_tokens,
             "cost_usd": report.state.usage.cost_usd,
         },
-        "pending": o.pending.iter().map(|p| json!({
-            "call_id": p.call_id,
-            "tool": p.tool,
-            "arguments": p.arguments,
-            "why": p.why,
-        })).collect::<Vec<_>>(),
+        "pending": o.pending.iter().map(|p| {
+            let mut call = json!({
+                "call_id": p.call_id,
+                "tool": p.tool,
+                "arguments": p.arguments,
+                "why": p.why,
+            });
+            if let (Some(path), Some(map)) = (&p.path, call.as_object_mut()) {
+                map.insert("path".into(), Value::String(path.clone()));
+            }
+            call
+        }).collect::<Vec<_>>(),
     })
 }
 
@@ -73,13 +79,7 @@ pub fn outcome_text(report: &Report) -> String {
         let _ = write!(out, "; {advice}");
     }
     for p in &o.pending {
-        let _ = write!(
-            out,
-            "\n  waiting: {} {} ({})",
-            p.call_id,
-            call_text(&p.tool, &p.arguments, &report.run_id, p.call_id.as_str()),
-            p.why
-        );
+        let _ = write!(out, "\n  waiting: {}", pending_text(p, &report.run_id));
     }
     if !o.pending.is_empty() {
         let hint = if o.reason == TerminalReason::OutcomeUnknown {
@@ -270,6 +270,30 @@ const THOUGHT_CHARS: usize = 160;
 /// Characters of a bulky argument (a file body) shown before it is folded.
 pub const FOLD_AT: usize = 2_000;
 
+/// A call waiting for a person: its id, the call, where its path leads when that is not
+/// the path as the call spells it, and why it waits.
+pub fn pending_text(p: &agent_core::PendingCall, run_id: &str) -> String {
+    let call = call_text(&p.tool, &p.arguments, run_id, p.call_id.as_str());
+    format!("{} {call}{} ({})", p.call_id, leads_to(p), p.why)
+}
+
+/// " (leads to PATH)" when a pending call's path resolved to a place its arguments do not
+/// spell (through a link, `..` or `./`): the place a person approves.
+pub fn leads_to(p: &agent_core::PendingCall) -> String {
+    let Some(path) = &p.path else {
+        return String::new();
+    };
+    let spelled = p
+        .arguments
+        .as_object()
+        .is_some_and(|map| map.values().any(|v| v.as_str() == Some(path.as_str())));
+    if spelled {
+        String::new()
+    } else {
+        format!(" (leads to {})", escape(path))
+    }
+}
+
 /// One call as a person judges it: the tool, then each argument. The main arguments
 /// (`command`, `path`) and every argument up to [`FOLD_AT`] characters are shown whole;
 /// a longer one is folded with the count of what is not shown and the command that shows
@@ -433,17 +457,7 @@ fn detail(run_id: &str, event: &Event) -> String {
         Event::ApprovalRequested {
             pending, summary, ..
         } => {
-            let calls: Vec<String> = pending
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{} {} ({})",
-                        p.call_id,
-                        call_text(&p.tool, &p.arguments, run_id, p.call_id.as_str()),
-                        p.why
-                    )
-                })
-                .collect();
+            let calls: Vec<String> = pending.iter().map(|p| pending_text(p, run_id)).collect();
             match summary {
                 Some(s) => format!("{s:?} {}", calls.join(", ")),
                 None => calls.join(", "),
@@ -579,6 +593,28 @@ mod tests {
         assert!(
             folded.contains("\"… 5 more characters (all of it: agent show r --call c1) path=\"a\""),
             "{folded}"
+        );
+    }
+
+    #[test]
+    fn a_pending_call_names_the_place_its_path_leads_to_when_not_spelled_so() {
+        let pending = |path: Option<&str>| agent_core::PendingCall {
+            call_id: "w1".into(),
+            tool: "write_file".into(),
+            arguments: json!({"path": "docs/new.txt", "content": "X"}),
+            why: "write_file asks".into(),
+            path: path.map(str::to_owned),
+        };
+        assert_eq!(
+            pending_text(&pending(Some("work/new.txt")), "r"),
+            "w1 write_file content=\"X\" path=\"docs/new.txt\" (leads to work/new.txt) \
+             (write_file asks)"
+        );
+        assert_eq!(leads_to(&pending(Some("docs/new.txt"))), "");
+        assert_eq!(leads_to(&pending(None)), "");
+        assert_eq!(
+            leads_to(&pending(Some("a\u{202e}b"))),
+            " (leads to a\\u{202e}b)"
         );
     }
 

@@ -202,3 +202,42 @@ fn bad_settings_are_one_line_exit_2() {
         assert!(!env.store().exists());
     }
 }
+
+/// A write through a link waits for a person, who is shown where it leads. Before the
+/// approval (another `agent` process), the link is pointed elsewhere: the call is refused
+/// and nothing is written in either place; the model is told why.
+#[test]
+fn an_approved_write_is_refused_if_its_path_leads_elsewhere_since_it_was_asked_about() {
+    let env = Env::new();
+    let ws = env.dir.path();
+    std::fs::create_dir_all(ws.join("work")).unwrap();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::os::unix::fs::symlink("work", ws.join("docs")).unwrap();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "w1", "name": "write_file",
+                         "arguments": {"path": "docs/new.txt", "content": "X"}}]},
+        {"final": "done"}
+    ]));
+    let out = env.run(&["run", "--json", "--model", &model, "write it"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pending"][0]["path"], "work/new.txt");
+    let id = v["run_id"].as_str().unwrap().to_owned();
+    let asked = stdout(&env.run(&["show", &id]));
+    assert!(
+        asked.contains("path=\"docs/new.txt\" (leads to work/new.txt)"),
+        "{asked}"
+    );
+
+    std::fs::remove_file(ws.join("docs")).unwrap();
+    std::os::unix::fs::symlink("src", ws.join("docs")).unwrap();
+    let done = env.run(&["approve", "--json", &id]);
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert!(!ws.join("src/new.txt").exists());
+    assert!(!ws.join("work/new.txt").exists());
+    let show = stdout(&env.run(&["show", &id]));
+    assert!(
+        show.contains("now leads to src/new.txt, not to work/new.txt"),
+        "{show}"
+    );
+}
