@@ -604,10 +604,19 @@ impl RunState {
         self.turn_calls.clear();
         self.turn_signatures.clear();
         self.answered.clear();
-        self.dispatched.clear();
-        self.cleared.clear();
-        self.granted.clear();
-        self.judged_paths.clear();
+        // Most turns have none of these; clearing an empty B-tree still walks its drop.
+        if !self.dispatched.is_empty() {
+            self.dispatched.clear();
+        }
+        if !self.cleared.is_empty() {
+            self.cleared.clear();
+        }
+        if !self.granted.is_empty() {
+            self.granted.clear();
+        }
+        if !self.judged_paths.is_empty() {
+            self.judged_paths.clear();
+        }
     }
 
     fn record_result(&mut self, turn: u32, result: &ToolResult) {

@@ -194,7 +194,7 @@ impl Machine {
         paths: Vec<(CallId, String)>,
     ) {
         let mut verdicts: BTreeMap<CallId, Verdict> = verdicts.into_iter().collect();
-        let mut paths: BTreeMap<CallId, String> = paths.into_iter().collect();
+        let mut paths = paths;
         let mut writes_left = self
             .budget
             .max_write_actions
@@ -229,7 +229,8 @@ impl Machine {
                     // A person already approved this call before a restart, for the place
                     // its path led to then.
                     let approved = self.working.judged_paths.get(&call.id);
-                    match (approved, paths.get(&call.id)) {
+                    let now = paths.iter().find(|(id, _)| *id == call.id).map(|(_, p)| p);
+                    match (approved, now) {
                         (Some(then), Some(now)) if then != now => {
                             let why = format!(
                                 "{why} (approved when its path led to {then}; it now leads to \
@@ -273,7 +274,7 @@ impl Machine {
         if !pending.is_empty() {
             let allowed_paths = runnable
                 .iter()
-                .filter_map(|id| Some((id.clone(), paths.remove(id)?)))
+                .filter_map(|id| Some((id.clone(), take_path(&mut paths, id)?)))
                 .collect();
             self.stage(Event::ApprovalRequested {
                 turn,
@@ -294,7 +295,7 @@ impl Machine {
         &mut self,
         turn: u32,
         ids: Vec<CallId>,
-        mut paths: BTreeMap<CallId, String>,
+        mut paths: Vec<(CallId, String)>,
     ) {
         // Results still held here are rejections, which no budget below counts; results of
         // calls that ran are flushed before a rerun (see `recover`).
@@ -337,7 +338,7 @@ impl Machine {
         }
         let mut groups = schedule(calls, &self.tools, &self.working.run_id, turn);
         for scheduled in groups.iter_mut().flatten() {
-            scheduled.path = paths.remove(&scheduled.call.id);
+            scheduled.path = take_path(&mut paths, &scheduled.call.id);
         }
         self.groups = groups.into();
         self.next_group(turn);
@@ -522,7 +523,12 @@ impl Machine {
                     ids.extend(call_ids.iter().cloned());
                 }
                 let turn = approval.turn;
-                let paths = self.working.judged_paths.clone();
+                let paths = self
+                    .working
+                    .judged_paths
+                    .iter()
+                    .map(|(id, path)| (id.clone(), path.clone()))
+                    .collect();
                 self.execute(turn, ids, paths);
             }
         }
@@ -543,9 +549,15 @@ fn first_line(text: &str) -> String {
 fn pending_call_at(
     call: &ToolCall,
     why: String,
-    paths: &mut BTreeMap<CallId, String>,
+    paths: &mut Vec<(CallId, String)>,
 ) -> crate::reason::PendingCall {
     let mut pending = pending_call(call, why);
-    pending.path = paths.remove(&call.id);
+    pending.path = take_path(paths, &call.id);
     pending
+}
+
+/// The place judged for call `id`, taken out of `paths` (a batch's few, looked through).
+fn take_path(paths: &mut Vec<(CallId, String)>, id: &CallId) -> Option<String> {
+    let at = paths.iter().position(|(of, _)| of == id)?;
+    Some(paths.swap_remove(at).1)
 }
