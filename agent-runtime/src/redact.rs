@@ -293,6 +293,43 @@ impl Redactor {
         )
     }
 
+    /// `text` with every known secret value replaced by a reference to its variable, as
+    /// in a call's arguments: for text the machine keeps and hands back to run a call (the
+    /// place a call's path led to), which [`Redactor::expand_str`] makes whole again.
+    pub fn reference_str(&self, text: &str) -> String {
+        self.replace_values(text, |name| format!("[secret:${name}]"), |_, _| {})
+    }
+
+    /// `text` with each reference to a variable this process knows (`[secret:$NAME]`)
+    /// expanded to its value; a reference to any other name is left as it is.
+    pub fn expand_str<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        const OPEN: &str = "[secret:$";
+        if self.secrets.is_empty() || !text.contains(OPEN) {
+            return text.into();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(OPEN) {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + OPEN.len()..];
+            match after
+                .find(']')
+                .and_then(|end| Some((end, self.value(&after[..end])?)))
+            {
+                Some((end, value)) => {
+                    out.push_str(value);
+                    rest = &after[end + 1..];
+                }
+                None => {
+                    out.push_str(OPEN);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out.into()
+    }
+
     /// The call as the model proposed it: every reference expanded to its variable's value.
     pub fn expand_call(&self, call: &ToolCall) -> Result<ToolCall, MissingSecret> {
         if call.secrets.is_empty() {
@@ -602,6 +639,31 @@ fn encode(entry: &Entry) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A text referenced and expanded again is what it was; a reference to a name this
+    /// process does not know, or an unclosed one, is left as written.
+    #[test]
+    fn referenced_text_expands_back_and_unknown_references_stay() {
+        let r = Redactor::new([
+            ("TOKEN_A".to_owned(), "value-of-a-123".to_owned()),
+            ("TOKEN_B".to_owned(), "value-of-b-456".to_owned()),
+        ]);
+        let text = "dir/value-of-a-123/x-value-of-b-456-value-of-a-123.txt";
+        let referenced = r.reference_str(text);
+        assert_eq!(
+            referenced,
+            "dir/[secret:$TOKEN_A]/x-[secret:$TOKEN_B]-[secret:$TOKEN_A].txt"
+        );
+        assert_eq!(r.expand_str(&referenced), text);
+        assert_eq!(
+            r.expand_str("a/[secret:$OTHER]/[secret:$TOKEN_B]/[secret:$TOKEN_A"),
+            "a/[secret:$OTHER]/value-of-b-456/[secret:$TOKEN_A"
+        );
+        assert!(matches!(
+            r.expand_str("plain/path.txt"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 
     /// The quick check before an entry is redacted never skips one that holds something
     /// to redact: a sample of every credential format, and secrets JSON escapes.

@@ -357,10 +357,21 @@ impl Runtime {
                 Verdict::Allow => {}
             }
         }
-        // A path that holds a secret's value goes to the log redacted: the call it binds
-        // then matches no place, and is refused rather than run elsewhere.
-        for (_, path) in &mut paths {
-            redact(path);
+        // A path that holds a secret's value is kept with a reference in its place, as the
+        // call's arguments are, and expanded again to run the call (`expand_scheduled`).
+        // One the call spells as it is, with no secret in it, holds none. The paths come
+        // in the calls' order.
+        let mut proposed = calls.iter();
+        for (id, path) in &mut paths {
+            let spelled = proposed.find(|c| c.id == *id).is_some_and(|c| {
+                c.secrets.is_empty()
+                    && c.arguments
+                        .as_object()
+                        .is_some_and(|args| args.values().any(|v| v.as_str() == Some(path)))
+            });
+            if !spelled {
+                *path = self.redactor.reference_str(path);
+            }
         }
         // In the model's order.
         let verdicts = calls
@@ -385,6 +396,11 @@ impl Runtime {
         let mut expanded = Vec::new();
         let mut missing = Vec::new();
         for mut scheduled in calls {
+            if let Some(path) = &mut scheduled.path
+                && let std::borrow::Cow::Owned(expanded) = self.redactor.expand_str(path)
+            {
+                *path = expanded;
+            }
             // A call without references is run as it is, not copied.
             if scheduled.call.secrets.is_empty() {
                 expanded.push(scheduled);

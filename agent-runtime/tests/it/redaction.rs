@@ -105,6 +105,50 @@ async fn an_approved_call_runs_exactly_what_was_proposed() {
     assert!(log.contains("pk_sequence_generator_name"));
 }
 
+/// A call whose path holds a secret's value waits for a person: the place its path led
+/// to is kept with a reference in place of the value, as its arguments are, so the log
+/// and the person never see the value, and the approval in another invocation writes
+/// exactly there.
+#[tokio::test]
+async fn a_path_holding_a_secret_is_kept_with_a_reference_and_written_after_an_approval() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "w1", "name": "write_file",
+            "arguments": {"path": format!("out/{VALUE}.txt"), "content": "x"}}]},
+        {"final": "written"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let paused = s
+        .runtime(script.clone(), Arc::clone(&store), vec![])
+        .with_redactor(redactor())
+        .start(
+            RunRequest::new("run-p", "write it", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(paused.outcome.reason, TerminalReason::ApprovalRequired);
+    assert_eq!(
+        paused.outcome.pending[0].path.as_deref(),
+        Some("out/[secret:$DEPLOY_TOKEN].txt")
+    );
+    let done = s
+        .runtime(script, Arc::clone(&store), vec![])
+        .with_redactor(redactor())
+        .approve("run-p", vec![], CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(done.outcome.reason, TerminalReason::Completed);
+    let written = s.dir.path().join(format!("ws/out/{VALUE}.txt"));
+    assert_eq!(std::fs::read_to_string(written).unwrap(), "x");
+    let log = serde_json::to_string(&store.load("run-p").unwrap()).unwrap();
+    assert!(!log.contains(VALUE), "{log}");
+    assert!(
+        log.contains("\"path\":\"out/[secret:$DEPLOY_TOKEN].txt\""),
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn a_call_whose_secret_is_gone_is_not_run_and_the_reason_is_given() {
     let s = setup();
