@@ -10,6 +10,11 @@ use clap::Parser;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
+    // Started by a `shell` call as its command's watcher: be that, and nothing else.
+    agent_tools::watch_if_asked();
+    if let Ok(this) = std::env::current_exe() {
+        agent_tools::watch_with(this);
+    }
     let cli = agent_cli::Cli::parse();
     agent_cli::main(cli)
 }

@@ -12,7 +12,8 @@ use std::process::Stdio;
 /// is then also killed at once, from here) or when this process dies. A command started
 /// into the group ([`Watcher::group`], given to `process_group`) is killed with it, and
 /// everything it started that stayed in its group; a process that leaves the group (a
-/// daemon's `setsid`) is out of reach. Without it, a command whose run was killed went
+/// daemon's `setsid`) is out of reach of this watcher (the `shell` built-in's commands
+/// have another on Linux, see [`watch_with`]). Without it, a command whose run was killed went
 /// on, and could do its effect after the run's recovery had looked for it and been told
 /// to run the call again.
 ///
@@ -74,5 +75,220 @@ impl Drop for Watcher {
             nix::unistd::Pid::from_raw(self.group),
             nix::sys::signal::Signal::SIGKILL,
         );
+    }
+}
+
+/// The environment variable that starts a process as a call's watcher
+/// ([`watch_if_asked`]).
+#[cfg(target_os = "linux")]
+const WATCH_ENV: &str = "AGENT_LOOP_WATCH";
+
+/// The program started as a call's watcher, once the binary said it serves
+/// [`watch_if_asked`] ([`watch_with`]).
+#[cfg(target_os = "linux")]
+static WATCH_PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Has the `shell` built-in start each command under `program` (this binary, which calls
+/// [`watch_if_asked`] first thing in `main`) rather than under `sh`: a watcher that is the
+/// command's parent and its processes' reaper (Linux's child subreaper), so that a process
+/// that leaves the command's process group (`setsid`, a daemon's double fork) comes back
+/// to it when its parent dies, and is killed with the rest when the call ends or this
+/// process dies, `kill -9` included. Elsewhere than on Linux, nothing changes.
+pub fn watch_with(program: std::path::PathBuf) {
+    #[cfg(target_os = "linux")]
+    let _ = WATCH_PROGRAM.set(program);
+    #[cfg(not(target_os = "linux"))]
+    let _ = program;
+}
+
+/// Serves as a call's watcher if this process was started as one (by a `shell` call, see
+/// [`watch_with`]: its environment says so and its standard input is a socket), and then
+/// exits; otherwise returns at once. Call it first thing in `main`.
+pub fn watch_if_asked() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os(WATCH_ENV).is_some_and(|v| v == "1") && stdin_is_a_socket() {
+        watching::serve();
+        std::process::exit(0);
+    }
+}
+
+/// Whether this process's standard input is a socket, as a watcher's link is (a variable
+/// left in a person's environment does not make `agent` a watcher).
+#[cfg(target_os = "linux")]
+fn stdin_is_a_socket() -> bool {
+    use std::os::fd::AsFd;
+    rustix::fs::fstat(std::io::stdin().as_fd()).is_ok_and(|stat| {
+        rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Socket
+    })
+}
+
+/// The program to start a command under, if the binary serves as a watcher.
+#[cfg(target_os = "linux")]
+pub(crate) fn watch_program() -> Option<&'static std::path::Path> {
+    WATCH_PROGRAM.get().map(std::path::PathBuf::as_path)
+}
+
+/// How a watched command ended, as its watcher reports it on the link: one line.
+#[cfg(target_os = "linux")]
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+    /// It could not be started: why.
+    NotStarted(String),
+}
+
+#[cfg(target_os = "linux")]
+impl Ended {
+    pub(crate) fn line(&self) -> String {
+        match self {
+            Ended::Code(code) => format!("code {code}\n"),
+            Ended::Signal(signal) => format!("signal {signal}\n"),
+            Ended::NotStarted(why) => format!("error {}\n", why.replace('\n', " ")),
+        }
+    }
+
+    pub(crate) fn parse(line: &str) -> Option<Ended> {
+        let (word, rest) = line.trim_end_matches('\n').split_once(' ')?;
+        match word {
+            "code" => rest.parse().ok().map(Ended::Code),
+            "signal" => rest.parse().ok().map(Ended::Signal),
+            "error" => Some(Ended::NotStarted(rest.to_owned())),
+            _ => None,
+        }
+    }
+}
+
+/// The watcher's side (see [`watch_with`]): its arguments are the command to run; its
+/// standard input is a socket to the `agent` that started it (the link), its standard
+/// output and error the call's pipes.
+#[cfg(target_os = "linux")]
+mod watching {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::process::{Command, Stdio};
+
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::sys::wait::waitpid;
+    use nix::unistd::Pid;
+
+    use super::{Ended, WATCH_ENV};
+
+    pub(super) fn serve() {
+        // Without it, a process that left the group still escapes; the rest holds.
+        let _ = nix::sys::prctl::set_child_subreaper(true);
+        let Ok(link) = std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(UnixStream::from)
+        else {
+            return;
+        };
+        let mut args = std::env::args_os().skip(1);
+        let Some(program) = args.next() else {
+            return;
+        };
+        let spawned = Command::new(program)
+            .args(args)
+            .env_remove(WATCH_ENV)
+            .stdin(Stdio::null())
+            // A group of its own, which this watcher kills first.
+            .process_group(0)
+            .spawn();
+        // This process's copies of the call's pipes are closed, so that they close when
+        // the command's processes close theirs.
+        if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
+            let _ = nix::unistd::dup2_stdout(&null);
+            let _ = nix::unistd::dup2_stderr(&null);
+        }
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = (&link).write_all(Ended::NotStarted(e.to_string()).line().as_bytes());
+                return;
+            }
+        };
+        let group = child.id();
+        if let Ok(mut report) = link.try_clone() {
+            let mut child = child;
+            std::thread::spawn(move || {
+                if let Ok(status) = child.wait() {
+                    let ended = match (status.code(), status.signal()) {
+                        (Some(code), _) => Ended::Code(code),
+                        (None, Some(signal)) => Ended::Signal(signal),
+                        (None, None) => Ended::Code(-1),
+                    };
+                    let _ = report.write_all(ended.line().as_bytes());
+                }
+            });
+        }
+        // Until the call ends: `agent` closes the link then, or dies.
+        let mut byte = [0u8; 64];
+        while matches!((&link).read(&mut byte), Ok(n) if n > 0) {}
+        if let Ok(group) = i32::try_from(group) {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        }
+        sweep();
+    }
+
+    /// Kills every process left below this one, those that left the command's group
+    /// included (they came back to this reaper when their parents died), until none is.
+    fn sweep() {
+        loop {
+            let children = children();
+            if children.is_empty() {
+                return;
+            }
+            for &pid in &children {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            for pid in children {
+                let _ = waitpid(Pid::from_raw(pid), None);
+            }
+        }
+    }
+
+    /// This process's children, from every thread's list in `/proc`.
+    fn children() -> Vec<i32> {
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+            .flat_map(|list| {
+                list.split_whitespace()
+                    .filter_map(|pid| pid.parse().ok())
+                    .collect::<Vec<i32>>()
+            })
+            .collect()
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::Ended;
+
+    #[test]
+    fn how_a_command_ended_reads_back_from_its_line() {
+        for ended in [
+            Ended::Code(0),
+            Ended::Code(-1),
+            Ended::Signal(15),
+            Ended::NotStarted("No such file or directory (os error 2)".into()),
+        ] {
+            assert_eq!(Ended::parse(&ended.line()), Some(ended));
+        }
+        assert_eq!(
+            Ended::NotStarted("two\nlines".into()).line(),
+            "error two lines\n"
+        );
+        for garbage in ["", "\n", "code\n", "code x\n", "exit 0\n"] {
+            assert_eq!(Ended::parse(garbage), None, "{garbage:?}");
+        }
     }
 }

@@ -649,6 +649,103 @@ fn a_command_running_when_the_run_is_killed_dies_with_it() {
     killed_mid_call(&env, &args, "pid.txt");
 }
 
+/// A process the command started that left its process group (`setsid`, as a daemon
+/// does) dies with the run too: it came back to the command's watcher, the reaper of all
+/// the command started, when its parent died.
+#[test]
+fn a_process_that_left_the_commands_group_dies_when_the_run_is_killed() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{
+            "id": "call-1",
+            "name": "shell",
+            "arguments": {"command": "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
+                echo late >> effects.txt' </dev/null >/dev/null 2>&1 & sleep 60"}
+        }]},
+        {"final": "done"}
+    ]));
+    let args = ["run", "--json", "--allow", "shell", "--model", &model, "go"];
+    killed_mid_call(&env, &args, "pid.txt");
+}
+
+/// And when the call ends: a process left behind in a session of its own is killed with
+/// the command's, not left to act later.
+#[test]
+fn a_process_that_left_the_commands_group_dies_when_the_call_ends() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{
+            "id": "call-1",
+            "name": "shell",
+            "arguments": {"command": "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
+                echo late >> effects.txt' </dev/null >/dev/null 2>&1 & \
+                while [ ! -s pid.txt ]; do :; done; echo started"}
+        }]},
+        {"final": "done"}
+    ]));
+    let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    let pid = std::fs::read_to_string(env.dir.path().join("pid.txt"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(
+        eventually(Duration::from_secs(20), || !running(&pid)),
+        "process {pid} outlived the call that started it"
+    );
+    assert!(!env.dir.path().join("effects.txt").exists());
+}
+
+/// Through the watcher the call still learns how its command ended: a signal that killed
+/// it, or a time limit passed, which kills the process that left the group as well.
+#[test]
+fn a_watched_command_reports_a_signal_and_a_timeout_kills_what_left_its_group() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "sig", "name": "shell",
+                         "arguments": {"command": "echo before; kill -TERM $$"}}]},
+        {"tool_calls": [{"id": "slow", "name": "shell",
+                         "arguments": {"command": "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
+                             echo late >> effects.txt' </dev/null >/dev/null 2>&1 & \
+                             while [ ! -s pid.txt ]; do :; done; sleep 60",
+                                       "timeout_ms": 300}}]},
+        {"final": "done"}
+    ]));
+    let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let show = String::from_utf8_lossy(&env.run(&["show", "--json", &id]).stdout).into_owned();
+    let log: Value = serde_json::from_str(&show).unwrap();
+    let result = |call: &str| {
+        log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "tool_finished" && e["result"]["call_id"] == call)
+            .map(|e| e["result"]["error"].clone())
+            .unwrap()
+    };
+    let killed = result("sig");
+    assert_eq!(killed["kind"], "execution_failed", "{killed}");
+    let message = killed["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("exit code: killed by a signal\n--- stdout ---\nbefore"),
+        "{message}"
+    );
+    assert_eq!(result("slow")["kind"], "timeout");
+    let pid = std::fs::read_to_string(env.dir.path().join("pid.txt"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(
+        eventually(Duration::from_secs(20), || !running(&pid)),
+        "process {pid} outlived the call that timed out"
+    );
+}
+
 /// The same for an MCP server in the middle of a call: it sees its input close when the
 /// run dies, but would finish the call first.
 #[test]

@@ -44,89 +44,197 @@ impl TypedTool for Shell {
 
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let limit = Duration::from_millis(args.timeout_ms.unwrap_or(u64::MAX));
-        // Started first, in a process group of its own that the command joins: without it
-        // the command does not run. Dropped however this call ends (done, timed out,
-        // cancelled, or dropped by the gateway), it kills the whole group; should this
-        // process die first, the watcher does.
-        let watcher =
-            Watcher::start().map_err(|why| ToolError::new(ErrorKind::ExecutionFailed, why))?;
-        let mut command = tokio::process::Command::new("bash");
-        command
-            .arg("-c")
-            .arg(&args.command)
-            .current_dir(ctx.workspace.root())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            // The watcher's process group, so that a timeout, or the watcher, can kill
-            // everything it started.
-            .process_group(watcher.group());
-        let mut child = command.spawn().map_err(|e| {
-            ToolError::new(
-                ErrorKind::ExecutionFailed,
-                format!("cannot start bash: {e}"),
-            )
-        })?;
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ToolError::new(
-                ErrorKind::ExecutionFailed,
-                "bash started without its output pipes",
-            ));
-        };
-        // Output is read through bounded buffers: gigabytes of it cost kilobytes.
-        let run = async {
-            let (out, err, status) = tokio::join!(
-                // Both together stay under OUTPUT_CAP, so the counts of what was cut stay.
-                drain(stdout, HeadTail::new(9_000, 18_000)),
-                drain(stderr, HeadTail::new(1_000, 1_500)),
-                child.wait(),
-            );
-            (out, err, status)
-        };
-        let (stdout, stderr, status) = tokio::select! {
-            done = run => done,
-            () = tokio::time::sleep(limit) => {
-                return Err(stopped(
-                    ErrorKind::Timeout,
-                    &format!(
-                        "the command did not finish within {} ms; it and the processes it \
-                         started were killed",
-                        limit.as_millis()
-                    ),
-                ));
-            }
-            () = ctx.cancel.cancelled() => {
-                return Err(stopped(
-                    ErrorKind::Cancelled,
-                    "the run was cancelled; the command and its processes were killed",
-                ));
-            }
-        };
-        let status = status.map_err(|e| {
+        // A binary replaced or deleted since it started cannot serve: the group's watcher
+        // does, as for a binary that never offered.
+        #[cfg(target_os = "linux")]
+        if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
+            return run_under(program, &args.command, limit, ctx).await;
+        }
+        run_in_group(&args.command, limit, ctx).await
+    }
+}
+
+/// Runs `command` in a process group led by an `sh` watcher ([`Watcher`]).
+async fn run_in_group(
+    command_line: &str,
+    limit: Duration,
+    ctx: &ToolContext,
+) -> Result<String, ToolError> {
+    // Started first, in a process group of its own that the command joins: without it
+    // the command does not run. Dropped however this call ends (done, timed out,
+    // cancelled, or dropped by the gateway), it kills the whole group; should this
+    // process die first, the watcher does.
+    let watcher =
+        Watcher::start().map_err(|why| ToolError::new(ErrorKind::ExecutionFailed, why))?;
+    let mut command = tokio::process::Command::new("bash");
+    command
+        .arg("-c")
+        .arg(command_line)
+        .current_dir(ctx.workspace.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        // The watcher's process group, so that a timeout, or the watcher, can kill
+        // everything it started.
+        .process_group(watcher.group());
+    let mut child = command.spawn().map_err(|e| {
+        ToolError::new(
+            ErrorKind::ExecutionFailed,
+            format!("cannot start bash: {e}"),
+        )
+    })?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(ToolError::new(
+            ErrorKind::ExecutionFailed,
+            "bash started without its output pipes",
+        ));
+    };
+    let ended = async {
+        let status = child.wait().await.map_err(|e| {
             ToolError::new(ErrorKind::ExecutionFailed, format!("waiting for bash: {e}"))
         })?;
-        let code = status
-            .code()
-            .map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
-        let mut text = format!("exit code: {code}\n");
-        let stdout = stdout.text();
-        let stderr = stderr.text();
-        if !stdout.is_empty() {
-            text.push_str(&format!("--- stdout ---\n{stdout}"));
-            if !stdout.ends_with('\n') {
-                text.push('\n');
-            }
+        Ok(status.code())
+    };
+    let outcome = finish(stdout, stderr, ended, limit, ctx).await;
+    drop(watcher);
+    outcome
+}
+
+/// Runs `command` under `program` serving as its watcher (see
+/// [`crate::process::watch_with`]): the watcher starts `bash`, reports how it ended on a
+/// socket (its standard input), and when this side of the socket closes (the call ended,
+/// or this process died) kills every process left below it, those that left the group
+/// included.
+#[cfg(target_os = "linux")]
+async fn run_under(
+    program: &std::path::Path,
+    command_line: &str,
+    limit: Duration,
+    ctx: &ToolContext,
+) -> Result<String, ToolError> {
+    use crate::process::Ended;
+    use tokio::io::AsyncBufReadExt;
+    let failed = |what: String| ToolError::new(ErrorKind::ExecutionFailed, what);
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| failed(format!("cannot make the command watcher's socket: {e}")))?;
+    let mut command = tokio::process::Command::new(program);
+    command
+        .env("AGENT_LOOP_WATCH", "1")
+        .arg("bash")
+        .arg("-c")
+        .arg(command_line)
+        .current_dir(ctx.workspace.root())
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Not in this process's group: a Ctrl-C to the run must not end the watcher
+        // before what it watches. Never killed from here: it kills the rest first.
+        .process_group(0)
+        .kill_on_drop(false);
+    let spawned = command.spawn();
+    // The watcher's end of the socket, closed here.
+    drop(command);
+    let mut watcher = match spawned {
+        Ok(watcher) => watcher,
+        Err(e) => {
+            // A binary that cannot be started again (a file system mounted `noexec`, say):
+            // the group's watcher serves.
+            tracing::warn!(
+                "cannot start {} as the command's watcher ({e}); the command runs in a \
+                 process group instead",
+                program.display()
+            );
+            return run_in_group(command_line, limit, ctx).await;
         }
-        if !stderr.is_empty() {
-            text.push_str(&format!("--- stderr ---\n{stderr}"));
+    };
+    let (Some(stdout), Some(stderr)) = (watcher.stdout.take(), watcher.stderr.take()) else {
+        return Err(failed(
+            "the command's watcher started without its pipes".into(),
+        ));
+    };
+    ours.set_nonblocking(true)
+        .map_err(|e| failed(format!("the command watcher's socket: {e}")))?;
+    let mut link = tokio::net::UnixStream::from_std(ours)
+        .map_err(|e| failed(format!("the command watcher's socket: {e}")))?;
+    // Held until the call's answer is made: output that background processes still write
+    // is read until they close it, as in a process group.
+    let ended = async {
+        let mut line = String::new();
+        let mut link = tokio::io::BufReader::new(&mut link);
+        let _ = link.read_line(&mut line).await;
+        match Ended::parse(&line) {
+            Some(Ended::Code(code)) => Ok(Some(code)),
+            Some(Ended::Signal(_)) => Ok(None),
+            Some(Ended::NotStarted(why)) => Err(failed(format!("cannot start bash: {why}"))),
+            None => Err(failed(
+                "the command's watcher ended without saying how the command ended".into(),
+            )),
         }
-        let text = head_tail(&text, OUTPUT_CAP);
-        if status.success() {
-            Ok(text)
-        } else {
-            Err(ToolError::new(ErrorKind::ExecutionFailed, text))
+    };
+    // Closing the link when this returns (done, timed out, cancelled) has the watcher kill
+    // what is left; it is reaped by tokio once it exits.
+    finish(stdout, stderr, ended, limit, ctx).await
+}
+
+/// Reads the command's output until its pipes close and `ended` says how it ended, within
+/// `limit` and until the run is cancelled; then the call's answer.
+async fn finish(
+    stdout: impl tokio::io::AsyncRead + Unpin,
+    stderr: impl tokio::io::AsyncRead + Unpin,
+    ended: impl std::future::Future<Output = Result<Option<i32>, ToolError>>,
+    limit: Duration,
+    ctx: &ToolContext,
+) -> Result<String, ToolError> {
+    // Output is read through bounded buffers: gigabytes of it cost kilobytes.
+    let run = async {
+        tokio::join!(
+            // Both together stay under OUTPUT_CAP, so the counts of what was cut stay.
+            drain(stdout, HeadTail::new(9_000, 18_000)),
+            drain(stderr, HeadTail::new(1_000, 1_500)),
+            ended,
+        )
+    };
+    let (stdout, stderr, code) = tokio::select! {
+        done = run => done,
+        () = tokio::time::sleep(limit) => {
+            return Err(stopped(
+                ErrorKind::Timeout,
+                &format!(
+                    "the command did not finish within {} ms; it and the processes it \
+                     started were killed",
+                    limit.as_millis()
+                ),
+            ));
         }
+        () = ctx.cancel.cancelled() => {
+            return Err(stopped(
+                ErrorKind::Cancelled,
+                "the run was cancelled; the command and its processes were killed",
+            ));
+        }
+    };
+    let code = code?;
+    let mut text = format!(
+        "exit code: {}\n",
+        code.map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string())
+    );
+    let stdout = stdout.text();
+    let stderr = stderr.text();
+    if !stdout.is_empty() {
+        text.push_str(&format!("--- stdout ---\n{stdout}"));
+        if !stdout.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    if !stderr.is_empty() {
+        text.push_str(&format!("--- stderr ---\n{stderr}"));
+    }
+    let text = head_tail(&text, OUTPUT_CAP);
+    if code == Some(0) {
+        Ok(text)
+    } else {
+        Err(ToolError::new(ErrorKind::ExecutionFailed, text))
     }
 }
 
