@@ -169,11 +169,11 @@ mod watching {
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
-    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
     use nix::sys::signal::{Signal, kill, killpg};
-    use nix::sys::wait::waitpid;
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
     use nix::unistd::Pid;
 
     use super::{Ended, WATCH_ENV};
@@ -213,25 +213,27 @@ mod watching {
             }
         };
         let group = child.id();
+        let Ok(pid) = i32::try_from(group).map(Pid::from_raw) else {
+            return;
+        };
         if let Ok(mut report) = link.try_clone() {
-            let mut child = child;
             std::thread::spawn(move || {
-                if let Ok(status) = child.wait() {
-                    let ended = match (status.code(), status.signal()) {
-                        (Some(code), _) => Ended::Code(code),
-                        (None, Some(signal)) => Ended::Signal(signal),
-                        (None, None) => Ended::Code(-1),
-                    };
-                    let _ = report.write_all(ended.line().as_bytes());
-                }
+                // Not reaped (`WNOWAIT`): the command's id, its group's, stays taken until
+                // the sweep, so the group killed then is never another's.
+                let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+                let ended = match waitid(Id::Pid(pid), flags) {
+                    Ok(WaitStatus::Exited(_, code)) => Ended::Code(code),
+                    Ok(WaitStatus::Signaled(_, signal, _)) => Ended::Signal(signal as i32),
+                    _ => return,
+                };
+                let _ = report.write_all(ended.line().as_bytes());
             });
         }
+        drop(child);
         // Until the call ends: `agent` closes the link then, or dies.
         let mut byte = [0u8; 64];
         while matches!((&link).read(&mut byte), Ok(n) if n > 0) {}
-        if let Ok(group) = i32::try_from(group) {
-            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
-        }
+        let _ = killpg(pid, Signal::SIGKILL);
         sweep();
     }
 
