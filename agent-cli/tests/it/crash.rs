@@ -637,33 +637,48 @@ fn killed_mid_call(env: &Env, args: &[&str], pid_file: &str) {
 #[test]
 fn a_command_running_when_the_run_is_killed_dies_with_it() {
     let env = Env::new();
-    let model = env.script(json!([
-        {"tool_calls": [{
-            "id": "call-1",
-            "name": "shell",
-            "arguments": {"command": "echo $$ > pid.txt; sleep 60; echo late >> effects.txt"}
-        }]},
-        {"final": "done"}
-    ]));
+    let model = one_shell_call(
+        &env,
+        "echo $$ > pid.txt; sleep 60; echo late >> effects.txt",
+    );
     let args = ["run", "--json", "--allow", "shell", "--model", &model, "go"];
     killed_mid_call(&env, &args, "pid.txt");
 }
 
-/// A process the command started that left its process group (`setsid`, as a daemon
-/// does) dies with the run too: it came back to the command's watcher, the reaper of all
-/// the command started, when its parent died.
+/// A command in the background that leaves the shell's process group (`setsid`, as a
+/// daemon does), writes its pid to `pid.txt`, and would write to `effects.txt` a minute
+/// later.
+const LEAVES_THE_GROUP: &str = "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
+    echo late >> effects.txt' </dev/null >/dev/null 2>&1 &";
+
+/// A script: one `shell` call of `command`, then an answer.
+fn one_shell_call(env: &Env, command: &str) -> String {
+    env.script(json!([
+        {"tool_calls": [{"id": "call-1", "name": "shell", "arguments": {"command": command}}]},
+        {"final": "done"}
+    ]))
+}
+
+/// The process whose pid is in `pid.txt` ends soon, and never acted.
+fn the_process_in_pid_txt_dies(env: &Env, after: &str) {
+    let pid = std::fs::read_to_string(env.dir.path().join("pid.txt"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(
+        eventually(Duration::from_secs(20), || !running(&pid)),
+        "process {pid} outlived {after}"
+    );
+    assert!(!env.dir.path().join("effects.txt").exists());
+}
+
+/// A process the command started that left its process group dies with the run too: it
+/// came back to the command's watcher, the reaper of all the command started, when its
+/// parent died.
 #[test]
 fn a_process_that_left_the_commands_group_dies_when_the_run_is_killed() {
     let env = Env::new();
-    let model = env.script(json!([
-        {"tool_calls": [{
-            "id": "call-1",
-            "name": "shell",
-            "arguments": {"command": "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
-                echo late >> effects.txt' </dev/null >/dev/null 2>&1 & sleep 60"}
-        }]},
-        {"final": "done"}
-    ]));
+    let model = one_shell_call(&env, &format!("{LEAVES_THE_GROUP} sleep 60"));
     let args = ["run", "--json", "--allow", "shell", "--model", &model, "go"];
     killed_mid_call(&env, &args, "pid.txt");
 }
@@ -673,27 +688,11 @@ fn a_process_that_left_the_commands_group_dies_when_the_run_is_killed() {
 #[test]
 fn a_process_that_left_the_commands_group_dies_when_the_call_ends() {
     let env = Env::new();
-    let model = env.script(json!([
-        {"tool_calls": [{
-            "id": "call-1",
-            "name": "shell",
-            "arguments": {"command": "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
-                echo late >> effects.txt' </dev/null >/dev/null 2>&1 & \
-                while [ ! -s pid.txt ]; do :; done; echo started"}
-        }]},
-        {"final": "done"}
-    ]));
+    let command = format!("{LEAVES_THE_GROUP} while [ ! -s pid.txt ]; do :; done; echo started");
+    let model = one_shell_call(&env, &command);
     let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
     assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
-    let pid = std::fs::read_to_string(env.dir.path().join("pid.txt"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    assert!(
-        eventually(Duration::from_secs(20), || !running(&pid)),
-        "process {pid} outlived the call that started it"
-    );
-    assert!(!env.dir.path().join("effects.txt").exists());
+    the_process_in_pid_txt_dies(&env, "the call that started it");
 }
 
 /// Through the watcher the call still learns how its command ended: a signal that killed
@@ -704,11 +703,10 @@ fn a_watched_command_reports_a_signal_and_a_timeout_kills_what_left_its_group() 
     let model = env.script(json!([
         {"tool_calls": [{"id": "sig", "name": "shell",
                          "arguments": {"command": "echo before; kill -TERM $$"}}]},
-        {"tool_calls": [{"id": "slow", "name": "shell",
-                         "arguments": {"command": "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
-                             echo late >> effects.txt' </dev/null >/dev/null 2>&1 & \
-                             while [ ! -s pid.txt ]; do :; done; sleep 60",
-                                       "timeout_ms": 300}}]},
+        {"tool_calls": [{"id": "slow", "name": "shell", "arguments": {
+            "command": format!("{LEAVES_THE_GROUP} while [ ! -s pid.txt ]; do :; done; sleep 60"),
+            "timeout_ms": 300
+        }}]},
         {"final": "done"}
     ]));
     let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
@@ -736,14 +734,7 @@ fn a_watched_command_reports_a_signal_and_a_timeout_kills_what_left_its_group() 
         "{message}"
     );
     assert_eq!(result("slow")["kind"], "timeout");
-    let pid = std::fs::read_to_string(env.dir.path().join("pid.txt"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    assert!(
-        eventually(Duration::from_secs(20), || !running(&pid)),
-        "process {pid} outlived the call that timed out"
-    );
+    the_process_in_pid_txt_dies(&env, "the call that timed out");
 }
 
 /// The same for an MCP server in the middle of a call: it sees its input close when the

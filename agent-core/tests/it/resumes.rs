@@ -324,15 +324,7 @@ fn an_approval_committed_before_a_crash_holds_after_it() {
     w.reconcile = Some(Finding::NotApplied);
     let full = run(w.clone());
     assert_eq!(full.outcome.reason, TerminalReason::Completed);
-    let granted = full
-        .boundaries
-        .iter()
-        .find(|b| {
-            full.log[..b.log_len]
-                .iter()
-                .any(|e| matches!(e.event, Event::ApprovalGranted { .. }))
-        })
-        .unwrap();
+    let granted = just_after_the_approval(&full);
     let resumed = resume(w, &full.log, granted);
     assert_eq!(resumed.outcome.reason, TerminalReason::Completed);
     assert_eq!(resumed.executed.len(), 1);
@@ -463,15 +455,7 @@ fn an_approval_before_a_crash_holds_only_for_the_place_it_was_given_for() {
     w.reconcile = Some(Finding::NotApplied);
     let full = run(w.clone());
     assert_eq!(full.outcome.reason, TerminalReason::Completed);
-    let granted = full
-        .boundaries
-        .iter()
-        .find(|b| {
-            full.log[..b.log_len]
-                .iter()
-                .any(|e| matches!(e.event, Event::ApprovalGranted { .. }))
-        })
-        .unwrap();
+    let granted = just_after_the_approval(&full);
 
     let mut moved = w.clone();
     moved.paths.insert("w1".into(), "src/new.txt".into());
@@ -493,4 +477,18 @@ fn an_approval_before_a_crash_holds_only_for_the_place_it_was_given_for() {
     assert_eq!(still.outcome.reason, TerminalReason::Completed);
     assert_eq!(still.executed.len(), 1);
     assert_eq!(still.executed[0].path.as_deref(), Some("work/new.txt"));
+}
+
+/// The first commit boundary whose log holds the person's approval: a crash there loses
+/// nothing the person said.
+fn just_after_the_approval(report: &crate::harness::Report) -> &crate::harness::Boundary {
+    report
+        .boundaries
+        .iter()
+        .find(|b| {
+            report.log[..b.log_len]
+                .iter()
+                .any(|e| matches!(e.event, Event::ApprovalGranted { .. }))
+        })
+        .expect("the person approved")
 }
