@@ -328,17 +328,17 @@ impl Gateway {
     /// back in [`ScheduledCall::path`], it binds the call to that place even when it runs
     /// in another process (after an approval there).
     pub async fn check_judged(&self, run_id: &str, calls: &[ToolCall]) -> Checks {
-        let checks = calls
+        let each = calls
             .iter()
             .map(|call| async move { (call.id.clone(), self.check_one(run_id, call).await) });
-        let mut checks_done = Checks::default();
-        for (id, (verdict, path)) in join_all(checks).await {
+        let mut checks = Checks::default();
+        for (id, (verdict, path)) in join_all(each).await {
             if let Some(path) = path {
-                checks_done.paths.push((id.clone(), path));
+                checks.paths.push((id.clone(), path));
             }
-            checks_done.verdicts.push((id, verdict));
+            checks.verdicts.push((id, verdict));
         }
-        checks_done
+        checks
     }
 
     /// A call's verdict, and for an allowed or asked-about call that acts on a path, where
