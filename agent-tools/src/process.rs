@@ -172,7 +172,7 @@ mod watching {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::sys::signal::{SigSet, Signal, kill, killpg};
     use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
     use nix::unistd::Pid;
 
@@ -181,6 +181,7 @@ mod watching {
     pub(super) fn serve() {
         // Without it, a process that left the group still escapes; the rest holds.
         let _ = nix::sys::prctl::set_child_subreaper(true);
+
         let Ok(link) = std::io::stdin()
             .as_fd()
             .try_clone_to_owned()
@@ -199,6 +200,20 @@ mod watching {
             // A group of its own, which this watcher kills first.
             .process_group(0)
             .spawn();
+        // A `kill $PPID` from the command, or a `killall agent`, must not end the watcher
+        // before its sweep: it ends when `agent`'s end of the link closes (SIGKILL still
+        // ends it). Blocked after the command started, which would inherit the mask, and
+        // before the thread below, which does.
+        let mut ending = SigSet::empty();
+        for signal in [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+        ] {
+            ending.add(signal);
+        }
+        let _ = ending.thread_block();
         // This process's copies of the call's pipes are closed, so that they close when
         // the command's processes close theirs.
         if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {

@@ -695,6 +695,39 @@ fn a_process_that_left_the_commands_group_dies_when_the_call_ends() {
     the_process_in_pid_txt_dies(&env, "the call that started it");
 }
 
+/// The watcher outlives the signals that end a process politely, sent by the command
+/// (`kill $PPID`) or to every `agent` at once: it still reports how the command ended
+/// and kills what left the group. The command itself starts with no signal blocked.
+#[test]
+fn a_command_cannot_end_its_watcher_with_a_polite_signal() {
+    let env = Env::new();
+    let command = format!(
+        "{LEAVES_THE_GROUP} kill $PPID; kill -HUP $PPID; kill -INT $PPID; \
+         while [ ! -s pid.txt ]; do :; done; grep SigBlk /proc/self/status"
+    );
+    let model = one_shell_call(&env, &command);
+    let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let show = env.run(&["show", "--json", &id]);
+    let log: Value = serde_json::from_slice(&show.stdout).unwrap();
+    let output = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "tool_finished")
+        .map(|e| e["result"]["output"].clone())
+        .unwrap();
+    assert_eq!(
+        output,
+        "exit code: 0\n--- stdout ---\nSigBlk:\t0000000000000000\n"
+    );
+    the_process_in_pid_txt_dies(&env, "a call whose command signalled its watcher");
+}
+
 /// Through the watcher the call still learns how its command ended: a signal that killed
 /// it, or a time limit passed, which kills the process that left the group as well.
 #[test]
