@@ -659,6 +659,26 @@ fn one_shell_call(env: &Env, command: &str) -> String {
     ]))
 }
 
+/// Runs `model` to its end with `shell` allowed; then each call's result, by call id.
+fn shell_results(env: &Env, model: &str) -> impl Fn(&str) -> Value {
+    let out = env.run(&["run", "--json", "--allow", "shell", "--model", model, "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let log: Value = serde_json::from_slice(&env.run(&["show", "--json", &id]).stdout).unwrap();
+    move |call: &str| {
+        log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "tool_finished" && e["result"]["call_id"] == call)
+            .map(|e| e["result"].clone())
+            .unwrap_or_else(|| panic!("no result for {call}"))
+    }
+}
+
 /// The process whose pid is in `pid.txt` ends soon, and never acted.
 fn the_process_in_pid_txt_dies(env: &Env, after: &str) {
     let pid = std::fs::read_to_string(env.dir.path().join("pid.txt"))
@@ -706,23 +726,9 @@ fn a_command_cannot_end_its_watcher_with_a_polite_signal() {
          while [ ! -s pid.txt ]; do :; done; grep SigBlk /proc/self/status"
     );
     let model = one_shell_call(&env, &command);
-    let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
-    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let show = env.run(&["show", "--json", &id]);
-    let log: Value = serde_json::from_slice(&show.stdout).unwrap();
-    let output = log["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["type"] == "tool_finished")
-        .map(|e| e["result"]["output"].clone())
-        .unwrap();
+    let results = shell_results(&env, &model);
     assert_eq!(
-        output,
+        results("call-1")["output"],
         "exit code: 0\n--- stdout ---\nSigBlk:\t0000000000000000\n"
     );
     the_process_in_pid_txt_dies(&env, "a call whose command signalled its watcher");
@@ -742,23 +748,8 @@ fn a_watched_command_reports_a_signal_and_a_timeout_kills_what_left_its_group() 
         }}]},
         {"final": "done"}
     ]));
-    let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
-    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let show = String::from_utf8_lossy(&env.run(&["show", "--json", &id]).stdout).into_owned();
-    let log: Value = serde_json::from_str(&show).unwrap();
-    let result = |call: &str| {
-        log["events"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["type"] == "tool_finished" && e["result"]["call_id"] == call)
-            .map(|e| e["result"]["error"].clone())
-            .unwrap()
-    };
+    let results = shell_results(&env, &model);
+    let result = |call: &str| results(call)["error"].clone();
     let killed = result("sig");
     assert_eq!(killed["kind"], "execution_failed", "{killed}");
     let message = killed["message"].as_str().unwrap();
