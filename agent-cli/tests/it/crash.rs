@@ -734,6 +734,22 @@ fn a_command_cannot_end_its_watcher_with_a_polite_signal() {
     the_process_in_pid_txt_dies(&env, "a call whose command signalled its watcher");
 }
 
+/// The watcher's variable left in a person's environment does not turn `agent` into a
+/// watcher: that also takes a socket on its standard input.
+#[test]
+fn the_watchers_variable_alone_does_not_make_agent_a_watcher() {
+    let env = Env::new();
+    let out = env
+        .cmd()
+        .env("AGENT_LOOP_WATCH", "1")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("agent "));
+}
+
 /// Through the watcher the call still learns how its command ended: a signal that killed
 /// it, or a time limit passed, which kills the process that left the group as well.
 #[test]
