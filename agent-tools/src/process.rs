@@ -81,19 +81,20 @@ impl Drop for Watcher {
 /// The environment variable that starts a process as a call's watcher
 /// ([`watch_if_asked`]).
 #[cfg(target_os = "linux")]
-const WATCH_ENV: &str = "AGENT_LOOP_WATCH";
+pub(crate) const WATCH_ENV: &str = "AGENT_LOOP_WATCH";
 
 /// The program started as a call's watcher, once the binary said it serves
 /// [`watch_if_asked`] ([`watch_with`]).
 #[cfg(target_os = "linux")]
 static WATCH_PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
-/// Has the `shell` built-in start each command under `program` (this binary, which calls
-/// [`watch_if_asked`] first thing in `main`) rather than under `sh`: a watcher that is the
-/// command's parent and its processes' reaper (Linux's child subreaper), so that a process
-/// that leaves the command's process group (`setsid`, a daemon's double fork) comes back
-/// to it when its parent dies, and is killed with the rest when the call ends or this
-/// process dies, `kill -9` included. Elsewhere than on Linux, nothing changes.
+/// Has the `shell` built-in start each command, and MCP servers each server, under
+/// `program` (this binary, which calls [`watch_if_asked`] first thing in `main`) rather
+/// than beside an `sh` watcher: a watcher that is the program's parent and its processes'
+/// reaper (Linux's child subreaper), so that a process that leaves the program's process
+/// group (`setsid`, a daemon's double fork) comes back to it when its parent dies, and is
+/// killed with the rest when the call ends, the server is stopped, or this process dies,
+/// `kill -9` included. Elsewhere than on Linux, nothing changes.
 pub fn watch_with(program: std::path::PathBuf) {
     #[cfg(target_os = "linux")]
     let _ = WATCH_PROGRAM.set(program);
@@ -101,25 +102,59 @@ pub fn watch_with(program: std::path::PathBuf) {
     let _ = program;
 }
 
-/// Serves as a call's watcher if this process was started as one (by a `shell` call, see
-/// [`watch_with`]: its environment says so and its standard input is a socket), and then
-/// exits; otherwise returns at once. Call it first thing in `main`.
+/// Serves as a watcher if this process was started as one (by a `shell` call or an MCP
+/// server's start, see [`watch_with`]: its environment says so and its link is a socket),
+/// and then exits; otherwise returns at once. Call it first thing in `main`.
 pub fn watch_if_asked() {
     #[cfg(target_os = "linux")]
-    if std::env::var_os(WATCH_ENV).is_some_and(|v| v == "1") && stdin_is_a_socket() {
-        watching::serve();
+    if let Some(link) = asked_link() {
+        watching::serve(link);
         std::process::exit(0);
     }
 }
 
-/// Whether this process's standard input is a socket, as a watcher's link is (a variable
-/// left in a person's environment does not make `agent` a watcher).
+/// Where a watcher's link to the `agent` that started it is, which says what the watched
+/// program's standard streams are ([`WATCH_ENV`]'s value).
 #[cfg(target_os = "linux")]
-fn stdin_is_a_socket() -> bool {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Link {
+    /// `1`: the link is the watcher's standard input; the program's is empty, its output
+    /// and errors are the watcher's (a `shell` command's pipes).
+    Stdin,
+    /// `2`: the link is the watcher's standard error; the program's input and output are
+    /// the watcher's (an MCP server's protocol pipes), its errors go nowhere.
+    Stderr,
+}
+
+#[cfg(target_os = "linux")]
+impl Link {
+    /// The value of [`WATCH_ENV`] that asks for this link.
+    pub(crate) fn value(self) -> &'static str {
+        match self {
+            Link::Stdin => "1",
+            Link::Stderr => "2",
+        }
+    }
+}
+
+/// The link this process was asked to watch through, if its environment asks and that
+/// stream is a socket, as a watcher's link is (a variable left in a person's environment
+/// does not make `agent` a watcher).
+#[cfg(target_os = "linux")]
+fn asked_link() -> Option<Link> {
     use std::os::fd::AsFd;
-    rustix::fs::fstat(std::io::stdin().as_fd()).is_ok_and(|stat| {
+    let value = std::env::var_os(WATCH_ENV)?;
+    let (link, stat) = if value == Link::Stdin.value() {
+        (Link::Stdin, rustix::fs::fstat(std::io::stdin().as_fd()))
+    } else if value == Link::Stderr.value() {
+        (Link::Stderr, rustix::fs::fstat(std::io::stderr().as_fd()))
+    } else {
+        return None;
+    };
+    stat.is_ok_and(|stat| {
         rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::Socket
     })
+    .then_some(link)
 }
 
 /// The program to start a command under, if the binary serves as a watcher.
@@ -161,9 +196,9 @@ impl Ended {
     }
 }
 
-/// The watcher's side (see [`watch_with`]): its arguments are the command to run; its
-/// standard input is a socket to the `agent` that started it (the link), its standard
-/// output and error the call's pipes.
+/// The watcher's side (see [`watch_with`]): its arguments are the program to run and its
+/// arguments; one of its standard streams is a socket to the `agent` that started it (the
+/// link, see [`Link`]), the others are the program's.
 #[cfg(target_os = "linux")]
 mod watching {
     use std::io::{Read, Write};
@@ -176,30 +211,34 @@ mod watching {
     use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
     use nix::unistd::Pid;
 
-    use super::{Ended, WATCH_ENV};
+    use super::{Ended, Link, WATCH_ENV};
 
-    pub(super) fn serve() {
+    pub(super) fn serve(which: Link) {
         // Without it, a process that left the group still escapes; the rest holds.
         let _ = nix::sys::prctl::set_child_subreaper(true);
 
-        let Ok(link) = std::io::stdin()
-            .as_fd()
-            .try_clone_to_owned()
-            .map(UnixStream::from)
-        else {
+        let stream = match which {
+            Link::Stdin => std::io::stdin().as_fd().try_clone_to_owned(),
+            Link::Stderr => std::io::stderr().as_fd().try_clone_to_owned(),
+        };
+        let Ok(link) = stream.map(UnixStream::from) else {
             return;
         };
         let mut args = std::env::args_os().skip(1);
         let Some(program) = args.next() else {
             return;
         };
-        let spawned = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(args)
             .env_remove(WATCH_ENV)
-            .stdin(Stdio::null())
             // A group of its own, which this watcher kills first.
-            .process_group(0)
-            .spawn();
+            .process_group(0);
+        match which {
+            Link::Stdin => command.stdin(Stdio::null()),
+            Link::Stderr => command.stderr(Stdio::null()),
+        };
+        let spawned = command.spawn();
         // A `kill $PPID` from the command, or a `killall agent`, must not end the watcher
         // before its sweep: it ends when `agent`'s end of the link closes (SIGKILL still
         // ends it). Blocked after the command started, which would inherit the mask, and
@@ -214,9 +253,16 @@ mod watching {
             ending.add(signal);
         }
         let _ = ending.thread_block();
-        // This process's copies of the call's pipes are closed, so that they close when
-        // the command's processes close theirs.
-        if let Ok(null) = std::fs::File::options().write(true).open("/dev/null") {
+        // This process's copies of the program's pipes are closed, so that they close when
+        // the program's processes close theirs (the link was copied above).
+        if let Ok(null) = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        {
+            if which == Link::Stderr {
+                let _ = nix::unistd::dup2_stdin(&null);
+            }
             let _ = nix::unistd::dup2_stdout(&null);
             let _ = nix::unistd::dup2_stderr(&null);
         }

@@ -120,7 +120,10 @@ async fn run_under(
         .map_err(|e| failed(format!("cannot make the command watcher's socket: {e}")))?;
     let mut command = tokio::process::Command::new(program);
     command
-        .env("AGENT_LOOP_WATCH", "1")
+        .env(
+            crate::process::WATCH_ENV,
+            crate::process::Link::Stdin.value(),
+        )
         .arg("bash")
         .arg("-c")
         .arg(command_line)
