@@ -106,13 +106,23 @@ impl McpConfig {
 
 type Client = RunningService<RoleClient, ()>;
 
-/// A running server: its client, and the watcher of the process group it runs in, so that
-/// it dies with this process, `kill -9` included, rather than finish a call the run's
-/// recovery will ask about ([`Watcher`]).
+/// A running server: its client, and its watcher, so that it dies with this process,
+/// `kill -9` included, rather than finish a call the run's recovery will ask about.
 struct Connection {
     client: Client,
     /// Dropped after the client: kills what the server started too.
-    _watcher: Watcher,
+    _watcher: Guard,
+}
+
+/// What kills a server and what it started.
+enum Guard {
+    /// The watcher of the process group the server runs in ([`Watcher`]): what leaves the
+    /// group (a daemon's `setsid`) is out of its reach.
+    Group { _watcher: Watcher },
+    /// On Linux, when the binary serves as a watcher ([`crate::watch_with`]): the server's
+    /// parent and reaper, which kills everything below it, what left the group included.
+    #[cfg(target_os = "linux")]
+    Reaper { _watched: crate::process::Watched },
 }
 
 /// One server: its connection, restarted at most once.
@@ -143,6 +153,31 @@ impl Server {
         config: &ServerConfig,
         cwd: &Path,
     ) -> Result<Box<Connection>, String> {
+        #[cfg(target_os = "linux")]
+        if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
+            use crate::process::spawn_watched;
+            match spawn_watched(program, &config.command, &config.args, &config.env, cwd) {
+                Ok((watched, stdout, stdin)) => {
+                    return match ().serve((stdout, stdin)).await {
+                        Ok(client) => Ok(Box::new(Connection {
+                            client,
+                            _watcher: Guard::Reaper { _watched: watched },
+                        })),
+                        Err(e) => Err(match watched.why_not_started().await {
+                            Some(why) => format!("{}: {why}", config.command),
+                            None => format!("server {name}: handshake failed: {e}"),
+                        }),
+                    };
+                }
+                // A binary that cannot be started again (a file system mounted `noexec`,
+                // say): the group's watcher serves.
+                Err(e) => tracing::warn!(
+                    "cannot start {} as MCP server {name}'s watcher ({e}); the server runs \
+                     in a process group instead",
+                    program.display()
+                ),
+            }
+        }
         let watcher = Watcher::start()?;
         let mut command = tokio::process::Command::new(&config.command);
         command
@@ -163,7 +198,7 @@ impl Server {
             .map_err(|e| format!("server {name}: handshake failed: {e}"))?;
         Ok(Box::new(Connection {
             client,
-            _watcher: watcher,
+            _watcher: Guard::Group { _watcher: watcher },
         }))
     }
 

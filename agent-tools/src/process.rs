@@ -13,7 +13,7 @@ use std::process::Stdio;
 /// into the group ([`Watcher::group`], given to `process_group`) is killed with it, and
 /// everything it started that stayed in its group; a process that leaves the group (a
 /// daemon's `setsid`) is out of reach of this watcher (the `shell` built-in's commands
-/// have another on Linux, see [`watch_with`]). Without it, a command whose run was killed went
+/// and MCP servers have another on Linux, see [`watch_with`]). Without it, a command whose run was killed went
 /// on, and could do its effect after the run's recovery had looked for it and been told
 /// to run the call again.
 ///
@@ -161,6 +161,87 @@ fn asked_link() -> Option<Link> {
 #[cfg(target_os = "linux")]
 pub(crate) fn watch_program() -> Option<&'static std::path::Path> {
     WATCH_PROGRAM.get().map(std::path::PathBuf::as_path)
+}
+
+/// A program started under its watcher with its standard input and output as pipes to
+/// this process (an MCP server's): dropping this closes the link, and the watcher then
+/// kills the program and every process left below it, those that left its process group
+/// included, as it does when this process dies. The watcher itself is never killed from
+/// here, so that nothing ends it before its sweep.
+#[cfg(all(target_os = "linux", feature = "mcp"))]
+pub(crate) struct Watched {
+    link: tokio::net::UnixStream,
+    /// Not killed on drop; reaped by tokio once it exits.
+    _watcher: tokio::process::Child,
+}
+
+/// Starts `program` with `args` and `env` added, in `cwd`, under `watcher` (this binary,
+/// see [`watch_with`]) with the [`Link::Stderr`] link: the program's standard input and
+/// output are returned with the [`Watched`] that keeps it alive, its errors go nowhere.
+/// `Err` when the watcher cannot be started; a program that cannot be started is told by
+/// [`Watched::why_not_started`].
+#[cfg(all(target_os = "linux", feature = "mcp"))]
+pub(crate) fn spawn_watched(
+    watcher: &std::path::Path,
+    program: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    cwd: &std::path::Path,
+) -> std::io::Result<(
+    Watched,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let mut command = tokio::process::Command::new(watcher);
+    command
+        .env(WATCH_ENV, Link::Stderr.value())
+        .arg(program)
+        .args(args)
+        .envs(env)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        // Not in this process's group: a Ctrl-C to the run must not end the watcher
+        // before what it watches.
+        .process_group(0)
+        .kill_on_drop(false);
+    let mut child = command.spawn()?;
+    // The watcher's end of the socket, closed here.
+    drop(command);
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err(std::io::Error::other(
+            "the watcher started without its pipes",
+        ));
+    };
+    ours.set_nonblocking(true)?;
+    let link = tokio::net::UnixStream::from_std(ours)?;
+    Ok((
+        Watched {
+            link,
+            _watcher: child,
+        },
+        stdout,
+        stdin,
+    ))
+}
+
+#[cfg(all(target_os = "linux", feature = "mcp"))]
+impl Watched {
+    /// Ends the watch (the watcher kills what it started) and returns why the program
+    /// could not be started, if that is what its watcher reported.
+    pub(crate) async fn why_not_started(mut self) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Closing this side's writing is the watcher's signal; what it wrote is still read.
+        let _ = self.link.shutdown().await;
+        let mut report = String::new();
+        let _ = self.link.read_to_string(&mut report).await;
+        report.lines().find_map(|line| match Ended::parse(line) {
+            Some(Ended::NotStarted(why)) => Some(why),
+            _ => None,
+        })
+    }
 }
 
 /// How a watched command ended, as its watcher reports it on the link: one line.

@@ -679,9 +679,9 @@ fn shell_results(env: &Env, model: &str) -> impl Fn(&str) -> Value {
     }
 }
 
-/// The process whose pid is in `pid.txt` ends soon, and never acted.
-fn the_process_in_pid_txt_dies(env: &Env, after: &str) {
-    let pid = std::fs::read_to_string(env.dir.path().join("pid.txt"))
+/// The process whose pid is in `file` ends soon, and never acted.
+fn the_process_in_dies(env: &Env, file: &str, after: &str) {
+    let pid = std::fs::read_to_string(env.dir.path().join(file))
         .unwrap()
         .trim()
         .to_owned();
@@ -712,7 +712,7 @@ fn a_process_that_left_the_commands_group_dies_when_the_call_ends() {
     let model = one_shell_call(&env, &command);
     let out = env.run(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
     assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
-    the_process_in_pid_txt_dies(&env, "the call that started it");
+    the_process_in_dies(&env, "pid.txt", "the call that started it");
 }
 
 /// The watcher outlives the signals that end a process politely, sent by the command
@@ -731,7 +731,11 @@ fn a_command_cannot_end_its_watcher_with_a_polite_signal() {
         results("call-1")["output"],
         "exit code: 0\n--- stdout ---\nSigBlk:\t0000000000000000\n"
     );
-    the_process_in_pid_txt_dies(&env, "a call whose command signalled its watcher");
+    the_process_in_dies(
+        &env,
+        "pid.txt",
+        "a call whose command signalled its watcher",
+    );
 }
 
 /// The watcher's variable left in a person's environment does not turn `agent` into a
@@ -774,7 +778,7 @@ fn a_watched_command_reports_a_signal_and_a_timeout_kills_what_left_its_group() 
         "{message}"
     );
     assert_eq!(result("slow")["kind"], "timeout");
-    the_process_in_pid_txt_dies(&env, "the call that timed out");
+    the_process_in_dies(&env, "pid.txt", "the call that timed out");
 }
 
 /// The same for an MCP server in the middle of a call: it sees its input close when the
@@ -799,6 +803,82 @@ fn an_mcp_server_in_a_call_when_the_run_is_killed_dies_with_it() {
         "go",
     ];
     killed_mid_call(&env, &args, "server.pid");
+}
+
+/// Writes an `mcp.json` that starts [`crate::PY_MCP_SERVER`] as the server `s`, leaving a
+/// process that left its process group (`daemon.pid`); returns its name.
+fn mcp_config_leaving_a_daemon(env: &Env) -> &'static str {
+    let config = crate::py_mcp_config(env, "s");
+    let config_path = env.dir.path().join(config);
+    let mut json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    json["mcpServers"]["s"]["env"] = json!({"LEAVE_A_DAEMON": "1"});
+    std::fs::write(&config_path, json.to_string()).unwrap();
+    config
+}
+
+/// What an MCP server started that left its process group dies with the run killed by
+/// SIGKILL: the server runs under `agent` as its watcher, as a `shell` command does.
+#[test]
+fn what_an_mcp_server_started_out_of_its_group_dies_with_the_run_killed() {
+    let env = Env::new();
+    let config = mcp_config_leaving_a_daemon(&env);
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "call-1", "name": "mcp__s__slow", "arguments": {}}]},
+        {"final": "done"}
+    ]));
+    let args = [
+        "run",
+        "--json",
+        "--mcp-config",
+        config,
+        "--allow",
+        "mcp__s__slow",
+        "--model",
+        &model,
+        "go",
+    ];
+    killed_mid_call(&env, &args, "server.pid");
+    the_process_in_dies(&env, "daemon.pid", "the run killed by SIGKILL");
+}
+
+/// And when the run ends as it should: the server is stopped, and what it left with it.
+#[test]
+fn what_an_mcp_server_started_out_of_its_group_dies_when_the_run_ends() {
+    let env = Env::new();
+    let config = mcp_config_leaving_a_daemon(&env);
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "call-1", "name": "mcp__s__env",
+                         "arguments": {"name": "LEAVE_A_DAEMON"}}]},
+        {"final": "done"}
+    ]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--mcp-config",
+        config,
+        "--model",
+        &model,
+        "go",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    the_process_in_dies(&env, "daemon.pid", "the run");
+}
+
+/// A server whose program cannot be started says so in words, through its watcher.
+#[test]
+fn an_mcp_server_whose_program_is_missing_is_named_with_the_reason() {
+    let env = Env::new();
+    let config = json!({"mcpServers": {"x": {"command": "no-such-server-here"}}});
+    std::fs::write(env.dir.path().join("mcp.json"), config.to_string()).unwrap();
+    let model = env.script(json!([{"final": "done"}]));
+    let out = env.run(&["run", "--mcp-config", "mcp.json", "--model", &model, "go"]);
+    assert_eq!(out.status.code(), Some(2), "{}", crate::stderr(&out));
+    assert_eq!(
+        crate::stderr(&out).trim_end(),
+        "agent: MCP server \"x\" failed to start: no-such-server-here: No such file or \
+         directory (os error 2)"
+    );
 }
 
 /// And for a command hook: hooks may act (a post-call hook that formats a file, say), and

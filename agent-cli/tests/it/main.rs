@@ -79,7 +79,17 @@ impl Env {
 /// `die` kills the server in the middle of the call, and `slow` writes its pid to
 /// `server.pid`, then a line to `effects.txt` a minute later.
 const PY_MCP_SERVER: &str = r#"
-import json, os, sys, time
+import json, os, subprocess, sys, time
+if os.environ.get("LEAVE_A_DAEMON"):
+    # A process that leaves the server's process group, as a daemon does: it writes its
+    # pid, and would write to effects.txt a minute later. The server serves once it has.
+    daemon = subprocess.Popen(
+        ["sh", "-c", "echo $$ > daemon.pid; echo ready; exec >/dev/null; sleep 60; "
+                     "echo late >> effects.txt"],
+        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL)
+    daemon.stdout.readline()
+    daemon.stdout.close()
 for line in sys.stdin:
     msg = json.loads(line)
     if "id" not in msg:
