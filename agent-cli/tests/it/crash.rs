@@ -787,6 +787,12 @@ fn a_watched_command_reports_a_signal_and_a_timeout_kills_what_left_its_group() 
 fn an_mcp_server_in_a_call_when_the_run_is_killed_dies_with_it() {
     let env = Env::new();
     let config = crate::py_mcp_config(&env, "s");
+    killed_in_the_servers_slow_call(&env, config);
+}
+
+/// Runs one call of server `s`'s `slow` tool (with `config`), and kills the run with
+/// SIGKILL in the middle of it; the server dies with it ([`killed_mid_call`]).
+fn killed_in_the_servers_slow_call(env: &Env, config: &str) {
     let model = env.script(json!([
         {"tool_calls": [{"id": "call-1", "name": "mcp__s__slow", "arguments": {}}]},
         {"final": "done"}
@@ -802,7 +808,7 @@ fn an_mcp_server_in_a_call_when_the_run_is_killed_dies_with_it() {
         &model,
         "go",
     ];
-    killed_mid_call(&env, &args, "server.pid");
+    killed_mid_call(env, &args, "server.pid");
 }
 
 /// Writes an `mcp.json` that starts [`crate::PY_MCP_SERVER`] as the server `s`, leaving a
@@ -823,22 +829,7 @@ fn mcp_config_leaving_a_daemon(env: &Env) -> &'static str {
 fn what_an_mcp_server_started_out_of_its_group_dies_with_the_run_killed() {
     let env = Env::new();
     let config = mcp_config_leaving_a_daemon(&env);
-    let model = env.script(json!([
-        {"tool_calls": [{"id": "call-1", "name": "mcp__s__slow", "arguments": {}}]},
-        {"final": "done"}
-    ]));
-    let args = [
-        "run",
-        "--json",
-        "--mcp-config",
-        config,
-        "--allow",
-        "mcp__s__slow",
-        "--model",
-        &model,
-        "go",
-    ];
-    killed_mid_call(&env, &args, "server.pid");
+    killed_in_the_servers_slow_call(&env, config);
     the_process_in_dies(&env, "daemon.pid", "the run killed by SIGKILL");
 }
 
