@@ -96,7 +96,8 @@ impl CommandHook {
 /// Runs `bash -c command` in `cwd` with `env` added, `input` on its stdin: its answer read
 /// and its exit awaited, all within `timeout`. However this ends (answered, timed out, or
 /// this process killed), the command and every process it started that stayed in its
-/// process group are killed ([`Watcher`]).
+/// process group are killed ([`Watcher`]); on Linux, under this binary as its watcher
+/// ([`crate::watch_with`]), those that left the group too.
 pub(crate) async fn run_command(
     command: &str,
     cwd: &std::path::Path,
@@ -104,6 +105,19 @@ pub(crate) async fn run_command(
     input: Vec<u8>,
     timeout: Duration,
 ) -> Answer {
+    #[cfg(target_os = "linux")]
+    if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
+        match run_watched(program, command, cwd, env, &input, timeout).await {
+            Ok(answer) => return answer,
+            // A binary that cannot be started again (a file system mounted `noexec`, say):
+            // the group's watcher serves.
+            Err(e) => tracing::warn!(
+                "cannot start {} as a hook's watcher ({e}); the hook runs in a process \
+                 group instead",
+                program.display()
+            ),
+        }
+    }
     let watcher = match Watcher::start() {
         Ok(watcher) => watcher,
         Err(why) => return Answer::Failed(format!("could not start: {why}")),
@@ -153,6 +167,64 @@ pub(crate) async fn run_command(
             stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
         },
     }
+}
+
+/// [`run_command`] under `program` serving as the command's watcher (see
+/// [`crate::watch_with`]): its parent and reaper, which gives it `input`, reports how it
+/// ended, and kills every process left below it once this side of its link closes, those
+/// that left the command's group included. `Err` when the watcher cannot be started.
+#[cfg(target_os = "linux")]
+async fn run_watched(
+    program: &std::path::Path,
+    command: &str,
+    cwd: &std::path::Path,
+    env: &[(&str, &str)],
+    input: &[u8],
+    timeout: Duration,
+) -> std::io::Result<Answer> {
+    use crate::process::{Ended, Link, Pipes, spawn_watched};
+    let spawned = spawn_watched(
+        program,
+        Link::Fed,
+        "bash",
+        ["-c", command],
+        env.iter().copied(),
+        cwd,
+    )?;
+    let (mut watched, stdout, stderr) = match spawned {
+        (
+            watched,
+            Pipes {
+                stdout: Some(stdout),
+                stderr: Some(stderr),
+                ..
+            },
+        ) => (watched, stdout, stderr),
+        _ => return Ok(Answer::Failed("started without its pipes".to_owned())),
+    };
+    let exchange = async {
+        // A watcher that could not start the command has said so already; its line is
+        // still read below.
+        let _ = watched.feed(input).await;
+        tokio::join!(read_capped(stdout), read_capped(stderr), watched.ended())
+    };
+    // However this ends, the link closes when `watched` is dropped, and the watcher kills
+    // what is left.
+    Ok(match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => Answer::Failed(format!("timed out after {} ms", timeout.as_millis())),
+        Ok((_, _, Some(Ended::NotStarted(why)))) => {
+            Answer::Failed(format!("could not start: {why}"))
+        }
+        Ok((_, _, None)) => Answer::Failed("its watcher ended without saying how".to_owned()),
+        Ok((stdout, stderr, Some(ended))) => Answer::Exited {
+            code: match ended {
+                Ended::Code(code) => Some(code),
+                _ => None,
+            },
+            stdout: String::from_utf8_lossy(&stdout).trim().to_owned(),
+            stderr: String::from_utf8_lossy(&stderr).trim().to_owned(),
+        },
+    })
 }
 
 /// Bytes of a hook's stdout or stderr kept at most.

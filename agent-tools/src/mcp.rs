@@ -155,9 +155,24 @@ impl Server {
     ) -> Result<Box<Connection>, String> {
         #[cfg(target_os = "linux")]
         if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
-            use crate::process::spawn_watched;
-            match spawn_watched(program, &config.command, &config.args, &config.env, cwd) {
-                Ok((watched, stdout, stdin)) => {
+            use crate::process::{Link, Pipes, spawn_watched};
+            let spawned = spawn_watched(
+                program,
+                Link::Stderr,
+                &config.command,
+                config.args.iter().map(String::as_str),
+                config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                cwd,
+            );
+            match spawned {
+                Ok((
+                    watched,
+                    Pipes {
+                        stdin: Some(stdin),
+                        stdout: Some(stdout),
+                        ..
+                    },
+                )) => {
                     return match ().serve((stdout, stdin)).await {
                         Ok(client) => Ok(Box::new(Connection {
                             client,
@@ -169,6 +184,7 @@ impl Server {
                         }),
                     };
                 }
+                Ok(_) => return Err("the server's watcher started without its pipes".into()),
                 // A binary that cannot be started again (a file system mounted `noexec`,
                 // say): the group's watcher serves.
                 Err(e) => tracing::warn!(

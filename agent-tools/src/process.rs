@@ -12,8 +12,8 @@ use std::process::Stdio;
 /// is then also killed at once, from here) or when this process dies. A command started
 /// into the group ([`Watcher::group`], given to `process_group`) is killed with it, and
 /// everything it started that stayed in its group; a process that leaves the group (a
-/// daemon's `setsid`) is out of reach of this watcher (the `shell` built-in's commands
-/// and MCP servers have another on Linux, see [`watch_with`]). Without it, a command whose run was killed went
+/// daemon's `setsid`) is out of reach of this watcher (on Linux, every process `agent`
+/// starts has another, see [`watch_with`]). Without it, a command whose run was killed went
 /// on, and could do its effect after the run's recovery had looked for it and been told
 /// to run the call again.
 ///
@@ -88,9 +88,9 @@ pub(crate) const WATCH_ENV: &str = "AGENT_LOOP_WATCH";
 #[cfg(target_os = "linux")]
 static WATCH_PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
 
-/// Has the `shell` built-in start each command, and MCP servers each server, under
-/// `program` (this binary, which calls [`watch_if_asked`] first thing in `main`) rather
-/// than beside an `sh` watcher: a watcher that is the program's parent and its processes'
+/// Has the `shell` built-in start each command, command hooks and answer checks each
+/// command, and MCP servers each server, under `program` (this binary, which calls
+/// [`watch_if_asked`] first thing in `main`) rather than beside an `sh` watcher: a watcher that is the program's parent and its processes'
 /// reaper (Linux's child subreaper), so that a process that leaves the program's process
 /// group (`setsid`, a daemon's double fork) comes back to it when its parent dies, and is
 /// killed with the rest when the call ends, the server is stopped, or this process dies,
@@ -102,8 +102,8 @@ pub fn watch_with(program: std::path::PathBuf) {
     let _ = program;
 }
 
-/// Serves as a watcher if this process was started as one (by a `shell` call or an MCP
-/// server's start, see [`watch_with`]: its environment says so and its link is a socket),
+/// Serves as a watcher if this process was started as one (by a `shell` call, a hook or
+/// an MCP server's start, see [`watch_with`]: its environment says so and its link is a socket),
 /// and then exits; otherwise returns at once. Call it first thing in `main`.
 pub fn watch_if_asked() {
     #[cfg(target_os = "linux")]
@@ -124,6 +124,9 @@ pub(crate) enum Link {
     /// `2`: the link is the watcher's standard error; the program's input and output are
     /// the watcher's (an MCP server's protocol pipes), its errors go nowhere.
     Stderr,
+    /// `3`: as `1`, but the program's input comes first on the link, a line `input N`
+    /// then N bytes, which the program reads from a pipe to its end (a hook's question).
+    Fed,
 }
 
 #[cfg(target_os = "linux")]
@@ -133,6 +136,7 @@ impl Link {
         match self {
             Link::Stdin => "1",
             Link::Stderr => "2",
+            Link::Fed => "3",
         }
     }
 }
@@ -146,6 +150,8 @@ fn asked_link() -> Option<Link> {
     let value = std::env::var_os(WATCH_ENV)?;
     let (link, stat) = if value == Link::Stdin.value() {
         (Link::Stdin, rustix::fs::fstat(std::io::stdin().as_fd()))
+    } else if value == Link::Fed.value() {
+        (Link::Fed, rustix::fs::fstat(std::io::stdin().as_fd()))
     } else if value == Link::Stderr.value() {
         (Link::Stderr, rustix::fs::fstat(std::io::stderr().as_fd()))
     } else {
@@ -163,78 +169,110 @@ pub(crate) fn watch_program() -> Option<&'static std::path::Path> {
     WATCH_PROGRAM.get().map(std::path::PathBuf::as_path)
 }
 
-/// A program started under its watcher with its standard input and output as pipes to
-/// this process (an MCP server's): dropping this closes the link, and the watcher then
-/// kills the program and every process left below it, those that left its process group
-/// included, as it does when this process dies. The watcher itself is never killed from
-/// here, so that nothing ends it before its sweep.
-#[cfg(all(target_os = "linux", feature = "mcp"))]
+/// A program started under its watcher ([`spawn_watched`]): dropping this closes the
+/// link, and the watcher then kills the program and every process left below it, those
+/// that left its process group included, as it does when this process dies. The watcher
+/// itself is never killed from here, so that nothing ends it before its sweep.
+#[cfg(target_os = "linux")]
 pub(crate) struct Watched {
-    link: tokio::net::UnixStream,
+    link: tokio::io::BufReader<tokio::net::UnixStream>,
     /// Not killed on drop; reaped by tokio once it exits.
     _watcher: tokio::process::Child,
 }
 
+/// The program's standard streams that are pipes to this process, by [`Link`]: output
+/// and errors for [`Link::Stdin`] and [`Link::Fed`], input and output for
+/// [`Link::Stderr`].
+#[cfg(target_os = "linux")]
+pub(crate) struct Pipes {
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) stdin: Option<tokio::process::ChildStdin>,
+    pub(crate) stdout: Option<tokio::process::ChildStdout>,
+    pub(crate) stderr: Option<tokio::process::ChildStderr>,
+}
+
 /// Starts `program` with `args` and `env` added, in `cwd`, under `watcher` (this binary,
-/// see [`watch_with`]) with the [`Link::Stderr`] link: the program's standard input and
-/// output are returned with the [`Watched`] that keeps it alive, its errors go nowhere.
-/// `Err` when the watcher cannot be started; a program that cannot be started is told by
-/// [`Watched::why_not_started`].
-#[cfg(all(target_os = "linux", feature = "mcp"))]
-pub(crate) fn spawn_watched(
+/// see [`watch_with`]) linked by `link`. `Err` when the watcher cannot be started; a
+/// program that cannot be started is told on the link ([`Watched::ended`],
+/// [`Watched::why_not_started`]).
+#[cfg(target_os = "linux")]
+pub(crate) fn spawn_watched<'a>(
     watcher: &std::path::Path,
+    link: Link,
     program: &str,
-    args: &[String],
-    env: &std::collections::BTreeMap<String, String>,
+    args: impl IntoIterator<Item = &'a str>,
+    env: impl IntoIterator<Item = (&'a str, &'a str)>,
     cwd: &std::path::Path,
-) -> std::io::Result<(
-    Watched,
-    tokio::process::ChildStdout,
-    tokio::process::ChildStdin,
-)> {
+) -> std::io::Result<(Watched, Pipes)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let theirs = Stdio::from(std::os::fd::OwnedFd::from(theirs));
     let mut command = tokio::process::Command::new(watcher);
     command
-        .env(WATCH_ENV, Link::Stderr.value())
+        .env(WATCH_ENV, link.value())
         .arg(program)
         .args(args)
         .envs(env)
         .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
         // Not in this process's group: a Ctrl-C to the run must not end the watcher
         // before what it watches.
         .process_group(0)
         .kill_on_drop(false);
-    let mut child = command.spawn()?;
+    match link {
+        Link::Stdin | Link::Fed => command
+            .stdin(theirs)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        Link::Stderr => command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(theirs),
+    };
+    let spawned = command.spawn();
     // The watcher's end of the socket, closed here.
     drop(command);
-    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-        return Err(std::io::Error::other(
-            "the watcher started without its pipes",
-        ));
+    let mut child = spawned?;
+    let pipes = Pipes {
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
     };
     ours.set_nonblocking(true)?;
     let link = tokio::net::UnixStream::from_std(ours)?;
     Ok((
         Watched {
-            link,
+            link: tokio::io::BufReader::new(link),
             _watcher: child,
         },
-        stdout,
-        stdin,
+        pipes,
     ))
 }
 
-#[cfg(all(target_os = "linux", feature = "mcp"))]
+#[cfg(target_os = "linux")]
 impl Watched {
+    /// Gives the program its input ([`Link::Fed`]): it reads it, then the end of it.
+    pub(crate) async fn feed(&mut self, input: &[u8]) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let link = self.link.get_mut();
+        link.write_all(format!("input {}\n", input.len()).as_bytes())
+            .await?;
+        link.write_all(input).await
+    }
+
+    /// How the program ended, once it has; `None` if the watcher ended without saying.
+    pub(crate) async fn ended(&mut self) -> Option<Ended> {
+        use tokio::io::AsyncBufReadExt;
+        let mut line = String::new();
+        self.link.read_line(&mut line).await.ok()?;
+        Ended::parse(&line)
+    }
+
     /// Ends the watch (the watcher kills what it started) and returns why the program
     /// could not be started, if that is what its watcher reported.
+    #[cfg(feature = "mcp")]
     pub(crate) async fn why_not_started(mut self) -> Option<String> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         // Closing this side's writing is the watcher's signal; what it wrote is still read.
-        let _ = self.link.shutdown().await;
+        let _ = self.link.get_mut().shutdown().await;
         let mut report = String::new();
         let _ = self.link.read_to_string(&mut report).await;
         report.lines().find_map(|line| match Ended::parse(line) {
@@ -299,11 +337,20 @@ mod watching {
         let _ = nix::sys::prctl::set_child_subreaper(true);
 
         let stream = match which {
-            Link::Stdin => std::io::stdin().as_fd().try_clone_to_owned(),
+            Link::Stdin | Link::Fed => std::io::stdin().as_fd().try_clone_to_owned(),
             Link::Stderr => std::io::stderr().as_fd().try_clone_to_owned(),
         };
         let Ok(link) = stream.map(UnixStream::from) else {
             return;
+        };
+        // The program's input, read whole before it starts: nothing is left unread on the
+        // link, whatever happens next.
+        let input = match which {
+            Link::Fed => match read_input(&link) {
+                Some(input) => Some(input),
+                None => return,
+            },
+            Link::Stdin | Link::Stderr => None,
         };
         let mut args = std::env::args_os().skip(1);
         let Some(program) = args.next() else {
@@ -317,6 +364,7 @@ mod watching {
             .process_group(0);
         match which {
             Link::Stdin => command.stdin(Stdio::null()),
+            Link::Fed => command.stdin(Stdio::piped()),
             Link::Stderr => command.stderr(Stdio::null()),
         };
         let spawned = command.spawn();
@@ -347,13 +395,19 @@ mod watching {
             let _ = nix::unistd::dup2_stdout(&null);
             let _ = nix::unistd::dup2_stderr(&null);
         }
-        let child = match spawned {
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 let _ = (&link).write_all(Ended::NotStarted(e.to_string()).line().as_bytes());
                 return;
             }
         };
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            // A program that does not read its input is its own business.
+            std::thread::spawn(move || {
+                let _ = stdin.write_all(&input);
+            });
+        }
         let group = child.id();
         let Ok(pid) = i32::try_from(group).map(Pid::from_raw) else {
             return;
@@ -377,6 +431,31 @@ mod watching {
         while matches!((&link).read(&mut byte), Ok(n) if n > 0) {}
         let _ = killpg(pid, Signal::SIGKILL);
         sweep();
+    }
+
+    /// The program's input, as `agent` sends it first on a [`Link::Fed`] link: a line
+    /// `input N`, then N bytes. `None` if the link says anything else or closes first.
+    fn read_input(mut link: &UnixStream) -> Option<Vec<u8>> {
+        /// More than any question `agent` asks a hook.
+        const MOST: usize = 1 << 30;
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while line.len() < 32 {
+            link.read_exact(&mut byte).ok()?;
+            if byte[0] == b'\n' {
+                break;
+            }
+            line.push(byte[0]);
+        }
+        let len: usize = std::str::from_utf8(&line)
+            .ok()?
+            .strip_prefix("input ")?
+            .parse()
+            .ok()
+            .filter(|&len| len <= MOST)?;
+        let mut input = vec![0; len];
+        link.read_exact(&mut input).ok()?;
+        Some(input)
     }
 
     /// Kills every process left below this one, those that left the command's group

@@ -877,13 +877,36 @@ fn an_mcp_server_whose_program_is_missing_is_named_with_the_reason() {
 #[test]
 fn a_hook_running_when_the_run_is_killed_dies_with_it() {
     let env = Env::new();
+    with_a_trusted_hook(
+        &env,
+        "echo $$ > hook.pid; sleep 60; echo late >> effects.txt",
+    );
+    killed_mid_call(&env, &["run", "--json", "go"], "hook.pid");
+}
+
+/// A process a hook started that left its process group dies when the hook has answered:
+/// hooks run under `agent` as their watcher, as `shell` commands do.
+#[test]
+fn what_a_hook_started_out_of_its_group_dies_when_it_answers() {
+    let env = Env::new();
+    with_a_trusted_hook(
+        &env,
+        &format!("{LEAVES_THE_GROUP} while [ ! -s pid.txt ]; do :; done"),
+    );
+    let out = env.run(&["run", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    the_process_in_dies(&env, "pid.txt", "the hook that started it");
+}
+
+/// Writes and trusts an `agent.toml` whose model makes one `list_dir` call and answers,
+/// with `command` as a `pre_tool_use` hook.
+fn with_a_trusted_hook(env: &Env, command: &str) {
     let model = env.script(json!([
         {"tool_calls": [{"id": "call-1", "name": "list_dir", "arguments": {}}]},
         {"final": "done"}
     ]));
     let toml = format!(
-        "model = {model:?}\n[[hooks.pre_tool_use]]\n\
-         command = 'echo $$ > hook.pid; sleep 60; echo late >> effects.txt'\n\
+        "model = {model:?}\n[[hooks.pre_tool_use]]\ncommand = {command:?}\n\
          timeout_secs = 120\n"
     );
     std::fs::write(env.dir.path().join("agent.toml"), toml).unwrap();
@@ -894,5 +917,4 @@ fn a_hook_running_when_the_run_is_killed_dies_with_it() {
         "{}",
         crate::stderr(&trusted)
     );
-    killed_mid_call(&env, &["run", "--json", "go"], "hook.pid");
 }

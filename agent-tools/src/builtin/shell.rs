@@ -113,33 +113,30 @@ async fn run_under(
     limit: Duration,
     ctx: &ToolContext,
 ) -> Result<String, ToolError> {
-    use crate::process::Ended;
-    use tokio::io::AsyncBufReadExt;
+    use crate::process::{Ended, Link, Pipes, spawn_watched};
     let failed = |what: String| ToolError::new(ErrorKind::ExecutionFailed, what);
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-        .map_err(|e| failed(format!("cannot make the command watcher's socket: {e}")))?;
-    let mut command = tokio::process::Command::new(program);
-    command
-        .env(
-            crate::process::WATCH_ENV,
-            crate::process::Link::Stdin.value(),
-        )
-        .arg("bash")
-        .arg("-c")
-        .arg(command_line)
-        .current_dir(ctx.workspace.root())
-        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Not in this process's group: a Ctrl-C to the run must not end the watcher
-        // before what it watches. Never killed from here: it kills the rest first.
-        .process_group(0)
-        .kill_on_drop(false);
-    let spawned = command.spawn();
-    // The watcher's end of the socket, closed here.
-    drop(command);
-    let mut watcher = match spawned {
-        Ok(watcher) => watcher,
+    let spawned = spawn_watched(
+        program,
+        Link::Stdin,
+        "bash",
+        ["-c", command_line],
+        [],
+        ctx.workspace.root(),
+    );
+    let (mut watched, stdout, stderr) = match spawned {
+        Ok((
+            watched,
+            Pipes {
+                stdout: Some(stdout),
+                stderr: Some(stderr),
+                ..
+            },
+        )) => (watched, stdout, stderr),
+        Ok(_) => {
+            return Err(failed(
+                "the command's watcher started without its pipes".into(),
+            ));
+        }
         Err(e) => {
             // A binary that cannot be started again (a file system mounted `noexec`, say):
             // the group's watcher serves.
@@ -151,22 +148,10 @@ async fn run_under(
             return run_in_group(command_line, limit, ctx).await;
         }
     };
-    let (Some(stdout), Some(stderr)) = (watcher.stdout.take(), watcher.stderr.take()) else {
-        return Err(failed(
-            "the command's watcher started without its pipes".into(),
-        ));
-    };
-    ours.set_nonblocking(true)
-        .map_err(|e| failed(format!("the command watcher's socket: {e}")))?;
-    let mut link = tokio::net::UnixStream::from_std(ours)
-        .map_err(|e| failed(format!("the command watcher's socket: {e}")))?;
     // Held until the call's answer is made: output that background processes still write
     // is read until they close it, as in a process group.
     let ended = async {
-        let mut line = String::new();
-        let mut link = tokio::io::BufReader::new(&mut link);
-        let _ = link.read_line(&mut line).await;
-        match Ended::parse(&line) {
+        match watched.ended().await {
             Some(Ended::Code(code)) => Ok(Some(code)),
             Some(Ended::Signal(_)) => Ok(None),
             Some(Ended::NotStarted(why)) => Err(failed(format!("cannot start bash: {why}"))),
