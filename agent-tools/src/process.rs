@@ -435,15 +435,19 @@ mod watching {
 
     /// The program's input, as `agent` sends it first on a [`Link::Fed`] link: a line
     /// `input N`, then N bytes. `None` if the link says anything else or closes first.
-    fn read_input(mut link: &UnixStream) -> Option<Vec<u8>> {
+    pub(super) fn read_input(mut link: &UnixStream) -> Option<Vec<u8>> {
         /// More than any question `agent` asks a hook.
         const MOST: usize = 1 << 30;
         let mut line = Vec::new();
         let mut byte = [0u8; 1];
-        while line.len() < 32 {
+        loop {
             link.read_exact(&mut byte).ok()?;
             if byte[0] == b'\n' {
                 break;
+            }
+            // A header is a few bytes: a longer line is not one.
+            if line.len() == 32 {
+                return None;
             }
             line.push(byte[0]);
         }
@@ -495,6 +499,40 @@ mod watching {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::Ended;
+    use super::watching::read_input;
+
+    #[test]
+    fn a_hooks_input_is_read_whole_from_its_header_and_nothing_else_is_taken_for_it() {
+        use std::io::Write;
+        use std::os::unix::net::UnixStream;
+        let sent = |bytes: &[u8]| {
+            let (mut ours, theirs) = UnixStream::pair().unwrap();
+            ours.write_all(bytes).unwrap();
+            drop(ours);
+            read_input(&theirs)
+        };
+        assert_eq!(sent(b"input 3\nabc"), Some(b"abc".to_vec()));
+        assert_eq!(sent(b"input 0\n"), Some(Vec::new()));
+        // What follows the input stays on the link.
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        ours.write_all(b"input 2\nhi and more").unwrap();
+        assert_eq!(read_input(&theirs), Some(b"hi".to_vec()));
+        drop(ours);
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut &theirs, &mut rest).unwrap();
+        assert_eq!(rest, " and more");
+        for bad in [
+            &b"input 4\nabc"[..],
+            b"input x\n",
+            b"output 3\nabc",
+            b"input 2000000000\n",
+            b"input 3",
+            b"",
+            b"input 00000000000000000000000000000003\nabc",
+        ] {
+            assert_eq!(sent(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn how_a_command_ended_reads_back_from_its_line() {
