@@ -326,7 +326,7 @@ mod watching {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    use nix::sys::signal::{SigSet, Signal, kill, killpg};
+    use nix::sys::signal::{Signal, kill, killpg};
     use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
     use nix::unistd::Pid;
 
@@ -367,21 +367,21 @@ mod watching {
             Link::Fed => command.stdin(Stdio::piped()),
             Link::Stderr => command.stderr(Stdio::null()),
         };
-        let spawned = command.spawn();
-        // A `kill $PPID` from the command, or a `killall agent`, must not end the watcher
+        // A `kill $PPID` from the program, or a `killall agent`, must not end the watcher
         // before its sweep: it ends when `agent`'s end of the link closes (SIGKILL still
-        // ends it). Blocked after the command started, which would inherit the mask, and
-        // before the thread below, which does.
-        let mut ending = SigSet::empty();
+        // ends it). Caught, and so harmless, from before the program starts, so that it
+        // cannot signal first; not blocked, since a blocked mask is inherited, and a
+        // handler is not (the program starts with each at its default).
+        let polite = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         for signal in [
             Signal::SIGTERM,
             Signal::SIGINT,
             Signal::SIGHUP,
             Signal::SIGQUIT,
         ] {
-            ending.add(signal);
+            let _ = signal_hook::flag::register(signal as i32, polite.clone());
         }
-        let _ = ending.thread_block();
+        let spawned = command.spawn();
         // This process's copies of the program's pipes are closed, so that they close when
         // the program's processes close theirs (the link was copied above).
         if let Ok(null) = std::fs::File::options()
@@ -417,7 +417,13 @@ mod watching {
                 // Not reaped (`WNOWAIT`): the command's id, its group's, stays taken until
                 // the sweep, so the group killed then is never another's.
                 let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
-                let ended = match waitid(Id::Pid(pid), flags) {
+                let waited = loop {
+                    match waitid(Id::Pid(pid), flags) {
+                        Err(nix::errno::Errno::EINTR) => {}
+                        waited => break waited,
+                    }
+                };
+                let ended = match waited {
                     Ok(WaitStatus::Exited(_, code)) => Ended::Code(code),
                     Ok(WaitStatus::Signaled(_, signal, _)) => Ended::Signal(signal as i32),
                     _ => return,
@@ -426,9 +432,17 @@ mod watching {
             });
         }
         drop(child);
-        // Until the call ends: `agent` closes the link then, or dies.
+        // Until the call ends: `agent` closes the link then, or dies. A caught signal may
+        // interrupt the wait, which goes on.
         let mut byte = [0u8; 64];
-        while matches!((&link).read(&mut byte), Ok(n) if n > 0) {}
+        loop {
+            match (&link).read(&mut byte) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
         let _ = killpg(pid, Signal::SIGKILL);
         sweep();
     }
