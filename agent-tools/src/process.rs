@@ -90,11 +90,12 @@ static WATCH_PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceL
 
 /// Has the `shell` built-in start each command, command hooks and answer checks each
 /// command, and MCP servers each server, under `program` (this binary, which calls
-/// [`watch_if_asked`] first thing in `main`) rather than beside an `sh` watcher: a watcher that is the program's parent and its processes'
-/// reaper (Linux's child subreaper), so that a process that leaves the program's process
-/// group (`setsid`, a daemon's double fork) comes back to it when its parent dies, and is
-/// killed with the rest when the call ends, the server is stopped, or this process dies,
-/// `kill -9` included. Elsewhere than on Linux, nothing changes.
+/// [`watch_if_asked`] first thing in `main`) rather than beside an `sh` watcher: a
+/// watcher that is the program's parent and its processes' reaper (Linux's child
+/// subreaper), so that a process that leaves the program's process group (`setsid`, a
+/// daemon's double fork) comes back to it when its parent dies, and is killed with the
+/// rest when the call ends, the server is stopped, or this process dies, `kill -9`
+/// included. Elsewhere than on Linux, nothing changes.
 pub fn watch_with(program: std::path::PathBuf) {
     #[cfg(target_os = "linux")]
     let _ = WATCH_PROGRAM.set(program);
@@ -103,8 +104,8 @@ pub fn watch_with(program: std::path::PathBuf) {
 }
 
 /// Serves as a watcher if this process was started as one (by a `shell` call, a hook or
-/// an MCP server's start, see [`watch_with`]: its environment says so and its link is a socket),
-/// and then exits; otherwise returns at once. Call it first thing in `main`.
+/// an MCP server's start, see [`watch_with`]: its environment says so and its link is a
+/// socket), and then exits; otherwise returns at once. Call it first thing in `main`.
 pub fn watch_if_asked() {
     #[cfg(target_os = "linux")]
     if let Some(link) = asked_link() {
