@@ -611,24 +611,20 @@ fn killed_mid_call(env: &Env, args: &[&str], pid_file: &str) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let pid_file = env.dir.path().join(pid_file);
+    let path = env.dir.path().join(pid_file);
     let started = eventually(Duration::from_secs(60), || {
-        std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+        std::fs::read_to_string(&path).is_ok_and(|t| t.ends_with('\n'))
     });
     assert!(started, "the call never started");
-    let pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
-    assert!(running(&pid), "the call's process runs while the run does");
+    let pid = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        running(pid.trim()),
+        "the call's process runs while the run does"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     // It would sleep for a minute; it must be gone long before.
-    assert!(
-        eventually(Duration::from_secs(20), || !running(&pid)),
-        "process {pid} outlived the run killed by SIGKILL"
-    );
-    assert!(!env.dir.path().join("effects.txt").exists());
+    the_process_in_dies(env, pid_file, "the run killed by SIGKILL");
 }
 
 /// `kill -9` runs none of the process's code, yet the command it was running dies with it:
