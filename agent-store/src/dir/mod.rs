@@ -129,12 +129,22 @@ impl DirStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(files::io_error(given, &e)),
         };
+        DirStore::open_listed(given, &names)
+    }
+
+    /// Opens the store in `given`, whose names were listed in `names` a moment before:
+    /// another process may have made the store since.
+    fn open_listed(given: &Path, names: &[String]) -> Result<DirStore, StoreError> {
         let has = |name: &str| names.iter().any(|n| n == name);
         if has(LAYOUT_FILE) {
             check_layout(given)?;
-        } else if names.is_empty() || creation_cut_short(given, &names) {
+        } else if names.is_empty() || creation_cut_short(given, names) {
             create_layout(given)?;
-        } else if migrate::is_format_1(&names) {
+        } else if given.join(LAYOUT_FILE).exists() {
+            // Listed while another process was making the store, which it has since
+            // finished (its layout file is written before any run or blob) and begun to use.
+            check_layout(given)?;
+        } else if migrate::is_format_1(names) {
             migrate::convert(given)?;
         } else {
             return Err(StoreError::NotAStore(given.to_path_buf()));
@@ -636,5 +646,24 @@ impl Store for DirStore {
 
     fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
         self.blobs.get(handle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::started;
+
+    /// Twenty processes opening one new store at once: one lists the directory while
+    /// another has made `runs`, `blobs` and `tmp` but not yet its layout file, and looks
+    /// again once that other has finished and begun a run.
+    #[test]
+    fn a_store_made_and_used_by_another_process_since_the_listing_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = DirStore::open(dir.path()).unwrap();
+        other.append("r", 0, &[started("r", 1)]).unwrap();
+        let listed: Vec<String> = ["runs", "blobs", "tmp"].map(String::from).to_vec();
+        let store = DirStore::open_listed(dir.path(), &listed).unwrap();
+        assert_eq!(store.load("r").unwrap().len(), 1);
     }
 }
