@@ -27,7 +27,14 @@ fn is_old_file(name: &str) -> bool {
     ) || name.starts_with("snap.")
 }
 
+/// Converts the store in `dir`, unless another process converted it since `dir` was
+/// listed. Conversions take turns: two processes opening one format-1 store at once would
+/// otherwise each throw away or move the other's staged copy.
 pub(super) fn convert(dir: &Path) -> Result<(), StoreError> {
+    let _turn = take_turn(dir)?;
+    if dir.join(LAYOUT_FILE).exists() {
+        return Ok(());
+    }
     let staging = dir.join(STAGING);
     if !dir.join(LEGACY).exists() {
         if staging.exists() {
@@ -36,6 +43,24 @@ pub(super) fn convert(dir: &Path) -> Result<(), StoreError> {
         copy_runs(dir, &staging)?;
     }
     move_up(dir, &staging)
+}
+
+/// An exclusive lock on the directory itself (`flock`, released when the handle is
+/// dropped or the process dies), held for the whole conversion; waits for another
+/// process's. Nothing else takes it, so a store in use is not held up.
+#[cfg(unix)]
+fn take_turn(dir: &Path) -> Result<std::fs::File, StoreError> {
+    use rustix::fs::{FlockOperation, flock};
+    let io = |e: std::io::Error| files::io_error(dir, &e);
+    let handle = std::fs::File::open(dir).map_err(io)?;
+    flock(&handle, FlockOperation::LockExclusive).map_err(|e| io(e.into()))?;
+    Ok(handle)
+}
+
+/// Elsewhere no lock: conversions are not serialised.
+#[cfg(not(unix))]
+fn take_turn(_dir: &Path) -> Result<(), StoreError> {
+    Ok(())
 }
 
 /// Copies every run and blob of the format-1 store in `dir` into a new layout at

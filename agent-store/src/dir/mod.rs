@@ -146,6 +146,8 @@ impl DirStore {
             check_layout(given)?;
         } else if migrate::is_format_1(names) {
             migrate::convert(given)?;
+            // Converted here, or by another process meanwhile (by another agent version?).
+            check_layout(given)?;
         } else {
             return Err(StoreError::NotAStore(given.to_path_buf()));
         }
@@ -665,5 +667,26 @@ mod tests {
         let listed: Vec<String> = ["runs", "blobs", "tmp"].map(String::from).to_vec();
         let store = DirStore::open_listed(dir.path(), &listed).unwrap();
         assert_eq!(store.load("r").unwrap().len(), 1);
+    }
+
+    /// The same for a store of format 1: one that another process converted since the
+    /// listing is not converted again.
+    #[test]
+    fn a_store_converted_by_another_process_since_the_listing_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = crate::SledStore::open(dir.path()).unwrap();
+        old.append("r", 0, &[started("r", 1)]).unwrap();
+        drop(old);
+        let listed: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(migrate::is_format_1(&listed), "{listed:?}");
+        let other = DirStore::open(dir.path()).unwrap();
+        assert_eq!(other.load("r").unwrap().len(), 1);
+        other.release("r");
+        let store = DirStore::open_listed(dir.path(), &listed).unwrap();
+        assert_eq!(store.load("r").unwrap().len(), 1);
+        assert!(dir.path().join(migrate::LEGACY).join("db").exists());
     }
 }

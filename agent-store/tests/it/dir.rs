@@ -297,6 +297,29 @@ fn a_format_1_store_is_converted_and_its_files_kept_aside() {
 }
 
 #[test]
+fn handles_opening_one_format_1_store_at_once_convert_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(".agent");
+    let blob = format_1_store(&path);
+    // Each handle opens the directory as another process would (see the top of the file).
+    let barrier = std::sync::Barrier::new(6);
+    std::thread::scope(|s| {
+        let opened: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    DirStore::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for handle in opened {
+            handle.join().unwrap().unwrap();
+        }
+    });
+    check_converted(&path, &blob);
+}
+
+#[test]
 fn a_conversion_cut_short_is_finished_from_what_it_left() {
     // Cut before the move: the staged copy is thrown away and made again.
     let dir = tempfile::tempdir().unwrap();
