@@ -45,7 +45,9 @@ impl From<StoreError> for Failure {
         // The library says what is wrong; the command line adds what to do about it.
         let advice = match &e {
             StoreError::RunNotFound(_) => "; `agent runs` lists the runs",
-            StoreError::NotAStore(_) => "; choose another --store directory",
+            StoreError::NotAStore(_) | StoreError::NotADirectory { .. } => {
+                "; choose another --store directory"
+            }
             StoreError::Locked { .. } => ", or use another --store",
             _ => "",
         };

@@ -34,6 +34,14 @@ pub enum StoreError {
     /// The directory exists but is something else.
     #[error("{} is not an agent store (it holds other files)", .0.display())]
     NotAStore(PathBuf),
+    /// The store's path names a file, or goes through one.
+    #[error("{}", on_a_file(path, file))]
+    NotADirectory {
+        /// The store.
+        path: PathBuf,
+        /// The file: the store's path itself, or a directory's place on its way.
+        file: PathBuf,
+    },
     /// The store was written by an unknown format version.
     #[error("{} has store format {found:?}, this agent reads format {expected}; use a matching agent version", path.display())]
     UnknownFormat {
@@ -103,5 +111,35 @@ impl From<sled::Error> for StoreError {
             }
             other => StoreError::Engine(other.to_string()),
         }
+    }
+}
+
+impl StoreError {
+    /// The error for a store whose path `read_dir` found a file on (`ENOTDIR`).
+    pub(crate) fn not_a_directory(path: &std::path::Path) -> StoreError {
+        let file = path
+            .ancestors()
+            .find(|a| a.is_file())
+            .unwrap_or(path)
+            .to_path_buf();
+        StoreError::NotADirectory {
+            path: path.to_path_buf(),
+            file,
+        }
+    }
+}
+
+fn on_a_file(path: &std::path::Path, file: &std::path::Path) -> String {
+    if path == file {
+        format!(
+            "{} is a file, not an agent store (a store is a directory)",
+            path.display()
+        )
+    } else {
+        format!(
+            "{} cannot be an agent store: {} is a file, not a directory",
+            path.display(),
+            file.display()
+        )
     }
 }

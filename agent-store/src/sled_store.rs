@@ -233,6 +233,9 @@ impl SledStore {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                return Err(StoreError::not_a_directory(&path));
+            }
             Err(e) => return Err(StoreError::Engine(format!("{}: {e}", path.display()))),
         };
         // Only sled's own files and the marker: a store, or one whose creation a crash

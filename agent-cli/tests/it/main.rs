@@ -393,6 +393,30 @@ fn a_directory_that_is_not_a_store_is_refused() {
     let out = env.run(&["show", "r"]);
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(std::fs::read_dir(env.store()).unwrap().count(), 1);
+
+    // A file, or a path through one, is no store either, and is left as it was.
+    let file = env.store().join("mine.txt");
+    for (store, said) in [
+        (file.clone(), "mine.txt is a file, not an agent store"),
+        (file.join("sub"), "sub cannot be an agent store: "),
+    ] {
+        let out = env.run(&[
+            "run",
+            "--model",
+            &model,
+            "--store",
+            store.to_str().unwrap(),
+            "g",
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(said), "{err}");
+        assert!(
+            err.trim_end().ends_with("choose another --store directory"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
 }
 
 #[test]

@@ -127,6 +127,9 @@ impl DirStore {
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                return Err(StoreError::not_a_directory(given));
+            }
             Err(e) => return Err(files::io_error(given, &e)),
         };
         DirStore::open_listed(given, &names)

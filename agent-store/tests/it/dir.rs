@@ -227,6 +227,17 @@ fn a_directory_of_other_files_or_an_unknown_format_is_refused() {
         DirStore::open(dir.path()),
         Err(StoreError::NotAStore(_))
     ));
+    // A file, or a path through one: named, whichever it is.
+    let file = dir.path().join("notes.txt");
+    for path in [file.clone(), file.join("sub")] {
+        let err = DirStore::open(&path).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::NotADirectory { path: p, file: f } if *p == path && *f == file),
+            "{err:?}"
+        );
+        let err = SledStore::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::NotADirectory { .. }), "{err:?}");
+    }
     let other = tempfile::tempdir().unwrap();
     DirStore::open(other.path()).unwrap();
     std::fs::write(other.path().join("agent-store"), "format=9\n").unwrap();
