@@ -388,8 +388,10 @@ impl DirStore {
             {
                 return Ok(found);
             }
-            match SledStore::open_waiting(&self.run_dir(run_id), READ_LOCK_WAIT) {
-                Ok(db) => {
+            match read_db(&self.run_dir(run_id)) {
+                // Made, its database not yet: the run has nothing to read yet.
+                Ok(None) => return Err(StoreError::RunNotFound(run_id.to_owned())),
+                Ok(Some(db)) => {
                     self.note_damage(&db);
                     return from_db(&db);
                 }
@@ -424,7 +426,7 @@ impl DirStore {
     /// again from the run's database if nobody holds it.
     fn refreshed(&self, summary: RunSummary) -> RunSummary {
         let dir = self.run_dir(&summary.run_id);
-        let Ok(db) = SledStore::open_waiting(&dir, READ_LOCK_WAIT) else {
+        let Ok(Some(db)) = read_db(&dir) else {
             return summary;
         };
         self.note_damage(&db);
@@ -457,6 +459,16 @@ fn check_run_id(run_id: &str) -> Result<(), StoreError> {
     } else {
         Err(StoreError::InvalidRunId(run_id.to_owned()))
     }
+}
+
+/// A run's database opened to be read, waiting a moment for another handle's lock; `None`
+/// when it has none yet. A reader never makes one: a directory its writer has only just
+/// made, or one that is no run at all, is left as it is.
+fn read_db(dir: &Path) -> Result<Option<SledStore>, StoreError> {
+    if !dir.join("db").exists() {
+        return Ok(None);
+    }
+    SledStore::open_waiting(dir, READ_LOCK_WAIT).map(Some)
 }
 
 fn layout_text() -> String {

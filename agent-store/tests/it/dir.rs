@@ -220,6 +220,37 @@ fn a_blob_file_that_was_changed_is_reported_not_returned() {
 }
 
 #[test]
+fn reading_a_run_whose_database_is_not_made_yet_makes_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = DirStore::open(dir.path()).unwrap();
+    writer.append("r", 0, &[started("r", 1)]).unwrap();
+    // What a writer that has made the run's directory, and not yet its database, leaves;
+    // or a directory that is no run at all.
+    let made = dir.path().join("runs").join("new");
+    std::fs::create_dir(&made).unwrap();
+    let reader = DirStore::open(dir.path()).unwrap();
+    let ids: Vec<String> = reader
+        .runs()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.run_id)
+        .collect();
+    assert_eq!(ids, ["r"]);
+    assert!(matches!(
+        reader.load("new"),
+        Err(StoreError::RunNotFound(_))
+    ));
+    assert_eq!(
+        std::fs::read_dir(&made).unwrap().count(),
+        0,
+        "a reader wrote"
+    );
+    // Its writer then makes it as if nobody had looked.
+    writer.append("new", 0, &[started("new", 2)]).unwrap();
+    assert_eq!(reader.load("new").unwrap(), [started("new", 2)]);
+}
+
+#[test]
 fn a_directory_of_other_files_or_an_unknown_format_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
