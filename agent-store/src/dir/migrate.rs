@@ -53,8 +53,11 @@ fn take_turn(dir: &Path) -> Result<std::fs::File, StoreError> {
     use rustix::fs::{FlockOperation, flock};
     let io = |e: std::io::Error| files::io_error(dir, &e);
     let handle = std::fs::File::open(dir).map_err(io)?;
-    flock(&handle, FlockOperation::LockExclusive).map_err(|e| io(e.into()))?;
-    Ok(handle)
+    match flock(&handle, FlockOperation::LockExclusive) {
+        // A file system without locks (some network ones): converted as before, unserialised.
+        Ok(()) | Err(rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP) => Ok(handle),
+        Err(e) => Err(io(e.into())),
+    }
 }
 
 /// Elsewhere no lock: conversions are not serialised.
