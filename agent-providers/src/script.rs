@@ -249,6 +249,14 @@ impl ScriptModel {
     /// The turns of the script `text`, which begins `base` bytes into its source, and its
     /// sub-agents' scripts.
     fn parse(text: &str, base: u64) -> Result<Parsed, String> {
+        // serde would read an array as the struct's fields in order, and say "expected a
+        // sequence" of its first element.
+        if text.trim_start().starts_with('[') {
+            return Err(
+                "not a script (an array); put the turns in an object: {\"turns\": [TURN, ...]}"
+                    .to_owned(),
+            );
+        }
         let raw: RawScript = serde_json::from_str(text)
             .map_err(|e| format!("not a script ({e}); expected {{\"turns\": [TURN, ...]}}"))?;
         for (i, turn) in raw.turns.iter().enumerate() {

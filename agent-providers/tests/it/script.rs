@@ -99,6 +99,10 @@ async fn delay_ms_simulates_latency_on_the_runtime_clock() {
 fn bad_files_get_one_clear_line() {
     let cases = [
         ("not json", "not a script"),
+        (
+            r#"[{"final": "a"}]"#,
+            r#"not a script (an array); put the turns in an object: {"turns": [TURN, ...]}"#,
+        ),
         (r#"{"steps": []}"#, "unknown field `steps`"),
         (r#"{"turns": [42]}"#, "turn 1: a turn is an object"),
         (
