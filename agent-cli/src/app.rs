@@ -228,10 +228,15 @@ fn trust_command(settings: &Settings, json: bool, path: Option<&Path>) -> Result
             "no agent.toml or .mcp.json here; give the file or its directory: agent trust PATH",
         ));
     }
+    let mut read = Vec::new();
+    for path in files {
+        let (file, bytes) = trust::ProjectFile::read(path).map_err(usage)?;
+        trust::check_kind(path, &bytes).map_err(usage)?;
+        read.push(file);
+    }
     let mut trusted = trust::Trusted::load().map_err(usage)?;
     let mut done = Vec::new();
-    for path in files {
-        let (file, _) = trust::ProjectFile::read(path).map_err(usage)?;
+    for file in read {
         trusted.trust(&file).map_err(usage)?;
         done.push(file);
     }

@@ -71,6 +71,37 @@ impl ProjectFile {
     }
 }
 
+/// Refuses a file that is neither an `agent.toml` nor an MCP configuration (`.mcp.json`):
+/// trusting is for the files that can start commands, and a mistyped path (`agent trust
+/// .env`) is not trusted silently. Either kind may have any name (`--config`,
+/// `--mcp-config`); the error names the problem the file's extension suggests.
+pub fn check_kind(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(bytes);
+    let Err(as_toml) = crate::config::parse(&text) else {
+        return Ok(());
+    };
+    let as_json = serde_json::from_str::<serde_json::Value>(&text)
+        .map_err(|e| e.to_string())
+        .and_then(|value| match value.get("mcpServers") {
+            Some(_) => serde_json::from_value::<agent_tools::mcp::McpConfig>(value)
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            None => Err("it has no \"mcpServers\"".to_owned()),
+        });
+    let Err(as_json) = as_json else {
+        return Ok(());
+    };
+    let why = if path.extension().is_some_and(|e| e == "json") {
+        format!("as JSON: {as_json}")
+    } else {
+        format!("as TOML: {}", as_toml.trim_start_matches(':').trim_start())
+    };
+    Err(format!(
+        "nothing trusted: {} is neither an agent.toml nor a .mcp.json ({why})",
+        path.display()
+    ))
+}
+
 impl Trusted {
     fn path() -> Result<PathBuf, String> {
         Ok(config_dir()?.join(FILE))

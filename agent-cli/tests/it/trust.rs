@@ -81,6 +81,48 @@ fn a_workspace_mcp_json_starts_nothing_until_trusted_and_reading_commands_start_
 }
 
 #[test]
+fn only_an_agent_toml_or_an_mcp_configuration_is_trusted() {
+    let env = Env::new();
+    let trusted = env.dir.path().join("config").join("trusted.json");
+    let write = |name: &str, text: &str| std::fs::write(env.dir.path().join(name), text).unwrap();
+    write(".env", "TOKEN=abc\n");
+    write("package.json", r#"{"name": "app"}"#);
+    write("tools.json", r#"{"mcpServers": {"x": {"args": 3}}}"#);
+    for (name, said) in [
+        (".env", "(as TOML: line 1: "),
+        ("package.json", r#"(as JSON: it has no "mcpServers")"#),
+        ("tools.json", "(as JSON: invalid type: integer `3`"),
+    ] {
+        let out = env.run(&["trust", name]);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.starts_with(&format!(
+                "agent: nothing trusted: {name} is neither an agent.toml nor a .mcp.json"
+            )) && err.contains(said),
+            "{err}"
+        );
+        assert!(!trusted.exists(), "{name} was trusted");
+    }
+    // Either kind, under any name; and a directory's two files are checked before either
+    // is trusted.
+    write("mine.toml", "max_steps = 5\n");
+    write("servers.json", r#"{"mcpServers": {}}"#);
+    for name in ["mine.toml", "servers.json"] {
+        let out = env.run(&["trust", name]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+    }
+    let ws = env.dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("agent.toml"), "max_steps = 5\n").unwrap();
+    std::fs::write(ws.join(".mcp.json"), "KEY=1\n").unwrap();
+    let before = std::fs::read_to_string(&trusted).unwrap();
+    let out = env.run(&["trust", "ws"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&trusted).unwrap(), before);
+}
+
+#[test]
 fn the_approval_prompt_and_show_give_the_whole_call() {
     let env = Env::new();
     let hidden = format!(
