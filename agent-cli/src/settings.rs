@@ -147,6 +147,16 @@ impl HttpChoice {
                 self.model
             )));
         };
+        // Said now, not as a connection error after the run has started and retried.
+        match reqwest::Url::parse(url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {}
+            _ => {
+                return Err(bad(format!(
+                    "the base URL {url:?} (--base-url or base_url) is not an http:// or \
+                     https:// URL; for example http://localhost:11434/v1"
+                )));
+            }
+        }
         if let (Some(var), None) = (self.key_var, &self.api_key) {
             let whose = if self.provider == "anthropic" {
                 "Anthropic"

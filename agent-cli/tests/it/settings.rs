@@ -219,6 +219,27 @@ fn what_a_model_call_lacks_is_said_before_anything_runs() {
     )
     .unwrap();
     assert_eq!(ready(&local), Ok(()));
+    // A base URL that is none, before any key is asked for.
+    for url in ["notaurl", "localhost:11434/v1", "ftp://host/v1", "http://"] {
+        let odd = Settings::resolve(
+            None,
+            None,
+            &setup(|s| {
+                s.model = Some("openai:gpt-4o".into());
+                s.base_url = Some(url.into());
+            }),
+            &Limits::default(),
+            Env::default(),
+        )
+        .unwrap();
+        let err = ready(&odd).unwrap_err();
+        assert!(
+            err.starts_with(&format!(
+                "the base URL {url:?} (--base-url or base_url) is not an"
+            )),
+            "{url}: {err}"
+        );
+    }
     // Keys never show in debug output.
     assert!(!format!("{local:?}{:?}", keys()).contains("sk-"));
 }
