@@ -184,7 +184,7 @@ pub fn check_seconds(key: &str, value: f64, max: f64) -> Result<f64, String> {
         Ok(value)
     } else {
         Err(format!(
-            "{key} = {value}: give a number of seconds above 0 and at most {max}"
+            "{key} = {value:?}: give a number of seconds above 0 and at most {max}"
         ))
     }
 }
@@ -220,14 +220,14 @@ impl Config {
             && !(c.is_finite() && c > 0.0 && c <= 1.0)
         {
             return Err(format!(
-                "compact_at = {c}: give a share of the window above 0 and at most 1 (e.g. 0.8)"
+                "compact_at = {c:?}: give a share of the window above 0 and at most 1 (e.g. 0.8)"
             ));
         }
         if let Some(usd) = self.max_cost_usd
             && !(usd.is_finite() && usd > 0.0)
         {
             return Err(format!(
-                "max_cost_usd = {usd}: give a positive number of dollars"
+                "max_cost_usd = {usd:?}: give a positive number of dollars"
             ));
         }
         if let Some(r) = &self.retry
@@ -245,7 +245,7 @@ impl Config {
             for (what, v) in rates.into_iter().filter_map(|(w, v)| Some((w, v?))) {
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(format!(
-                        "prices.\"{model}\".{what} = {v}: give dollars per million tokens, 0 or more"
+                        "prices.\"{model}\".{what} = {v:?}: give dollars per million tokens, 0 or more"
                     ));
                 }
             }

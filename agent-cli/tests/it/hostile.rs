@@ -52,8 +52,16 @@ fn nonsense_numbers_in_agent_toml_are_named_in_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{setting}: {err}");
         assert!(!env.store().exists(), "{setting}: nothing is written");
     }
-    let out = env.run(&["run", "--timeout", "1e30", "--model", &model, "g"]);
+    // The flag alone: the last file above would be refused first.
+    std::fs::remove_file(env.dir.path().join("agent.toml")).unwrap();
+    let out = env.run(&["run", "--timeout", "1e300", "--model", &model, "g"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    // The number as it was written, not its 301 digits.
+    assert!(
+        stderr(&out).starts_with("agent: --timeout = 1e300: give a number of seconds"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
