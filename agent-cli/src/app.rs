@@ -659,6 +659,13 @@ fn report(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
+    if !dir.is_dir() {
+        return Err(usage(format!(
+            "cannot write {}: there is no directory {}; make it, or give another --out",
+            out.display(),
+            dir.display()
+        )));
+    }
     let written = tempfile::NamedTempFile::new_in(&dir)
         .and_then(|mut file| {
             std::io::Write::write_all(&mut file, html.as_bytes())?;

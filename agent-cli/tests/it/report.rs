@@ -150,3 +150,32 @@ fn the_report_of_a_run_renders_its_timeline_and_chart_in_a_browser() {
     let png = std::fs::read(&shot).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 }
+
+#[test]
+fn a_report_for_a_directory_that_is_not_there_is_refused_plainly() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "x"}]));
+    let run = env.run(&["run", "--json", "--model", &model, "g"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let id = serde_json::from_slice::<Value>(&run.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let file = env.dir.path().join("afile");
+    std::fs::write(&file, "mine").unwrap();
+    for dir in [env.dir.path().join("missing"), file.clone()] {
+        let out_path = dir.join("r.html");
+        let out = env.run(&["report", &id, "--out", out_path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out).trim(),
+            format!(
+                "agent: cannot write {}: there is no directory {}; make it, or give another --out",
+                out_path.display(),
+                dir.display()
+            )
+        );
+    }
+    assert!(!env.dir.path().join("missing").exists());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
