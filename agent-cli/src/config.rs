@@ -153,21 +153,25 @@ pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config)>, String
     Ok(Some((path, config)))
 }
 
+/// What is wrong with the TOML `text`, in one line that can follow the file's name:
+/// ` line N: message`, or `: message` when the parser names no place.
+pub fn toml_problem(text: &str, e: &toml::de::Error) -> String {
+    let line = e.span().map(|s| {
+        text.get(..s.start.min(text.len()))
+            .map_or(0, |t| t.matches('\n').count())
+            + 1
+    });
+    let message = e.message().replace('\n', " ");
+    match line {
+        Some(line) => format!(" line {line}: {message}"),
+        None => format!(": {message}"),
+    }
+}
+
 /// Parses and validates the text of an `agent.toml`; the error is one line, starting with
 /// ` line N: ` or `: ` so that it can follow the file's name.
 pub fn parse(text: &str) -> Result<Config, String> {
-    let config: Config = toml::from_str(text).map_err(|e| {
-        let line = e.span().map(|s| {
-            text.get(..s.start.min(text.len()))
-                .map_or(0, |t| t.matches('\n').count())
-                + 1
-        });
-        let message = e.message().replace('\n', " ");
-        match line {
-            Some(line) => format!(" line {line}: {message}"),
-            None => format!(": {message}"),
-        }
-    })?;
+    let config: Config = toml::from_str(text).map_err(|e| toml_problem(text, &e))?;
     config
         .validate()
         .map_err(|problem| format!(": {problem}"))?;

@@ -220,7 +220,13 @@ impl Case {
         let raw: RawCase = if json {
             serde_json::from_str(&text).map_err(|e| at(e.to_string()))?
         } else {
-            toml::from_str(&text).map_err(|e| at(one_line(&e.to_string())))?
+            toml::from_str(&text).map_err(|e| {
+                format!(
+                    "{}{}",
+                    file.display(),
+                    crate::config::toml_problem(&text, &e)
+                )
+            })?
         };
         let dir = file.parent().unwrap_or(Path::new("."));
         let dir = std::path::absolute(dir).map_err(|e| at(e.to_string()))?;

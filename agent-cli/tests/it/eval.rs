@@ -160,7 +160,7 @@ fn bad_cases_are_refused_before_anything_runs() {
     let cases = [
         (
             "goal = \"g\"\nmodel = \"script:s.json\"\nexpected = 1\n",
-            "unknown field `expected`",
+            "case.toml line 3: unknown field `expected`",
         ),
         (
             "goal = \"g\"\nmodel = \"script:s.json\"\n[expect]\nreason = \"done\"\n",
@@ -191,7 +191,7 @@ fn bad_cases_are_refused_before_anything_runs() {
         assert_eq!(out.status.code(), Some(2), "{text}: {}", stderr(&out));
         let err = stderr(&out);
         assert!(
-            err.contains("case.toml: ") && err.contains(wanted),
+            err.starts_with(&format!("agent: {}", file.display())) && err.contains(wanted),
             "{text}: {err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
