@@ -474,14 +474,25 @@ impl Workspace {
 
     /// A resolved directory's entries: names, and whether each is a directory.
     pub fn entries(&self, resolved: &Resolved) -> io::Result<Vec<(String, bool)>> {
-        let dir = open_dir_exact(&self.dir, resolved.cap_path())?;
         let mut out = Vec::new();
+        self.each_entry(resolved, |name, is_dir| out.push((name, is_dir)))?;
+        Ok(out)
+    }
+
+    /// The same, each entry handed to `each` as it is read: a directory of any size costs
+    /// what `each` keeps.
+    pub fn each_entry(
+        &self,
+        resolved: &Resolved,
+        mut each: impl FnMut(String, bool),
+    ) -> io::Result<()> {
+        let dir = open_dir_exact(&self.dir, resolved.cap_path())?;
         for entry in dir.entries()? {
             let entry = entry?;
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            out.push((entry.file_name().to_string_lossy().into_owned(), is_dir));
+            each(entry.file_name().to_string_lossy().into_owned(), is_dir);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Writes `bytes` to a resolved path atomically: a fresh temporary file in the same

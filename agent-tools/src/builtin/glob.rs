@@ -3,7 +3,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::walk;
+use super::{Smallest, walk};
 use crate::tool::{ToolContext, TypedTool};
 
 /// Paths listed at most.
@@ -40,20 +40,18 @@ impl TypedTool for Glob {
             .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, format!("pattern: {e}")))?
             .compile_matcher();
         let root = ctx.workspace.root().to_path_buf();
-        let mut paths = tokio::task::spawn_blocking(move || {
+        let (paths, more) = tokio::task::spawn_blocking(move || {
+            let mut paths = Smallest::new(MAX_PATHS);
             walk(&root)
                 .filter(|rel| matcher.is_match(rel))
-                .map(|rel| rel.display().to_string())
-                .collect::<Vec<_>>()
+                .for_each(|rel| paths.offer(rel.display().to_string()));
+            paths.into_sorted()
         })
         .await
         .map_err(|e| ToolError::new(ErrorKind::ExecutionFailed, e.to_string()))?;
-        paths.sort();
         if paths.is_empty() {
             return Ok(format!("no file matches {}", args.pattern));
         }
-        let more = paths.len().saturating_sub(MAX_PATHS);
-        paths.truncate(MAX_PATHS);
         let mut out = paths.join("\n");
         if more > 0 {
             out.push_str(&format!(

@@ -3,7 +3,7 @@ use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{blocking, io_error};
+use super::{Smallest, blocking, io_error};
 use crate::tool::{ToolContext, TypedTool};
 
 /// Entries listed at most; the rest are counted.
@@ -37,24 +37,20 @@ impl TypedTool for ListDir {
         let workspace = ctx.workspace.clone();
         let path = given.clone();
         let known = ctx.resolution(&given);
-        let (shown, entries) = blocking(move || {
+        let (shown, (names, more)) = blocking(move || {
             let resolved = workspace.resolve_known(known, &path)?.existing(&path)?;
-            let entries = workspace
-                .entries(&resolved)
+            let mut names = Smallest::new(MAX_ENTRIES);
+            workspace
+                .each_entry(&resolved, |name, is_dir| {
+                    names.offer(if is_dir { format!("{name}/") } else { name });
+                })
                 .map_err(|e| io_error(&path, &e))?;
-            Ok((resolved.display(), entries))
+            Ok((resolved.display(), names.into_sorted()))
         })
         .await?;
-        let mut names: Vec<String> = entries
-            .into_iter()
-            .map(|(name, is_dir)| if is_dir { format!("{name}/") } else { name })
-            .collect();
-        names.sort();
         if names.is_empty() {
             return Ok(format!("{shown} is empty"));
         }
-        let more = names.len().saturating_sub(MAX_ENTRIES);
-        names.truncate(MAX_ENTRIES);
         let mut out = names.join("\n");
         if more > 0 {
             out.push_str(&format!("\n({more} more entries not shown)"));

@@ -214,6 +214,42 @@ fn walk(dir: &Path) -> impl Iterator<Item = PathBuf> + '_ {
         .filter_map(move |e| e.path().strip_prefix(dir).ok().map(Path::to_path_buf))
 }
 
+/// The `limit` least of the items offered, and how many others there were: a listing of a
+/// directory or a tree of any size holds `limit` names, not all of them.
+pub(crate) struct Smallest<T: Ord> {
+    kept: std::collections::BinaryHeap<T>,
+    limit: usize,
+    others: usize,
+}
+
+impl<T: Ord> Smallest<T> {
+    pub(crate) fn new(limit: usize) -> Smallest<T> {
+        Smallest {
+            kept: std::collections::BinaryHeap::new(),
+            limit,
+            others: 0,
+        }
+    }
+
+    pub(crate) fn offer(&mut self, item: T) {
+        if self.kept.len() < self.limit {
+            self.kept.push(item);
+            return;
+        }
+        self.others += 1;
+        if let Some(mut greatest) = self.kept.peek_mut()
+            && item < *greatest
+        {
+            *greatest = item;
+        }
+    }
+
+    /// The items kept, least first, and the count of the others.
+    pub(crate) fn into_sorted(self) -> (Vec<T>, usize) {
+        (self.kept.into_sorted_vec(), self.others)
+    }
+}
+
 /// Keeps the first third and the last two thirds of `max` characters, saying how much was
 /// cut between them: the end of a log is where the error usually is.
 pub(crate) fn head_tail(text: &str, max: usize) -> String {
@@ -234,6 +270,26 @@ pub(crate) fn head_tail(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::head_tail;
+
+    #[test]
+    fn the_smallest_are_those_a_whole_sort_would_keep() {
+        // A fixed sequence with repeats, in no order (a linear congruential walk).
+        let items: Vec<u32> = (0..5_000u32)
+            .scan(7u32, |x, _| {
+                *x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                Some(*x % 1_000)
+            })
+            .collect();
+        for limit in [0, 1, 10, 999, 5_000, 6_000] {
+            let mut smallest = super::Smallest::new(limit);
+            items.iter().for_each(|&i| smallest.offer(i));
+            let mut sorted = items.clone();
+            sorted.sort_unstable();
+            let others = sorted.len().saturating_sub(limit);
+            sorted.truncate(limit);
+            assert_eq!(smallest.into_sorted(), (sorted, others), "limit {limit}");
+        }
+    }
 
     #[test]
     fn a_bounded_stream_keeps_its_head_and_tail() {

@@ -149,6 +149,40 @@ async fn list_dir_sorts_and_marks_directories() {
     );
 }
 
+#[tokio::test]
+async fn list_dir_and_glob_show_the_first_thousand_by_name_and_count_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1,003 files made in an order that is not their names' order.
+    let names: Vec<String> = (0..1_003)
+        .map(|i| format!("f{:04}.txt", (i * 7) % 1_003))
+        .collect();
+    for name in &names {
+        std::fs::write(dir.path().join(name), "").unwrap();
+    }
+    let mut first: Vec<String> = names.clone();
+    first.sort();
+    first.truncate(1_000);
+    let listed = call(&Typed(ListDir), dir.path(), json!({})).await.unwrap();
+    assert_eq!(
+        listed,
+        format!("{}\n(3 more entries not shown)", first.join("\n"))
+    );
+    let globbed = call(
+        &Typed(agent_tools::builtin::Glob),
+        dir.path(),
+        json!({"pattern": "*.txt"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        globbed,
+        format!(
+            "{}\n(3 more paths not shown; narrow the pattern)",
+            first.join("\n")
+        )
+    );
+}
+
 #[test]
 fn builtin_schemas_are_generated_from_the_argument_structs() {
     let spec = Typed(ReadFile).spec();
