@@ -128,8 +128,16 @@ pub fn gateway(
     access: StoreAccess<'_>,
 ) -> Result<Gateway, Failure> {
     let dir = &settings.workspace;
-    let ws =
+    let mut ws =
         Workspace::new(dir).map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
+    // A model allowed to write files must not rewrite the log its run is judged by, nor
+    // what this person trusts.
+    if let StoreLocation::Dir(store) = &settings.store {
+        ws = ws.protect(store, "the run store");
+    }
+    if let Ok(config) = crate::trust::config_dir() {
+        ws = ws.protect(&config, "agent's own settings");
+    }
     let root = ws.root().to_path_buf();
     // Nothing a project file brings is used, or started, before a person trusted it.
     ensure_trusted(&untrusted_parts(settings, &root)?, interactive(settings))?;

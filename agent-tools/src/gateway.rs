@@ -550,16 +550,27 @@ impl Gateway {
                     .and_then(|arg| call.arguments.get(arg))
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                match self.workspace.resolve(raw) {
-                    Ok(resolved) => Ok((
-                        Subject::Path {
-                            resolved: resolved.display(),
-                            given,
-                        },
-                        Some((raw.to_owned(), resolved)),
-                    )),
-                    Err(e) => Err(Verdict::Deny { reason: e.message }),
+                let resolved = match self.workspace.resolve(raw) {
+                    Ok(resolved) => resolved,
+                    Err(e) => return Err(Verdict::Deny { reason: e.message }),
+                };
+                if spec.risk != Risk::Read
+                    && let Some(what) = self.workspace.protected(&resolved)
+                {
+                    return Err(Verdict::Deny {
+                        reason: format!(
+                            "{raw:?} is in {what} ({}), which no tool may change",
+                            resolved.display()
+                        ),
+                    });
                 }
+                Ok((
+                    Subject::Path {
+                        resolved: resolved.display(),
+                        given,
+                    },
+                    Some((raw.to_owned(), resolved)),
+                ))
             }
             other => Ok((other, None)),
         }

@@ -40,6 +40,9 @@ pub struct Workspace {
     dir: Arc<Dir>,
     /// The root's device, when the root is on a local disk or memory file system.
     local_dev: Option<u64>,
+    /// Places in the workspace no tool may change ([`Workspace::protect`]), relative to the
+    /// root, each with what it is.
+    protected: Vec<(PathBuf, String)>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -162,7 +165,49 @@ impl Workspace {
             root,
             dir: Arc::new(dir),
             local_dev,
+            protected: Vec::new(),
         })
+    }
+
+    /// Keeps every tool from changing `path` and what lies below it, where it is in the
+    /// workspace: the run store (`.agent`, the log a run is judged by) or agent's own
+    /// settings. A call of a tool that is not read-only on a path that resolves there is
+    /// denied, naming `what`; reads are left alone. A `path` outside the workspace is out
+    /// of the tools' reach already and is ignored; one that does not exist yet is
+    /// protected where it will be.
+    pub fn protect(mut self, path: &Path, what: &str) -> Workspace {
+        if let Some(rel) = self.inside(path) {
+            self.protected.push((rel, what.to_owned()));
+        }
+        self
+    }
+
+    /// Where `path` is relative to the root, links resolved as far as it exists; `None`
+    /// outside the root, or when that cannot be told.
+    fn inside(&self, path: &Path) -> Option<PathBuf> {
+        let absolute = std::path::absolute(path).ok()?;
+        let mut existing = absolute.as_path();
+        let mut missing = Vec::new();
+        while std::fs::symlink_metadata(existing).is_err() {
+            match existing.file_name() {
+                Some(name) => missing.push(name),
+                // `..` or the root itself: nothing to name.
+                None => return None,
+            }
+            existing = existing.parent()?;
+        }
+        let mut real = existing.canonicalize().ok()?;
+        real.extend(missing.iter().rev());
+        real.strip_prefix(&self.root).ok().map(Path::to_path_buf)
+    }
+
+    /// What keeps `resolved` from being changed by a tool, when it lies in a place
+    /// [`Workspace::protect`] named.
+    pub fn protected(&self, resolved: &Resolved) -> Option<&str> {
+        self.protected
+            .iter()
+            .find(|(rel, _)| resolved.rel.starts_with(rel))
+            .map(|(_, what)| what.as_str())
     }
 
     /// Whether the root is on a local disk or memory file system (ext4, XFS, Btrfs, tmpfs,

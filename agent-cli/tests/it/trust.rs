@@ -81,6 +81,55 @@ fn a_workspace_mcp_json_starts_nothing_until_trusted_and_reading_commands_start_
 }
 
 #[test]
+fn a_model_allowed_to_write_files_cannot_rewrite_the_store_or_what_is_trusted() {
+    // The store and the trust directory both lie in the workspace here.
+    let env = Env::new();
+    let write = |id: &str, path: &str| {
+        json!({"tool_calls": [{"id": id, "name": "write_file",
+            "arguments": {"path": path, "content": "format=9\n"}}]})
+    };
+    let model = env.script(json!([
+        write("c1", "store/agent-store"),
+        write("c2", "config/trusted.json"),
+        write("c3", "notes.txt"),
+        {"final": "done"},
+    ]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--allow",
+        "write_file",
+        "--model",
+        &model,
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown = stdout(&env.run(&["show", &id]));
+    for (call, what) in [("c1", "the run store"), ("c2", "agent's own settings")] {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.contains(&format!("{call} write_file denied"))
+                    && l.contains(what)
+                    && l.contains("which no tool may change")),
+            "{call}: {shown}"
+        );
+    }
+    let layout = std::fs::read_to_string(env.store().join("agent-store")).unwrap();
+    assert!(layout.starts_with("format=2 "), "{layout}");
+    assert!(!env.dir.path().join("config/trusted.json").exists());
+    // Elsewhere in the workspace the rule allows what it allows.
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("notes.txt")).unwrap(),
+        "format=9\n"
+    );
+}
+
+#[test]
 fn only_an_agent_toml_or_an_mcp_configuration_is_trusted() {
     let env = Env::new();
     let trusted = env.dir.path().join("config").join("trusted.json");

@@ -182,6 +182,71 @@ fn writes_through_links_out_are_refused_and_links_inside_write_their_target() {
     );
 }
 
+/// The run store (or agent's settings) inside the workspace: no tool may change it, by
+/// any spelling or link, whatever policy allows; reads are left alone. Checked as a call
+/// is checked, and again as it is run (an approval given elsewhere).
+#[test]
+fn a_protected_place_is_changed_by_no_tool_under_any_name() {
+    let t = tree();
+    std::fs::create_dir_all(t.ws.join(".agent/runs")).unwrap();
+    std::fs::write(t.ws.join(".agent/agent-store"), "format=2\n").unwrap();
+    std::os::unix::fs::symlink(".agent", t.ws.join("st")).unwrap();
+    let mut policy = Policy::new();
+    policy.add(Action::Allow, "write_file").unwrap();
+    policy.add(Action::Allow, "edit_file").unwrap();
+    let g = Gateway::with_builtins(
+        Workspace::new(&t.ws)
+            .unwrap()
+            .protect(&t.ws.join(".agent"), "the run store")
+            // Not made yet: protected where it will be.
+            .protect(&t.ws.join("config/agent-loop"), "agent's own settings")
+            // Outside: out of reach already, and ignored.
+            .protect(&t.outside, "elsewhere"),
+    )
+    .unwrap()
+    .with_policy(policy);
+    let rt = rt();
+    for (tool, path) in [
+        ("write_file", ".agent/agent-store"),
+        ("write_file", "./.agent/new"),
+        ("write_file", "src/../.agent/runs/x"),
+        ("write_file", "st/agent-store"),
+        ("write_file", ".agent"),
+        ("edit_file", ".agent/agent-store"),
+        ("write_file", "config/agent-loop/trusted.json"),
+    ] {
+        let args = if tool == "edit_file" {
+            json!({"path": path, "old": "format", "new": "x"})
+        } else {
+            json!({"path": path, "content": "x"})
+        };
+        let v = rt.block_on(verdict(&g, tool, args.clone()));
+        assert!(
+            matches!(&v, Verdict::Deny { reason } if reason.contains("which no tool may change")),
+            "{tool} {path}: {v:?}"
+        );
+        let ran = rt.block_on(run(&g, tool, args));
+        assert!(
+            ran.as_ref()
+                .is_err_and(|e| e.message.contains("which no tool may change")),
+            "{tool} {path} ran: {ran:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(t.ws.join(".agent/agent-store")).unwrap(),
+        "format=2\n"
+    );
+    assert!(!t.ws.join(".agent/new").exists() && !t.ws.join("config").exists());
+    // Reads, and writes beside it, are judged as before.
+    let read = rt.block_on(verdict(&g, "read_file", json!({"path": "st/agent-store"})));
+    assert_eq!(read, Verdict::Allow);
+    let beside = json!({"path": ".agents-notes.txt", "content": "x"});
+    assert_eq!(
+        rt.block_on(verdict(&g, "write_file", beside)),
+        Verdict::Allow
+    );
+}
+
 #[test]
 fn path_rules_judge_every_alias() {
     let t = tree();
