@@ -81,7 +81,7 @@ fn a_workspace_mcp_json_starts_nothing_until_trusted_and_reading_commands_start_
 }
 
 #[test]
-fn a_model_allowed_to_write_files_cannot_rewrite_the_store_or_what_is_trusted() {
+fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_git() {
     // The store and the trust directory both lie in the workspace here.
     let env = Env::new();
     let write = |id: &str, path: &str| {
@@ -92,6 +92,7 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_or_what_is_trusted() 
         write("c1", "store/agent-store"),
         write("c2", "config/trusted.json"),
         write("c3", "notes.txt"),
+        write("c4", ".git/hooks/pre-commit"),
         {"final": "done"},
     ]));
     let out = env.run(&[
@@ -109,7 +110,11 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_or_what_is_trusted() 
         .unwrap()
         .to_owned();
     let shown = stdout(&env.run(&["show", &id]));
-    for (call, what) in [("c1", "the run store"), ("c2", "agent's own settings")] {
+    for (call, what) in [
+        ("c1", "the run store"),
+        ("c2", "agent's own settings"),
+        ("c4", "the git directory"),
+    ] {
         assert!(
             shown
                 .lines()
@@ -122,6 +127,7 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_or_what_is_trusted() 
     let layout = std::fs::read_to_string(env.store().join("agent-store")).unwrap();
     assert!(layout.starts_with("format=2 "), "{layout}");
     assert!(!env.dir.path().join("config/trusted.json").exists());
+    assert!(!env.dir.path().join(".git").exists());
     // Elsewhere in the workspace the rule allows what it allows.
     assert_eq!(
         std::fs::read_to_string(env.dir.path().join("notes.txt")).unwrap(),
