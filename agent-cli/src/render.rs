@@ -112,7 +112,10 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
             ModelErrorKind::Auth => {
                 "check the API key (OPENAI_API_KEY or ANTHROPIC_API_KEY, as --model names the provider)"
             }
-            ModelErrorKind::NotFound => "check the model name in --model and the --base-url",
+            ModelErrorKind::NotFound => {
+                "check the model name in --model and the --base-url (an OpenAI-compatible \
+                 server's usually ends in /v1: Ollama's is http://localhost:11434/v1)"
+            }
             ModelErrorKind::RateLimited | ModelErrorKind::Server | ModelErrorKind::Transport => {
                 return Some(format!(
                     "the failure may pass: go on later with agent resume {run_id} \"…\""

@@ -140,6 +140,33 @@ async fn anthropic_run_and_a_rejected_key() {
     assert_eq!(server.received().len(), 2, "401 is not retried");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_model_or_the_path_says_what_to_check() {
+    // Ollama's own answer to a base URL without `/v1`.
+    let server = Server::start(vec![Reply::status(404, "404 page not found")])
+        .await
+        .unwrap();
+    let env = Env::new();
+    let args = [
+        "run",
+        "--json",
+        "--model",
+        "openai-compat:llama3",
+        "--base-url",
+        &server.url,
+        "hi",
+    ];
+    let (code, v, err) = run_json(&env, &args, None);
+    assert_eq!(code, Some(5), "{err}");
+    assert_eq!(v["error_kind"], "not_found", "{v}");
+    let advice = v["advice"].as_str().unwrap();
+    assert!(
+        advice.contains("--model") && advice.contains("http://localhost:11434/v1"),
+        "{v}"
+    );
+    assert_eq!(server.received().len(), 1, "404 is not retried");
+}
+
 #[test]
 fn missing_keys_and_base_urls_are_usage_errors_before_anything_is_written() {
     let env = Env::new();
