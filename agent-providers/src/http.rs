@@ -112,6 +112,7 @@ pub struct HttpModel {
     retry: RetryPolicy,
     price: Option<Price>,
     idle_timeout: Duration,
+    answer_timeout: Duration,
     max_tokens: u32,
     stream: bool,
     prompt_cache: bool,
@@ -173,6 +174,7 @@ impl HttpModel {
             retry: RetryPolicy::default(),
             price: None,
             idle_timeout: Duration::from_secs(120),
+            answer_timeout: Duration::from_secs(600),
             max_tokens: wire::anthropic::DEFAULT_MAX_TOKENS,
             stream: true,
             prompt_cache: true,
@@ -194,9 +196,20 @@ impl HttpModel {
         self
     }
 
-    /// Gives up on a stream silent for this long (retryable).
+    /// Gives up on a server silent for this long (retryable): before a streamed answer
+    /// begins, between two events of its stream, or between two pieces of a body. Two
+    /// minutes by default.
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Gives up on an answer that is not streamed (`with_streaming(false)`) when it has not
+    /// begun after this long (retryable). The server writes the whole answer before it
+    /// begins to send it, so this bounds the model's work: ten minutes by default, as the
+    /// providers' own clients wait. It is never shorter than the idle timeout.
+    pub fn with_answer_timeout(mut self, timeout: Duration) -> Self {
+        self.answer_timeout = timeout;
         self
     }
 
@@ -292,23 +305,40 @@ impl HttpModel {
         if self.dialect == Dialect::Anthropic {
             request = request.header("anthropic-version", "2023-06-01");
         }
-        let response = request
-            .send()
+        let silent_for = |wait: Duration| {
+            ProviderError::Transport(format!(
+                "{} was silent for {} s",
+                self.provider,
+                wait.as_secs_f64()
+            ))
+        };
+        let silent = || silent_for(self.idle_timeout);
+        // A streamed answer begins at once; one that is not is written whole first.
+        let first = if self.stream {
+            self.idle_timeout
+        } else {
+            self.answer_timeout.max(self.idle_timeout)
+        };
+        let response = tokio::time::timeout(first, request.send())
             .await
+            .map_err(|_| silent_for(first))?
             .map_err(|e| ProviderError::Transport(format!("connection error: {e}")))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let retry_after = retry_after(response.headers());
             // Only its beginning is shown: the rest is not read at all.
-            let (head, _) = read_at_most(response, MAX_ERROR_BODY_BYTES).await;
+            let (head, _) = read_at_most(response, MAX_ERROR_BODY_BYTES, self.idle_timeout).await;
             let head = head.unwrap_or_default();
             let text = String::from_utf8_lossy(&head);
             return Err(self.refusal(status, &text, retry_after));
         }
         if !self.stream {
-            let (body, complete) = read_at_most(response, self.max_response_bytes).await;
-            let body =
-                body.map_err(|e| ProviderError::Transport(format!("the response broke: {e}")))?;
+            let (body, complete) =
+                read_at_most(response, self.max_response_bytes, self.idle_timeout).await;
+            let body = body.map_err(|e| match e {
+                Unread::Silent => silent(),
+                Unread::Broke(e) => ProviderError::Transport(format!("the response broke: {e}")),
+            })?;
             if !complete {
                 return Err(too_large(&self.provider, self.max_response_bytes));
             }
@@ -351,10 +381,7 @@ impl HttpModel {
         loop {
             let next = match tokio::time::timeout(self.idle_timeout, events.next()).await {
                 Err(_) => {
-                    return Err(ProviderError::Transport(format!(
-                        "the stream was silent for {} s",
-                        self.idle_timeout.as_secs()
-                    )));
+                    return Err(silent());
                 }
                 Ok(None) => break,
                 Ok(Some(Err(EventStreamError::Transport(Cut::TooLarge)))) => {
@@ -435,14 +462,18 @@ fn too_large(provider: &str, limit: usize) -> ProviderError {
 }
 
 /// The body, up to `limit` bytes, and whether that was all of it; reading stops at the
-/// limit.
+/// limit, or when nothing comes for `idle`.
 async fn read_at_most(
     mut response: reqwest::Response,
     limit: usize,
-) -> (Result<Vec<u8>, reqwest::Error>, bool) {
+    idle: Duration,
+) -> (Result<Vec<u8>, Unread>, bool) {
     let mut body = Vec::new();
     loop {
-        match response.chunk().await {
+        let Ok(chunk) = tokio::time::timeout(idle, response.chunk()).await else {
+            return (Err(Unread::Silent), false);
+        };
+        match chunk {
             Ok(Some(chunk)) => {
                 let room = limit - body.len();
                 if chunk.len() > room {
@@ -452,9 +483,17 @@ async fn read_at_most(
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => return (Ok(body), true),
-            Err(e) => return (Err(e), false),
+            Err(e) => return (Err(Unread::Broke(e)), false),
         }
     }
+}
+
+/// Why a body was not read to its end.
+enum Unread {
+    /// Nothing came for the idle timeout.
+    Silent,
+    /// The connection failed.
+    Broke(reqwest::Error),
 }
 
 /// `retry-after-ms` (OpenAI) or `Retry-After` in seconds. The server is not trusted: a
@@ -532,7 +571,10 @@ impl Model for HttpModel {
                     if attempt >= self.retry.max_attempts {
                         return Err(ProviderError::GaveUp {
                             last: Box::new(e),
-                            why: format!("gave up after {attempt} attempts"),
+                            why: format!(
+                                "gave up after {attempt} attempt{}",
+                                if attempt == 1 { "" } else { "s" }
+                            ),
                             retries,
                         });
                     }

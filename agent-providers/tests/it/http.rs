@@ -351,6 +351,108 @@ async fn a_server_that_is_not_there_is_a_retried_connection_error() {
     );
 }
 
+/// A server on 127.0.0.1 that takes every connection, reads the request, writes
+/// `prefix` and then says nothing more, holding the connection open; and how many
+/// connections it took.
+fn silent_server(prefix: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&taken);
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // The request's head and its body (small: one read suffices).
+            let mut buf = [0u8; 64 << 10];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(prefix.as_bytes());
+            held.push(stream);
+        }
+    });
+    (url, taken)
+}
+
+/// A server that accepts the connection and never answers (a proxy whose upstream is
+/// gone, a server stuck), or stops in the middle of its body, does not hold the run
+/// forever: silent for the idle timeout (or, before an answer that is not streamed, the
+/// answer timeout), the attempt fails as a transport error, and is retried.
+#[tokio::test]
+async fn a_silent_server_is_given_up_on_and_retried() {
+    let half =
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"id\"";
+    for (prefix, stream) in [("", true), ("", false), (half, false)] {
+        let (url, taken) = silent_server(prefix);
+        let model = HttpModel::new(Dialect::OpenAi, "openai-compat", "m", &url, None)
+            .unwrap()
+            .with_streaming(stream)
+            .with_idle_timeout(Duration::from_millis(100))
+            .with_answer_timeout(Duration::from_millis(100))
+            .with_retry(RetryPolicy {
+                max_attempts: 2,
+                ..quick()
+            });
+        // A bound on the test, not a measure: without the timeout it would wait forever.
+        let err = tokio::time::timeout(Duration::from_secs(60), ask(&model))
+            .await
+            .expect("the model call ended")
+            .unwrap_err();
+        assert_eq!(err.kind(), ModelErrorKind::Transport, "{prefix:?}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("openai-compat was silent for 0.1 s") && text.contains("2 attempts"),
+            "{prefix:?}: {text}"
+        );
+        assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+}
+
+/// An answer that is not streamed begins only once the model has written all of it: it
+/// may take longer than the idle timeout, and is waited for up to the answer timeout.
+#[tokio::test]
+async fn a_whole_answer_is_waited_for_longer_than_a_silence() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 64 << 10];
+        let _ = stream.read(&mut buf);
+        // The model at work: three times the idle timeout below.
+        std::thread::sleep(Duration::from_millis(300));
+        let body = json!({
+            "choices": [{"message": {"role": "assistant", "content": "done"},
+                "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}
+        })
+        .to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body.as_bytes()).unwrap();
+    });
+    let model = HttpModel::new(Dialect::OpenAi, "openai-compat", "m", &url, None)
+        .unwrap()
+        .with_streaming(false)
+        .with_idle_timeout(Duration::from_millis(100))
+        .with_answer_timeout(Duration::from_secs(60))
+        .with_retry(RetryPolicy {
+            max_attempts: 1,
+            ..quick()
+        });
+    let reply = ask(&model).await.unwrap();
+    assert_eq!(
+        reply.decision,
+        Ok(Decision::Final {
+            answer: "done".into()
+        })
+    );
+}
+
 #[test]
 fn retry_after_reads_both_headers() {
     let mut h = reqwest::header::HeaderMap::new();
