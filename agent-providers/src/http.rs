@@ -196,18 +196,17 @@ impl HttpModel {
         self
     }
 
-    /// Gives up on a server silent for this long (retryable): before a streamed answer
-    /// begins, between two events of its stream, or between two pieces of a body. Two
-    /// minutes by default.
+    /// Gives up on a server silent for this long once its answer has begun (retryable):
+    /// between two events of its stream, or two pieces of a body. Two minutes by default.
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
     }
 
-    /// Gives up on an answer that is not streamed (`with_streaming(false)`) when it has not
-    /// begun after this long (retryable). The server writes the whole answer before it
-    /// begins to send it, so this bounds the model's work: ten minutes by default, as the
-    /// providers' own clients wait. It is never shorter than the idle timeout.
+    /// Gives up on an answer that has not begun after this long (retryable). A whole answer
+    /// (`with_streaming(false)`) is written before it is sent, and a local server may load
+    /// the model before it streams anything: ten minutes by default, as the providers' own
+    /// clients wait. It is never shorter than the idle timeout.
     pub fn with_answer_timeout(mut self, timeout: Duration) -> Self {
         self.answer_timeout = timeout;
         self
@@ -313,12 +312,9 @@ impl HttpModel {
             ))
         };
         let silent = || silent_for(self.idle_timeout);
-        // A streamed answer begins at once; one that is not is written whole first.
-        let first = if self.stream {
-            self.idle_timeout
-        } else {
-            self.answer_timeout.max(self.idle_timeout)
-        };
+        // Before anything: a whole answer is written first, and a local server may load
+        // the model before it streams a byte.
+        let first = self.answer_timeout.max(self.idle_timeout);
         let response = tokio::time::timeout(first, request.send())
             .await
             .map_err(|_| silent_for(first))?

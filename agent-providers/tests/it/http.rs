@@ -377,8 +377,8 @@ fn silent_server(prefix: &'static str) -> (String, Arc<std::sync::atomic::Atomic
 
 /// A server that accepts the connection and never answers (a proxy whose upstream is
 /// gone, a server stuck), or stops in the middle of its body, does not hold the run
-/// forever: silent for the idle timeout (or, before an answer that is not streamed, the
-/// answer timeout), the attempt fails as a transport error, and is retried.
+/// forever: silent for the answer timeout before it begins, or the idle timeout inside a
+/// body, the attempt fails as a transport error, and is retried.
 #[tokio::test]
 async fn a_silent_server_is_given_up_on_and_retried() {
     let half =
@@ -409,48 +409,52 @@ async fn a_silent_server_is_given_up_on_and_retried() {
     }
 }
 
-/// An answer that is not streamed begins only once the model has written all of it: it
-/// may take longer than the idle timeout, and is waited for up to the answer timeout.
+/// An answer may take longer to begin than the idle timeout: a whole one is written
+/// first, and a local server may load the model before it streams. It is waited for up
+/// to the answer timeout.
 #[tokio::test]
-async fn a_whole_answer_is_waited_for_longer_than_a_silence() {
+async fn an_answer_is_waited_for_longer_than_a_silence_before_it_begins() {
     use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 64 << 10];
-        let _ = stream.read(&mut buf);
-        // The model at work: three times the idle timeout below.
-        std::thread::sleep(Duration::from_millis(300));
-        let body = json!({
-            "choices": [{"message": {"role": "assistant", "content": "done"},
-                "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1}
-        })
-        .to_string();
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).unwrap();
-        stream.write_all(body.as_bytes()).unwrap();
-    });
-    let model = HttpModel::new(Dialect::OpenAi, "openai-compat", "m", &url, None)
-        .unwrap()
-        .with_streaming(false)
-        .with_idle_timeout(Duration::from_millis(100))
-        .with_answer_timeout(Duration::from_secs(60))
-        .with_retry(RetryPolicy {
-            max_attempts: 1,
-            ..quick()
+    let whole = json!({
+        "choices": [{"message": {"role": "assistant", "content": "done"},
+            "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1}
+    })
+    .to_string();
+    for (stream, body, kind) in [
+        (false, whole, "application/json"),
+        (true, fixture("openai/text_only.sse"), "text/event-stream"),
+    ] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64 << 10];
+            let _ = socket.read(&mut buf);
+            // The model at work: three times the idle timeout below.
+            std::thread::sleep(Duration::from_millis(300));
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            socket.write_all(head.as_bytes()).unwrap();
+            socket.write_all(body.as_bytes()).unwrap();
         });
-    let reply = ask(&model).await.unwrap();
-    assert_eq!(
-        reply.decision,
-        Ok(Decision::Final {
-            answer: "done".into()
-        })
-    );
+        let model = HttpModel::new(Dialect::OpenAi, "openai-compat", "m", &url, None)
+            .unwrap()
+            .with_streaming(stream)
+            .with_idle_timeout(Duration::from_millis(100))
+            .with_answer_timeout(Duration::from_secs(60))
+            .with_retry(RetryPolicy {
+                max_attempts: 1,
+                ..quick()
+            });
+        let reply = ask(&model).await;
+        assert!(
+            matches!(&reply, Ok(r) if matches!(r.decision, Ok(Decision::Final { .. }))),
+            "stream {stream}: {reply:?}"
+        );
+    }
 }
 
 #[test]
