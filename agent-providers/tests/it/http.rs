@@ -351,6 +351,20 @@ async fn a_server_that_is_not_there_is_a_retried_connection_error() {
     );
 }
 
+/// An `openai-compat` model at `url` with an idle timeout of 100 ms, the given answer
+/// timeout, and at most `attempts` attempts.
+fn timed_model(url: &str, stream: bool, answer: Duration, attempts: u32) -> HttpModel {
+    HttpModel::new(Dialect::OpenAi, "openai-compat", "m", url, None)
+        .unwrap()
+        .with_streaming(stream)
+        .with_idle_timeout(Duration::from_millis(100))
+        .with_answer_timeout(answer)
+        .with_retry(RetryPolicy {
+            max_attempts: attempts,
+            ..quick()
+        })
+}
+
 /// A server on 127.0.0.1 that takes every connection, reads the request, writes
 /// `prefix` and then says nothing more, holding the connection open; and how many
 /// connections it took.
@@ -385,15 +399,7 @@ async fn a_silent_server_is_given_up_on_and_retried() {
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"id\"";
     for (prefix, stream) in [("", true), ("", false), (half, false)] {
         let (url, taken) = silent_server(prefix);
-        let model = HttpModel::new(Dialect::OpenAi, "openai-compat", "m", &url, None)
-            .unwrap()
-            .with_streaming(stream)
-            .with_idle_timeout(Duration::from_millis(100))
-            .with_answer_timeout(Duration::from_millis(100))
-            .with_retry(RetryPolicy {
-                max_attempts: 2,
-                ..quick()
-            });
+        let model = timed_model(&url, stream, Duration::from_millis(100), 2);
         // A bound on the test, not a measure: without the timeout it would wait forever.
         let err = tokio::time::timeout(Duration::from_secs(60), ask(&model))
             .await
@@ -440,15 +446,7 @@ async fn an_answer_is_waited_for_longer_than_a_silence_before_it_begins() {
             socket.write_all(head.as_bytes()).unwrap();
             socket.write_all(body.as_bytes()).unwrap();
         });
-        let model = HttpModel::new(Dialect::OpenAi, "openai-compat", "m", &url, None)
-            .unwrap()
-            .with_streaming(stream)
-            .with_idle_timeout(Duration::from_millis(100))
-            .with_answer_timeout(Duration::from_secs(60))
-            .with_retry(RetryPolicy {
-                max_attempts: 1,
-                ..quick()
-            });
+        let model = timed_model(&url, stream, Duration::from_secs(60), 1);
         let reply = ask(&model).await;
         assert!(
             matches!(&reply, Ok(r) if matches!(r.decision, Ok(Decision::Final { .. }))),
