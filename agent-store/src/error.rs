@@ -114,6 +114,7 @@ impl From<sled::Error> for StoreError {
     }
 }
 
+#[cfg(feature = "sled")]
 impl StoreError {
     /// The error for a store whose path `read_dir` found a file on (`ENOTDIR`).
     pub(crate) fn not_a_directory(path: &std::path::Path) -> StoreError {
