@@ -98,6 +98,12 @@ fn ci() -> Result<()> {
     clippy.extend(lean);
     clippy.extend(["--", "-D", "warnings"]);
     run("cargo", &clippy, &[])?;
+    // The libraries alone too: with `--all-targets` the tests' features are unified in,
+    // and code only the default features use does not show as dead.
+    let mut clippy_lib = vec!["clippy", "--no-default-features", "--lib"];
+    clippy_lib.extend(lean);
+    clippy_lib.extend(["--", "-D", "warnings"]);
+    run("cargo", &clippy_lib, &[])?;
     let mut lean_tests = vec!["test", "--no-default-features", "--lib"];
     lean_tests.extend(lean);
     run("cargo", &lean_tests, &[])?;
