@@ -493,7 +493,7 @@ impl Settings {
             Duration::from_millis,
         );
         let file_brings = match &file {
-            Some((_, false)) => brings(&config, setup),
+            Some((_, false)) => brings(&config, setup, limits),
             _ => Vec::new(),
         };
         Ok(Settings {
@@ -659,9 +659,42 @@ fn budget_changes(config: &Config, flags: &Limits) -> Result<BudgetChanges, Sett
 
 /// What a settings file brings that a person must trust before it is used: allow rules,
 /// hook commands, and the MCP servers, workspace and base URL it names (unless a flag
-/// overrides them).
-fn brings(c: &Config, setup: &Setup) -> Vec<String> {
+/// overrides them); and what would make a run cost more than the defaults let it: more
+/// steps or tool calls, more attempts at a failed model call, extended thinking. A budget
+/// at or below its default only narrows, and needs no trust.
+fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
     let mut brings = Vec::new();
+    let defaults = Budget::default();
+    if let (Some(n), None) = (c.max_steps, limits.max_steps)
+        && n > defaults.max_steps
+    {
+        brings.push(format!(
+            "max_steps {n} (above the default {}: more model calls, each billed)",
+            defaults.max_steps
+        ));
+    }
+    if let (Some(n), None) = (c.max_tool_calls, limits.max_tool_calls)
+        && n > defaults.max_tool_calls
+    {
+        brings.push(format!(
+            "max_tool_calls {n} (above the default {})",
+            defaults.max_tool_calls
+        ));
+    }
+    let attempts = RetryPolicy::default().max_attempts;
+    if let Some(n) = c.retry.as_ref().and_then(|r| r.max_attempts)
+        && n > attempts
+    {
+        brings.push(format!(
+            "retry.max_attempts {n} (above the default {attempts}: a model call may be \
+             sent, and billed, that many times)"
+        ));
+    }
+    if let Some(n) = c.thinking {
+        brings.push(format!(
+            "thinking {n} (tokens the model may think for each turn, billed as output)"
+        ));
+    }
     if !c.policy.allow.is_empty() {
         brings.push(format!("allow rules {}", c.policy.allow.join(", ")));
     }

@@ -378,6 +378,53 @@ fn a_project_file_brings_what_needs_trust_unless_named_or_overridden() {
 }
 
 #[test]
+fn a_project_file_that_would_make_a_run_cost_more_needs_trust() {
+    let brings = |toml: &str, limits: &Limits| {
+        Settings::resolve(file(toml), None, &Setup::default(), limits, keys())
+            .unwrap()
+            .file_brings
+    };
+    let none = Limits::default();
+    let defaults = Budget::default();
+    // Budgets at or below the defaults only narrow.
+    let narrow = format!(
+        "max_steps = {}\nmax_tool_calls = {}\ntimeout = 60\nmax_cost_usd = 2.0\n\
+         [retry]\nmax_attempts = 4",
+        defaults.max_steps, defaults.max_tool_calls
+    );
+    assert_eq!(brings(&narrow, &none), Vec::<String>::new());
+    let wide = format!(
+        "max_steps = {}\nmax_tool_calls = {}\nthinking = 2048\n[retry]\nmax_attempts = 50",
+        defaults.max_steps + 1,
+        defaults.max_tool_calls + 1
+    );
+    let brought = brings(&wide, &none);
+    assert_eq!(brought.len(), 4, "{brought:?}");
+    for (i, what) in [
+        "max_steps 33 ",
+        "max_tool_calls 129 ",
+        "retry.max_attempts 50 ",
+        "thinking 2048 ",
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert!(brought[i].starts_with(what), "{brought:?}");
+    }
+    // The flags' own budgets replace the file's: nothing of it is used, nothing to trust.
+    let flags = Limits {
+        max_steps: Some(500),
+        max_tool_calls: Some(500),
+        ..Limits::default()
+    };
+    let brought = brings(&wide, &flags);
+    assert!(
+        brought.iter().all(|b| !b.starts_with("max_")),
+        "{brought:?}"
+    );
+}
+
+#[test]
 fn the_context_window_is_the_file_s_else_the_model_s() {
     let none = resolve(None, None, &Setup::default());
     assert_eq!(
