@@ -660,7 +660,8 @@ fn budget_changes(config: &Config, flags: &Limits) -> Result<BudgetChanges, Sett
 /// What a settings file brings that a person must trust before it is used: allow rules,
 /// hook commands, and the MCP servers, workspace and base URL it names (unless a flag
 /// overrides them); and what would make a run cost more than the defaults let it: more
-/// steps or tool calls, more attempts at a failed model call, extended thinking. A budget
+/// steps or tool calls, more attempts at a failed model call, sub-agents, extended
+/// thinking. A budget
 /// at or below its default only narrows, and needs no trust.
 fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
     let mut brings = Vec::new();
@@ -689,6 +690,12 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
             "retry.max_attempts {n} (above the default {attempts}: a model call may be \
              sent, and billed, that many times)"
         ));
+    }
+    if c.sub_agents == Some(true) && !setup.sub_agents {
+        brings.push(
+            "sub_agents (the model may start child runs, each with model calls of its own)"
+                .to_owned(),
+        );
     }
     if let Some(n) = c.thinking {
         brings.push(format!(

@@ -3,7 +3,7 @@
 //! A cloned repository can ship an `agent.toml` or a workspace `.mcp.json` that starts
 //! commands (MCP servers, hooks), widens the policy (`allow` rules, another `workspace`) or
 //! sends the API key elsewhere (`base_url`), or lets a run cost more than the defaults do
-//! (more steps, tool calls or retries, extended thinking). What such a file brings is used
+//! (more steps, tool calls or retries, sub-agents, extended thinking). What such a file brings is used
 //! only once a person trusted the file's current content: `agent trust`, or a question on
 //! a terminal.
 //! Trust is kept in the user's config directory, keyed by the file's absolute path and the

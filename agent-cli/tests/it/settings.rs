@@ -394,16 +394,18 @@ fn a_project_file_that_would_make_a_run_cost_more_needs_trust() {
     );
     assert_eq!(brings(&narrow, &none), Vec::<String>::new());
     let wide = format!(
-        "max_steps = {}\nmax_tool_calls = {}\nthinking = 2048\n[retry]\nmax_attempts = 50",
+        "max_steps = {}\nmax_tool_calls = {}\nthinking = 2048\nsub_agents = true\n\
+         [retry]\nmax_attempts = 50",
         defaults.max_steps + 1,
         defaults.max_tool_calls + 1
     );
     let brought = brings(&wide, &none);
-    assert_eq!(brought.len(), 4, "{brought:?}");
+    assert_eq!(brought.len(), 5, "{brought:?}");
     for (i, what) in [
         "max_steps 33 ",
         "max_tool_calls 129 ",
         "retry.max_attempts 50 ",
+        "sub_agents ",
         "thinking 2048 ",
     ]
     .iter()
@@ -422,6 +424,16 @@ fn a_project_file_that_would_make_a_run_cost_more_needs_trust() {
         brought.iter().all(|b| !b.starts_with("max_")),
         "{brought:?}"
     );
+    // Sub-agents asked for on the command line: the person chose them.
+    let chosen = Settings::resolve(
+        file("sub_agents = true"),
+        None,
+        &setup(|s| s.sub_agents = true),
+        &none,
+        keys(),
+    )
+    .unwrap();
+    assert!(chosen.file_brings.is_empty(), "{:?}", chosen.file_brings);
 }
 
 #[test]
