@@ -3,12 +3,12 @@
 //! A cloned repository can ship an `agent.toml` or a workspace `.mcp.json` that starts
 //! commands (MCP servers, hooks), widens the policy (`allow` rules, another `workspace`) or
 //! sends the API key elsewhere (`base_url`), or lets a run cost more than the defaults do
-//! (more steps, tool calls or retries, sub-agents, extended thinking). What such a file brings is used
-//! only once a person trusted the file's current content: `agent trust`, or a question on
-//! a terminal.
-//! Trust is kept in the user's config directory, keyed by the file's absolute path and the
-//! SHA-256 of its content, so a changed file must be trusted again. Files named on the
-//! command line (`--config`, `--mcp-config`) are trusted: the person chose them.
+//! (more steps, tool calls or retries, sub-agents, extended thinking). What such a file
+//! brings is used only once a person trusted the file's current content: `agent trust`,
+//! or a question on a terminal. Trust is kept in the user's config directory, keyed by
+//! the file's absolute path and the SHA-256 of its content, so a changed file must be
+//! trusted again. Files named on the command line (`--config`, `--mcp-config`) are
+//! trusted: the person chose them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
