@@ -138,9 +138,9 @@ pub fn gateway(
     if let Ok(config) = crate::trust::config_dir() {
         ws = ws.protect(&config, "agent's own settings");
     }
-    // Its hooks and config run commands the next time the person uses git.
-    let git = ws.root().join(".git");
-    ws = ws.protect(&git, "the git directory");
+    // Its hooks and config run commands the next time the person uses git: the
+    // workspace's repository, and any nested in it.
+    ws = ws.protect_everywhere(".git", "a git directory");
     let root = ws.root().to_path_buf();
     // Nothing a project file brings is used, or started, before a person trusted it.
     ensure_trusted(&untrusted_parts(settings, &root)?, interactive(settings))?;

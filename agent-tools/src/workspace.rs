@@ -29,6 +29,11 @@ use cap_std::fs::Dir;
 /// Symlinks followed while resolving one path, at most (as Linux's `MAXSYMLINKS`).
 const MAX_LINKS: usize = 40;
 
+/// Whether two file names are the same but for ASCII case.
+fn same_name(a: &OsStr, b: &OsStr) -> bool {
+    a.as_bytes().eq_ignore_ascii_case(b.as_bytes())
+}
+
 /// Bytes of a file a tool may read on the async thread instead of tokio's blocking pool
 /// (see [`Workspace::reads_inline`]).
 pub const INLINE_READ_BYTES: u64 = 64 << 10;
@@ -43,6 +48,9 @@ pub struct Workspace {
     /// Places in the workspace no tool may change ([`Workspace::protect`]), relative to the
     /// root, each with what it is.
     protected: Vec<(PathBuf, String)>,
+    /// Names no tool may change wherever they are ([`Workspace::protect_everywhere`]),
+    /// each with what it is.
+    protected_names: Vec<(OsString, String)>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -166,6 +174,7 @@ impl Workspace {
             dir: Arc::new(dir),
             local_dev,
             protected: Vec::new(),
+            protected_names: Vec::new(),
         })
     }
 
@@ -179,6 +188,17 @@ impl Workspace {
         if let Some(rel) = self.inside(path) {
             self.protected.push((rel, what.to_owned()));
         }
+        self
+    }
+
+    /// Keeps every tool from changing what is named `name`, and what lies below it,
+    /// wherever it is in the workspace: `.git`, in the workspace's own repository and in
+    /// every repository nested in it (its hooks and config run commands the next time a
+    /// person uses git there; a submodule's `.git` file says where they are). Denied as
+    /// [`Workspace::protect`] denies.
+    pub fn protect_everywhere(mut self, name: &str, what: &str) -> Workspace {
+        self.protected_names
+            .push((OsString::from(name), what.to_owned()));
         self
     }
 
@@ -203,11 +223,29 @@ impl Workspace {
 
     /// What keeps `resolved` from being changed by a tool, when it lies in a place
     /// [`Workspace::protect`] named.
+    ///
+    /// Names are compared without regard to ASCII case: on a file system that ignores case
+    /// (macOS's, Windows') `.AGENT` is the store and `.Git` the git directory. Where case
+    /// matters this protects a few more names than it must, and keeps no read from them.
     pub fn protected(&self, resolved: &Resolved) -> Option<&str> {
+        let rel = &resolved.rel;
         self.protected
             .iter()
-            .find(|(rel, _)| resolved.rel.starts_with(rel))
+            .find(|(place, _)| {
+                let mut names = rel.components();
+                place.components().all(|c| {
+                    names
+                        .next()
+                        .is_some_and(|n| same_name(n.as_os_str(), c.as_os_str()))
+                })
+            })
             .map(|(_, what)| what.as_str())
+            .or_else(|| {
+                self.protected_names
+                    .iter()
+                    .find(|(name, _)| rel.components().any(|c| same_name(c.as_os_str(), name)))
+                    .map(|(_, what)| what.as_str())
+            })
     }
 
     /// Whether the root is on a local disk or memory file system (ext4, XFS, Btrfs, tmpfs,

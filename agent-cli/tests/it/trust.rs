@@ -93,6 +93,7 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_gi
         write("c2", "config/trusted.json"),
         write("c3", "notes.txt"),
         write("c4", ".git/hooks/pre-commit"),
+        write("c5", "lib/.git/config"),
         {"final": "done"},
     ]));
     let out = env.run(&[
@@ -113,7 +114,8 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_gi
     for (call, what) in [
         ("c1", "the run store"),
         ("c2", "agent's own settings"),
-        ("c4", "the git directory"),
+        ("c4", "a git directory"),
+        ("c5", "a git directory"),
     ] {
         assert!(
             shown
@@ -128,6 +130,7 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_gi
     assert!(layout.starts_with("format=2 "), "{layout}");
     assert!(!env.dir.path().join("config/trusted.json").exists());
     assert!(!env.dir.path().join(".git").exists());
+    assert!(!env.dir.path().join("lib").exists());
     // Elsewhere in the workspace the rule allows what it allows.
     assert_eq!(
         std::fs::read_to_string(env.dir.path().join("notes.txt")).unwrap(),

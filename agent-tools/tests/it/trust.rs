@@ -201,7 +201,8 @@ fn a_protected_place_is_changed_by_no_tool_under_any_name() {
             // Not made yet: protected where it will be.
             .protect(&t.ws.join("config/agent-loop"), "agent's own settings")
             // Outside: out of reach already, and ignored.
-            .protect(&t.outside, "elsewhere"),
+            .protect(&t.outside, "elsewhere")
+            .protect_everywhere(".git", "a git directory"),
     )
     .unwrap()
     .with_policy(policy);
@@ -214,6 +215,13 @@ fn a_protected_place_is_changed_by_no_tool_under_any_name() {
         ("write_file", ".agent"),
         ("edit_file", ".agent/agent-store"),
         ("write_file", "config/agent-loop/trusted.json"),
+        // Spelt in another case: the same place where the file system ignores case.
+        ("write_file", ".AGENT/agent-store"),
+        ("write_file", ".git/hooks/pre-commit"),
+        // A repository nested in the workspace, and a submodule's `.git` file.
+        ("write_file", "vendor/lib/.git/hooks/pre-commit"),
+        ("write_file", "vendor/sub/.git"),
+        ("edit_file", "src/.Git/config"),
     ] {
         let args = if tool == "edit_file" {
             json!({"path": path, "old": "format", "new": "x"})
@@ -237,13 +245,25 @@ fn a_protected_place_is_changed_by_no_tool_under_any_name() {
         "format=2\n"
     );
     assert!(!t.ws.join(".agent/new").exists() && !t.ws.join("config").exists());
+    assert!(!t.ws.join(".git").exists() && !t.ws.join("vendor").exists());
     // Reads, and writes beside it, are judged as before.
     let read = rt.block_on(verdict(&g, "read_file", json!({"path": "st/agent-store"})));
     assert_eq!(read, Verdict::Allow);
-    let beside = json!({"path": ".agents-notes.txt", "content": "x"});
-    assert_eq!(
-        rt.block_on(verdict(&g, "write_file", beside)),
-        Verdict::Allow
+    for beside in [
+        ".agents-notes.txt",
+        "vendor/.gitignore",
+        "src/.github/ci.yml",
+    ] {
+        let args = json!({"path": beside, "content": "x"});
+        assert_eq!(
+            rt.block_on(verdict(&g, "write_file", args)),
+            Verdict::Allow,
+            "{beside}"
+        );
+    }
+    let read = json!({"path": "vendor/lib/.git/config"});
+    assert!(
+        !matches!(rt.block_on(verdict(&g, "read_file", read)), Verdict::Deny { reason } if reason.contains("which no tool may change"))
     );
 }
 
