@@ -7,7 +7,9 @@ use serde::Deserialize;
 
 use std::io::Read;
 
-use super::{SNIFF, blocking, open_regular, walk};
+use std::path::{Path, PathBuf};
+
+use super::{SNIFF, Smallest, blocking, open_regular, walk};
 use crate::tool::{ToolContext, TypedTool};
 use crate::workspace::{Resolved, Workspace};
 
@@ -70,63 +72,118 @@ impl TypedTool for Grep {
     }
 }
 
+/// One matching line: ordered by file, then line number, as the listing is.
+struct Match {
+    rel: PathBuf,
+    number: usize,
+    text: String,
+}
+
+impl Match {
+    fn key(&self) -> (&Path, usize) {
+        (&self.rel, self.number)
+    }
+}
+
+impl PartialEq for Match {
+    fn eq(&self, other: &Match) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Match {}
+
+impl PartialOrd for Match {
+    fn partial_cmp(&self, other: &Match) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Match {
+    fn cmp(&self, other: &Match) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// The first [`MAX_MATCHES`] matching lines in the order of their paths, and the count of
+/// all matching lines. The files are searched as the walk finds them, and only the
+/// matches that would be listed are kept: a tree of any size costs the lines shown, not a
+/// list of its files.
 fn search(workspace: &Workspace, start: &Resolved, regex: &regex::Regex) -> (Vec<String>, usize) {
-    let mut lines = Vec::new();
-    let mut total = 0;
+    let mut kept = Smallest::new(MAX_MATCHES);
     let is_file = workspace.metadata(start).is_ok_and(|m| m.is_file());
-    let files: Vec<std::path::PathBuf> = if is_file {
-        vec![start.rel().to_path_buf()]
+    if is_file {
+        search_file(workspace, start.rel().to_path_buf(), regex, &mut kept);
     } else {
         let base = workspace.root().join(start.rel());
-        let mut files: Vec<_> = walk(&base).map(|rel| start.rel().join(rel)).collect();
-        files.sort();
-        files
-    };
-    for rel in files {
-        // Read through the workspace capability: a file swapped for a link since the walk
-        // is refused, not followed.
-        let Some(rel_str) = rel.to_str() else {
-            continue;
-        };
-        let Ok(resolved) = workspace.resolve_existing(rel_str) else {
-            continue;
-        };
-        let Ok((file, _)) = open_regular(workspace, &resolved, rel_str) else {
-            continue;
-        };
-        let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
-        match reader.fill_buf() {
-            Ok(head) if !head[..head.len().min(SNIFF)].contains(&0) => {}
-            _ => continue,
-        }
-        // Line by line, each at most MAX_SCAN_LINE bytes, decoded lossily: a file of any
-        // size costs bounded memory, and a non-UTF-8 line does not end the search.
-        let mut line = Vec::new();
-        let mut number = 0usize;
-        loop {
-            line.clear();
-            let read = reader
-                .by_ref()
-                .take(MAX_SCAN_LINE as u64)
-                .read_until(b'\n', &mut line);
-            match read {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            number += 1;
-            if line.last() != Some(&b'\n') && reader.skip_until(b'\n').is_err() {
-                break;
-            }
-            let text = String::from_utf8_lossy(&line);
-            let text = text.trim_end_matches(['\n', '\r']);
-            if regex.is_match(text) {
-                total += 1;
-                if lines.len() < MAX_MATCHES {
-                    let shown: String = text.chars().take(MAX_LINE).collect();
-                    lines.push(format!("{}:{number}: {shown}", rel.display()));
-                }
-            }
+        for rel in walk(&base) {
+            search_file(workspace, start.rel().join(rel), regex, &mut kept);
         }
     }
+    let (matches, others) = kept.into_sorted();
+    let total = matches.len() + others;
+    let lines = matches
+        .into_iter()
+        .map(|m| format!("{}:{}: {}", m.rel.display(), m.number, m.text))
+        .collect();
     (lines, total)
+}
+
+/// Offers each line of the file at `rel` that matches.
+fn search_file(
+    workspace: &Workspace,
+    rel: PathBuf,
+    regex: &regex::Regex,
+    kept: &mut Smallest<Match>,
+) {
+    // Read through the workspace capability: a file swapped for a link since the walk
+    // is refused, not followed.
+    let Some(rel_str) = rel.to_str() else {
+        return;
+    };
+    let Ok(resolved) = workspace.resolve_existing(rel_str) else {
+        return;
+    };
+    let Ok((file, _)) = open_regular(workspace, &resolved, rel_str) else {
+        return;
+    };
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+    match reader.fill_buf() {
+        Ok(head) if !head[..head.len().min(SNIFF)].contains(&0) => {}
+        _ => return,
+    }
+    // Line by line, each at most MAX_SCAN_LINE bytes, decoded lossily: a file of any
+    // size costs bounded memory, and a non-UTF-8 line does not end the search.
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        let read = reader
+            .by_ref()
+            .take(MAX_SCAN_LINE as u64)
+            .read_until(b'\n', &mut line);
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        number += 1;
+        if line.last() != Some(&b'\n') && reader.skip_until(b'\n').is_err() {
+            break;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if !regex.is_match(text) {
+            continue;
+        }
+        // The line is made only when it would be listed.
+        if kept.would_keep(|greatest| (rel.as_path(), number) < greatest.key()) {
+            kept.offer(Match {
+                rel: rel.clone(),
+                number,
+                text: text.chars().take(MAX_LINE).collect(),
+            });
+        } else {
+            kept.pass();
+        }
+    }
 }

@@ -244,6 +244,18 @@ impl<T: Ord> Smallest<T> {
         }
     }
 
+    /// Whether an item would be kept, told before it is made: `less` says whether it
+    /// orders before the greatest item kept. One that would not is counted with
+    /// [`Smallest::pass`].
+    pub(crate) fn would_keep(&self, less: impl FnOnce(&T) -> bool) -> bool {
+        self.kept.len() < self.limit || self.kept.peek().is_some_and(less)
+    }
+
+    /// Counts an item that is not kept.
+    pub(crate) fn pass(&mut self) {
+        self.others += 1;
+    }
+
     /// The items kept, least first, and the count of the others.
     pub(crate) fn into_sorted(self) -> (Vec<T>, usize) {
         (self.kept.into_sorted_vec(), self.others)

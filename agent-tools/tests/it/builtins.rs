@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use agent_core::{CallId, ErrorKind, ToolError};
-use agent_tools::builtin::{ListDir, ReadFile};
+use agent_tools::builtin::{Grep, ListDir, ReadFile};
 use agent_tools::{Tool, ToolContext, Typed, Workspace};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -179,6 +179,50 @@ async fn list_dir_and_glob_show_the_first_thousand_by_name_and_count_the_rest() 
         format!(
             "{}\n(3 more paths not shown; narrow the pattern)",
             first.join("\n")
+        )
+    );
+}
+
+#[tokio::test]
+async fn grep_shows_the_first_matches_in_path_order_and_counts_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    // Names whose order as paths is not their order as strings ("a/..." before "a-b/...",
+    // '/' before '-' and '.'), made in an order that is neither.
+    let dirs = ["a.d", "a", "b", "a-b"];
+    let mut expected: Vec<(std::path::PathBuf, usize, String)> = Vec::new();
+    for i in 0..120usize {
+        let sub = dirs[(i * 7) % dirs.len()];
+        let rel = std::path::PathBuf::from(sub).join(format!("f{:03}.txt", (i * 37) % 120));
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        // Five matching lines among others.
+        let mut text = String::new();
+        for n in 1..=9usize {
+            if n % 2 == 1 {
+                text.push_str(&format!("hit {i} {n}\n"));
+                expected.push((rel.clone(), n, format!("hit {i} {n}")));
+            } else {
+                text.push_str("miss\n");
+            }
+        }
+        std::fs::write(dir.path().join(&rel), text).unwrap();
+    }
+    std::fs::write(dir.path().join("a.txt"), "hit top\n").unwrap();
+    expected.push(("a.txt".into(), 1, "hit top".into()));
+    let total = expected.len();
+    expected.sort();
+    let shown: Vec<String> = expected[..500]
+        .iter()
+        .map(|(rel, n, text)| format!("{}:{n}: {text}", rel.display()))
+        .collect();
+    let out = call(&Typed(Grep), dir.path(), json!({"pattern": "^hit"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        format!(
+            "{}\n({} more matching lines not shown; narrow the pattern or the path)",
+            shown.join("\n"),
+            total - 500
         )
     );
 }
