@@ -141,8 +141,8 @@ impl Decision {
 
     /// Checks the structure of the decision (CONTRACT §2): a non-empty answer, a non-empty
     /// batch, object arguments, non-empty and unique call ids, and the limits that keep
-    /// everything committed readable back ([`MAX_ARGUMENT_DEPTH`], [`MAX_ARGUMENT_BYTES`],
-    /// [`MAX_TEXT_BYTES`], [`MAX_ID_BYTES`]).
+    /// everything committed readable back and a turn's cost bounded ([`MAX_CALLS`],
+    /// [`MAX_ARGUMENT_DEPTH`], [`MAX_ARGUMENT_BYTES`], [`MAX_TEXT_BYTES`], [`MAX_ID_BYTES`]).
     pub fn check(&self) -> Result<(), DecisionProblem> {
         let text = match self {
             Decision::Final { answer: t }
@@ -184,6 +184,12 @@ pub const MAX_TEXT_BYTES: usize = 1 << 20;
 /// Longest call id or tool name.
 pub const MAX_ID_BYTES: usize = 256;
 
+/// Most tool calls in one decision: eight times the default tool-call budget of a whole
+/// exchange, far more than a model proposes at once. A reply with more (a model in a loop,
+/// or a server that is not what it claims) is refused before any call is judged, so its
+/// size costs the run no more than its parsing.
+pub const MAX_CALLS: usize = 1024;
+
 /// How deeply arrays and objects nest in `value` (a scalar is 0), without recursion.
 pub fn nesting_depth(value: &Value) -> usize {
     let mut deepest = 0;
@@ -200,6 +206,9 @@ pub fn nesting_depth(value: &Value) -> usize {
 }
 
 fn check_calls(calls: &[ToolCall]) -> Result<(), DecisionProblem> {
+    if calls.len() > MAX_CALLS {
+        return Err(DecisionProblem::TooManyCalls { calls: calls.len() });
+    }
     let mut seen = BTreeSet::new();
     for call in calls {
         if call.id.0.len() > MAX_ID_BYTES || call.name.len() > MAX_ID_BYTES {
@@ -297,6 +306,15 @@ pub enum DecisionProblem {
         call_id: CallId,
         /// Their size as compact JSON.
         bytes: usize,
+    },
+    /// More calls than [`MAX_CALLS`] in one decision.
+    #[error(
+        "the reply proposes {calls} tool calls; at most 1024 are accepted in one turn, \
+         propose the first few"
+    )]
+    TooManyCalls {
+        /// How many it proposed.
+        calls: usize,
     },
     /// A call id or tool name longer than [`MAX_ID_BYTES`].
     #[error("a call id or tool name is longer than {max} bytes")]
@@ -550,6 +568,26 @@ mod tests {
                     calls: vec![call("a", json!({})), call("b", json!({}))],
                 },
                 None,
+            ),
+            // As many calls as accepted, then one more.
+            (
+                Decision::ToolCalls {
+                    calls: (0..MAX_CALLS)
+                        .map(|i| call(&format!("c{i}"), json!({})))
+                        .collect(),
+                },
+                None,
+            ),
+            (
+                Decision::RequestApproval {
+                    summary: "s".into(),
+                    calls: (0..=MAX_CALLS)
+                        .map(|i| call(&format!("c{i}"), json!({})))
+                        .collect(),
+                },
+                Some(DecisionProblem::TooManyCalls {
+                    calls: MAX_CALLS + 1,
+                }),
             ),
         ];
         for (decision, expected) in cases {
