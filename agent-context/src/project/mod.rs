@@ -34,6 +34,11 @@ below replace it.]";
 /// when the run has it.
 const READ_RESULT: &str = "read_result";
 
+/// Characters of a rejected reply shown back to the model with the problem: enough to see
+/// what was wrong with it; the log keeps it whole. A reply refused for its size (a 2 MB
+/// answer, thousands of calls) is not sent back, and billed, whole on the next call.
+pub const REJECTED_REPLY_CHARS: usize = 4_000;
+
 /// Default of [`ContextConfig::unmasked_result_chars`].
 pub const DEFAULT_UNMASKED_RESULT_CHARS: usize = 12_000;
 
@@ -289,12 +294,19 @@ impl Projector {
             } => {
                 self.sizes.reported(usage.input_tokens);
                 self.close_turn();
-                let raw = if raw.trim().is_empty() {
-                    "(empty reply)"
+                let shown = if raw.trim().is_empty() {
+                    "(empty reply)".to_owned()
                 } else {
-                    raw
+                    match raw.char_indices().nth(REJECTED_REPLY_CHARS) {
+                        None => raw.clone(),
+                        Some((cut, _)) => format!(
+                            "{}\n[... {} more characters of this reply not shown ...]",
+                            &raw[..cut],
+                            raw[cut..].chars().count()
+                        ),
+                    }
                 };
-                self.push(Message::assistant_text(raw));
+                self.push(Message::assistant_text(shown));
                 self.turn.notes.push(format!(
                     "Your reply was not a valid decision: {problem}. Reply with tool calls or a \
                      final answer."

@@ -3,8 +3,8 @@
 
 use agent_context::testing::snapshot_text;
 use agent_context::{
-    ContextConfig, DEFAULT_SYSTEM_PROMPT, Digest, Projector, SUMMARY_PREFIX, Tiktoken, extract,
-    project,
+    ContextConfig, DEFAULT_SYSTEM_PROMPT, Digest, Projector, REJECTED_REPLY_CHARS, SUMMARY_PREFIX,
+    Tiktoken, extract, project,
 };
 use agent_core::*;
 use serde_json::json;
@@ -68,6 +68,40 @@ fn rejected_reply_denied_call_and_correction_are_told_to_the_model() {
     let prompt = project(DEFAULT_SYSTEM_PROMPT, &log.0, vec![]);
     pairs_every_call(&prompt);
     insta::assert_snapshot!(snapshot_text(&prompt));
+}
+
+#[test]
+fn a_long_rejected_reply_is_shown_back_cut_and_says_how_much_was_cut() {
+    let text_of = |raw: String| {
+        let mut log = Log::new("g");
+        log.push(Event::DecisionRejected {
+            turn: 1,
+            raw,
+            problem: "too long".into(),
+            usage: Usage::default(),
+        });
+        let prompt = project(DEFAULT_SYSTEM_PROMPT, &log.0, vec![]);
+        let shown = prompt
+            .messages
+            .iter()
+            .find(|m| m.role == Role::Assistant)
+            .expect("the reply is shown");
+        match &shown.parts[..] {
+            [Part::Text { text }] => text.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    // Multi-byte characters: cut between characters, counted in characters.
+    let whole: String = "é".repeat(REJECTED_REPLY_CHARS);
+    assert_eq!(text_of(whole.clone()), whole);
+    let long = format!("{whole}{}", "x".repeat(2 * REJECTED_REPLY_CHARS + 7));
+    assert_eq!(
+        text_of(long),
+        format!(
+            "{whole}\n[... {} more characters of this reply not shown ...]",
+            2 * REJECTED_REPLY_CHARS + 7
+        )
+    );
 }
 
 #[test]
