@@ -465,6 +465,9 @@ async fn anthropic_thinking_goes_back_with_the_tool_results_and_shows_in_show() 
     let env = Env::new();
     std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
     std::fs::write(env.dir.path().join("agent.toml"), "thinking = 2048\n").unwrap();
+    // Thinking is billed: a project's file asks for it only once a person trusted it.
+    let out = env.run(&["trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let (code, v, err) = run_model(
         &env,
         "anthropic:claude-sonnet-4-5",
