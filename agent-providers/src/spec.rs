@@ -23,16 +23,41 @@ pub enum ModelSpec {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// No `PROVIDER:` prefix, or nothing after it.
-    #[error(
-        "model {0:?} is not of the form PROVIDER:MODEL (for example script:examples/hello/script.json)"
-    )]
+    #[error("model {0:?} is not of the form PROVIDER:MODEL; {hint}", hint = hint(.0))]
     Malformed(String),
 
     /// A provider nobody knows.
     #[error(
-        "model {0}: unknown provider {1:?}; known: script, openai, openai-responses, anthropic, openai-compat, replay"
+        "model {0}: unknown provider {1:?} (known: script, openai, openai-responses, \
+         anthropic, openai-compat, replay); {hint}",
+        hint = hint(.0)
     )]
     UnknownProvider(String, String),
+}
+
+/// What the person probably meant by a `--model` value without a known provider: the
+/// provider its name suggests, else a local server's (Ollama names models `llama3.1:8b`).
+fn hint(text: &str) -> String {
+    let name = text.strip_suffix(':').unwrap_or(text);
+    let lower = name.to_ascii_lowercase();
+    if name.is_empty() {
+        return "for example openai:gpt-4o, anthropic:claude-sonnet-4-5 or script:PATH".to_owned();
+    }
+    if lower.ends_with(".json") {
+        format!("did you mean script:{name}?")
+    } else if ["gpt-", "o1", "o3", "o4", "chatgpt"]
+        .iter()
+        .any(|p| lower.starts_with(p))
+    {
+        format!("did you mean openai:{name}?")
+    } else if lower.starts_with("claude") {
+        format!("did you mean anthropic:{name}?")
+    } else {
+        format!(
+            "for a model a local server runs (Ollama, vLLM, llama.cpp), give \
+             openai-compat:{name} and its --base-url"
+        )
+    }
 }
 
 impl ModelSpec {
@@ -97,5 +122,32 @@ mod tests {
             ModelSpec::parse("foo:bar"),
             Err(SpecError::UnknownProvider(..))
         ));
+    }
+
+    #[test]
+    fn a_model_without_a_provider_gets_the_one_its_name_suggests() {
+        let told = |text: &str| ModelSpec::parse(text).unwrap_err().to_string();
+        for (given, meant) in [
+            ("gpt-4o", "did you mean openai:gpt-4o?"),
+            ("o3-mini", "did you mean openai:o3-mini?"),
+            (
+                "claude-sonnet-4-5",
+                "did you mean anthropic:claude-sonnet-4-5?",
+            ),
+            ("Claude-Opus-4", "did you mean anthropic:Claude-Opus-4?"),
+            ("run/script.json", "did you mean script:run/script.json?"),
+            // Ollama's names hold a colon: taken for a provider, and pointed home.
+            (
+                "llama3.1:8b",
+                "openai-compat:llama3.1:8b and its --base-url",
+            ),
+            ("mistral", "openai-compat:mistral and its --base-url"),
+            ("gpt-4o:", "did you mean openai:gpt-4o?"),
+            (":", "for example openai:gpt-4o"),
+        ] {
+            let message = told(given);
+            assert!(message.contains(meant), "{given}: {message}");
+        }
+        assert!(told("llama3.1:8b").contains("unknown provider \"llama3.1\""));
     }
 }
