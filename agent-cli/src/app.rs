@@ -591,9 +591,7 @@ fn context(settings: &Settings, json: bool, run_id: &str, at: Option<u32>) -> Re
             Arc::new(agent_context::Tiktoken)
         },
     );
-    for entry in &log {
-        projector.apply(entry);
-    }
+    projector.apply_all(&log);
     let prompt = projector.prompt();
     let window = projector.config().context_window;
     if json {

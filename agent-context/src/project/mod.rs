@@ -98,6 +98,38 @@ struct OpenTurn {
     shown: bool,
 }
 
+/// The first result recorded for each call of a turn. Looked up in the list while the turn
+/// is small, as most are; through a map once it is not, so that rendering a turn of a
+/// thousand calls (which happens again as each of its results is committed) does not
+/// compare every call with every result.
+enum ResultIndex<'a> {
+    Few(&'a [(CallId, u64, Part)]),
+    Many(std::collections::HashMap<&'a CallId, &'a (CallId, u64, Part)>),
+}
+
+impl<'a> ResultIndex<'a> {
+    /// Results up to which a list is searched.
+    const FEW: usize = 16;
+
+    fn of(results: &'a [(CallId, u64, Part)]) -> ResultIndex<'a> {
+        if results.len() <= Self::FEW {
+            return ResultIndex::Few(results);
+        }
+        let mut map = std::collections::HashMap::with_capacity(results.len());
+        for result in results {
+            map.entry(&result.0).or_insert(result);
+        }
+        ResultIndex::Many(map)
+    }
+
+    fn get(&self, id: &CallId) -> Option<&'a (CallId, u64, Part)> {
+        match self {
+            ResultIndex::Few(results) => results.iter().find(|(r, _, _)| r == id),
+            ResultIndex::Many(map) => map.get(id).copied(),
+        }
+    }
+}
+
 impl OpenTurn {
     fn is_empty(&self) -> bool {
         self.calls.is_empty() && self.notes.is_empty()
@@ -145,6 +177,18 @@ impl std::fmt::Debug for Projector {
     }
 }
 
+/// Whether `event` closes the open turn: the model answered it (or failed to), or a person
+/// spoke after it.
+fn closes_turn(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::DecisionProposed { .. }
+            | Event::DecisionRejected { .. }
+            | Event::ModelFailed { .. }
+            | Event::UserMessage { .. }
+    )
+}
+
 /// The prompt of a whole log, with the default bounds and the o200k tokenizer.
 pub fn project(system: &str, entries: &[Entry], tools: Vec<ToolSpec>) -> Prompt {
     let config = ContextConfig {
@@ -152,9 +196,7 @@ pub fn project(system: &str, entries: &[Entry], tools: Vec<ToolSpec>) -> Prompt 
         ..ContextConfig::default()
     };
     let mut projector = Projector::new(config, tools, Arc::new(Tiktoken));
-    for entry in entries {
-        projector.apply(entry);
-    }
+    projector.apply_all(entries);
     projector.prompt().clone()
 }
 
@@ -254,16 +296,29 @@ impl Projector {
 
     /// Applies the next committed entry.
     pub fn apply(&mut self, entry: &Entry) {
+        self.apply_one(entry);
+        self.render_provisional();
+    }
+
+    /// Applies the next committed entries, a commit's or a whole log's: the prompt is what
+    /// applying each in turn makes it, byte for byte, but the answer to a turn still open
+    /// is rendered once at the end instead of after each entry (a turn of a thousand calls
+    /// would otherwise render all its results again for each).
+    pub fn apply_all<'e>(&mut self, entries: impl IntoIterator<Item = &'e Entry>) {
+        // An event that closes the turn builds its answer as the provisional one was
+        // built, from the turn as it stands, and counts it as added since the provider's
+        // last count either way.
+        for entry in entries {
+            self.apply_one(entry);
+        }
+        self.render_provisional();
+    }
+
+    /// Applies an entry, leaving the open turn's answer unrendered.
+    fn apply_one(&mut self, entry: &Entry) {
         // An event that closes the turn keeps its provisional answer as the answer (it is
         // what the answer would be built as); any other replaces it.
-        let closes = matches!(
-            entry.event,
-            Event::DecisionProposed { .. }
-                | Event::DecisionRejected { .. }
-                | Event::ModelFailed { .. }
-                | Event::UserMessage { .. }
-        );
-        if !closes {
+        if !closes_turn(&entry.event) {
             self.drop_provisional();
         }
         self.version = entry.version;
@@ -377,7 +432,6 @@ impl Projector {
             | Event::ApprovalGranted { .. }
             | Event::RunEnded { .. } => {}
         }
-        self.render_provisional();
     }
 
     fn assistant(&mut self, decision: &Decision, reasoning: &[Reasoning]) {
@@ -424,8 +478,9 @@ impl Projector {
         // Sized exactly, as the assistant's message is.
         let mut parts = Vec::with_capacity(self.turn.calls.len() + self.turn.notes.len());
         let mut versions = Vec::with_capacity(self.turn.calls.len());
+        let results = ResultIndex::of(&self.turn.results);
         for (call_id, name) in &self.turn.calls {
-            match self.turn.results.iter().find(|(id, _, _)| id == call_id) {
+            match results.get(call_id) {
                 Some((id, version, part)) => {
                     parts.push(part.clone());
                     versions.push((id.clone(), *version));
@@ -450,11 +505,12 @@ impl Projector {
 
     /// The versions of the results the answer to the latest assistant message shows.
     fn answer_versions(&self) -> Vec<(CallId, u64)> {
+        let results = ResultIndex::of(&self.turn.results);
         self.turn
             .calls
             .iter()
             .filter_map(|(call_id, _)| {
-                let (id, version, _) = self.turn.results.iter().find(|(id, _, _)| id == call_id)?;
+                let (id, version, _) = results.get(call_id)?;
                 Some((id.clone(), *version))
             })
             .collect()

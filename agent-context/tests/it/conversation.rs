@@ -10,7 +10,7 @@ use crate::projection::{config, projector, projector_with, reads_log};
 use crate::{Log, pairs_every_call};
 
 /// A conversation: the goal, then follow-ups, each answered after one read.
-fn conversation_log() -> Log {
+pub fn conversation_log() -> Log {
     let mut log = Log::new("Review the notes in docs/");
     let asks = [
         "Start with docs/a.md.",

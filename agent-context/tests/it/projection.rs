@@ -264,6 +264,81 @@ fn the_incremental_projection_equals_the_one_from_scratch_at_every_event() {
     }
 }
 
+/// Turns of several calls, some rejected, some answered by a correction, with a rejected
+/// reply and a compaction between them: what a commit of many entries looks like.
+fn batches_log() -> Log {
+    let mut log = Log::new("Read them all");
+    for t in 1..=6u32 {
+        let ids: Vec<String> = (0..5).map(|i| format!("t{t}c{i}")).collect();
+        log.push(Event::DecisionProposed {
+            turn: t,
+            decision: Decision::ToolCalls {
+                calls: ids
+                    .iter()
+                    .map(|id| ToolCall::new(id.as_str(), "read_file", json!({"path": id})))
+                    .collect(),
+            },
+            usage: Usage::tokens(400 * u64::from(t), 10),
+            reasoning: Vec::new(),
+        });
+        // Results in another order than the calls'; one call never answered.
+        for id in ids.iter().rev().skip(1) {
+            log.finished(
+                t,
+                ToolResult::ok(id.as_str().into(), "read_file", id.repeat(300)),
+            );
+        }
+        if t == 2 {
+            log.push(Event::DecisionRejected {
+                turn: 3,
+                raw: "{half".into(),
+                problem: "not JSON".into(),
+                usage: Usage::default(),
+            });
+        }
+        if t == 4 {
+            compact_extractively(&mut log, 9_000);
+        }
+    }
+    log
+}
+
+#[test]
+fn applying_entries_together_gives_what_applying_each_in_turn_gives() {
+    let logs = [
+        ("reads", reads_log(8, 700)),
+        ("usage", reads_with_usage(12, 5_000)),
+        ("writes", write_log()),
+        ("conversation", crate::conversation::conversation_log()),
+        ("batches", batches_log()),
+    ];
+    for (name, log) in &logs {
+        let entries = &log.0;
+        for size in [1, 2, 3, 7, entries.len()] {
+            let mut each = Projector::new(config(), vec![read_result()], Arc::new(Tiktoken));
+            let mut together = Projector::new(config(), vec![read_result()], Arc::new(Tiktoken));
+            for chunk in entries.chunks(size) {
+                chunk.iter().for_each(|e| each.apply(e));
+                together.apply_all(chunk);
+                let at = chunk.last().map(|e| e.version);
+                assert_eq!(
+                    each.prompt(),
+                    together.prompt(),
+                    "{name}, {size} at a time, at {at:?}"
+                );
+                assert_eq!(each.tokens(), together.tokens(), "{name} {size} {at:?}");
+                assert_eq!(
+                    each.upper_bound(),
+                    together.upper_bound(),
+                    "{name} {size} {at:?}"
+                );
+                assert_eq!(each.should_compact(), together.should_compact());
+                assert_eq!(each.facts(), together.facts());
+            }
+        }
+    }
+}
+
 #[test]
 fn one_turns_results_stay_under_the_turn_budget_largest_cut_first() {
     let mut log = Log::new("g");

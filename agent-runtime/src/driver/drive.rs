@@ -269,7 +269,7 @@ impl Runtime {
                             if let Some(sink) = &self.sink {
                                 entries.iter().for_each(|e| sink(e));
                             }
-                            entries.iter().for_each(|e| projector.apply(e));
+                            projector.apply_all(&entries);
                             machine.handle(Input::Committed { version })?;
                         }
                         Err(e) => machine.handle(Input::CommitFailed {

@@ -302,9 +302,7 @@ impl Runtime {
     /// the run recorded at its start, without starting their servers).
     pub fn projector_with(&self, tools: Vec<ToolSpec>, log: &[Entry]) -> Projector {
         let mut projector = Projector::new(self.context.clone(), tools, Arc::clone(&self.counter));
-        for entry in log {
-            projector.apply(entry);
-        }
+        projector.apply_all(log);
         projector
     }
 
