@@ -66,6 +66,17 @@ impl ToolCall {
     }
 }
 
+/// Words that make an environment variable's name a secret's: its value is redacted from
+/// what is logged, and kept from the commands a model runs.
+pub const SECRET_WORDS: [&str; 4] = ["KEY", "TOKEN", "SECRET", "PASSWORD"];
+
+/// Whether an environment variable named `name` holds a secret, by its name
+/// ([`SECRET_WORDS`], in any case): `OPENAI_API_KEY`, `GH_TOKEN`, `db_password`.
+pub fn named_like_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_WORDS.iter().any(|word| upper.contains(word))
+}
+
 /// A known secret value inside a proposed call, logged as a reference: the string at
 /// `pointer` (a JSON pointer into the arguments; the member's name itself when `in_key`)
 /// holds the placeholder `[secret:$VAR]` at byte `at`, `len` bytes long, where the call

@@ -26,9 +26,6 @@ use agent_core::{Decision, Entry, ModelReply, SecretRef, ToolCall, ToolResult};
 /// Values shorter than this are too likely to appear by chance to be worth replacing.
 const MIN_SECRET_LEN: usize = 8;
 
-/// Words that make an environment variable's value a secret.
-const SECRET_WORDS: [&str; 4] = ["KEY", "TOKEN", "SECRET", "PASSWORD"];
-
 /// A variable's value could not be put back into a call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -89,10 +86,10 @@ impl Redactor {
 
     /// Secrets from the given environment: the variables named like secrets.
     pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Redactor {
-        Redactor::new(vars.into_iter().filter(|(name, _)| {
-            let upper = name.to_ascii_uppercase();
-            SECRET_WORDS.iter().any(|word| upper.contains(word))
-        }))
+        Redactor::new(
+            vars.into_iter()
+                .filter(|(name, _)| agent_core::named_like_secret(name)),
+        )
     }
 
     /// Secrets given as `(name, value)` pairs, and the credential formats.
