@@ -189,6 +189,7 @@ async fn run_watched(
         "bash",
         ["-c", command],
         env.iter().copied(),
+        &[],
         cwd,
     )?;
     let (mut watched, stdout, stderr) = match spawned {

@@ -64,6 +64,9 @@ pub enum GatewayError {
     /// Two tools share a name.
     #[error("two tools are named {0:?}; tool names must be unique")]
     DuplicateTool(String),
+    /// No tool of this name is registered to be replaced.
+    #[error("no tool is named {0:?}; only a registered tool can be replaced")]
+    UnknownTool(String),
     /// A tool's input schema is not a valid JSON Schema.
     #[error("tool {tool:?} has an invalid input schema: {message}")]
     InvalidSchema {
@@ -231,6 +234,22 @@ impl Gateway {
     /// Registers a tool; its schema is compiled once, here.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), GatewayError> {
         self.add(tool, true)
+    }
+
+    /// Puts `tool` in place of the registered tool of its name (a built-in tool set up
+    /// otherwise, say `Shell::passing`), and returns the tool it replaced. Its schema is
+    /// compiled now, unless it is the replaced tool's.
+    pub fn replace(&mut self, tool: Arc<dyn Tool>) -> Result<Arc<dyn Tool>, GatewayError> {
+        let name = tool.spec().name;
+        let Some(old) = self.tools.remove(&name) else {
+            return Err(GatewayError::UnknownTool(name));
+        };
+        let same_schema = tool.spec().input_schema == old.spec.input_schema;
+        if let Err(e) = self.add(tool, !same_schema) {
+            self.tools.insert(name, old);
+            return Err(e);
+        }
+        Ok(old.tool)
     }
 
     /// Registers a tool, compiling its schema now when `compile_now`.
@@ -897,5 +916,56 @@ mod tests {
         );
         assert!(gateway.tools["read_file"].validator.get().is_some());
         assert!(gateway.tools["write_file"].validator.get().is_none());
+    }
+
+    /// A tool named as another but whose schema does not compile, or named as none.
+    struct Odd<const KNOWN: bool>;
+
+    #[async_trait::async_trait]
+    impl<const KNOWN: bool> crate::tool::TypedTool for Odd<KNOWN> {
+        type Args = Value;
+        const NAME: &'static str = if KNOWN { "read_file" } else { "not_there" };
+        const RISK: Risk = Risk::Read;
+        fn description(&self) -> String {
+            "odd".to_owned()
+        }
+        fn customize(&self, mut spec: ToolSpec) -> ToolSpec {
+            spec.input_schema = serde_json::json!({"type": 12});
+            spec
+        }
+        async fn run(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+            Ok(String::new())
+        }
+    }
+
+    /// A registered tool is replaced by one of its name, and only then; one that cannot
+    /// be registered leaves the tool it would replace in place.
+    #[test]
+    fn a_tool_is_replaced_by_one_of_its_name_that_registers() {
+        use crate::tool::Typed;
+        let dir = tempfile::tempdir().unwrap();
+        let mut gateway = Gateway::with_builtins(Workspace::new(dir.path()).unwrap()).unwrap();
+        let count = gateway.tools.len();
+        let unknown = gateway.replace(Arc::new(Typed(Odd::<false>)));
+        assert!(
+            matches!(&unknown, Err(GatewayError::UnknownTool(name)) if name == "not_there"),
+            "{:?}",
+            unknown.err()
+        );
+        let invalid = gateway.replace(Arc::new(Typed(Odd::<true>)));
+        assert!(
+            matches!(&invalid, Err(GatewayError::InvalidSchema { tool, .. }) if tool == "read_file"),
+            "{:?}",
+            invalid.err()
+        );
+        assert_ne!(gateway.tools["read_file"].spec.description, "odd");
+        assert_eq!(gateway.tools.len(), count);
+        // The same schema: nothing compiled before the first call.
+        let old = gateway
+            .replace(Arc::new(Typed(crate::builtin::ReadFile)))
+            .unwrap();
+        assert_eq!(old.spec().name, "read_file");
+        assert!(gateway.tools["read_file"].validator.get().is_none());
+        assert_eq!(gateway.tools.len(), count);
     }
 }

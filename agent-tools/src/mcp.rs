@@ -162,6 +162,7 @@ impl Server {
                 &config.command,
                 config.args.iter().map(String::as_str),
                 config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                &[],
                 cwd,
             );
             match spawned {

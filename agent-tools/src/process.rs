@@ -192,10 +192,10 @@ pub(crate) struct Pipes {
     pub(crate) stderr: Option<tokio::process::ChildStderr>,
 }
 
-/// Starts `program` with `args` and `env` added, in `cwd`, under `watcher` (this binary,
-/// see [`watch_with`]) linked by `link`. `Err` when the watcher cannot be started; a
-/// program that cannot be started is told on the link ([`Watched::ended`],
-/// [`Watched::why_not_started`]).
+/// Starts `program` with `args`, `env` added and the variables named in `unset` removed,
+/// in `cwd`, under `watcher` (this binary, see [`watch_with`]) linked by `link`. `Err`
+/// when the watcher cannot be started; a program that cannot be started is told on the
+/// link ([`Watched::ended`], [`Watched::why_not_started`]).
 #[cfg(target_os = "linux")]
 pub(crate) fn spawn_watched<'a>(
     watcher: &std::path::Path,
@@ -203,6 +203,7 @@ pub(crate) fn spawn_watched<'a>(
     program: &str,
     args: impl IntoIterator<Item = &'a str>,
     env: impl IntoIterator<Item = (&'a str, &'a str)>,
+    unset: &[std::ffi::OsString],
     cwd: &std::path::Path,
 ) -> std::io::Result<(Watched, Pipes)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
@@ -218,6 +219,11 @@ pub(crate) fn spawn_watched<'a>(
         // before what it watches.
         .process_group(0)
         .kill_on_drop(false);
+    // The watcher passes its environment on to the program: what the program must not
+    // see, the watcher does not have.
+    for name in unset {
+        command.env_remove(name);
+    }
     match link {
         Link::Stdin | Link::Fed => command
             .stdin(theirs)

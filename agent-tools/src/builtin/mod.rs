@@ -42,7 +42,7 @@ pub fn all() -> Vec<Arc<dyn Tool>> {
         Arc::new(Typed(WriteFile)),
         Arc::new(Typed(EditFile)),
         #[cfg(feature = "process")]
-        Arc::new(Typed(Shell)),
+        Arc::new(Typed(Shell::default())),
     ]
 }
 

@@ -13,8 +13,45 @@ use crate::tool::{ToolContext, TypedTool};
 /// Characters of output kept (the head and, mostly, the tail).
 const OUTPUT_CAP: usize = 30_000;
 
-/// `shell`: runs a command with `bash -c` in the workspace root.
-pub struct Shell;
+/// `shell`: runs a command with `bash -c` in the workspace root, in this process's
+/// environment less the variables named like secrets ([`agent_core::named_like_secret`]:
+/// `OPENAI_API_KEY`, `GH_TOKEN`, ...) that were not passed ([`Shell::passing`]). A model
+/// asked to run commands must not be able to read the keys the run is paid with: the
+/// redaction of what it is shown stops a value copied whole, not one encoded or sent away.
+#[derive(Clone, Debug, Default)]
+pub struct Shell {
+    passed: Vec<String>,
+}
+
+impl Shell {
+    /// A shell whose commands also see the variables named here, secrets or not (a token
+    /// a command needs, say). Names are matched exactly.
+    pub fn passing(names: impl IntoIterator<Item = impl Into<String>>) -> Shell {
+        Shell {
+            passed: names.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Of the variables named in `names` (those of an environment), the ones a command is
+    /// not given: named like secrets, and not passed.
+    pub fn withheld<N: AsRef<std::ffi::OsStr>>(
+        &self,
+        names: impl IntoIterator<Item = N>,
+    ) -> Vec<N> {
+        names
+            .into_iter()
+            .filter(|name| {
+                let text = name.as_ref().to_string_lossy();
+                agent_core::named_like_secret(&text) && !self.passed.iter().any(|p| *p == text)
+            })
+            .collect()
+    }
+
+    /// What this process's environment holds that a command is not given.
+    fn withheld_here(&self) -> Vec<std::ffi::OsString> {
+        self.withheld(std::env::vars_os().map(|(name, _)| name))
+    }
+}
 
 /// Arguments of `shell`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -38,25 +75,29 @@ impl TypedTool for Shell {
     fn description(&self) -> String {
         "Run a shell command (bash -c) in the workspace root. Returns the exit code, stdout \
          and stderr; long output keeps its beginning and its end. The command and every \
-         process it starts are killed when it times out or the run is cancelled."
+         process it starts are killed when it times out or the run is cancelled. \
+         Environment variables named like secrets (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) \
+         are unset unless the person passed them."
             .to_owned()
     }
 
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let limit = Duration::from_millis(args.timeout_ms.unwrap_or(u64::MAX));
+        let withheld = self.withheld_here();
         // A binary replaced or deleted since it started cannot serve: the group's watcher
         // does, as for a binary that never offered.
         #[cfg(target_os = "linux")]
         if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
-            return run_under(program, &args.command, limit, ctx).await;
+            return run_under(program, &args.command, &withheld, limit, ctx).await;
         }
-        run_in_group(&args.command, limit, ctx).await
+        run_in_group(&args.command, &withheld, limit, ctx).await
     }
 }
 
 /// Runs `command` in a process group led by an `sh` watcher ([`Watcher`]).
 async fn run_in_group(
     command_line: &str,
+    withheld: &[std::ffi::OsString],
     limit: Duration,
     ctx: &ToolContext,
 ) -> Result<String, ToolError> {
@@ -78,6 +119,9 @@ async fn run_in_group(
         // The watcher's process group, so that a timeout, or the watcher, can kill
         // everything it started.
         .process_group(watcher.group());
+    for name in withheld {
+        command.env_remove(name);
+    }
     let mut child = command.spawn().map_err(|e| {
         ToolError::new(
             ErrorKind::ExecutionFailed,
@@ -110,6 +154,7 @@ async fn run_in_group(
 async fn run_under(
     program: &std::path::Path,
     command_line: &str,
+    withheld: &[std::ffi::OsString],
     limit: Duration,
     ctx: &ToolContext,
 ) -> Result<String, ToolError> {
@@ -121,6 +166,7 @@ async fn run_under(
         "bash",
         ["-c", command_line],
         [],
+        withheld,
         ctx.workspace.root(),
     );
     let (mut watched, stdout, stderr) = match spawned {
@@ -145,7 +191,7 @@ async fn run_under(
                  process group instead",
                 program.display()
             );
-            return run_in_group(command_line, limit, ctx).await;
+            return run_in_group(command_line, withheld, limit, ctx).await;
         }
     };
     // Held until the call's answer is made: output that background processes still write
@@ -248,4 +294,44 @@ async fn drain(mut pipe: impl tokio::io::AsyncRead + Unpin, mut into: HeadTail) 
         into.push(&buf[..n]);
     }
     into
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shell;
+
+    #[test]
+    fn variables_named_like_secrets_are_withheld_unless_passed() {
+        let names = [
+            "PATH",
+            "HOME",
+            "OPENAI_API_KEY",
+            "gh_token",
+            "DB_PASSWORD",
+            "AWS_SECRET_ACCESS_KEY",
+            "KEYBOARD",
+            "GH_TOKEN",
+        ];
+        assert_eq!(
+            Shell::default().withheld(names),
+            [
+                "OPENAI_API_KEY",
+                "gh_token",
+                "DB_PASSWORD",
+                "AWS_SECRET_ACCESS_KEY",
+                "KEYBOARD",
+                "GH_TOKEN"
+            ]
+        );
+        // Passed by its exact name only.
+        assert_eq!(
+            Shell::passing(["GH_TOKEN", "DB_PASSWORD"]).withheld(names),
+            [
+                "OPENAI_API_KEY",
+                "gh_token",
+                "AWS_SECRET_ACCESS_KEY",
+                "KEYBOARD"
+            ]
+        );
+    }
 }

@@ -137,7 +137,7 @@ async fn a_huge_file_is_read_to_the_cap_only() {
 async fn shell_output_keeps_its_ends_and_counts_the_middle() {
     let dir = tempfile::tempdir().unwrap();
     let out = call(
-        &Typed(Shell),
+        &Typed(Shell::default()),
         dir.path(),
         json!({"command": "echo BEGIN; head -c 5000000 /dev/zero | tr '\\0' x; echo; echo END"}),
     )

@@ -189,7 +189,7 @@ async fn shell_runs_in_the_workspace_and_reports_the_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("here.txt"), "").unwrap();
     let out = call(
-        &Typed(Shell),
+        &Typed(Shell::default()),
         dir.path(),
         json!({"command": "ls; echo oops >&2"}),
     )
@@ -200,7 +200,7 @@ async fn shell_runs_in_the_workspace_and_reports_the_exit_code() {
         "exit code: 0\n--- stdout ---\nhere.txt\n--- stderr ---\noops\n"
     );
     let err = call(
-        &Typed(Shell),
+        &Typed(Shell::default()),
         dir.path(),
         json!({"command": "echo failing; exit 3"}),
     )
@@ -218,7 +218,7 @@ async fn shell_runs_in_the_workspace_and_reports_the_exit_code() {
 async fn shell_output_keeps_its_head_and_tail() {
     let dir = tempfile::tempdir().unwrap();
     let out = call(
-        &Typed(Shell),
+        &Typed(Shell::default()),
         dir.path(),
         json!({"command": "echo FIRST; for i in $(seq 1 20000); do echo line $i; done; echo LAST"}),
     )
@@ -265,7 +265,7 @@ pub fn eventually_gone(pid: &str) -> bool {
 async fn a_timeout_kills_the_whole_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let err = call(
-        &Typed(Shell),
+        &Typed(Shell::default()),
         dir.path(),
         json!({"command": "sleep 300 & echo $! > child.pid; wait", "timeout_ms": 300}),
     )
@@ -289,7 +289,7 @@ async fn cancel_kills_the_whole_process_group() {
     let ctx = crate::builtins::ctx(dir.path());
     let cancel = ctx.cancel.clone();
     let root = dir.path().to_path_buf();
-    let tool = Typed(Shell);
+    let tool = Typed(Shell::default());
     let run = agent_tools::Tool::call(
         &tool,
         json!({"command": "sleep 300 & echo $! > child.pid; wait"}),
@@ -385,4 +385,48 @@ async fn glob_stays_inside_the_workspace() {
         .await
         .unwrap();
     assert_eq!(all, "src/in.rs");
+}
+
+/// Set in the copy of this test binary that [`shell_commands_are_not_given_secrets`]
+/// starts with secrets in its environment.
+const SECRETS_CHILD: &str = "AGENT_TOOLS_TEST_SECRETS_CHILD";
+
+/// A command is not given the variables named like secrets, unless they are passed. This
+/// process cannot change its own environment, so it runs this test again in a copy of
+/// itself started with secrets in its environment; that copy runs the commands.
+#[tokio::test]
+async fn shell_commands_are_not_given_secrets() {
+    const LINE: &str =
+        r#"printf '%s|%s|%s\n' "${MY_API_KEY-unset}" "${GH_TOKEN-unset}" "$PLAIN_VALUE""#;
+    if std::env::var_os(SECRETS_CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "more_builtins::shell_commands_are_not_given_secrets",
+                "--nocapture",
+            ])
+            .env(SECRETS_CHILD, "1")
+            .env("MY_API_KEY", "key-0123456789")
+            .env("GH_TOKEN", "tok-0123456789")
+            .env("PLAIN_VALUE", "visible")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        assert!(stdout.contains("1 passed"), "{stdout}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let command = json!({ "command": LINE });
+    let out = call(&Typed(Shell::default()), dir.path(), command.clone())
+        .await
+        .unwrap();
+    assert_eq!(out, "exit code: 0\n--- stdout ---\nunset|unset|visible\n");
+    let out = call(&Typed(Shell::passing(["GH_TOKEN"])), dir.path(), command)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        "exit code: 0\n--- stdout ---\nunset|tok-0123456789|visible\n"
+    );
 }
