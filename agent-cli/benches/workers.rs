@@ -58,6 +58,7 @@ fn main() {
         masking: Default::default(),
         answer: Default::default(),
         sub_agents: false,
+        shell_env: Vec::new(),
     };
     let spec = serde_json::to_string(&spec).unwrap();
     shared_directory(dir.path(), &script);

@@ -250,6 +250,10 @@ pub struct Setup {
     /// other reads) and `delegate` (a child run with the run's tools, a write call).
     #[arg(long)]
     pub sub_agents: bool,
+    /// Let shell commands see this environment variable, which they are not given when its
+    /// name marks a secret (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) (repeatable).
+    #[arg(long = "shell-env", value_name = "NAME")]
+    pub shell_env: Vec<String>,
 }
 
 /// Options of `agent run`.

@@ -150,6 +150,12 @@ pub fn gateway(
     for h in &settings.hooks {
         gateway = gateway.with_hook(Arc::new(hook(h, &root)?));
     }
+    if !settings.shell_env.is_empty() {
+        let shell = agent_tools::builtin::Shell::passing(settings.shell_env.iter().cloned());
+        gateway
+            .replace(Arc::new(agent_tools::Typed(shell)))
+            .map_err(failed)?;
+    }
     if settings.sub_agents {
         for tool in agent_tools::builtin::Delegate::both() {
             gateway.register(Arc::new(tool)).map_err(usage)?;

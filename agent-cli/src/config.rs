@@ -47,6 +47,9 @@ pub struct Config {
     pub prompt_cache: Option<bool>,
     /// `--sub-agents`.
     pub sub_agents: Option<bool>,
+    /// `--shell-env` names (before the flags' own).
+    #[serde(default)]
+    pub shell_env: Vec<String>,
     /// `--answer-schema` (relative to the file).
     pub answer_schema: Option<PathBuf>,
     /// `--check` commands (before the flags' own).

@@ -300,6 +300,9 @@ pub struct Settings {
     pub check_timeout: Duration,
     /// Whether the model is offered sub-agents (`delegate`, `delegate_read`).
     pub sub_agents: bool,
+    /// The variables named like secrets that shell commands are given all the same
+    /// (agent.toml's `shell_env`, then `--shell-env`).
+    pub shell_env: Vec<String>,
     /// The validators of the final answer of a run this command starts (set by
     /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
     pub answer: agent_core::AnswerSpec,
@@ -462,6 +465,24 @@ impl Settings {
             },
         };
 
+        let mut shell_env: Vec<String> = Vec::new();
+        for (whose, names) in [
+            ("shell_env in the settings file", &config.shell_env),
+            ("--shell-env", &setup.shell_env),
+        ] {
+            for name in names {
+                if name.is_empty() || name.contains(['=', '\0']) {
+                    return Err(bad(format!(
+                        "{whose}: {name:?} is not an environment variable's name; give a \
+                         name such as GH_TOKEN"
+                    )));
+                }
+                if !shell_env.contains(name) {
+                    shell_env.push(name.clone());
+                }
+            }
+        }
+
         let budget = budget_changes(&config, limits)?;
         let retry = config.retry.as_ref().map(|r| {
             let mut policy = RetryPolicy::default();
@@ -527,6 +548,7 @@ impl Settings {
             ),
             answer: agent_core::AnswerSpec::default(),
             sub_agents: setup.sub_agents || config.sub_agents.unwrap_or(false),
+            shell_env,
             check_timeout: config
                 .check_timeout_secs
                 .map_or(agent_tools::DEFAULT_CHECK_TIMEOUT, Duration::from_secs_f64),
@@ -661,7 +683,7 @@ fn budget_changes(config: &Config, flags: &Limits) -> Result<BudgetChanges, Sett
 /// hook commands, and the MCP servers, workspace and base URL it names (unless a flag
 /// overrides them); and what would make a run cost more than the defaults let it: more
 /// steps or tool calls, more attempts at a failed model call, sub-agents, extended
-/// thinking. A budget
+/// thinking; and secrets given to shell commands. A budget
 /// at or below its default only narrows, and needs no trust.
 fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
     let mut brings = Vec::new();
@@ -696,6 +718,18 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
             "sub_agents (the model may start child runs, each with model calls of its own)"
                 .to_owned(),
         );
+    }
+    let secrets: Vec<&str> = c
+        .shell_env
+        .iter()
+        .filter(|name| !setup.shell_env.contains(name))
+        .map(String::as_str)
+        .collect();
+    if !secrets.is_empty() {
+        brings.push(format!(
+            "shell_env {} (commands the model runs see these variables, secrets among them)",
+            secrets.join(", ")
+        ));
     }
     if let Some(n) = c.thinking {
         brings.push(format!(

@@ -61,6 +61,10 @@ pub struct RunSpec {
     /// Whether the model is offered sub-agents.
     #[serde(default)]
     pub sub_agents: bool,
+    /// The variables named like secrets that shell commands are given all the same, by
+    /// the worker's environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shell_env: Vec<String>,
 }
 
 fn absolute(path: &std::path::Path) -> Result<PathBuf, Failure> {
@@ -109,6 +113,7 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         masking: settings.masking,
         answer: settings.answer.clone(),
         sub_agents: settings.sub_agents,
+        shell_env: settings.shell_env.clone(),
     };
     let text = serde_json::to_string(&spec).map_err(failed)?;
     let run_id = ulid::Ulid::generate().to_string();
@@ -141,6 +146,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
         mcp_config: spec.mcp_config.clone(),
         no_input: true,
         sub_agents: spec.sub_agents,
+        shell_env: spec.shell_env.clone(),
         ..Setup::default()
     };
     let mut settings =

@@ -484,6 +484,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
                 masking: Default::default(),
                 answer: Default::default(),
                 sub_agents: false,
+                shell_env: Vec::new(),
             };
             let id = format!("run-{i:03}");
             store

@@ -436,6 +436,49 @@ fn a_project_file_that_would_make_a_run_cost_more_needs_trust() {
     assert!(chosen.file_brings.is_empty(), "{:?}", chosen.file_brings);
 }
 
+/// Secrets a project file gives shell commands need trust, unless the command line
+/// passed them too; names are the file's then the flags', once each.
+#[test]
+fn secrets_given_to_shell_commands_by_a_project_file_need_trust() {
+    let toml = r#"shell_env = ["GH_TOKEN", "NPM_TOKEN"]"#;
+    let none = Limits::default();
+    let plain = Settings::resolve(file(toml), None, &Setup::default(), &none, keys()).unwrap();
+    assert_eq!(plain.shell_env, ["GH_TOKEN", "NPM_TOKEN"]);
+    assert_eq!(plain.file_brings.len(), 1, "{:?}", plain.file_brings);
+    assert!(
+        plain.file_brings[0].starts_with("shell_env GH_TOKEN, NPM_TOKEN ("),
+        "{:?}",
+        plain.file_brings
+    );
+    let flags = setup(|s| s.shell_env = vec!["NPM_TOKEN".into(), "DB_PASSWORD".into()]);
+    let some = Settings::resolve(file(toml), None, &flags, &none, keys()).unwrap();
+    assert_eq!(some.shell_env, ["GH_TOKEN", "NPM_TOKEN", "DB_PASSWORD"]);
+    assert_eq!(some.file_brings.len(), 1, "{:?}", some.file_brings);
+    assert!(
+        some.file_brings[0].starts_with("shell_env GH_TOKEN ("),
+        "{:?}",
+        some.file_brings
+    );
+    let all = setup(|s| s.shell_env = vec!["GH_TOKEN".into(), "NPM_TOKEN".into()]);
+    let chosen = Settings::resolve(file(toml), None, &all, &none, keys()).unwrap();
+    assert!(chosen.file_brings.is_empty(), "{:?}", chosen.file_brings);
+    for bad in ["", "GH_TOKEN=x"] {
+        let err = Settings::resolve(
+            None,
+            None,
+            &setup(|s| s.shell_env = vec![bad.into()]),
+            &none,
+            keys(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("not an environment variable's name"),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn the_context_window_is_the_file_s_else_the_model_s() {
     let none = resolve(None, None, &Setup::default());

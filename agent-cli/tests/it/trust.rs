@@ -367,3 +367,71 @@ fn the_token_in_an_mcp_servers_env_block_never_reaches_the_log() {
         );
     }
 }
+
+/// A shell command is not given the variables named like secrets (the run's own key
+/// among them) unless the person passes them; passed, what it prints is redacted. A
+/// project file that passes one needs trust.
+#[test]
+fn shell_commands_see_secrets_only_when_the_person_passes_them() {
+    let env = Env::new();
+    let line = r#"printf '%s|%s|%s\n' "${MY_API_KEY-unset}" "${GH_TOKEN-unset}" "$PLAIN_VALUE""#;
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": line}}]},
+        {"final": "done"}
+    ]));
+    let token = "tok-0123456789abcdef";
+    let run = |extra: &[&str]| {
+        let out = env
+            .cmd()
+            .env("MY_API_KEY", "key-0123456789abcdef")
+            .env("GH_TOKEN", token)
+            .env("PLAIN_VALUE", "visible")
+            .args(["run", "--json", "--allow", "shell", "--model", &model])
+            .args(extra)
+            .arg("g")
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let shown = match v["run_id"].as_str() {
+            Some(id) => stdout(&env.run(&["show", "--json", id])),
+            None => String::new(),
+        };
+        (out.status.code(), stderr(&out), shown)
+    };
+    let (code, err, shown) = run(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(shown.contains("unset|unset|visible"), "{shown}");
+    let (code, err, shown) = run(&["--shell-env", "GH_TOKEN"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        shown.contains("unset|[REDACTED:GH_TOKEN]|visible"),
+        "{shown}"
+    );
+    assert!(!shown.contains(token), "{shown}");
+
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "shell_env = [\"GH_TOKEN\"]\n",
+    )
+    .unwrap();
+    let (code, err, _) = run(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("shell_env GH_TOKEN") && err.contains("agent trust"),
+        "{err}"
+    );
+    let out = env.run(&["trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (code, err, shown) = run(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        shown.contains("unset|[REDACTED:GH_TOKEN]|visible"),
+        "{shown}"
+    );
+    let (code, err, _) = run(&["--shell-env", "A=B"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--shell-env: \"A=B\" is not an environment variable's name"),
+        "{err}"
+    );
+}
