@@ -55,6 +55,10 @@ pub use agent_core::PREVIEW_BYTES;
 /// Deepest nesting accepted in a tool's input schema (an MCP server's, say).
 pub const MAX_SCHEMA_DEPTH: usize = 64;
 
+/// Bytes of a tool's input schema, as JSON, accepted at most: it goes with every model
+/// call, and into the run's first event.
+pub const MAX_SCHEMA_BYTES: usize = 32 * 1024;
+
 /// Calls of one parallel group running at once, at most.
 pub const DEFAULT_CONCURRENCY: usize = 8;
 
@@ -265,6 +269,16 @@ impl Gateway {
                 tool: spec.name,
                 message: format!(
                     "it nests {depth} levels deep; at most {MAX_SCHEMA_DEPTH} are accepted"
+                ),
+            });
+        }
+        let bytes = serde_json::to_string(&spec.input_schema).map_or(0, |text| text.len());
+        if bytes > MAX_SCHEMA_BYTES {
+            return Err(GatewayError::InvalidSchema {
+                tool: spec.name,
+                message: format!(
+                    "it takes {bytes} bytes as JSON; at most {MAX_SCHEMA_BYTES} are accepted, \
+                     as it goes with every model call"
                 ),
             });
         }

@@ -42,8 +42,8 @@ pub use answer::{
     AnswerChecker, AnswerSpecError, DEFAULT_CHECK_TIMEOUT, MAX_REJECTION_CHARS, answer_json,
 };
 pub use gateway::{
-    BlobSink, Checks, DEFAULT_CONCURRENCY, Gateway, GatewayError, PREVIEW_BYTES, ResultSource,
-    StorageError, ToolActivity, ToolObserver,
+    BlobSink, Checks, DEFAULT_CONCURRENCY, Gateway, GatewayError, MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_DEPTH, PREVIEW_BYTES, ResultSource, StorageError, ToolActivity, ToolObserver,
 };
 #[cfg(feature = "process")]
 pub use hooks::CommandHook;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use agent_core::{ErrorKind, Risk, ToolError, ToolSpec};
 use async_trait::async_trait;
-use rmcp::model::{CallToolRequestParams, Tool as McpToolDef};
+use rmcp::model::{CallToolRequestParams, PaginatedRequestParams, Tool as McpToolDef};
 use rmcp::service::RunningService;
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
@@ -24,6 +24,21 @@ use tokio::sync::Mutex;
 
 use crate::process::Watcher;
 use crate::tool::{Tool, ToolContext, Unavailable};
+
+/// Tools of one server offered at most. Every tool's name, description and schema go with
+/// every model call, and a server is software from outside: one that lists thousands
+/// would make each call cost that much (OpenAI refuses more than 128 tools in a request).
+pub const MAX_SERVER_TOOLS: usize = 256;
+
+/// Pages of a server's tool list read at most (a cursor that never ends, say).
+pub const MAX_TOOL_PAGES: usize = 64;
+
+/// Characters of a tool's description the model is shown at most; the rest is cut.
+pub const MAX_DESCRIPTION_CHARS: usize = 4_000;
+
+/// Characters of a tool's name as the model sees it (`mcp__<server>__<tool>`) at most:
+/// what OpenAI's API accepts; a longer one would fail every model call of the run.
+pub const MAX_TOOL_NAME_CHARS: usize = 64;
 
 /// The `{"mcpServers": {...}}` file.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -409,6 +424,18 @@ impl Tool for McpTool {
     }
 }
 
+/// A tool's description as the model sees it: at most [`MAX_DESCRIPTION_CHARS`] of it.
+fn description(text: &str) -> String {
+    match text.char_indices().nth(MAX_DESCRIPTION_CHARS) {
+        None => text.to_owned(),
+        Some((end, _)) => format!(
+            "{}[... {} more characters of this description not shown]",
+            &text[..end],
+            text[end..].chars().count()
+        ),
+    }
+}
+
 /// Names the model sees keep to letters, digits, `_` and `-`.
 fn sanitize(name: &str) -> String {
     name.chars()
@@ -440,7 +467,7 @@ fn spec_of(server: &str, def: &McpToolDef) -> ToolSpec {
     let risk = risk_of(def);
     let mut spec = ToolSpec::new(
         format!("mcp__{}__{}", sanitize(server), sanitize(&def.name)),
-        def.description.as_deref().unwrap_or_default(),
+        description(def.description.as_deref().unwrap_or_default()),
         Value::Object(def.input_schema.as_ref().clone()),
         risk,
     );
@@ -451,6 +478,33 @@ fn spec_of(server: &str, def: &McpToolDef) -> ToolSpec {
             .and_then(|a| a.idempotent_hint)
             .unwrap_or(false);
     spec
+}
+
+/// A server's tools, page by page, within [`MAX_SERVER_TOOLS`] and [`MAX_TOOL_PAGES`].
+async fn list_tools(client: &Client) -> Result<Vec<McpToolDef>, String> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_TOOL_PAGES {
+        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = client
+            .list_tools(params)
+            .await
+            .map_err(|e| format!("listing its tools failed: {e}"))?;
+        tools.extend(page.tools);
+        if tools.len() > MAX_SERVER_TOOLS {
+            return Err(format!(
+                "it lists more than {MAX_SERVER_TOOLS} tools, and each would go with every \
+                 model call: turn some off in the server's own settings, or split it"
+            ));
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    Err(format!(
+        "its list of tools goes on past {MAX_TOOL_PAGES} pages; it is not read further"
+    ))
 }
 
 /// Starts every configured server (in `cwd`) and returns their tools, each server given
@@ -473,11 +527,7 @@ pub async fn connect_within(
         };
         let started = tokio::time::timeout(timeout, async {
             let connection = Server::spawn(name, server_config, cwd).await?;
-            let defs = connection
-                .client
-                .list_all_tools()
-                .await
-                .map_err(|e| format!("listing its tools failed: {e}"))?;
+            let defs = list_tools(&connection.client).await?;
             Ok::<_, String>((connection, defs))
         })
         .await;
@@ -501,10 +551,21 @@ pub async fn connect_within(
             }),
         });
         for def in defs {
+            let spec = spec_of(name, &def);
+            if spec.name.len() > MAX_TOOL_NAME_CHARS {
+                return Err(start(format!(
+                    "its tool {:?} would be offered as {} ({} characters), and model APIs \
+                     accept at most {MAX_TOOL_NAME_CHARS}: give the server a shorter name in \
+                     the MCP configuration",
+                    def.name,
+                    spec.name,
+                    spec.name.len()
+                )));
+            }
             tools.push(Arc::new(McpTool {
                 server: Arc::clone(&server),
                 tool: def.name.to_string(),
-                spec: spec_of(name, &def),
+                spec,
             }));
         }
     }

@@ -361,3 +361,138 @@ async fn a_run_is_not_continued_without_the_tools_it_started_with() {
         .unwrap();
     assert_eq!(done.outcome.reason, TerminalReason::Completed);
 }
+
+/// An MCP server in Python that lists its tools as `HOSTILE` says: `paged` (three pages
+/// of two), `many` (pages of 100 without end), `endless` (empty pages without end, each
+/// counted in `pages.txt`), `long_description`, `big_schema`, `deep_schema`, `long_name`.
+const HOSTILE_SERVER: &str = r#"
+import json, os, sys
+mode = os.environ["HOSTILE"]
+def tool(i, **extra):
+    t = {"name": "t%d" % i, "inputSchema": {"type": "object"}}
+    t.update(extra)
+    return t
+def nested(depth):
+    schema = {"type": "object"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"p": schema}}
+    return schema
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, mid = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "h", "version": "1"}}
+    elif method == "tools/list":
+        page = int((msg.get("params") or {}).get("cursor") or 0)
+        if mode == "paged":
+            result = {"tools": [tool(page * 2 + i) for i in range(2)]}
+            if page < 2:
+                result["nextCursor"] = str(page + 1)
+        elif mode == "many":
+            result = {"tools": [tool(page * 100 + i) for i in range(100)],
+                      "nextCursor": str(page + 1)}
+        elif mode == "endless":
+            with open("pages.txt", "w") as f:
+                f.write(str(page + 1))
+            result = {"tools": [], "nextCursor": str(page + 1)}
+        elif mode == "long_description":
+            result = {"tools": [tool(0, description="d" * 10000)]}
+        elif mode == "big_schema":
+            props = {"p%d" % i: {"type": "string", "description": "x" * 100} for i in range(400)}
+            result = {"tools": [tool(0, inputSchema={"type": "object", "properties": props})]}
+        elif mode == "deep_schema":
+            result = {"tools": [tool(0, inputSchema=nested(40))]}
+        else:
+            result = {"tools": [tool(0, name="n" * 60)]}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": mid,
+                          "error": {"code": -32601, "message": "unknown method"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}), flush=True)
+"#;
+
+/// What a server that lists its tools as `mode` says brings: its tools registered in a
+/// gateway, or why it was refused.
+async fn hostile(dir: &std::path::Path, mode: &str) -> Result<Vec<ToolSpec>, String> {
+    std::fs::write(dir.join("hostile.py"), HOSTILE_SERVER).unwrap();
+    let servers = json!({"h": {"command": "python3", "args": ["hostile.py"],
+                               "env": {"HOSTILE": mode}}});
+    let tools = connect(&config(servers), dir)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut g = Gateway::new(Workspace::new(dir).unwrap());
+    for t in tools {
+        g.register(t).map_err(|e| e.to_string())?;
+    }
+    Ok(g.specs())
+}
+
+/// A server is software from outside: its list of tools is read within bounds, page by
+/// page, and what it lists cannot make every model call cost without end.
+#[tokio::test]
+async fn a_servers_list_of_tools_is_bounded() {
+    use agent_tools::mcp::{MAX_DESCRIPTION_CHARS, MAX_SERVER_TOOLS, MAX_TOOL_PAGES};
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let names: Vec<String> = hostile(dir, "paged")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "mcp__h__t0",
+            "mcp__h__t1",
+            "mcp__h__t2",
+            "mcp__h__t3",
+            "mcp__h__t4",
+            "mcp__h__t5"
+        ]
+    );
+
+    let err = hostile(dir, "many").await.unwrap_err();
+    assert!(
+        err.contains(&format!("more than {MAX_SERVER_TOOLS} tools")),
+        "{err}"
+    );
+    let err = hostile(dir, "endless").await.unwrap_err();
+    assert!(
+        err.contains(&format!("past {MAX_TOOL_PAGES} pages")),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("pages.txt")).unwrap(),
+        MAX_TOOL_PAGES.to_string()
+    );
+
+    let specs = hostile(dir, "long_description").await.unwrap();
+    let shown = &specs[0].description;
+    assert!(
+        shown.starts_with(&"d".repeat(MAX_DESCRIPTION_CHARS))
+            && shown.ends_with("[... 6000 more characters of this description not shown]"),
+        "{}",
+        &shown[MAX_DESCRIPTION_CHARS - 10..]
+    );
+    assert!(!shown.contains(&"d".repeat(MAX_DESCRIPTION_CHARS + 1)));
+
+    let err = hostile(dir, "big_schema").await.unwrap_err();
+    assert!(
+        err.contains("mcp__h__t0") && err.contains("at most 32768 are accepted"),
+        "{err}"
+    );
+    let err = hostile(dir, "deep_schema").await.unwrap_err();
+    assert!(
+        err.contains("mcp__h__t0") && err.contains("levels deep; at most 64"),
+        "{err}"
+    );
+    let err = hostile(dir, "long_name").await.unwrap_err();
+    assert!(
+        err.contains("(68 characters)") && err.contains("shorter name"),
+        "{err}"
+    );
+}
