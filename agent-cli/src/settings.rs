@@ -683,8 +683,8 @@ fn budget_changes(config: &Config, flags: &Limits) -> Result<BudgetChanges, Sett
 /// hook commands, and the MCP servers, workspace and base URL it names (unless a flag
 /// overrides them); and what would make a run cost more than the defaults let it: more
 /// steps or tool calls, more attempts at a failed model call, sub-agents, extended
-/// thinking; and secrets given to shell commands. A budget
-/// at or below its default only narrows, and needs no trust.
+/// thinking; and secrets given to shell commands. A budget at or below its default only
+/// narrows, and needs no trust.
 fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
     let mut brings = Vec::new();
     let defaults = Budget::default();
