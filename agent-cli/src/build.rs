@@ -151,6 +151,15 @@ pub fn gateway(
         gateway = gateway.with_hook(Arc::new(hook(h, &root)?));
     }
     if !settings.shell_env.is_empty() {
+        // A name mistyped passes nothing: said, not silently run without it.
+        for name in &settings.shell_env {
+            if std::env::var_os(name).is_none() {
+                crate::app::tell(format_args!(
+                    "agent: shell_env {name}: no such variable in this environment; shell \
+                     commands will not have it\n"
+                ));
+            }
+        }
         let shell = agent_tools::builtin::Shell::passing(settings.shell_env.iter().cloned());
         gateway
             .replace(Arc::new(agent_tools::Typed(shell)))

@@ -428,6 +428,18 @@ fn shell_commands_see_secrets_only_when_the_person_passes_them() {
         shown.contains("unset|[REDACTED:GH_TOKEN]|visible"),
         "{shown}"
     );
+    // A name that is not set is said, and the run goes on.
+    let (code, err, shown) = run(&["--shell-env", "GH_TOKN"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("shell_env GH_TOKN: no such variable in this environment"),
+        "{err}"
+    );
+    assert!(!err.contains("shell_env GH_TOKEN:"), "{err}");
+    assert!(
+        shown.contains("unset|[REDACTED:GH_TOKEN]|visible"),
+        "{shown}"
+    );
     let (code, err, _) = run(&["--shell-env", "A=B"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(
