@@ -198,6 +198,7 @@ impl HttpModel {
 
     /// Gives up on a server silent for this long once its answer has begun (retryable):
     /// between two events of its stream, or two pieces of a body. Two minutes by default.
+    /// Keep-alive pings alone keep a stream alive for the answer timeout at most.
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
@@ -374,8 +375,25 @@ impl HttpModel {
         let mut openai = wire::openai::Stream::default();
         let mut anthropic = wire::anthropic::Stream::default();
         let mut responses = wire::responses::Stream::default();
+        // Keep-alive pings show the server is there, not that the answer moves: they keep
+        // the call alive for the answer timeout at most (a model may think long between
+        // two pieces), so a server that sends nothing else cannot hold the run without
+        // end. Comments, which the parser drops, keep nothing alive.
+        let pings_for = self.answer_timeout.max(self.idle_timeout);
+        let mut moved = tokio::time::Instant::now();
+        let mut heard = moved;
+        let mut pinged = false;
         loop {
-            let next = match tokio::time::timeout(self.idle_timeout, events.next()).await {
+            let silence = heard + self.idle_timeout;
+            let only_pings = moved + pings_for;
+            let next = match tokio::time::timeout_at(silence.min(only_pings), events.next()).await {
+                Err(_) if pinged && only_pings <= silence => {
+                    return Err(ProviderError::Transport(format!(
+                        "{} sent nothing but keep-alive pings for {} s",
+                        self.provider,
+                        pings_for.as_secs_f64()
+                    )));
+                }
                 Err(_) => {
                     return Err(silent());
                 }
@@ -388,6 +406,11 @@ impl HttpModel {
                 }
                 Ok(Some(Ok(event))) => event,
             };
+            heard = tokio::time::Instant::now();
+            pinged = next.event == "ping";
+            if !pinged {
+                moved = heard;
+            }
             let pushed = match self.dialect {
                 Dialect::OpenAi => openai.push(&next.data),
                 Dialect::OpenAiResponses => responses.push(&next.event, &next.data),

@@ -455,6 +455,66 @@ async fn an_answer_is_waited_for_longer_than_a_silence_before_it_begins() {
     }
 }
 
+/// A stream's keep-alive pings keep the call alive past the idle timeout (a model may
+/// think long between two pieces), for the answer timeout at most: a server that sends
+/// nothing else does not hold the run without end.
+#[tokio::test]
+async fn keep_alive_pings_keep_a_stream_alive_for_the_answer_timeout_at_most() {
+    use std::io::{Read, Write};
+    // `pings` pings 50 ms apart (without end if `None`), then the recorded answer.
+    let serve = |pings: Option<usize>| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answer = fixture("anthropic/basic_response.txt");
+        std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64 << 10];
+            let _ = socket.read(&mut buf);
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+            socket.write_all(head.as_bytes()).unwrap();
+            let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
+            let mut sent = 0;
+            while pings.is_none_or(|n| sent < n) {
+                // Ends once the client has given up and closed the connection.
+                if socket.write_all(ping.as_bytes()).is_err() {
+                    return;
+                }
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = socket.write_all(answer.as_bytes());
+        });
+        url
+    };
+    let model = |url: &str, answer: Duration| {
+        HttpModel::new(Dialect::Anthropic, "anthropic", "m", url, Some("k".into()))
+            .unwrap()
+            .with_idle_timeout(Duration::from_secs(1))
+            .with_answer_timeout(answer)
+            .with_retry(RetryPolicy {
+                max_attempts: 1,
+                ..quick()
+            })
+    };
+    // Forty pings: twice the idle timeout, and the answer after them.
+    let reply = ask(&model(&serve(Some(40)), Duration::from_secs(60))).await;
+    assert!(matches!(&reply, Ok(r) if r.decision.is_ok()), "{reply:?}");
+    // A bound on the test, not a measure: without the bound it would wait forever.
+    let err = tokio::time::timeout(
+        Duration::from_secs(60),
+        ask(&model(&serve(None), Duration::from_secs(1))),
+    )
+    .await
+    .expect("the model call ended")
+    .unwrap_err();
+    assert_eq!(err.kind(), ModelErrorKind::Transport, "{err}");
+    assert!(
+        err.to_string()
+            .contains("anthropic sent nothing but keep-alive pings for 1 s"),
+        "{err}"
+    );
+}
+
 #[test]
 fn retry_after_reads_both_headers() {
     let mut h = reqwest::header::HeaderMap::new();
