@@ -1,7 +1,7 @@
 //! The commands: each resolves its [`Settings`], builds what it needs, and maps what
 //! happened to an exit code.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,16 +24,30 @@ use crate::trust;
 use crate::worker::{self, QueuedAnswer};
 
 /// Writes to standard output; a reader that went away (`agent context RUN | head -1`) is
-/// not an error of ours, so a broken pipe ends the printing quietly.
+/// not an error of ours, so a broken pipe ends the printing quietly. On a terminal, the
+/// control characters in it are shown as escapes ([`render::for_terminal`]): much of what
+/// is printed was written by a model, a file or a server.
 pub(crate) fn say(text: impl std::fmt::Display) {
+    static TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let mut out = std::io::stdout().lock();
-    let _ = write!(out, "{text}").and_then(|()| out.flush());
+    let written = if *TERMINAL.get_or_init(|| std::io::stdout().is_terminal()) {
+        write!(out, "{}", render::for_terminal(&text.to_string()))
+    } else {
+        write!(out, "{text}")
+    };
+    let _ = written.and_then(|()| out.flush());
 }
 
 /// Writes to standard error, the same way.
 pub(crate) fn tell(text: impl std::fmt::Display) {
+    static TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let mut err = std::io::stderr().lock();
-    let _ = write!(err, "{text}").and_then(|()| err.flush());
+    let written = if *TERMINAL.get_or_init(|| std::io::stderr().is_terminal()) {
+        write!(err, "{}", render::for_terminal(&text.to_string()))
+    } else {
+        write!(err, "{text}")
+    };
+    let _ = written.and_then(|()| err.flush());
 }
 
 /// Runs a parsed command line and returns the process's exit code.

@@ -84,7 +84,7 @@ pub fn model(
             STREAMED.store(true, std::sync::atomic::Ordering::Relaxed);
             crate::progress::stop_spinner();
             let mut err = std::io::stderr().lock();
-            let _ = write!(err, "{text}");
+            let _ = write!(err, "{}", crate::render::for_terminal(text));
             let _ = err.flush();
         }));
     }

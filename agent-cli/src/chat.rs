@@ -39,7 +39,7 @@ pub(crate) fn tool_lines() -> ToolObserver {
             ToolActivity::Started { call } => {
                 let bar = ProgressBar::new_spinner().with_message(format!(
                     "{} {}",
-                    call.id,
+                    render::for_terminal(call.id.as_str()),
                     short(&render::call_text(&call.name, &call.arguments, "", ""))
                 ));
                 if let Ok(style) = ProgressStyle::with_template("  {spinner} {msg} {elapsed}") {

@@ -354,6 +354,27 @@ pub fn escape(text: &str) -> String {
     out
 }
 
+/// `text` as a terminal may be given it: control characters other than newline and tab
+/// (C1 ones included), bidirectional overrides and invisible separators written as
+/// escapes (`\u{001b}`), so that what a model, a file or a server wrote cannot move the
+/// cursor, clear or retitle the screen, set the clipboard (OSC 52) or reorder what is
+/// shown. Text with none of them is given back as it is.
+pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    let bare = |c: char| (c.is_control() && c != '\n' && c != '\t') || is_invisible(c);
+    if !text.chars().any(bare) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if bare(c) {
+            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Characters that change how text around them looks without showing themselves.
 fn is_invisible(c: char) -> bool {
     matches!(c,
@@ -569,6 +590,19 @@ mod tests {
         assert_eq!(cut("short", 10), "short");
         assert_eq!(cut("one\ntwo", 10), "one…");
         assert_eq!(cut("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn text_for_a_terminal_keeps_lines_and_shows_controls_as_escapes() {
+        let plain = "two lines\n\tand a tab, é, 日本";
+        assert!(matches!(
+            for_terminal(plain),
+            std::borrow::Cow::Borrowed(p) if p == plain
+        ));
+        assert_eq!(
+            for_terminal("a\u{1b}]52;c;cm0=\u{7}b\r\u{9b}2J\u{7f}\u{202e}c\n"),
+            "a\\u{001b}]52;c;cm0=\\u{0007}b\\u{000d}\\u{009b}2J\\u{007f}\\u{202e}c\n"
+        );
     }
 
     #[test]

@@ -432,6 +432,8 @@ fn chat_streams_a_real_models_text_once() {
                 "The launch ",
                 "is on ",
                 "Thursday.",
+                // What a prompt injection might have it write: set the clipboard.
+                " \u{1b}]52;c;cm0gLXJmIH4=\u{7}",
             ])),
         ]))
         .unwrap();
@@ -448,13 +450,17 @@ fn chat_streams_a_real_models_text_once() {
     );
     t.expect("> ");
     t.type_line("when is the launch?");
-    t.expect("The launch is on Thursday.");
+    t.expect(r"The launch is on Thursday. \u{001b}]52;c;cm0gLXJmIH4=\u{0007}");
     t.expect("> ");
     let screen = t.exit();
     assert_eq!(
         screen.matches("The launch is on Thursday.").count(),
         1,
         "shown as it came, not again: {screen}"
+    );
+    assert!(
+        !screen.contains("\u{1b}]52"),
+        "shown, not obeyed: {screen:?}"
     );
 }
 

@@ -447,3 +447,44 @@ fn shell_commands_see_secrets_only_when_the_person_passes_them() {
         "{err}"
     );
 }
+
+/// What a model wrote reaches a terminal with its control characters shown as escapes: it
+/// cannot set the clipboard (OSC 52), clear the screen or reorder the line. Piped, the
+/// answer is given byte for byte.
+#[test]
+fn on_a_terminal_control_characters_from_the_model_are_shown_not_obeyed() {
+    let env = Env::new();
+    let answer = "done \u{1b}]52;c;cm0gLXJmIH4=\u{7} \u{1b}[2J \u{202e} end";
+    let model = env.script(json!([{"final": answer}]));
+    let Pty { master, slave } = pty();
+    let mut child = env
+        .cmd()
+        .args(["run", "--model", &model, "g"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave.try_clone().unwrap()))
+        .spawn()
+        .unwrap();
+    drop(slave);
+    let mut screen = Vec::new();
+    let mut reader = master;
+    let mut buf = [0u8; 4096];
+    // EIO once the child closed the last slave descriptor.
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        screen.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let screen = String::from_utf8_lossy(&screen).into_owned();
+    assert!(
+        screen.contains(r"done \u{001b}]52;c;cm0gLXJmIH4=\u{0007} \u{001b}[2J \u{202e} end"),
+        "{screen:?}"
+    );
+    for raw in ["\u{1b}]52", "\u{1b}[2J", "\u{202e}"] {
+        assert!(!screen.contains(raw), "{raw:?} in {screen:?}");
+    }
+    let piped = env.run(&["run", "--model", &model, "g"]);
+    assert_eq!(stdout(&piped), format!("{answer}\n"));
+}
