@@ -356,9 +356,10 @@ pub fn escape(text: &str) -> String {
 
 /// `text` as a terminal may be given it: control characters other than newline and tab
 /// (C1 ones included), bidirectional overrides and invisible separators written as
-/// escapes (`\u{001b}`), so that what a model, a file or a server wrote cannot move the
-/// cursor, clear or retitle the screen, set the clipboard (OSC 52) or reorder what is
-/// shown. Text with none of them is given back as it is.
+/// escapes (`\u001b`, which JSON reads as the same character: `--json` output stays
+/// JSON), so that what a model, a file or a server wrote cannot move the cursor, clear or
+/// retitle the screen, set the clipboard (OSC 52) or reorder what is shown. Text with none
+/// of them is given back as it is.
 pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
     let bare = |c: char| (c.is_control() && c != '\n' && c != '\t') || is_invisible(c);
     if !text.chars().any(bare) {
@@ -367,7 +368,8 @@ pub fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         if bare(c) {
-            let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+            // Every such character is in the Basic Multilingual Plane: four digits.
+            let _ = write!(out, "\\u{:04x}", c as u32);
         } else {
             out.push(c);
         }
@@ -601,8 +603,13 @@ mod tests {
         ));
         assert_eq!(
             for_terminal("a\u{1b}]52;c;cm0=\u{7}b\r\u{9b}2J\u{7f}\u{202e}c\n"),
-            "a\\u{001b}]52;c;cm0=\\u{0007}b\\u{000d}\\u{009b}2J\\u{007f}\\u{202e}c\n"
+            "a\\u001b]52;c;cm0=\\u0007b\\u000d\\u009b2J\\u007f\\u202ec\n"
         );
+        // `--json` on a terminal stays JSON, and means the same.
+        let value = json!({"answer": "x\u{202e}\u{9b}\u{7f}y\u{1b}\u{feff}"});
+        let shown = for_terminal(&value.to_string()).into_owned();
+        assert!(!shown.contains('\u{202e}'), "{shown}");
+        assert_eq!(serde_json::from_str::<Value>(&shown).unwrap(), value);
     }
 
     #[test]

@@ -450,7 +450,7 @@ fn chat_streams_a_real_models_text_once() {
     );
     t.expect("> ");
     t.type_line("when is the launch?");
-    t.expect(r"The launch is on Thursday. \u{001b}]52;c;cm0gLXJmIH4=\u{0007}");
+    t.expect(r"The launch is on Thursday. \u001b]52;c;cm0gLXJmIH4=\u0007");
     t.expect("> ");
     let screen = t.exit();
     assert_eq!(
