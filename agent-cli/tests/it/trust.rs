@@ -241,13 +241,27 @@ fn pty() -> Pty {
 /// Runs `agent ARGS` on a terminal, answers `answer` when asked, and returns the exit code,
 /// stdout and what the terminal showed.
 fn on_terminal(env: &Env, args: &[&str], answer: &str) -> (Option<i32>, String, String) {
+    on_a_terminal(env, args, answer, false)
+}
+
+/// [`on_terminal`], with stdout on the terminal too when `stdout_too`.
+fn on_a_terminal(
+    env: &Env,
+    args: &[&str],
+    answer: &str,
+    stdout_too: bool,
+) -> (Option<i32>, String, String) {
     let Pty { master, slave } = pty();
+    let stdout = match stdout_too {
+        true => Stdio::from(slave.try_clone().unwrap()),
+        false => Stdio::piped(),
+    };
     let child = env
         .cmd()
         .args(args)
         .stdin(Stdio::from(slave.try_clone().unwrap()))
         .stderr(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .spawn()
         .unwrap();
     drop(slave);
@@ -456,28 +470,8 @@ fn on_a_terminal_control_characters_from_the_model_are_shown_not_obeyed() {
     let env = Env::new();
     let answer = "done \u{1b}]52;c;cm0gLXJmIH4=\u{7} \u{1b}[2J \u{202e} end";
     let model = env.script(json!([{"final": answer}]));
-    let Pty { master, slave } = pty();
-    let mut child = env
-        .cmd()
-        .args(["run", "--model", &model, "g"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave.try_clone().unwrap()))
-        .spawn()
-        .unwrap();
-    drop(slave);
-    let mut screen = Vec::new();
-    let mut reader = master;
-    let mut buf = [0u8; 4096];
-    // EIO once the child closed the last slave descriptor.
-    while let Ok(n) = reader.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        screen.extend_from_slice(&buf[..n]);
-    }
-    assert_eq!(child.wait().unwrap().code(), Some(0));
-    let screen = String::from_utf8_lossy(&screen).into_owned();
+    let (code, _, screen) = on_a_terminal(&env, &["run", "--model", &model, "g"], "", true);
+    assert_eq!(code, Some(0), "{screen}");
     assert!(
         screen.contains(r"done \u001b]52;c;cm0gLXJmIH4=\u0007 \u001b[2J \u202e end"),
         "{screen:?}"
