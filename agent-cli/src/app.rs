@@ -1,7 +1,7 @@
 //! The commands: each resolves its [`Settings`], builds what it needs, and maps what
 //! happened to an exit code.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,25 +29,25 @@ use crate::worker::{self, QueuedAnswer};
 /// is printed was written by a model, a file or a server.
 pub(crate) fn say(text: impl std::fmt::Display) {
     static TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let mut out = std::io::stdout().lock();
-    let written = if *TERMINAL.get_or_init(|| std::io::stdout().is_terminal()) {
-        write!(out, "{}", render::for_terminal(&text.to_string()))
-    } else {
-        write!(out, "{text}")
-    };
-    let _ = written.and_then(|()| out.flush());
+    let terminal = *TERMINAL.get_or_init(|| std::io::stdout().is_terminal());
+    write_to(std::io::stdout().lock(), terminal, text);
 }
 
 /// Writes to standard error, the same way.
 pub(crate) fn tell(text: impl std::fmt::Display) {
     static TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let mut err = std::io::stderr().lock();
-    let written = if *TERMINAL.get_or_init(|| std::io::stderr().is_terminal()) {
-        write!(err, "{}", render::for_terminal(&text.to_string()))
+    let terminal = *TERMINAL.get_or_init(|| std::io::stderr().is_terminal());
+    write_to(std::io::stderr().lock(), terminal, text);
+}
+
+/// Writes `text` to `to` and flushes, errors ignored; escaped for a terminal.
+fn write_to(mut to: impl std::io::Write, terminal: bool, text: impl std::fmt::Display) {
+    let written = if terminal {
+        write!(to, "{}", render::for_terminal(&text.to_string()))
     } else {
-        write!(err, "{text}")
+        write!(to, "{text}")
     };
-    let _ = written.and_then(|()| err.flush());
+    let _ = written.and_then(|()| to.flush());
 }
 
 /// Runs a parsed command line and returns the process's exit code.

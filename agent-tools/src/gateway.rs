@@ -244,13 +244,13 @@ impl Gateway {
     /// otherwise, say `Shell::passing`), and returns the tool it replaced. Its schema is
     /// compiled now, unless it is the replaced tool's.
     pub fn replace(&mut self, tool: Arc<dyn Tool>) -> Result<Arc<dyn Tool>, GatewayError> {
-        let name = tool.spec().name;
-        let Some(old) = self.tools.remove(&name) else {
-            return Err(GatewayError::UnknownTool(name));
+        let spec = tool.spec();
+        let Some(old) = self.tools.remove(&spec.name) else {
+            return Err(GatewayError::UnknownTool(spec.name));
         };
-        let same_schema = tool.spec().input_schema == old.spec.input_schema;
+        let same_schema = spec.input_schema == old.spec.input_schema;
         if let Err(e) = self.add(tool, !same_schema) {
-            self.tools.insert(name, old);
+            self.tools.insert(spec.name, old);
             return Err(e);
         }
         Ok(old.tool)
