@@ -466,6 +466,7 @@ impl Settings {
         };
 
         let mut shell_env: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (whose, names) in [
             ("shell_env in the settings file", &config.shell_env),
             ("--shell-env", &setup.shell_env),
@@ -477,7 +478,7 @@ impl Settings {
                          name such as GH_TOKEN"
                     )));
                 }
-                if !shell_env.contains(name) {
+                if seen.insert(name.as_str()) {
                     shell_env.push(name.clone());
                 }
             }

@@ -20,7 +20,7 @@ const OUTPUT_CAP: usize = 30_000;
 /// redaction of what it is shown stops a value copied whole, not one encoded or sent away.
 #[derive(Clone, Debug, Default)]
 pub struct Shell {
-    passed: Vec<String>,
+    passed: std::collections::BTreeSet<String>,
 }
 
 impl Shell {
@@ -42,7 +42,7 @@ impl Shell {
             .into_iter()
             .filter(|name| {
                 let text = name.as_ref().to_string_lossy();
-                agent_core::named_like_secret(&text) && !self.passed.iter().any(|p| *p == text)
+                agent_core::named_like_secret(&text) && !self.passed.contains(text.as_ref())
             })
             .collect()
     }
