@@ -52,6 +52,7 @@ fn main() {
         workspace: ws,
         rules: RuleTexts::default(),
         mcp_config: None,
+        mcp_sha256: None,
         budget: agent_core::Budget::default(),
         context_window: None,
         compact_at: None,

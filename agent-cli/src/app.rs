@@ -228,7 +228,7 @@ fn trust_command(settings: &Settings, json: bool, path: Option<&Path>) -> Result
             vec![p.to_path_buf()]
         }
         None => {
-            let mut v: Vec<PathBuf> = settings.file.iter().map(|(p, _)| p.clone()).collect();
+            let mut v: Vec<PathBuf> = settings.file.iter().map(|f| f.path.clone()).collect();
             v.push(settings.workspace.join(".mcp.json"));
             if let crate::settings::McpSource::File(mcp) = &settings.mcp {
                 v.push(mcp.clone());

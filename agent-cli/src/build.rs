@@ -121,12 +121,12 @@ pub fn interactive(settings: &Settings) -> bool {
 
 /// The gateway: built-in tools confined to the workspace, the policy, the hooks, and the
 /// tools of the MCP servers (started on `rt`) — once the project files that bring them are
-/// trusted.
+/// trusted. With it, the MCP configuration its servers were started from.
 pub fn gateway(
     settings: &Settings,
     rt: &tokio::runtime::Runtime,
     access: StoreAccess<'_>,
-) -> Result<Gateway, Failure> {
+) -> Result<(Gateway, Option<McpConfig>), Failure> {
     let dir = &settings.workspace;
     let mut ws =
         Workspace::new(dir).map_err(|e| usage(format!("--workspace {}: {e}", dir.display())))?;
@@ -142,8 +142,8 @@ pub fn gateway(
     // workspace's repository, and any nested in it.
     ws = ws.protect_everywhere(".git", "a git directory");
     let root = ws.root().to_path_buf();
-    // Nothing a project file brings is used, or started, before a person trusted it.
-    ensure_trusted(&untrusted_parts(settings, &root)?, interactive(settings))?;
+    // Read once: the servers started are the ones judged, whatever the file says later.
+    let mcp = trusted_project(settings, &root)?;
     let mut gateway = Gateway::with_builtins(ws)
         .map_err(failed)?
         .with_policy(settings.policy.clone());
@@ -170,9 +170,8 @@ pub fn gateway(
             gateway.register(Arc::new(tool)).map_err(usage)?;
         }
     }
-    if let Some(path) = mcp_path(settings, &root) {
-        let config = McpConfig::from_path(&path).map_err(usage)?;
-        let started = rt.block_on(mcp::connect_within(&config, &root, settings.mcp_timeout));
+    if let Some(McpInUse { config, .. }) = &mcp {
+        let started = rt.block_on(mcp::connect_within(config, &root, settings.mcp_timeout));
         let tools = started.map_err(|e| match e {
             mcp::McpError::TimedOut { .. } => usage(format!(
                 "{e}; set MCP_TIMEOUT (milliseconds) to wait longer"
@@ -187,36 +186,96 @@ pub fn gateway(
         let log = access.load(run)?;
         gateway = gateway.with_replay(ToolReplay::from_log(run, &log));
     }
-    Ok(gateway)
+    Ok((gateway, mcp.map(|m| m.config)))
 }
 
-/// The project files in use that bring something needing trust, and what they bring.
-fn untrusted_parts(settings: &Settings, root: &Path) -> Result<Vec<trust::ProjectFile>, Failure> {
+/// An MCP configuration in use, read once: its servers are started, the values of their
+/// `env` blocks redacted and, when a project brought it, its trust judged, all from the
+/// same bytes.
+pub struct McpInUse {
+    /// What it says.
+    pub config: McpConfig,
+    /// The file as it was read, when the project brought it (the workspace's `.mcp.json`,
+    /// or the one an agent.toml found in the workspace names) and it starts servers.
+    pub project: Option<trust::ProjectFile>,
+    /// The SHA-256 of the bytes read.
+    pub sha256: String,
+}
+
+/// Reads the MCP configuration in use (once), then refuses, or on a terminal asks once,
+/// for the project files in use that are not trusted as they were read: nothing a project
+/// file brings is used, or started, before a person trusted it.
+pub fn trusted_project(settings: &Settings, root: &Path) -> Result<Option<McpInUse>, Failure> {
+    let mcp = mcp_in_use(settings, root)?;
+    ensure_trusted(
+        &untrusted_parts(settings, mcp.as_ref())?,
+        interactive(settings),
+    )?;
+    Ok(mcp)
+}
+
+/// Reads the MCP configuration in use, if any ([`mcp_path`]).
+pub fn mcp_in_use(settings: &Settings, root: &Path) -> Result<Option<McpInUse>, Failure> {
+    let Some(path) = mcp_path(settings, root) else {
+        return Ok(None);
+    };
+    // A file the project brings needs trust for its own content: trusting an agent.toml
+    // that names `tools/mcp.json` is not trusting whatever that file says next week.
+    let brought = match &settings.mcp {
+        McpSource::Flag(_) => false,
+        McpSource::File(_) => settings.file.as_ref().is_some_and(|f| !f.explicit),
+        McpSource::Workspace => true,
+    };
+    let bytes = trust::read_once(&path, !brought).map_err(|e| usage(format!("MCP config {e}")))?;
+    let sha256 = agent_core::sha256_hex(&bytes);
+    if let Some(judged) = settings.mcp_sha256.as_ref().filter(|h| **h != sha256) {
+        return Err(usage(format!(
+            "MCP config {} changed since this run was submitted (sha256 {} then, {} now); \
+             submit the run again to use it as it is",
+            path.display(),
+            &judged[..judged.len().min(16)],
+            &sha256[..16]
+        )));
+    }
+    let config = McpConfig::parse(&path, &bytes).map_err(usage)?;
+    let project = if brought && !config.servers.is_empty() {
+        let mut file = trust::ProjectFile::of(&path, &bytes).map_err(usage)?;
+        file.brings = config
+            .servers
+            .iter()
+            .map(|(name, s)| {
+                let mut line = vec![s.command.clone()];
+                line.extend(s.args.iter().cloned());
+                format!("MCP server {name} (runs {})", line.join(" "))
+            })
+            .collect();
+        Some(file)
+    } else {
+        None
+    };
+    Ok(Some(McpInUse {
+        config,
+        project,
+        sha256,
+    }))
+}
+
+/// The project files in use that bring something needing trust, and what they bring: each
+/// as it was read and parsed, never read again to be judged.
+fn untrusted_parts(
+    settings: &Settings,
+    mcp: Option<&McpInUse>,
+) -> Result<Vec<trust::ProjectFile>, Failure> {
     let mut files = Vec::new();
-    if let (Some((path, _)), false) = (&settings.file, settings.file_brings.is_empty()) {
-        let (mut file, _) = trust::ProjectFile::read(path).map_err(usage)?;
-        file.brings = settings.file_brings.clone();
-        files.push(file);
+    if let (Some(used), false) = (&settings.file, settings.file_brings.is_empty()) {
+        files.push(trust::ProjectFile {
+            path: std::path::absolute(&used.path)
+                .map_err(|e| usage(format!("{}: {e}", used.path.display())))?,
+            hash: used.sha256.clone(),
+            brings: settings.file_brings.clone(),
+        });
     }
-    if settings.mcp == McpSource::Workspace {
-        let path = root.join(".mcp.json");
-        if path.is_file() {
-            let config = McpConfig::from_path(&path).map_err(usage)?;
-            if !config.servers.is_empty() {
-                let (mut file, _) = trust::ProjectFile::read(&path).map_err(usage)?;
-                file.brings = config
-                    .servers
-                    .iter()
-                    .map(|(name, s)| {
-                        let mut line = vec![s.command.clone()];
-                        line.extend(s.args.iter().cloned());
-                        format!("MCP server {name} (runs {})", line.join(" "))
-                    })
-                    .collect();
-                files.push(file);
-            }
-        }
-    }
+    files.extend(mcp.and_then(|m| m.project.clone()));
     Ok(files)
 }
 
@@ -260,13 +319,9 @@ fn ensure_trusted(files: &[trust::ProjectFile], interactive: bool) -> Result<(),
 
 /// The secrets to keep out of the log: the environment's secret-named variables and every
 /// value of the `env` block of the MCP servers in use (where MCP configs keep tokens).
-pub fn redactor(settings: &Settings) -> Redactor {
+pub fn redactor(mcp: Option<&McpConfig>) -> Redactor {
     let redactor = Redactor::from_env();
-    let root = settings
-        .workspace
-        .canonicalize()
-        .unwrap_or_else(|_| settings.workspace.clone());
-    match mcp_path(settings, &root).and_then(|p| McpConfig::from_path(&p).ok()) {
+    match mcp {
         Some(config) => redactor.with_secrets(config.secrets()),
         None => redactor,
     }
@@ -379,7 +434,7 @@ pub fn build(
     live: bool,
     observe: bool,
 ) -> Result<Runtime, Failure> {
-    let (model, gateway) = {
+    let (model, (gateway, mcp)) = {
         let access = match &store {
             StoreSource::At(location) => StoreAccess::At(location),
             StoreSource::Open(store) => StoreAccess::Open(store.as_ref()),
@@ -411,5 +466,43 @@ pub fn build(
     // inside this one.
     let inline = rt.handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
         && matches!(store, OpenStore::Dir(_));
-    Ok(runtime(settings, model, gateway, store, redactor(settings)).with_inline_store(inline))
+    Ok(runtime(settings, model, gateway, store, redactor(mcp.as_ref())).with_inline_store(inline))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{ConfigFile, Env};
+    use crate::{Limits, Setup};
+
+    /// A project file is judged on the bytes its settings came from: written over after
+    /// it was read (by a trusted version, say), it is still judged as it was read.
+    #[test]
+    fn a_project_file_is_judged_as_it_was_read_not_as_it_is_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.toml");
+        let read = "[policy]\nallow = [\"shell\"]\n";
+        std::fs::write(&path, read).unwrap();
+        let (path, config, sha256) = crate::config::load(Some(&path)).unwrap().unwrap();
+        let file = ConfigFile {
+            path,
+            config,
+            explicit: false,
+            sha256,
+        };
+        let settings = Settings::resolve(
+            Some(file),
+            None,
+            &Setup::default(),
+            &Limits::default(),
+            Env::default(),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("agent.toml"), "# nothing\n").unwrap();
+        let parts = untrusted_parts(&settings, None).unwrap();
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].hash, agent_core::sha256_hex(read.as_bytes()));
+        assert_eq!(parts[0].brings, ["allow rules shell"]);
+        assert_eq!(parts[0].path, dir.path().join("agent.toml"));
+    }
 }

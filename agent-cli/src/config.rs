@@ -138,8 +138,9 @@ pub struct HookConfig {
     pub timeout_secs: Option<f64>,
 }
 
-/// Reads `explicit`, or `./agent.toml` when it exists; `None` when there is no file.
-pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config)>, String> {
+/// Reads `explicit`, or `./agent.toml` when it exists; `None` when there is no file. With
+/// the file, the SHA-256 of the very bytes parsed, which its trust is judged by.
+pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config, String)>, String> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None => {
@@ -150,10 +151,16 @@ pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config)>, String
             default
         }
     };
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("--config {}: {e}", path.display()))?;
-    let config = parse(&text).map_err(|problem| format!("{}{problem}", path.display()))?;
-    Ok(Some((path, config)))
+    let bytes =
+        crate::trust::read_once(&path, explicit.is_some()).map_err(|e| format!("--config {e}"))?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        format!(
+            "--config {}: not UTF-8 text ({e}); save it as UTF-8",
+            path.display()
+        )
+    })?;
+    let config = parse(text).map_err(|problem| format!("{}{problem}", path.display()))?;
+    Ok(Some((path, config, agent_core::sha256_hex(&bytes))))
 }
 
 /// What is wrong with the TOML `text`, in one line that can follow the file's name:

@@ -84,6 +84,19 @@ pub struct ConfigFile {
     pub config: Config,
     /// Named by `--config`.
     pub explicit: bool,
+    /// The SHA-256 of the bytes `config` was parsed from: its trust is judged by them.
+    pub sha256: String,
+}
+
+/// The settings file a command uses, as it was read.
+#[derive(Clone, Debug)]
+pub struct FileInUse {
+    /// Where it was read.
+    pub path: PathBuf,
+    /// Named by `--config`: used as given, with no trust asked.
+    pub explicit: bool,
+    /// The SHA-256 of the bytes the settings were parsed from.
+    pub sha256: String,
 }
 
 impl ConfigFile {
@@ -91,10 +104,11 @@ impl ConfigFile {
     pub fn load(explicit: Option<&Path>) -> Result<Option<ConfigFile>, SettingsError> {
         Ok(config::load(explicit)
             .map_err(bad)?
-            .map(|(path, config)| ConfigFile {
+            .map(|(path, config, sha256)| ConfigFile {
                 path,
                 config,
                 explicit: explicit.is_some(),
+                sha256,
             }))
     }
 }
@@ -306,11 +320,14 @@ pub struct Settings {
     /// The validators of the final answer of a run this command starts (set by
     /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
     pub answer: agent_core::AnswerSpec,
-    /// The settings file in use, and whether the command line named it.
-    pub file: Option<(PathBuf, bool)>,
+    /// The settings file in use.
+    pub file: Option<FileInUse>,
     /// What the settings file brings that needs a person's trust (empty when it was named
     /// explicitly, or brings nothing of the kind).
     pub file_brings: Vec<String>,
+    /// The SHA-256 the MCP configuration must still have (a queued run's, as it was
+    /// judged when the run was submitted).
+    pub mcp_sha256: Option<String>,
 }
 
 impl Settings {
@@ -369,7 +386,12 @@ impl Settings {
         let (config, base, file) = match file {
             Some(f) => {
                 let base = f.path.parent().map(Path::to_path_buf).unwrap_or_default();
-                (f.config, base, Some((f.path, f.explicit)))
+                let in_use = FileInUse {
+                    path: f.path,
+                    explicit: f.explicit,
+                    sha256: f.sha256,
+                };
+                (f.config, base, Some(in_use))
             }
             None => (Config::default(), PathBuf::new(), None),
         };
@@ -515,7 +537,7 @@ impl Settings {
             Duration::from_millis,
         );
         let file_brings = match &file {
-            Some((_, false)) => brings(&config, setup, limits),
+            Some(f) if !f.explicit => brings(&config, setup, limits),
             _ => Vec::new(),
         };
         Ok(Settings {
@@ -557,6 +579,7 @@ impl Settings {
             no_input: setup.no_input,
             file,
             file_brings,
+            mcp_sha256: None,
         })
     }
 

@@ -8,7 +8,9 @@
 //! or a question on a terminal. Trust is kept in the user's config directory, keyed by
 //! the file's absolute path and the SHA-256 of its content, so a changed file must be
 //! trusted again. Files named on the command line (`--config`, `--mcp-config`) are
-//! trusted: the person chose them.
+//! trusted: the person chose them. The MCP file an `agent.toml` found in the workspace
+//! names is a project file of its own. Each file is read once ([`read_once`]), and judged
+//! on the bytes that are parsed and used.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,19 +60,66 @@ pub struct ProjectFile {
 }
 
 impl ProjectFile {
-    /// Reads `path` now; `brings` is filled by the caller.
+    /// Reads `path` now ([`read_once`]); `brings` is filled by the caller.
     pub fn read(path: &Path) -> Result<(ProjectFile, Vec<u8>), String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let path = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok((
-            ProjectFile {
-                path,
-                hash: sha256_hex(&bytes),
-                brings: Vec::new(),
-            },
-            bytes,
-        ))
+        let bytes = read_once(path, false)?;
+        Ok((ProjectFile::of(path, &bytes)?, bytes))
     }
+
+    /// The file at `path` as `bytes` show it: the bytes that were read and parsed, so
+    /// that what is judged is what is used (the file may change after it was read).
+    pub fn of(path: &Path, bytes: &[u8]) -> Result<ProjectFile, String> {
+        Ok(ProjectFile {
+            path: std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?,
+            hash: sha256_hex(bytes),
+            brings: Vec::new(),
+        })
+    }
+}
+
+/// The most bytes a project file may hold (an `agent.toml`, an MCP configuration): such a
+/// file is a few kilobytes, it is read whole, and a trust question lists all it brings.
+pub const MAX_PROJECT_FILE: u64 = 1 << 20;
+
+/// The content of a project file, read once by whoever judges and uses it. At most
+/// [`MAX_PROJECT_FILE`] bytes. A file found in the workspace (`named` false) must be a
+/// regular file: a FIFO or a device there, under a name `agent` looks for, would make
+/// every command in that directory wait, or read without end. One the person named
+/// (`--config <(...)`) may be a pipe.
+pub fn read_once(path: &Path, named: bool) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let at = path.display();
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    if !named {
+        // Opening a FIFO to read waits for a writer; with O_NONBLOCK it returns, and the
+        // type is then told from the open file, not from a look at the path before it.
+        let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
+        options.custom_flags(i32::try_from(nonblock).unwrap_or(0));
+    }
+    let file = options.open(path).map_err(|e| format!("{at}: {e}"))?;
+    if !named {
+        let meta = file.metadata().map_err(|e| format!("{at}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!(
+                "{at} is not a regular file; agent reads a project file only when it is one \
+                 (name it with --config or --mcp-config to read it as it is)"
+            ));
+        }
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PROJECT_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{at}: {e}"))?;
+    if bytes.len() as u64 > MAX_PROJECT_FILE {
+        return Err(format!(
+            "{at} is larger than {} KiB; a settings or MCP file is a few kilobytes: \
+             shorten it",
+            MAX_PROJECT_FILE >> 10
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Refuses a file that is neither an `agent.toml` nor an MCP configuration (`.mcp.json`):

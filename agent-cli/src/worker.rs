@@ -46,6 +46,10 @@ pub struct RunSpec {
     pub rules: RuleTexts,
     /// The MCP configuration named, as an absolute path.
     pub mcp_config: Option<PathBuf>,
+    /// The SHA-256 of that configuration as it was when the run was submitted: a worker
+    /// starts its servers only if it still reads the same (absent in runs queued before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_sha256: Option<String>,
     /// The budget the run starts with.
     pub budget: Budget,
     /// The context window, when agent.toml set one.
@@ -94,11 +98,19 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
             "agent.toml has hooks: a queued run does not carry them yet; use agent run",
         ));
     }
-    let mcp_config = match &settings.mcp {
+    // What the project brings is judged here, where the person is, as for `agent run`:
+    // the worker takes the spec as given.
+    // The workspace may be only where the workers are: then it brings nothing here.
+    let root = settings
+        .workspace
+        .canonicalize()
+        .unwrap_or_else(|_| settings.workspace.clone());
+    let judged = crate::build::trusted_project(settings, &root)?;
+    let (mcp_config, mcp_sha256) = match &settings.mcp {
         crate::settings::McpSource::Flag(p) | crate::settings::McpSource::File(p) => {
-            Some(absolute(p)?)
+            (Some(absolute(p)?), judged.map(|m| m.sha256))
         }
-        crate::settings::McpSource::Workspace => None,
+        crate::settings::McpSource::Workspace => (None, None),
     };
     let spec = RunSpec {
         goal: goal.to_owned(),
@@ -107,6 +119,7 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         workspace: absolute(&settings.workspace)?,
         rules: settings.rules.clone(),
         mcp_config,
+        mcp_sha256,
         budget: settings.budget.apply(Budget::default()),
         context_window: settings.context_window,
         compact_at: settings.compact_at,
@@ -163,6 +176,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
     settings.compact_at = spec.compact_at;
     settings.masking = spec.masking;
     settings.answer = spec.answer.clone();
+    settings.mcp_sha256 = spec.mcp_sha256.clone();
     Ok(settings)
 }
 

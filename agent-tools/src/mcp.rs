@@ -110,12 +110,21 @@ impl McpConfig {
 
     /// Reads a configuration file.
     pub fn from_path(path: &Path) -> Result<McpConfig, McpError> {
-        let fail = |message: String| McpError::Config {
+        let bytes = std::fs::read(path).map_err(|e| McpError::Config {
             path: path.display().to_string(),
-            message,
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-        serde_json::from_str(&text).map_err(|e| fail(e.to_string()))
+            message: e.to_string(),
+        })?;
+        McpConfig::parse(path, &bytes)
+    }
+
+    /// Parses the content of the configuration file at `path` (named in errors), for a
+    /// caller that read it itself: one that judges the bytes it read (hashes them for
+    /// trust, say) and must use those bytes, not what the file holds a moment later.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<McpConfig, McpError> {
+        serde_json::from_slice(bytes).map_err(|e| McpError::Config {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
     }
 }
 

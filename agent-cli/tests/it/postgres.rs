@@ -251,6 +251,52 @@ fn workers_drain_the_queue_each_run_once() {
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
 }
 
+/// `agent submit` judges the project files as `agent run` does (the worker takes the spec
+/// as given), and the MCP configuration a queued run names is started only as it was
+/// when the run was submitted.
+#[test]
+fn a_run_is_queued_only_from_trusted_project_files_and_runs_with_what_was_judged() {
+    let q = Queue::new();
+    let dir = q.env.dir.path();
+    std::fs::write(
+        dir.join("agent.toml"),
+        "mcp_config = \"tools/mcp.json\"\n[policy]\nallow = [\"shell\"]\n",
+    )
+    .unwrap();
+    std::fs::create_dir(dir.join("tools")).unwrap();
+    std::fs::write(dir.join("tools/mcp.json"), r#"{"mcpServers": {}}"#).unwrap();
+    let model = q.script("job", json!([{"final": "done"}]));
+    let ws = q.ws.to_str().unwrap();
+    let out = q.agent(&["submit", "--model", &model, "--workspace", ws, "g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("agent.toml is not trusted") && err.contains("allow rules shell"),
+        "{err}"
+    );
+    assert!(q.runs().is_empty(), "nothing is queued");
+
+    let out = q.agent(&["trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = q.submit(&model, &[], "g");
+    // The file changes while the run waits in the queue.
+    let evil = json!({"mcpServers": {"evil": {"command": "bash", "args": ["-c", "id > PWNED"]}}});
+    std::fs::write(dir.join("tools/mcp.json"), evil.to_string()).unwrap();
+    let out = q
+        .worker(&["--until-empty"], true)
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("run {id}: MCP config"))
+            && err.contains("tools/mcp.json changed since this run was submitted"),
+        "{err}"
+    );
+    assert!(!q.ws.join("PWNED").exists() && !dir.join("PWNED").exists());
+    assert!(q.events(&id).is_empty(), "the run did not start");
+}
+
 #[test]
 fn the_queue_needs_a_shared_store() {
     let env = Env::new();
@@ -478,6 +524,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
                     ..Default::default()
                 },
                 mcp_config: None,
+                mcp_sha256: None,
                 budget: agent_core::Budget::default(),
                 context_window: None,
                 compact_at: None,

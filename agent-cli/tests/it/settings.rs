@@ -16,6 +16,7 @@ fn file(text: &str) -> Option<ConfigFile> {
         path: PathBuf::from("/proj/agent.toml"),
         config: config::parse(text).unwrap(),
         explicit: false,
+        sha256: agent_core::sha256_hex(text.as_bytes()),
     })
 }
 
