@@ -77,7 +77,9 @@ pub use effect::effect_key;
 pub use event::{AnswerSpec, Entry, Event, Finding, ForkOrigin, Manifest, ParentCall, Resolution};
 pub use fork::{ForkError, before_model_call, fork_log, model_call_of};
 pub use handle::{BLOB_PREFIX, Handle, HandleError};
-pub use machine::{Command, Input, InputError, Machine, ReplyError, RunConfig, Verdict};
+pub use machine::{
+    Command, Input, InputError, MAX_REJECTED_REPLY_CHARS, Machine, ReplyError, RunConfig, Verdict,
+};
 pub use progress::{correction_message, fingerprint};
 pub use prompt::{Arguments, Message, Part, Prompt, Role};
 pub use reason::{Outcome, PendingCall, ReasonClass, TerminalReason, UnknownReason};

@@ -21,6 +21,7 @@ mod recovery;
 mod turn;
 
 pub use protocol::{Command, Input, InputError, ReplyError, Verdict};
+pub use turn::MAX_REJECTED_REPLY_CHARS;
 
 use std::collections::{BTreeMap, VecDeque};
 

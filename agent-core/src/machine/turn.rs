@@ -36,7 +36,7 @@ impl Machine {
             Err(InvalidReply { raw, problem }) => {
                 self.stage(Event::DecisionRejected {
                     turn,
-                    raw,
+                    raw: kept_of_rejected(raw),
                     problem,
                     usage,
                 });
@@ -560,4 +560,23 @@ fn pending_call_at(
 fn take_path(paths: &mut Vec<(CallId, String)>, id: &CallId) -> Option<String> {
     let at = paths.iter().position(|(of, _)| of == id)?;
     Some(paths.swap_remove(at).1)
+}
+
+/// The most of a rejected reply the log keeps, in characters. The model is shown the first
+/// 4,000 of them; a person reading the log sees enough to tell what went wrong. A server
+/// sending replies of megabytes that are not decisions, up to the repair limit, no longer
+/// writes them whole into every run's log.
+pub const MAX_REJECTED_REPLY_CHARS: usize = 65_536;
+
+/// `raw` as the log keeps it: whole up to [`MAX_REJECTED_REPLY_CHARS`], else that many
+/// characters and a line saying how many more there were.
+fn kept_of_rejected(raw: String) -> String {
+    match raw.char_indices().nth(MAX_REJECTED_REPLY_CHARS) {
+        None => raw,
+        Some((cut, _)) => format!(
+            "{}\n[... {} more characters of this reply not kept ...]",
+            &raw[..cut],
+            raw[cut..].chars().count()
+        ),
+    }
 }

@@ -231,6 +231,39 @@ fn invalid_replies_are_repaired_within_the_limit() {
 }
 
 #[test]
+fn a_rejected_reply_is_kept_in_the_log_up_to_a_bound() {
+    // What a server sent that is not a decision: the log keeps the first 64 Ki characters
+    // of it and says how many more there were; a short one whole.
+    let huge: &'static str =
+        Box::leak(format!("{{\"é\": \"{}", "ü".repeat(100_000)).into_boxed_str());
+    let r = check(
+        world(vec![Invalid(huge), Invalid("{oops"), Final("ok")]),
+        TerminalReason::Completed,
+    );
+    let raws: Vec<&str> = r
+        .log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::DecisionRejected { raw, .. } => Some(raw.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(raws.len(), 2);
+    let total = huge.chars().count();
+    let (kept, note) = raws[0].split_at(raws[0].rfind('\n').unwrap());
+    assert_eq!(kept.chars().count(), MAX_REJECTED_REPLY_CHARS);
+    assert!(huge.starts_with(kept));
+    assert_eq!(
+        note,
+        format!(
+            "\n[... {} more characters of this reply not kept ...]",
+            total - MAX_REJECTED_REPLY_CHARS
+        )
+    );
+    assert_eq!(raws[1], "{oops");
+}
+
+#[test]
 fn invalid_decision_past_the_repair_limit() {
     let r = check(
         world(vec![
