@@ -171,14 +171,20 @@ pub fn gateway(
         }
     }
     if let Some(McpInUse { config, .. }) = &mcp {
-        let started = rt.block_on(mcp::connect_within(config, &root, settings.mcp_timeout));
+        let started = rt.block_on(mcp::connect_reporting(config, &root, settings.mcp_timeout));
         let tools = started.map_err(|e| match e {
             mcp::McpError::TimedOut { .. } => usage(format!(
                 "{e}; set MCP_TIMEOUT (milliseconds) to wait longer"
             )),
             other => usage(other),
         })?;
-        for tool in tools {
+        for left in &tools.left_out {
+            crate::app::tell(format_args!(
+                "agent: MCP server {:?}: its tool {:?} is left out: {}\n",
+                left.server, left.tool, left.reason
+            ));
+        }
+        for tool in tools.tools {
             gateway.register(tool).map_err(usage)?;
         }
     }

@@ -59,6 +59,26 @@ pub const MAX_SCHEMA_DEPTH: usize = 64;
 /// call, and into the run's first event.
 pub const MAX_SCHEMA_BYTES: usize = 32 * 1024;
 
+/// Whether `spec`'s input schema is within [`MAX_SCHEMA_DEPTH`] and [`MAX_SCHEMA_BYTES`],
+/// as [`Gateway::register`] requires; else what is wrong, in words. The specs are recorded
+/// in a run's first event and go with every model call.
+pub fn schema_within_bounds(spec: &ToolSpec) -> Result<(), String> {
+    let depth = agent_core::nesting_depth(&spec.input_schema);
+    if depth > MAX_SCHEMA_DEPTH {
+        return Err(format!(
+            "it nests {depth} levels deep; at most {MAX_SCHEMA_DEPTH} are accepted"
+        ));
+    }
+    let bytes = serde_json::to_string(&spec.input_schema).map_or(0, |text| text.len());
+    if bytes > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "it takes {bytes} bytes as JSON; at most {MAX_SCHEMA_BYTES} are accepted, as it \
+             goes with every model call"
+        ));
+    }
+    Ok(())
+}
+
 /// Calls of one parallel group running at once, at most.
 pub const DEFAULT_CONCURRENCY: usize = 8;
 
@@ -262,24 +282,10 @@ impl Gateway {
         if self.tools.contains_key(&spec.name) {
             return Err(GatewayError::DuplicateTool(spec.name));
         }
-        // The specs are recorded in the run's first event: keep them readable back.
-        let depth = agent_core::nesting_depth(&spec.input_schema);
-        if depth > MAX_SCHEMA_DEPTH {
+        if let Err(message) = schema_within_bounds(&spec) {
             return Err(GatewayError::InvalidSchema {
                 tool: spec.name,
-                message: format!(
-                    "it nests {depth} levels deep; at most {MAX_SCHEMA_DEPTH} are accepted"
-                ),
-            });
-        }
-        let bytes = serde_json::to_string(&spec.input_schema).map_or(0, |text| text.len());
-        if bytes > MAX_SCHEMA_BYTES {
-            return Err(GatewayError::InvalidSchema {
-                tool: spec.name,
-                message: format!(
-                    "it takes {bytes} bytes as JSON; at most {MAX_SCHEMA_BYTES} are accepted, \
-                     as it goes with every model call"
-                ),
+                message,
             });
         }
         let validator = std::sync::OnceLock::new();

@@ -44,6 +44,7 @@ pub use answer::{
 pub use gateway::{
     BlobSink, Checks, DEFAULT_CONCURRENCY, Gateway, GatewayError, MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH, PREVIEW_BYTES, ResultSource, StorageError, ToolActivity, ToolObserver,
+    schema_within_bounds,
 };
 #[cfg(feature = "process")]
 pub use hooks::CommandHook;

@@ -517,7 +517,8 @@ async fn list_tools(client: &Client) -> Result<Vec<McpToolDef>, String> {
 }
 
 /// Starts every configured server (in `cwd`) and returns their tools, each server given
-/// [`DEFAULT_STARTUP_TIMEOUT`] to start, answer and list its tools.
+/// [`DEFAULT_STARTUP_TIMEOUT`] to start, answer and list its tools. A tool beyond the
+/// bounds is left out, with a warning in the log ([`connect_reporting`] returns them).
 pub async fn connect(config: &McpConfig, cwd: &Path) -> Result<Vec<Arc<dyn Tool>>, McpError> {
     connect_within(config, cwd, DEFAULT_STARTUP_TIMEOUT).await
 }
@@ -528,7 +529,51 @@ pub async fn connect_within(
     cwd: &Path,
     timeout: Duration,
 ) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    let connected = connect_reporting(config, cwd, timeout).await?;
+    for left in &connected.left_out {
+        tracing::warn!(server = %left.server, tool = %left.tool, "{}", left.reason);
+    }
+    Ok(connected.tools)
+}
+
+/// The servers' tools, and those left out.
+pub struct Connected {
+    /// The tools offered.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The tools a server listed that are not offered, and why.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// A tool a server listed that is not offered: its name as the model would see it, or its
+/// schema, is beyond what every model call can carry. The server's other tools are; a
+/// person who cannot change a third-party server still gets them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftOut {
+    /// The server.
+    pub server: String,
+    /// The tool, as the server names it.
+    pub tool: String,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// A name a server gave, to be shown: its first 80 characters, and `...` when it goes on
+/// (a server could send a name of megabytes).
+fn shown_name(name: &str) -> String {
+    match name.char_indices().nth(80) {
+        None => name.to_owned(),
+        Some((cut, _)) => format!("{}...", &name[..cut]),
+    }
+}
+
+/// [`connect_within`], returning what was left out instead of logging it.
+pub async fn connect_reporting(
+    config: &McpConfig,
+    cwd: &Path,
+    timeout: Duration,
+) -> Result<Connected, McpError> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    let mut left_out = Vec::new();
     for (name, server_config) in &config.servers {
         let start = |message: String| McpError::Start {
             server: name.clone(),
@@ -561,15 +606,24 @@ pub async fn connect_within(
         });
         for def in defs {
             let spec = spec_of(name, &def);
-            if spec.name.len() > MAX_TOOL_NAME_CHARS {
-                return Err(start(format!(
-                    "its tool {:?} would be offered as {} ({} characters), and model APIs \
-                     accept at most {MAX_TOOL_NAME_CHARS}: give the server a shorter name in \
-                     the MCP configuration",
-                    def.name,
-                    spec.name,
+            let beyond = if spec.name.len() > MAX_TOOL_NAME_CHARS {
+                Err(format!(
+                    "it would be offered as {} ({} characters), and model APIs accept at \
+                     most {MAX_TOOL_NAME_CHARS}: give the server a shorter name in the MCP \
+                     configuration",
+                    shown_name(&spec.name),
                     spec.name.len()
-                )));
+                ))
+            } else {
+                crate::gateway::schema_within_bounds(&spec)
+            };
+            if let Err(reason) = beyond {
+                left_out.push(LeftOut {
+                    server: name.clone(),
+                    tool: shown_name(&def.name),
+                    reason,
+                });
+                continue;
             }
             tools.push(Arc::new(McpTool {
                 server: Arc::clone(&server),
@@ -578,5 +632,5 @@ pub async fn connect_within(
             }));
         }
     }
-    Ok(tools)
+    Ok(Connected { tools, left_out })
 }

@@ -402,11 +402,12 @@ for line in sys.stdin:
             result = {"tools": [tool(0, description="d" * 10000)]}
         elif mode == "big_schema":
             props = {"p%d" % i: {"type": "string", "description": "x" * 100} for i in range(400)}
-            result = {"tools": [tool(0, inputSchema={"type": "object", "properties": props})]}
+            result = {"tools": [tool(0, inputSchema={"type": "object", "properties": props}),
+                                tool(1)]}
         elif mode == "deep_schema":
-            result = {"tools": [tool(0, inputSchema=nested(40))]}
+            result = {"tools": [tool(0, inputSchema=nested(40)), tool(1)]}
         else:
-            result = {"tools": [tool(0, name="n" * 60)]}
+            result = {"tools": [tool(0, name="n" * 60), tool(1)]}
     else:
         print(json.dumps({"jsonrpc": "2.0", "id": mid,
                           "error": {"code": -32601, "message": "unknown method"}}), flush=True)
@@ -417,17 +418,28 @@ for line in sys.stdin:
 /// What a server that lists its tools as `mode` says brings: its tools registered in a
 /// gateway, or why it was refused.
 async fn hostile(dir: &std::path::Path, mode: &str) -> Result<Vec<ToolSpec>, String> {
+    let (specs, left_out) = hostile_reporting(dir, mode).await?;
+    assert_eq!(left_out, [], "{mode}");
+    Ok(specs)
+}
+
+/// [`hostile`], with the tools the server listed that were left out.
+async fn hostile_reporting(
+    dir: &std::path::Path,
+    mode: &str,
+) -> Result<(Vec<ToolSpec>, Vec<agent_tools::mcp::LeftOut>), String> {
     std::fs::write(dir.join("hostile.py"), HOSTILE_SERVER).unwrap();
     let servers = json!({"h": {"command": "python3", "args": ["hostile.py"],
                                "env": {"HOSTILE": mode}}});
-    let tools = connect(&config(servers), dir)
+    let timeout = agent_tools::mcp::DEFAULT_STARTUP_TIMEOUT;
+    let connected = agent_tools::mcp::connect_reporting(&config(servers), dir, timeout)
         .await
         .map_err(|e| e.to_string())?;
     let mut g = Gateway::new(Workspace::new(dir).unwrap());
-    for t in tools {
+    for t in connected.tools {
         g.register(t).map_err(|e| e.to_string())?;
     }
-    Ok(g.specs())
+    Ok((g.specs(), connected.left_out))
 }
 
 /// A server is software from outside: its list of tools is read within bounds, page by
@@ -480,19 +492,20 @@ async fn a_servers_list_of_tools_is_bounded() {
     );
     assert!(!shown.contains(&"d".repeat(MAX_DESCRIPTION_CHARS + 1)));
 
-    let err = hostile(dir, "big_schema").await.unwrap_err();
-    assert!(
-        err.contains("mcp__h__t0") && err.contains("at most 32768 are accepted"),
-        "{err}"
-    );
-    let err = hostile(dir, "deep_schema").await.unwrap_err();
-    assert!(
-        err.contains("mcp__h__t0") && err.contains("levels deep; at most 64"),
-        "{err}"
-    );
-    let err = hostile(dir, "long_name").await.unwrap_err();
-    assert!(
-        err.contains("(68 characters)") && err.contains("shorter name"),
-        "{err}"
-    );
+    // A tool beyond a bound is left out, with the reason; the server's others are offered.
+    for (mode, tool, reason) in [
+        ("big_schema", "t0", "at most 32768 are accepted"),
+        ("deep_schema", "t0", "levels deep; at most 64"),
+        ("long_name", &"n".repeat(60), "(68 characters)"),
+    ] {
+        let (specs, left_out) = hostile_reporting(dir, mode).await.unwrap();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["mcp__h__t1"], "{mode}");
+        assert_eq!(left_out.len(), 1, "{mode}: {left_out:?}");
+        assert_eq!(
+            (left_out[0].server.as_str(), left_out[0].tool.as_str()),
+            ("h", tool)
+        );
+        assert!(left_out[0].reason.contains(reason), "{mode}: {left_out:?}");
+    }
 }

@@ -270,3 +270,50 @@ fn a_3_gb_file_and_a_flood_of_shell_output_cost_under_64_mb() {
          ({base} KiB for a run that reads nothing)"
     );
 }
+
+#[test]
+fn an_mcp_tool_beyond_a_bound_is_left_out_and_the_servers_others_are_offered() {
+    // Named so that `mcp__<server>__env` and `__die` take the 64 characters model APIs
+    // accept and `__slow` one more: that tool alone is left out, with a line saying why.
+    let env = Env::new();
+    let server = "s".repeat(54);
+    let config = crate::py_mcp_config(&env, &server);
+    let model = env.script(json!([{"final": "ok"}]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--mcp-config",
+        config,
+        "--model",
+        &model,
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    let left: Vec<&str> = err.lines().filter(|l| l.contains("left out")).collect();
+    assert_eq!(
+        left,
+        [format!(
+            "agent: MCP server {server:?}: its tool \"slow\" is left out: it would be offered \
+             as mcp__{server}__slow (65 characters), and model APIs accept at most 64: give \
+             the server a shorter name in the MCP configuration"
+        )],
+        "{err}"
+    );
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", &id]).stdout).unwrap();
+    let tools: Vec<&str> = shown["events"][0]["manifest"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .filter(|n| n.starts_with("mcp__"))
+        .collect();
+    assert_eq!(
+        tools,
+        [format!("mcp__{server}__die"), format!("mcp__{server}__env")]
+    );
+}
