@@ -344,12 +344,15 @@ impl Settings {
             None => None,
             Some(path) => {
                 let what = format!("the answer schema {}", path.display());
-                let text = std::fs::read_to_string(path).map_err(|e| {
+                // A project's agent.toml names it: read as any project file is (regular,
+                // at most 1 MiB); one named by the flag may be a pipe.
+                let named = flags.answer_schema.is_some();
+                let text = crate::trust::read_once(path, named).map_err(|e| {
                     bad(format!(
                         "{what}: cannot read it ({e}); give a JSON Schema file"
                     ))
                 })?;
-                let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                let value: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
                     bad(format!("{what} is not JSON ({e}); give a JSON Schema file"))
                 })?;
                 Some(value)

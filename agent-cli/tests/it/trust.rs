@@ -177,6 +177,16 @@ fn project_files_are_regular_files_of_a_bounded_size() {
     nix::unistd::mkfifo(&dir.join("ws/.mcp.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
     let out = env.run(&["run", "--model", &model, "--workspace", "ws", "g"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Nor is the answer schema an agent.toml names.
+    std::fs::write(dir.join("agent.toml"), "answer_schema = \"schema.json\"\n").unwrap();
+    nix::unistd::mkfifo(&dir.join("schema.json"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let out = env.run(&["run", "--model", &model, "g"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("schema.json is not a regular file"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
