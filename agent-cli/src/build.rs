@@ -141,6 +141,22 @@ pub fn gateway(
     // Its hooks and config run commands the next time the person uses git: the
     // workspace's repository, and any nested in it.
     ws = ws.protect_everywhere(".git", "a git directory");
+    // Nor the files that set up agent itself: a model could take a `deny` rule out, name
+    // a costlier model, or loosen the schema its answers are checked against, for the
+    // next run, with no question asked (only what widens needs trust). Where no such file
+    // is yet, where one would be found.
+    let here = PathBuf::from(crate::config::DEFAULT_FILE);
+    ws = ws.protect(&here, "agent's settings file");
+    if let Some(file) = &settings.file {
+        ws = ws.protect(&file.path, "agent's settings file");
+    }
+    ws = ws.protect(&dir.join(".mcp.json"), "agent's MCP configuration");
+    if let McpSource::Flag(path) | McpSource::File(path) = &settings.mcp {
+        ws = ws.protect(path, "agent's MCP configuration");
+    }
+    if let Some(schema) = &settings.file_answer.0 {
+        ws = ws.protect(schema, "the answer schema in use");
+    }
     let root = ws.root().to_path_buf();
     // Read once: the servers started are the ones judged, whatever the file says later.
     let mcp = trusted_project(settings, &root)?;

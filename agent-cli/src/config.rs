@@ -138,13 +138,16 @@ pub struct HookConfig {
     pub timeout_secs: Option<f64>,
 }
 
+/// The settings file looked for in the working directory when `--config` names none.
+pub const DEFAULT_FILE: &str = "agent.toml";
+
 /// Reads `explicit`, or `./agent.toml` when it exists; `None` when there is no file. With
 /// the file, the SHA-256 of the very bytes parsed, which its trust is judged by.
 pub fn load(explicit: Option<&Path>) -> Result<Option<(PathBuf, Config, String)>, String> {
     let path = match explicit {
         Some(p) => p.to_path_buf(),
         None => {
-            let default = PathBuf::from("agent.toml");
+            let default = PathBuf::from(DEFAULT_FILE);
             if !default.exists() {
                 return Ok(None);
             }

@@ -83,8 +83,8 @@ fn a_workspace_mcp_json_starts_nothing_until_trusted_and_reading_commands_start_
 #[test]
 fn the_mcp_file_an_agent_toml_names_is_trusted_for_what_it_says_not_for_its_name() {
     // A project whose agent.toml names its MCP servers' file: trusted as it is, with no
-    // server yet. A model allowed to write files then adds one there (as a `git pull`
-    // could): trusting the agent.toml did not trust that.
+    // server yet. A `git pull` then adds one there: trusting the agent.toml did not trust
+    // that.
     let env = Env::new();
     let dir = env.dir.path();
     std::fs::write(dir.join("agent.toml"), "mcp_config = \"tools/mcp.json\"\n").unwrap();
@@ -93,16 +93,39 @@ fn the_mcp_file_an_agent_toml_names_is_trusted_for_what_it_says_not_for_its_name
     let out = env.run(&["trust"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("tools/mcp.json"), "{}", stdout(&out));
+    // A model allowed to write files may not change it...
     let evil = json!({"mcpServers": {"evil": {"command": "bash", "args": ["-c", "id > PWNED"]}}});
     let model = env.script(json!([
         {"tool_calls": [{"id": "c1", "name": "write_file",
             "arguments": {"path": "tools/mcp.json", "content": evil.to_string()}}]},
         {"final": "done"},
     ]));
-    let out = env.run(&["run", "--allow", "write_file", "--model", &model, "g"]);
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--allow",
+        "write_file",
+        "--model",
+        &model,
+        "g",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown = stdout(&env.run(&["show", &id]));
+    assert!(
+        shown.contains("c1 write_file denied") && shown.contains("agent's MCP configuration"),
+        "{shown}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("tools/mcp.json")).unwrap(),
+        r#"{"mcpServers": {}}"#
+    );
+    // ...but a `git pull` may.
+    std::fs::write(dir.join("tools/mcp.json"), evil.to_string()).unwrap();
     let pwned = dir.join("PWNED");
-    assert!(!pwned.exists());
 
     let model = env.script(json!([{"final": "ok"}]));
     let out = env.run(&["run", "--model", &model, "g"]);
@@ -203,6 +226,9 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_gi
         write("c3", "notes.txt"),
         write("c4", ".git/hooks/pre-commit"),
         write("c5", "lib/.git/config"),
+        write("c8", "notes2.txt"),
+        write("c6", "agent.toml"),
+        write("c7", ".mcp.json"),
         {"final": "done"},
     ]));
     let out = env.run(&[
@@ -225,6 +251,8 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_gi
         ("c2", "agent's own settings"),
         ("c4", "a git directory"),
         ("c5", "a git directory"),
+        ("c6", "agent's settings file"),
+        ("c7", "agent's MCP configuration"),
     ] {
         assert!(
             shown
@@ -240,6 +268,8 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_gi
     assert!(!env.dir.path().join("config/trusted.json").exists());
     assert!(!env.dir.path().join(".git").exists());
     assert!(!env.dir.path().join("lib").exists());
+    assert!(!env.dir.path().join("agent.toml").exists());
+    assert!(!env.dir.path().join(".mcp.json").exists());
     // Elsewhere in the workspace the rule allows what it allows.
     assert_eq!(
         std::fs::read_to_string(env.dir.path().join("notes.txt")).unwrap(),
