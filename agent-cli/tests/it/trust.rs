@@ -80,6 +80,25 @@ fn a_workspace_mcp_json_starts_nothing_until_trusted_and_reading_commands_start_
     assert!(!pwned.exists());
 }
 
+/// `agent show` of a run of `model` allowed to write files, which ends well.
+fn run_writing(env: &Env, model: &str) -> String {
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--allow",
+        "write_file",
+        "--model",
+        model,
+        "g",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    stdout(&env.run(&["show", &id]))
+}
+
 #[test]
 fn the_mcp_file_an_agent_toml_names_is_trusted_for_what_it_says_not_for_its_name() {
     // A project whose agent.toml names its MCP servers' file: trusted as it is, with no
@@ -100,21 +119,7 @@ fn the_mcp_file_an_agent_toml_names_is_trusted_for_what_it_says_not_for_its_name
             "arguments": {"path": "tools/mcp.json", "content": evil.to_string()}}]},
         {"final": "done"},
     ]));
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--allow",
-        "write_file",
-        "--model",
-        &model,
-        "g",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let shown = stdout(&env.run(&["show", &id]));
+    let shown = run_writing(&env, &model);
     assert!(
         shown.contains("c1 write_file denied") && shown.contains("agent's MCP configuration"),
         "{shown}"
@@ -231,21 +236,7 @@ fn a_model_allowed_to_write_files_cannot_rewrite_the_store_what_is_trusted_or_gi
         write("c7", ".mcp.json"),
         {"final": "done"},
     ]));
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--allow",
-        "write_file",
-        "--model",
-        &model,
-        "g",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let shown = stdout(&env.run(&["show", &id]));
+    let shown = run_writing(&env, &model);
     for (call, what) in [
         ("c1", "the run store"),
         ("c2", "agent's own settings"),
