@@ -139,12 +139,20 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 json,
             });
         }
-        Commands::Trust { path, workspace } => {
+        Commands::Trust {
+            path,
+            workspace,
+            run,
+        } => {
             let setup = Setup {
                 workspace,
                 ..Setup::default()
             };
-            return trust_command(&resolve(&setup, &none)?, json, path.as_deref());
+            let settings = resolve(&setup, &none)?;
+            return match run {
+                Some(run) => trust_run(&settings, json, &run),
+                None => trust_command(&settings, json, path.as_deref()),
+            };
         }
         Commands::Report { run, out } => {
             return report(&resolve(&plain, &none)?.store, &run, out);
@@ -215,6 +223,32 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
 }
 
 /// `agent trust [PATH]`.
+/// `agent trust --run RUN`.
+fn trust_run(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> {
+    let store = OpenStore::must_exist(&settings.store)?;
+    let log = store.as_store().load(run_id)?;
+    if log.is_empty() {
+        return Err(usage(format!("no run {run_id} in {}", settings.store)));
+    }
+    let checks = crate::build::trust_run_checks(run_id, &log)?;
+    if json {
+        say(format_args!(
+            "{}\n",
+            serde_json::json!({"run_id": run_id, "checks": checks})
+        ));
+    } else if checks.is_empty() {
+        say(format_args!(
+            "run {run_id} runs no commands on its answer; nothing to trust\n"
+        ));
+    } else {
+        say(format_args!(
+            "run {run_id} may run its answer checks: {}\n",
+            checks.join("; ")
+        ));
+    }
+    Ok(EXIT_OK)
+}
+
 fn trust_command(settings: &Settings, json: bool, path: Option<&Path>) -> Result<u8, Failure> {
     let candidates: Vec<PathBuf> = match path {
         Some(p) if p.is_dir() => vec![p.join("agent.toml"), p.join(".mcp.json")],
@@ -285,6 +319,7 @@ fn run(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {
     let budget = settings.budget.apply(Budget::default());
     let one = OneRun::new(settings, choice, StoreSource::At(&settings.store), json)?;
     let run_id = ulid::Ulid::generate().to_string();
+    crate::build::trust_own_checks(&run_id, &settings.answer.checks);
     let request = RunRequest::new(run_id, goal, budget);
     let report = one
         .rt
@@ -420,6 +455,7 @@ fn drive_existing(
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
     store.take(run_id)?;
     let log = store.as_store().load(run_id)?;
+    crate::build::ensure_checks_trusted(run_id, &log, crate::build::interactive(settings))?;
     // A run started with sub-agents goes on with them.
     let recorded = match log.first().map(|e| &e.event) {
         Some(Event::RunStarted { manifest, .. }) => manifest
@@ -491,6 +527,7 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
         .apply(state.budget_in_force().unwrap_or_default());
     let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     let run_id = ulid::Ulid::generate().to_string();
+    crate::build::trust_own_checks(&run_id, &settings.answer.checks);
     let report =
         one.rt.block_on(
             one.runtime

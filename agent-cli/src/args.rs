@@ -140,6 +140,10 @@ pub enum Commands {
         /// The workspace whose .mcp.json is trusted (default: the current directory).
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
+        /// Instead: let this run's recorded answer check commands run when it is continued
+        /// here (a run started elsewhere, or written by someone else).
+        #[arg(long, value_name = "RUN", conflicts_with_all = ["path", "workspace"])]
+        run: Option<String>,
     },
     /// Write a run's report: one self-contained HTML file (timeline, tokens and cost,
     /// compactions, approvals, effects, how it ended) to open in a browser.

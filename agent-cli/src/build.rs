@@ -339,6 +339,94 @@ fn ensure_trusted(files: &[trust::ProjectFile], interactive: bool) -> Result<(),
     Ok(())
 }
 
+/// The answer check commands a run recorded at its start, if any.
+fn recorded_checks(log: &[agent_core::Entry]) -> &[String] {
+    match log.first().map(|e| &e.event) {
+        Some(agent_core::Event::RunStarted { manifest, .. }) => manifest
+            .answer
+            .as_ref()
+            .map_or(&[], |a| a.checks.as_slice()),
+        _ => &[],
+    }
+}
+
+/// Remembers that the run `run_id`, started here, runs `checks` on its final answer: the
+/// person gave them (flags, or an agent.toml they trusted), so continuing it asks nothing.
+/// Said on stderr, not fatal, when the trust file cannot be written: continuing the run
+/// then asks.
+pub fn trust_own_checks(run_id: &str, checks: &[String]) {
+    if checks.is_empty() {
+        return;
+    }
+    let saved = trust::Trusted::load().and_then(|mut t| t.trust_checks(run_id, checks));
+    if let Err(e) = saved {
+        crate::app::tell(format_args!(
+            "agent: cannot remember this run's answer checks ({e}); continuing it will ask \
+             about them\n"
+        ));
+    }
+}
+
+/// Refuses, or on a terminal asks once, to continue a run whose recorded answer check
+/// commands were not given here: a run store is data (a shared database, a repository's
+/// `.agent`), and whoever wrote the log chose the commands that run when the run ends.
+pub fn ensure_checks_trusted(
+    run_id: &str,
+    log: &[agent_core::Entry],
+    interactive: bool,
+) -> Result<(), Failure> {
+    let checks = recorded_checks(log);
+    if checks.is_empty() {
+        return Ok(());
+    }
+    let mut trusted = trust::Trusted::load().map_err(usage)?;
+    if trusted.trusts_checks(run_id, checks) {
+        return Ok(());
+    }
+    let listed = checks
+        .iter()
+        .map(|c| render::escape(c))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if !interactive {
+        return Err(usage(format!(
+            "run {run_id} runs commands on its final answer that were not given here ({listed}); \
+             read them, then run `agent trust --run {run_id}`"
+        )));
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "agent: run {run_id} was not started here. When it ends, it runs these commands on its \
+         answer:"
+    );
+    for check in checks {
+        let _ = writeln!(err, "  - {}", render::escape(check));
+    }
+    let _ = write!(err, "Let them run? [y/N] ");
+    let _ = err.flush();
+    drop(err);
+    let mut answer = String::new();
+    let _ = std::io::stdin().read_line(&mut answer);
+    if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        return Err(usage(format!(
+            "run {run_id} was not continued; nothing was run (let its checks run later with \
+             `agent trust --run {run_id}`)"
+        )));
+    }
+    trusted.trust_checks(run_id, checks).map_err(usage)
+}
+
+/// Lets the run `run_id`'s recorded answer check commands run (`agent trust --run`).
+pub fn trust_run_checks(run_id: &str, log: &[agent_core::Entry]) -> Result<Vec<String>, Failure> {
+    let checks = recorded_checks(log).to_vec();
+    if !checks.is_empty() {
+        let mut trusted = trust::Trusted::load().map_err(usage)?;
+        trusted.trust_checks(run_id, &checks).map_err(usage)?;
+    }
+    Ok(checks)
+}
+
 /// The secrets to keep out of the log: the environment's secret-named variables and every
 /// value of the `env` block of the MCP servers in use (where MCP configs keep tokens).
 pub fn redactor(mcp: Option<&McpConfig>) -> Redactor {

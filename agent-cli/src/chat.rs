@@ -236,10 +236,12 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             ));
         }
     };
-    if let Some(id) = &run
-        && store.as_store().load(id)?.is_empty()
-    {
-        return Err(usage(format!("no run {id} in {location}")));
+    if let Some(id) = &run {
+        let log = store.as_store().load(id)?;
+        if log.is_empty() {
+            return Err(usage(format!("no run {id} in {location}")));
+        }
+        crate::build::ensure_checks_trusted(id, &log, crate::build::interactive(settings))?;
     }
     let budget = settings.budget.apply(agent_core::Budget::default());
     let rt = tokio()?;

@@ -11,6 +11,10 @@
 //! trusted: the person chose them. The MCP file an `agent.toml` found in the workspace
 //! names is a project file of its own. Each file is read once ([`read_once`]), and judged
 //! on the bytes that are parsed and used.
+//!
+//! The answer check commands a run recorded are commands too, written by whoever wrote
+//! the store: they run on continuing a run only where it was started (remembered here by
+//! run id and the commands' SHA-256) or once a person trusted them (`agent trust --run`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,11 +45,21 @@ pub fn config_dir() -> Result<PathBuf, String> {
     )
 }
 
-/// The trusted files and their content hashes.
+/// The trusted files and their content hashes, and the runs whose answer check commands
+/// may run.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Trusted {
     /// Absolute path → SHA-256 of the content trusted.
     files: BTreeMap<String, String>,
+    /// Run id → SHA-256 of the answer check commands it recorded, for the runs started
+    /// here (or trusted with `agent trust --run`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    runs: BTreeMap<String, String>,
+}
+
+/// The SHA-256 of a run's answer check commands, in order.
+fn checks_hash(checks: &[String]) -> String {
+    sha256_hex(serde_json::to_string(checks).unwrap_or_default().as_bytes())
 }
 
 /// A project file and what it brings that needs trust.
@@ -184,6 +198,25 @@ impl Trusted {
     pub fn trust(&mut self, file: &ProjectFile) -> Result<(), String> {
         self.files
             .insert(file.path.to_string_lossy().into_owned(), file.hash.clone());
+        self.save()
+    }
+
+    /// Whether the run `run_id`'s answer check commands, as `checks`, may run: it was
+    /// started here with them, or a person trusted them.
+    pub fn trusts_checks(&self, run_id: &str, checks: &[String]) -> bool {
+        self.runs
+            .get(run_id)
+            .is_some_and(|hash| *hash == checks_hash(checks))
+    }
+
+    /// Lets the run `run_id`'s answer check commands, as `checks`, run, and saves.
+    pub fn trust_checks(&mut self, run_id: &str, checks: &[String]) -> Result<(), String> {
+        self.runs.insert(run_id.to_owned(), checks_hash(checks));
+        self.save()
+    }
+
+    /// Writes the trust file (atomically).
+    fn save(&self) -> Result<(), String> {
         let path = Trusted::path()?;
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -612,3 +612,60 @@ fn on_a_terminal_control_characters_from_the_model_are_shown_not_obeyed() {
     let piped = env.run(&["run", "--model", &model, "g"]);
     assert_eq!(stdout(&piped), format!("{answer}\n"));
 }
+
+#[test]
+fn a_runs_answer_checks_run_on_continuing_it_only_where_it_was_started_or_trusted() {
+    // The log records the commands that check the run's final answer, and continuing the
+    // run runs them. A run store is data (a shared database, a repository's `.agent`):
+    // continued by another person, those commands are refused until trusted.
+    let env = Env::new();
+    let model = crate::write_script(&env);
+    let run = |config: &str, args: &[&str]| {
+        env.cmd()
+            .env("AGENT_CONFIG_DIR", env.dir.path().join(config))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let start = |config: &str, check: &str| {
+        let out = run(
+            config,
+            &["run", "--json", "--check", check, "--model", &model, "g"],
+        );
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // Started here: approving it runs its check, with no question.
+    let mine = start("config", "touch MINE");
+    let out = run("config", &["approve", &mine]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.dir.path().join("MINE").exists());
+    std::fs::remove_file(env.dir.path().join("out/result.txt")).unwrap();
+
+    // Written elsewhere (another person's trust directory started it).
+    let theirs = start("elsewhere", "touch THEIRS");
+    let out = run("config", &["approve", &theirs]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!(
+            "run {theirs} runs commands on its final answer that were not given here \
+             (touch THEIRS)"
+        )) && err.contains(&format!("agent trust --run {theirs}")),
+        "{err}"
+    );
+    assert!(!env.dir.path().join("THEIRS").exists());
+    assert!(
+        !env.dir.path().join("out/result.txt").exists(),
+        "the run did not go on"
+    );
+    let out = run("config", &["trust", "--run", &theirs]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("touch THEIRS"), "{}", stdout(&out));
+    let out = run("config", &["approve", &theirs]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.dir.path().join("THEIRS").exists());
+}
