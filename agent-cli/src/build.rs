@@ -301,6 +301,23 @@ fn untrusted_parts(
     Ok(files)
 }
 
+/// Asks the person at the terminal: `header`, then each of `items` on a line of its own
+/// (escaped: they may come from a file or a log), then `question` with `[y/N]`. Yes only
+/// for `y` or `yes`.
+fn ask(header: &str, items: &[String], question: &str) -> bool {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{header}");
+    for item in items {
+        let _ = writeln!(err, "  - {}", render::escape(item));
+    }
+    let _ = write!(err, "{question} [y/N] ");
+    let _ = err.flush();
+    drop(err);
+    let mut answer = String::new();
+    let _ = std::io::stdin().read_line(&mut answer);
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
 /// Refuses, or on a terminal asks once, for project files not trusted as they are now.
 fn ensure_trusted(files: &[trust::ProjectFile], interactive: bool) -> Result<(), Failure> {
     if files.is_empty() {
@@ -319,17 +336,8 @@ fn ensure_trusted(files: &[trust::ProjectFile], interactive: bool) -> Result<(),
                 file.brings.join("; ")
             )));
         }
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "agent: {path} is not trusted yet. It brings:");
-        for what in &file.brings {
-            let _ = writeln!(err, "  - {}", render::escape(what));
-        }
-        let _ = write!(err, "Trust this file as it is now? [y/N] ");
-        let _ = err.flush();
-        drop(err);
-        let mut answer = String::new();
-        let _ = std::io::stdin().read_line(&mut answer);
-        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        let header = format!("agent: {path} is not trusted yet. It brings:");
+        if !ask(&header, &file.brings, "Trust this file as it is now?") {
             return Err(usage(format!(
                 "{path} was not trusted; nothing was run (trust it later with `agent trust {path}`)"
             )));
@@ -394,21 +402,11 @@ pub fn ensure_checks_trusted(
              read them, then run `agent trust --run {run_id}`"
         )));
     }
-    let mut err = std::io::stderr().lock();
-    let _ = writeln!(
-        err,
+    let header = format!(
         "agent: run {run_id} was not started here. When it ends, it runs these commands on its \
          answer:"
     );
-    for check in checks {
-        let _ = writeln!(err, "  - {}", render::escape(check));
-    }
-    let _ = write!(err, "Let them run? [y/N] ");
-    let _ = err.flush();
-    drop(err);
-    let mut answer = String::new();
-    let _ = std::io::stdin().read_line(&mut answer);
-    if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+    if !ask(&header, checks, "Let them run?") {
         return Err(usage(format!(
             "run {run_id} was not continued; nothing was run (let its checks run later with \
              `agent trust --run {run_id}`)"

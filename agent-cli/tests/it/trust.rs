@@ -668,4 +668,18 @@ fn a_runs_answer_checks_run_on_continuing_it_only_where_it_was_started_or_truste
     let out = run("config", &["approve", &theirs]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(env.dir.path().join("THEIRS").exists());
+
+    // On a terminal the person is asked, with the commands shown.
+    std::fs::remove_file(env.dir.path().join("out/result.txt")).unwrap();
+    let other = start("elsewhere", "touch OTHER");
+    let (code, _, screen) = on_terminal(&env, &["approve", &other], "n\n");
+    assert_eq!(code, Some(2), "{screen}");
+    assert!(
+        screen.contains("  - touch OTHER") && screen.contains("Let them run? [y/N]"),
+        "{screen}"
+    );
+    assert!(!env.dir.path().join("OTHER").exists());
+    let (code, _, screen) = on_terminal(&env, &["approve", &other], "y\n");
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(env.dir.path().join("OTHER").exists());
 }
