@@ -255,7 +255,7 @@ pub fn mcp_in_use(settings: &Settings, root: &Path) -> Result<Option<McpInUse>, 
             "MCP config {} changed since this run was submitted (sha256 {} then, {} now); \
              submit the run again to use it as it is",
             path.display(),
-            &judged[..judged.len().min(16)],
+            judged.chars().take(16).collect::<String>(),
             &sha256[..16]
         )));
     }
