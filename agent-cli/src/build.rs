@@ -301,6 +301,22 @@ fn untrusted_parts(
     Ok(files)
 }
 
+/// The most characters of one thing a question or a refusal lists (a command from a file
+/// or a log), the rest counted.
+const SHOWN_ITEM_CHARS: usize = 1_000;
+
+/// `item` escaped for the terminal, cut to [`SHOWN_ITEM_CHARS`] with a count of the rest.
+fn shown_item(item: &str) -> String {
+    match item.char_indices().nth(SHOWN_ITEM_CHARS) {
+        None => render::escape(item),
+        Some((cut, _)) => format!(
+            "{}... ({} more characters)",
+            render::escape(&item[..cut]),
+            item[cut..].chars().count()
+        ),
+    }
+}
+
 /// Asks the person at the terminal: `header`, then each of `items` on a line of its own
 /// (escaped: they may come from a file or a log), then `question` with `[y/N]`. Yes only
 /// for `y` or `yes`.
@@ -308,7 +324,7 @@ fn ask(header: &str, items: &[String], question: &str) -> bool {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{header}");
     for item in items {
-        let _ = writeln!(err, "  - {}", render::escape(item));
+        let _ = writeln!(err, "  - {}", shown_item(item));
     }
     let _ = write!(err, "{question} [y/N] ");
     let _ = err.flush();
@@ -393,7 +409,7 @@ pub fn ensure_checks_trusted(
     }
     let listed = checks
         .iter()
-        .map(|c| render::escape(c))
+        .map(|c| shown_item(c))
         .collect::<Vec<_>>()
         .join("; ");
     if !interactive {

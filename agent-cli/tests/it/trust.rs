@@ -682,4 +682,19 @@ fn a_runs_answer_checks_run_on_continuing_it_only_where_it_was_started_or_truste
     let (code, _, screen) = on_terminal(&env, &["approve", &other], "y\n");
     assert_eq!(code, Some(0), "{screen}");
     assert!(env.dir.path().join("OTHER").exists());
+
+    // A log's command of any length is named in one bounded line.
+    std::fs::remove_file(env.dir.path().join("out/result.txt")).unwrap();
+    let long = format!("true {}", "x".repeat(100_000));
+    let huge = start("elsewhere", &long);
+    let out = run("config", &["approve", &huge]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{}", &err[..200]);
+    assert!(err.len() < 2_000, "{} bytes", err.len());
+    assert!(
+        err.contains("... (99005 more characters)"),
+        "{}",
+        &err[..1_200]
+    );
 }
