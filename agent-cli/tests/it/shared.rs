@@ -306,7 +306,18 @@ fn twenty_processes_share_one_store_while_another_reads_and_half_are_killed() {
             r["run_id"].as_str().unwrap()
         })
         .collect();
-    assert_eq!(interrupted.len(), killed.len(), "{runs:?}");
+    // A killed process's run is interrupted, or finished if the kill came after its last
+    // commit (its events can wait in the pipe after the run ended); the others finished.
+    for r in runs {
+        let task: usize = r["goal"].as_str().unwrap()["task ".len()..]
+            .parse()
+            .unwrap();
+        match r["status"].as_str() {
+            Some("running") => assert!(killed.contains(&task), "{r}"),
+            _ => assert_eq!(r["reason"], "completed", "{r}"),
+        }
+    }
+    assert!(!interrupted.is_empty(), "no kill landed mid-run: {runs:?}");
     // The killed ones resume, side by side too.
     let resumed: Vec<_> = interrupted
         .iter()
