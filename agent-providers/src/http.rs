@@ -198,7 +198,8 @@ impl HttpModel {
 
     /// Gives up on a server silent for this long once its answer has begun (retryable):
     /// between two events of its stream, or two pieces of a body. Two minutes by default.
-    /// Keep-alive pings alone keep a stream alive for the answer timeout at most.
+    /// Keep-alive pings, and pieces that add nothing to the answer (an empty delta), keep a
+    /// stream alive for the answer timeout at most.
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
@@ -375,21 +376,24 @@ impl HttpModel {
         let mut openai = wire::openai::Stream::default();
         let mut anthropic = wire::anthropic::Stream::default();
         let mut responses = wire::responses::Stream::default();
-        // Keep-alive pings show the server is there, not that the answer moves: they keep
-        // the call alive for the answer timeout at most (a model may think long between
-        // two pieces), so a server that sends nothing else cannot hold the run without
-        // end. Comments, which the parser drops, keep nothing alive.
+        // Keep-alive pings, and pieces that bring nothing (an empty delta, a role alone),
+        // show the server is there, not that the answer moves: they keep the call alive
+        // for the answer timeout at most (a model may think long between two pieces), so
+        // a server that sends nothing else cannot hold the run without end. Comments,
+        // which the parser drops, keep nothing alive.
         let pings_for = self.answer_timeout.max(self.idle_timeout);
         let mut moved = tokio::time::Instant::now();
         let mut heard = moved;
-        let mut pinged = false;
+        let mut grown = 0;
+        let mut stalled = false;
         loop {
             let silence = heard + self.idle_timeout;
             let only_pings = moved + pings_for;
             let next = match tokio::time::timeout_at(silence.min(only_pings), events.next()).await {
-                Err(_) if pinged && only_pings <= silence => {
+                Err(_) if stalled && only_pings <= silence => {
                     return Err(ProviderError::Transport(format!(
-                        "{} sent nothing but keep-alive pings for {} s",
+                        "{} sent nothing that adds to the answer (keep-alive pings, empty \
+                         pieces) for {} s",
                         self.provider,
                         pings_for.as_secs_f64()
                     )));
@@ -407,15 +411,18 @@ impl HttpModel {
                 Ok(Some(Ok(event))) => event,
             };
             heard = tokio::time::Instant::now();
-            pinged = next.event == "ping";
-            if !pinged {
+            let (pushed, now_grown) = match self.dialect {
+                Dialect::OpenAi => (openai.push(&next.data), openai.grown()),
+                Dialect::OpenAiResponses => {
+                    (responses.push(&next.event, &next.data), responses.grown())
+                }
+                Dialect::Anthropic => (anthropic.push(&next.event, &next.data), anthropic.grown()),
+            };
+            stalled = now_grown == grown;
+            if !stalled {
+                grown = now_grown;
                 moved = heard;
             }
-            let pushed = match self.dialect {
-                Dialect::OpenAi => openai.push(&next.data),
-                Dialect::OpenAiResponses => responses.push(&next.event, &next.data),
-                Dialect::Anthropic => anthropic.push(&next.event, &next.data),
-            };
             if let (Some(text), Some(sink)) = (pushed?, &self.on_text) {
                 sink(&text);
             }

@@ -285,6 +285,7 @@ pub struct Stream {
     output_tokens: u64,
     stop_reason: Option<String>,
     done: bool,
+    grown: u64,
 }
 
 impl Stream {
@@ -312,6 +313,8 @@ impl Stream {
             }
             "content_block_start" => {
                 let b = &v["content_block"];
+                // A block begun is the answer moving, even an empty one.
+                self.grown += 1;
                 self.blocks.insert(
                     index,
                     Block {
@@ -335,6 +338,11 @@ impl Stream {
             "content_block_delta" => {
                 let block = self.blocks.entry(index).or_default();
                 let delta = &v["delta"];
+                self.grown += ["text", "partial_json", "thinking", "signature"]
+                    .iter()
+                    .filter_map(|field| delta[*field].as_str())
+                    .map(|piece| piece.len() as u64)
+                    .sum::<u64>();
                 match delta["type"].as_str() {
                     Some("text_delta") => {
                         let t = delta["text"].as_str().unwrap_or_default();
@@ -387,6 +395,13 @@ impl Stream {
     /// Whether `message_stop` came.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// How far the answer has moved: a byte for each block begun, and the bytes of every
+    /// delta (text, a call's arguments, thinking, a signature). A ping or an empty delta
+    /// shows the server is there, not that the answer moves.
+    pub fn grown(&self) -> u64 {
+        self.grown
     }
 
     /// What the stream said.

@@ -155,6 +155,7 @@ pub struct Stream {
     truncated: bool,
     usage: Option<Usage>,
     done: bool,
+    grown: u64,
 }
 
 impl Stream {
@@ -182,6 +183,7 @@ impl Stream {
         let mut delta_text = None;
         for choice in chunk["choices"].as_array().into_iter().flatten() {
             let delta = &choice["delta"];
+            self.grown += delta_size(delta);
             if let Some(t) = text_of(&delta["content"]) {
                 self.text.push_str(&t);
                 delta_text = Some(t);
@@ -217,6 +219,14 @@ impl Stream {
         self.done
     }
 
+    /// Bytes the answer's pieces have brought so far: text, reasoning (`reasoning_content`
+    /// and the like, which is not kept), a refusal, calls' names and arguments. A piece
+    /// that brings none (an empty delta, a role alone) shows the server is there, not
+    /// that the answer moves.
+    pub fn grown(&self) -> u64 {
+        self.grown
+    }
+
     /// What the stream said.
     pub fn finish(self) -> Assembled {
         Assembled {
@@ -228,4 +238,33 @@ impl Stream {
             reasoning: Vec::new(),
         }
     }
+}
+
+/// Bytes a chunk's `delta` brings: the text of every field but the role, and of its calls'
+/// names and arguments (not their ids or types, which a server may send again and again).
+fn delta_size(delta: &Value) -> u64 {
+    fn text(v: &Value) -> u64 {
+        match v {
+            Value::String(s) => s.len() as u64,
+            Value::Array(a) => a.iter().map(text).sum(),
+            Value::Object(o) => o.values().map(text).sum(),
+            _ => 0,
+        }
+    }
+    let Some(fields) = delta.as_object() else {
+        return 0;
+    };
+    fields
+        .iter()
+        .map(|(key, value)| match key.as_str() {
+            "role" => 0,
+            "tool_calls" => value
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|call| text(&call["function"]["name"]) + text(&call["function"]["arguments"]))
+                .sum(),
+            _ => text(value),
+        })
+        .sum()
 }

@@ -185,6 +185,7 @@ fn finish_status(a: &mut Assembled, body: &Value) {
 pub struct Stream {
     items: BTreeMap<u64, Value>,
     last: Option<Value>,
+    grown: u64,
 }
 
 impl Stream {
@@ -202,6 +203,10 @@ impl Stream {
         // The event's type is in its data too; a server that sends no `event:` line is
         // read by it.
         let kind = v["type"].as_str().unwrap_or(event);
+        if kind.ends_with(".delta") {
+            // Text, a call's arguments, reasoning, its summary: all move the answer.
+            self.grown += v["delta"].as_str().map_or(0, |d| d.len() as u64);
+        }
         match kind {
             "response.output_text.delta" => {
                 return Ok(v["delta"].as_str().map(str::to_owned));
@@ -211,6 +216,7 @@ impl Stream {
                     .as_u64()
                     .unwrap_or(self.items.len() as u64);
                 self.items.insert(index, v["item"].clone());
+                self.grown += 1;
             }
             "response.completed" | "response.incomplete" => {
                 self.last = Some(v["response"].clone());
@@ -228,6 +234,13 @@ impl Stream {
     /// Whether the response's last event came.
     pub fn is_done(&self) -> bool {
         self.last.is_some()
+    }
+
+    /// How far the answer has moved: the bytes of every delta (text, a call's arguments,
+    /// reasoning), and one for each output item done. An empty delta shows the server is
+    /// there, not that the answer moves.
+    pub fn grown(&self) -> u64 {
+        self.grown
     }
 
     /// What the stream said.

@@ -455,28 +455,29 @@ async fn an_answer_is_waited_for_longer_than_a_silence_before_it_begins() {
     }
 }
 
-/// A stream's keep-alive pings keep the call alive past the idle timeout (a model may
-/// think long between two pieces), for the answer timeout at most: a server that sends
-/// nothing else does not hold the run without end.
+/// A stream's keep-alive pings, and pieces that add nothing to the answer (an empty
+/// delta, a role alone), keep the call alive past the idle timeout (a model may think long
+/// between two pieces), for the answer timeout at most: a server that sends nothing else
+/// does not hold the run without end. Pieces that do add to it, reasoning included, keep
+/// it alive as long as they come.
 #[tokio::test]
-async fn keep_alive_pings_keep_a_stream_alive_for_the_answer_timeout_at_most() {
+async fn pings_and_empty_pieces_keep_a_stream_alive_for_the_answer_timeout_at_most() {
     use std::io::{Read, Write};
-    // `pings` pings 50 ms apart (without end if `None`), then the recorded answer.
-    let serve = |pings: Option<usize>| {
+    // `piece` every 50 ms, `times` times (without end if `None`), then `answer`.
+    let serve = |piece: &str, times: Option<usize>, answer: String| {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let answer = fixture("anthropic/basic_response.txt");
+        let piece = piece.to_owned();
         std::thread::spawn(move || {
             let (mut socket, _) = listener.accept().unwrap();
             let mut buf = [0u8; 64 << 10];
             let _ = socket.read(&mut buf);
             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
             socket.write_all(head.as_bytes()).unwrap();
-            let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
             let mut sent = 0;
-            while pings.is_none_or(|n| sent < n) {
+            while times.is_none_or(|n| sent < n) {
                 // Ends once the client has given up and closed the connection.
-                if socket.write_all(ping.as_bytes()).is_err() {
+                if socket.write_all(piece.as_bytes()).is_err() {
                     return;
                 }
                 sent += 1;
@@ -486,8 +487,8 @@ async fn keep_alive_pings_keep_a_stream_alive_for_the_answer_timeout_at_most() {
         });
         url
     };
-    let model = |url: &str, answer: Duration| {
-        HttpModel::new(Dialect::Anthropic, "anthropic", "m", url, Some("k".into()))
+    let model = |dialect: Dialect, url: &str, answer: Duration| {
+        HttpModel::new(dialect, "server", "m", url, Some("k".into()))
             .unwrap()
             .with_idle_timeout(Duration::from_secs(1))
             .with_answer_timeout(answer)
@@ -496,23 +497,93 @@ async fn keep_alive_pings_keep_a_stream_alive_for_the_answer_timeout_at_most() {
                 ..quick()
             })
     };
+    let anthropic = fixture("anthropic/basic_response.txt");
+    let openai = fixture("openai/text_only.sse");
+    let responses = fixture("openai/responses_text.sse");
+    let ping = "event: ping\ndata: {\"type\": \"ping\"}\n\n";
     // Forty pings: twice the idle timeout, and the answer after them.
-    let reply = ask(&model(&serve(Some(40)), Duration::from_secs(60))).await;
+    let url = serve(ping, Some(40), anthropic.clone());
+    let reply = ask(&model(Dialect::Anthropic, &url, Duration::from_secs(60))).await;
     assert!(matches!(&reply, Ok(r) if r.decision.is_ok()), "{reply:?}");
-    // A bound on the test, not a measure: without the bound it would wait forever.
-    let err = tokio::time::timeout(
-        Duration::from_secs(60),
-        ask(&model(&serve(None), Duration::from_secs(1))),
-    )
-    .await
-    .expect("the model call ended")
-    .unwrap_err();
-    assert_eq!(err.kind(), ModelErrorKind::Transport, "{err}");
-    assert!(
-        err.to_string()
-            .contains("anthropic sent nothing but keep-alive pings for 1 s"),
-        "{err}"
+
+    let delta = |text: &str| {
+        format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": {"content": text}}]})
+        )
+    };
+    let reasoning = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]})
     );
+    let role = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+    );
+    let block = |kind: &str, field: &str, text: &str| {
+        format!(
+            "event: content_block_delta\ndata: {}\n\n",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": kind, field: text}})
+        )
+    };
+    let item = |kind: &str, text: &str| {
+        format!(
+            "event: {kind}\ndata: {}\n\n",
+            json!({"type": kind, "output_index": 0, "delta": text})
+        )
+    };
+    // Pieces that move the answer, for 1.5 times the answer timeout, then the answer.
+    for (dialect, piece, answer) in [
+        (Dialect::OpenAi, delta("."), &openai),
+        (Dialect::OpenAi, reasoning, &openai),
+        (
+            Dialect::Anthropic,
+            block("thinking_delta", "thinking", "hm"),
+            &anthropic,
+        ),
+        (
+            Dialect::OpenAiResponses,
+            item("response.reasoning_summary_text.delta", "hm"),
+            &responses,
+        ),
+    ] {
+        let url = serve(&piece, Some(30), answer.clone());
+        let reply = ask(&model(dialect, &url, Duration::from_secs(1))).await;
+        assert!(
+            matches!(&reply, Ok(r) if r.decision.is_ok()),
+            "{piece}: {reply:?}"
+        );
+    }
+    // Pieces that do not, without end.
+    for (dialect, piece) in [
+        (Dialect::Anthropic, ping.to_owned()),
+        (Dialect::Anthropic, block("text_delta", "text", "")),
+        (Dialect::OpenAi, delta("")),
+        (Dialect::OpenAi, role),
+        (
+            Dialect::OpenAiResponses,
+            item("response.output_text.delta", ""),
+        ),
+    ] {
+        let url = serve(&piece, None, String::new());
+        // A bound on the test, not a measure: without the bound it would wait forever.
+        let err = tokio::time::timeout(
+            Duration::from_secs(60),
+            ask(&model(dialect, &url, Duration::from_secs(1))),
+        )
+        .await
+        .expect("the model call ended")
+        .unwrap_err();
+        assert_eq!(err.kind(), ModelErrorKind::Transport, "{piece}: {err}");
+        assert!(
+            err.to_string().contains(
+                "server sent nothing that adds to the answer (keep-alive pings, empty pieces) \
+                 for 1 s"
+            ),
+            "{piece}: {err}"
+        );
+    }
 }
 
 #[test]
