@@ -161,15 +161,16 @@ const KEYS: &str =
     "final, tool_calls, request_approval, clarification, cannot_continue, invalid, error";
 
 impl ScriptModel {
-    /// Reads a script file.
+    /// Reads a script file: a regular file (a FIFO would hold the caller until something
+    /// writes to it, a device such as `/dev/zero` would be read without end; a script
+    /// path may come from a project's `agent.toml` or a run's log).
     pub fn from_path(path: impl AsRef<Path>) -> Result<ScriptModel, ScriptError> {
         let path = path.as_ref();
         let fail = |problem: String| ScriptError {
             path: path.display().to_string(),
             problem,
         };
-        let mut file =
-            std::fs::File::open(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+        let mut file = open_regular(path).map_err(fail)?;
         let mut text = String::new();
         std::io::Read::read_to_string(&mut file, &mut text)
             .map_err(|e| fail(format!("cannot read it: {e}")))?;
@@ -563,4 +564,32 @@ mod tests {
             assert_eq!(check_turn(turn).err(), parse_turn(turn).err(), "{turn}");
         }
     }
+}
+
+/// Opens `path` to read if it is a regular file (symbolic links followed), judged on the
+/// open file: opened without waiting (`O_NONBLOCK`), so that a FIFO does not block the
+/// open itself.
+fn open_regular(path: &Path) -> Result<std::fs::File, String> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
+        options.custom_flags(i32::try_from(nonblock).unwrap_or(0));
+    }
+    let file = options
+        .open(path)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err(
+            "is not a regular file (a FIFO, a device or a directory); a script is read from \
+             a file: write it to one"
+                .to_owned(),
+        );
+    }
+    Ok(file)
 }

@@ -151,6 +151,39 @@ fn a_missing_file_names_the_path() {
     );
 }
 
+/// A script path may come from a project's `agent.toml` or a run's log: one that is not a
+/// regular file is refused at once, not waited on (a FIFO) or read without end (a device).
+#[cfg(unix)]
+#[test]
+fn a_script_is_read_only_from_a_regular_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("script.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let target = dir.path().join("link.json");
+    std::os::unix::fs::symlink("/dev/zero", &target).unwrap();
+    for path in [fifo.as_path(), target.as_path(), dir.path()] {
+        let err = ScriptModel::from_path(path).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "script {}: is not a regular file (a FIFO, a device or a directory); a script \
+                 is read from a file: write it to one",
+                path.display()
+            )
+        );
+    }
+    // A link to a regular file is read as the file.
+    let file = dir.path().join("real.json");
+    std::fs::write(&file, r#"{"turns": [{"final": "a"}]}"#).unwrap();
+    let link = dir.path().join("to-real.json");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    assert!(ScriptModel::from_path(&link).is_ok());
+}
+
 /// A script with `n` one-call turns and a final answer, and a sub-agent's script, as text
 /// with line breaks between its turns (what a person writes).
 fn long_script(n: usize) -> String {
