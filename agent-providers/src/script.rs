@@ -525,6 +525,34 @@ impl Model for ScriptModel {
     }
 }
 
+/// Opens `path` to read if it is a regular file (symbolic links followed), judged on the
+/// open file: opened without waiting (`O_NONBLOCK`), so that a FIFO does not block the
+/// open itself.
+fn open_regular(path: &Path) -> Result<std::fs::File, String> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
+        options.custom_flags(i32::try_from(nonblock).unwrap_or(0));
+    }
+    let file = options
+        .open(path)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err(
+            "is not a regular file (a FIFO, a device or a directory); a script is read from \
+             a file: write it to one"
+                .to_owned(),
+        );
+    }
+    Ok(file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{check_turn, parse_turn};
@@ -564,32 +592,4 @@ mod tests {
             assert_eq!(check_turn(turn).err(), parse_turn(turn).err(), "{turn}");
         }
     }
-}
-
-/// Opens `path` to read if it is a regular file (symbolic links followed), judged on the
-/// open file: opened without waiting (`O_NONBLOCK`), so that a FIFO does not block the
-/// open itself.
-fn open_regular(path: &Path) -> Result<std::fs::File, String> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
-        options.custom_flags(i32::try_from(nonblock).unwrap_or(0));
-    }
-    let file = options
-        .open(path)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    if !meta.is_file() {
-        return Err(
-            "is not a regular file (a FIFO, a device or a directory); a script is read from \
-             a file: write it to one"
-                .to_owned(),
-        );
-    }
-    Ok(file)
 }
