@@ -52,9 +52,41 @@ pub struct Trusted {
     /// Absolute path → SHA-256 of the content trusted.
     files: BTreeMap<String, String>,
     /// Run id → SHA-256 of the answer check commands it recorded, for the runs started
-    /// here (or trusted with `agent trust --run`).
+    /// here (or trusted with `agent trust --run`): the last [`MAX_TRUSTED_RUNS`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    runs: BTreeMap<String, String>,
+    runs: BTreeMap<String, TrustedRun>,
+}
+
+/// How many runs' answer check commands are remembered: the one trusted longest ago is
+/// forgotten first, and continuing it then asks again. The trust file is read by every
+/// command that starts or continues a run, so it stays small (about 100 KB at most).
+pub const MAX_TRUSTED_RUNS: usize = 1_000;
+
+/// A run whose answer check commands may run: their SHA-256, and when it was trusted, as
+/// a count that grows with each run trusted (no clock: only the order matters).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RunEntry")]
+struct TrustedRun {
+    checks: String,
+    order: u64,
+}
+
+/// A [`TrustedRun`] as the trust file holds it: the hash alone in files written before
+/// runs were counted (the oldest then).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RunEntry {
+    Counted { checks: String, order: u64 },
+    Hash(String),
+}
+
+impl From<RunEntry> for TrustedRun {
+    fn from(entry: RunEntry) -> Self {
+        match entry {
+            RunEntry::Counted { checks, order } => TrustedRun { checks, order },
+            RunEntry::Hash(checks) => TrustedRun { checks, order: 0 },
+        }
+    }
 }
 
 /// The SHA-256 of a run's answer check commands, in order.
@@ -206,13 +238,38 @@ impl Trusted {
     pub fn trusts_checks(&self, run_id: &str, checks: &[String]) -> bool {
         self.runs
             .get(run_id)
-            .is_some_and(|hash| *hash == checks_hash(checks))
+            .is_some_and(|run| run.checks == checks_hash(checks))
     }
 
     /// Lets the run `run_id`'s answer check commands, as `checks`, run, and saves.
     pub fn trust_checks(&mut self, run_id: &str, checks: &[String]) -> Result<(), String> {
-        self.runs.insert(run_id.to_owned(), checks_hash(checks));
+        self.remember_checks(run_id, checks);
         self.save()
+    }
+
+    /// Lets the run `run_id`'s answer check commands, as `checks`, run, as the run trusted
+    /// last, and forgets the one trusted longest ago beyond [`MAX_TRUSTED_RUNS`].
+    fn remember_checks(&mut self, run_id: &str, checks: &[String]) {
+        let order = self
+            .runs
+            .values()
+            .map(|run| run.order + 1)
+            .max()
+            .unwrap_or(1);
+        let checks = checks_hash(checks);
+        self.runs
+            .insert(run_id.to_owned(), TrustedRun { checks, order });
+        while self.runs.len() > MAX_TRUSTED_RUNS {
+            let oldest = self
+                .runs
+                .iter()
+                .min_by_key(|(id, run)| (run.order, id.as_str()))
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(id) => self.runs.remove(&id),
+                None => break,
+            };
+        }
     }
 
     /// Writes the trust file (atomically).
@@ -224,5 +281,45 @@ impl Trusted {
         let tmp = dir.join(format!(".{FILE}.{}", std::process::id()));
         std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
         std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trust file remembers the last [`MAX_TRUSTED_RUNS`] runs' checks: the run
+    /// trusted longest ago is forgotten first, a run trusted again counts as new, and a
+    /// file written before runs were counted is read, its runs as the oldest.
+    #[test]
+    fn the_runs_whose_checks_are_trusted_are_the_last_ones_trusted() {
+        let checks = |i: usize| vec![format!("test -s answer-{i}")];
+        let mut trusted: Trusted = serde_json::from_value(serde_json::json!({
+            "files": {},
+            "runs": {"zz-old": checks_hash(&checks(0))}
+        }))
+        .unwrap();
+        assert!(trusted.trusts_checks("zz-old", &checks(0)));
+        assert!(!trusted.trusts_checks("zz-old", &checks(1)));
+        trusted.remember_checks("run-0", &checks(0));
+        // Trusted again: now the newest but one, so it outlives run-1 .. run-N.
+        trusted.remember_checks("run-1", &checks(1));
+        trusted.remember_checks("run-0", &checks(0));
+        for i in 2..=MAX_TRUSTED_RUNS {
+            trusted.remember_checks(&format!("run-{i}"), &checks(i));
+        }
+        assert_eq!(trusted.runs.len(), MAX_TRUSTED_RUNS);
+        assert!(!trusted.trusts_checks("zz-old", &checks(0)), "counted last");
+        assert!(
+            !trusted.trusts_checks("run-1", &checks(1)),
+            "trusted longest ago"
+        );
+        assert!(trusted.trusts_checks("run-0", &checks(0)));
+        let last = MAX_TRUSTED_RUNS;
+        assert!(trusted.trusts_checks(&format!("run-{last}"), &checks(last)));
+        // What is saved is read back the same.
+        let text = serde_json::to_string(&trusted).unwrap();
+        let again: Trusted = serde_json::from_str(&text).unwrap();
+        assert_eq!(again.runs, trusted.runs);
     }
 }
