@@ -206,8 +206,12 @@ impl Trusted {
 
     /// The trust file, or nothing trusted when there is none yet.
     pub fn load() -> Result<Trusted, String> {
-        let path = Trusted::path()?;
-        match std::fs::read_to_string(&path) {
+        Trusted::load_from(&Trusted::path()?)
+    }
+
+    /// The trust file at `path`, or nothing trusted when there is none yet.
+    fn load_from(path: &Path) -> Result<Trusted, String> {
+        match std::fs::read_to_string(path) {
             Ok(text) => serde_json::from_str(&text).map_err(|e| {
                 format!(
                     "{} is damaged ({e}); delete it and trust your projects again",
@@ -228,9 +232,11 @@ impl Trusted {
 
     /// Trusts the file's current content and saves (atomically).
     pub fn trust(&mut self, file: &ProjectFile) -> Result<(), String> {
-        self.files
-            .insert(file.path.to_string_lossy().into_owned(), file.hash.clone());
-        self.save()
+        self.update(|trusted| {
+            trusted
+                .files
+                .insert(file.path.to_string_lossy().into_owned(), file.hash.clone());
+        })
     }
 
     /// Whether the run `run_id`'s answer check commands, as `checks`, may run: it was
@@ -243,8 +249,7 @@ impl Trusted {
 
     /// Lets the run `run_id`'s answer check commands, as `checks`, run, and saves.
     pub fn trust_checks(&mut self, run_id: &str, checks: &[String]) -> Result<(), String> {
-        self.remember_checks(run_id, checks);
-        self.save()
+        self.update(|trusted| trusted.remember_checks(run_id, checks))
     }
 
     /// Lets the run `run_id`'s answer check commands, as `checks`, run, as the run trusted
@@ -272,15 +277,44 @@ impl Trusted {
         }
     }
 
-    /// Writes the trust file (atomically).
-    fn save(&self) -> Result<(), String> {
-        let path = Trusted::path()?;
+    /// Makes `change` to the trust file, and to this copy, which becomes what was saved
+    /// ([`Trusted::update_at`]).
+    fn update(&mut self, change: impl FnOnce(&mut Trusted)) -> Result<(), String> {
+        *self = Trusted::update_at(&Trusted::path()?, change)?;
+        Ok(())
+    }
+
+    /// Makes `change` to the trust file at `path` as it is now, not as this process read
+    /// it earlier: any number of `agent` processes may trust files and remember their runs
+    /// at once, and none may lose what another saved. Under an exclusive lock on a file
+    /// beside it, the file is read, changed and replaced (atomically, so a reader without
+    /// the lock sees the old file or the new). Returns what was saved.
+    fn update_at(path: &Path, change: impl FnOnce(&mut Trusted)) -> Result<Trusted, String> {
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        let lock_path = dir.join(format!(".{FILE}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        loop {
+            match rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive) {
+                Err(rustix::io::Errno::INTR) => {}
+                locked => break locked,
+            }
+        }
+        .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+        let mut now = Trusted::load_from(path)?;
+        change(&mut now);
+        let text = serde_json::to_string_pretty(&now).map_err(|e| e.to_string())?;
         let tmp = dir.join(format!(".{FILE}.{}", std::process::id()));
         std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+        std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // The lock goes with its file, closed here.
+        drop(lock);
+        Ok(now)
     }
 }
 
@@ -321,5 +355,40 @@ mod tests {
         let text = serde_json::to_string(&trusted).unwrap();
         let again: Trusted = serde_json::from_str(&text).unwrap();
         assert_eq!(again.runs, trusted.runs);
+    }
+
+    /// Many `agent` processes may save the trust file at once (runs started side by side,
+    /// each remembering its checks): each change is made to the file as it is then, so
+    /// none is lost. Threads stand for the processes here: each opens the lock file
+    /// itself, as a process does.
+    #[test]
+    fn changes_saved_at_once_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config").join(FILE);
+        let (threads, each) = (8, 25);
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let path = &path;
+                scope.spawn(move || {
+                    for i in 0..each {
+                        let run = format!("run-{t}-{i}");
+                        let checks = vec![format!("check {t} {i}")];
+                        let saved = Trusted::update_at(path, |trusted| {
+                            trusted.remember_checks(&run, &checks);
+                        })
+                        .unwrap();
+                        assert!(saved.trusts_checks(&run, &checks));
+                    }
+                });
+            }
+        });
+        let trusted = Trusted::load_from(&path).unwrap();
+        assert_eq!(trusted.runs.len(), threads * each);
+        for t in 0..threads {
+            for i in 0..each {
+                let checks = vec![format!("check {t} {i}")];
+                assert!(trusted.trusts_checks(&format!("run-{t}-{i}"), &checks));
+            }
+        }
     }
 }
