@@ -201,6 +201,18 @@ pub const MAX_ID_BYTES: usize = 256;
 /// size costs the run no more than its parsing.
 pub const MAX_CALLS: usize = 1024;
 
+/// Whether `c` may not be in a call id or tool name: a control character (a line break,
+/// an escape that moves a terminal's cursor) or one that reorders the text around it
+/// (bidirectional formatting). Ids and names are shown to the person who approves a call,
+/// on one line with what it does.
+fn is_unshowable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
 /// How deeply arrays and objects nest in `value` (a scalar is 0), without recursion.
 pub fn nesting_depth(value: &Value) -> usize {
     let mut deepest = 0;
@@ -224,6 +236,14 @@ fn check_calls(calls: &[ToolCall]) -> Result<(), DecisionProblem> {
     for call in calls {
         if call.id.0.len() > MAX_ID_BYTES || call.name.len() > MAX_ID_BYTES {
             return Err(DecisionProblem::IdTooLong { max: MAX_ID_BYTES });
+        }
+        if let Some(text) = [call.id.0.as_str(), call.name.as_str()]
+            .into_iter()
+            .find(|text| text.chars().any(is_unshowable))
+        {
+            return Err(DecisionProblem::UnshowableId {
+                shown: format!("{text:?}"),
+            });
         }
         if call.id.0.is_empty() {
             return Err(DecisionProblem::EmptyCallId {
@@ -332,6 +352,15 @@ pub enum DecisionProblem {
     IdTooLong {
         /// The limit.
         max: usize,
+    },
+    /// A call id or tool name with a control character or a bidirectional override.
+    #[error(
+        "the call id or tool name {shown} has a control or direction character; use letters, \
+         digits, `_` and `-`"
+    )]
+    UnshowableId {
+        /// The id or name, escaped (at most [`MAX_ID_BYTES`] before escaping).
+        shown: String,
     },
     /// An answer, question, summary or reason larger than [`MAX_TEXT_BYTES`].
     #[error("the {what} text is {bytes} bytes; at most 1 MiB is accepted, be shorter")]

@@ -304,6 +304,52 @@ fn structurally_broken_decisions_are_invalid() {
     assert!(r.executed.is_empty());
 }
 
+/// A call id or tool name is shown to the person who approves the call, on one line with
+/// what it does: one with a line break, a terminal escape or a direction override is
+/// refused before any call is judged. Other letters are ids like any.
+#[test]
+fn call_ids_and_tool_names_with_control_or_direction_characters_are_invalid() {
+    let rejected = |calls: Vec<(&'static str, &'static str, serde_json::Value)>| {
+        let r = check(
+            world(vec![Calls(calls), Final("done")]),
+            TerminalReason::Completed,
+        );
+        assert!(r.executed.is_empty());
+        r.log
+            .iter()
+            .find_map(|e| match &e.event {
+                Event::DecisionRejected { problem, .. } => Some(problem.clone()),
+                _ => None,
+            })
+            .expect("a rejected decision")
+    };
+    let args = || json!({"path": "a"});
+    for (id, name, shown) in [
+        ("c1\nApproved", "read", r#""c1\nApproved""#),
+        ("c1", "read\u{1b}[2K", r#""read\u{1b}[2K""#),
+        ("c\u{202e}1", "read", r#""c\u{202e}1""#),
+        ("c\u{2067}1", "read", r#""c\u{2067}1""#),
+        ("c\u{85}1", "read", r#""c\u{85}1""#),
+    ] {
+        let problem = rejected(vec![("ok", "read", args()), (id, name, args())]);
+        assert_eq!(
+            problem,
+            format!(
+                "the call id or tool name {shown} has a control or direction character; use \
+                 letters, digits, `_` and `-`"
+            )
+        );
+    }
+    let r = check(
+        world(vec![
+            Calls(vec![("appel-é_1 日本", "read", args())]),
+            Final("done"),
+        ]),
+        TerminalReason::Completed,
+    );
+    assert_eq!(r.executed.len(), 1);
+}
+
 // ----- approval ----------------------------------------------------------------------------
 
 pub(crate) fn write_world(person: Option<Person>) -> crate::harness::World {
