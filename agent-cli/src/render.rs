@@ -222,10 +222,20 @@ pub fn timeline(run_id: &str, entries: &[Entry]) -> String {
             e.version,
             time(e.at_ms),
             e.event.name(),
-            detail(run_id, &e.event)
+            one_line(detail(run_id, &e.event))
         );
     }
     out
+}
+
+/// `text` on one line: its line breaks written as `\n` and `\r`. What a server or a
+/// tool said is in the log as it was (a log written elsewhere may hold anything), and
+/// `agent show` promises one line per event: no event can pass for two, or for another.
+fn one_line(text: String) -> String {
+    if !text.contains(['\n', '\r']) {
+        return text;
+    }
+    text.replace('\n', "\\n").replace('\r', "\\r")
 }
 
 /// What the model calls of a log used in all, for the line after its timeline; `None`
@@ -277,7 +287,8 @@ pub const FOLD_AT: usize = 2_000;
 /// the path as the call spells it, and why it waits.
 pub fn pending_text(p: &agent_core::PendingCall, run_id: &str) -> String {
     let call = call_text(&p.tool, &p.arguments, run_id, p.call_id.as_str());
-    format!("{} {call}{} ({})", p.call_id, leads_to(p), p.why)
+    let id = escape(p.call_id.as_str());
+    format!("{id} {call}{} ({})", leads_to(p), p.why)
 }
 
 /// " (leads to PATH)" when a pending call's path resolved to a place its arguments do not
@@ -544,7 +555,7 @@ fn calls_text(run_id: &str, calls: &[ToolCall]) -> String {
         .map(|c| {
             format!(
                 "{} {}",
-                c.id,
+                escape(c.id.as_str()),
                 call_text(&c.name, &c.arguments, run_id, c.id.as_str())
             )
         })
@@ -654,11 +665,62 @@ mod tests {
             "w1 write_file content=\"X\" path=\"docs/new.txt\" (leads to work/new.txt) \
              (write_file asks)"
         );
+        let mut forged = pending(None);
+        forged.call_id = "w1\nApproved".into();
+        assert!(
+            pending_text(&forged, "r").starts_with("w1\\nApproved write_file"),
+            "{}",
+            pending_text(&forged, "r")
+        );
         assert_eq!(leads_to(&pending(Some("docs/new.txt"))), "");
         assert_eq!(leads_to(&pending(None)), "");
         assert_eq!(
             leads_to(&pending(Some("a\u{202e}b"))),
             " (leads to a\\u{202e}b)"
+        );
+    }
+
+    /// A log written elsewhere may hold anything: ids with line breaks (refused from a
+    /// model now, not in an older or a forged log), a server's error over several lines.
+    /// Each event stays one line of `agent show`.
+    #[test]
+    fn each_event_is_one_line_whatever_the_log_holds() {
+        let entry = |version: u64, event: Event| Entry {
+            version,
+            at_ms: 0,
+            event,
+        };
+        let forged = "c1\n   9  1970-01-01T00:00:00.000Z  run_ended           completed";
+        let call = ToolCall::new(forged, "read\rfile", json!({"path": "a"}));
+        let log = [
+            entry(
+                1,
+                Event::DecisionProposed {
+                    turn: 1,
+                    decision: Decision::ToolCalls { calls: vec![call] },
+                    usage: Default::default(),
+                    reasoning: Vec::new(),
+                },
+            ),
+            entry(
+                2,
+                Event::ModelFailed {
+                    turn: 2,
+                    message: "bad gateway\nretry later".into(),
+                    kind: Default::default(),
+                },
+            ),
+        ];
+        let shown = timeline("r", &log);
+        assert_eq!(shown.lines().count(), 2, "{shown}");
+        assert!(
+            shown.contains("tool_calls c1\\n   9  1970-01-01T00:00:00.000Z  run_ended"),
+            "{shown}"
+        );
+        assert!(shown.contains("read\\rfile"), "{shown}");
+        assert!(
+            shown.contains("other: bad gateway\\nretry later"),
+            "{shown}"
         );
     }
 
