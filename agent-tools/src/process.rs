@@ -179,6 +179,10 @@ pub(crate) struct Watched {
     link: tokio::io::BufReader<tokio::net::UnixStream>,
     /// Not killed on drop; reaped by tokio once it exits.
     _watcher: tokio::process::Child,
+    /// The program's process group, once its watcher said it started.
+    group: Option<i32>,
+    /// Whether the watcher said how the program ended: it is alive, and sweeps.
+    told: bool,
 }
 
 /// The program's standard streams that are pipes to this process, by [`Link`]: output
@@ -249,6 +253,8 @@ pub(crate) fn spawn_watched<'a>(
         Watched {
             link: tokio::io::BufReader::new(link),
             _watcher: child,
+            group: None,
+            told: false,
         },
         pipes,
     ))
@@ -265,12 +271,48 @@ impl Watched {
         link.write_all(input).await
     }
 
-    /// How the program ended, once it has; `None` if the watcher ended without saying.
+    /// How the program ended, once it has; `None` if the watcher ended without saying
+    /// (the program, or anything else, killed it): the program's group is then killed
+    /// from here ([`Watched::kill_group`]).
     pub(crate) async fn ended(&mut self) -> Option<Ended> {
         use tokio::io::AsyncBufReadExt;
-        let mut line = String::new();
-        self.link.read_line(&mut line).await.ok()?;
-        Ended::parse(&line)
+        loop {
+            let mut line = String::new();
+            let said = match self.link.read_line(&mut line).await {
+                Ok(0) | Err(_) => None,
+                Ok(_) => match parse_pid(&line) {
+                    Some(pid) => {
+                        self.group = Some(pid);
+                        continue;
+                    }
+                    None => Ended::parse(&line),
+                },
+            };
+            match said {
+                Some(ended) => {
+                    self.told = true;
+                    return Some(ended);
+                }
+                None => {
+                    self.kill_group();
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Kills the program's process group, if its watcher said which (a watcher that died
+    /// before starting it did not), and the watcher has not said how the program ended.
+    /// The watcher does this itself and more (it also kills what left the group); this
+    /// is for a watcher that is gone, killed by the program it watched: the program and
+    /// its group would otherwise go on, past the call's end and its time limit.
+    fn kill_group(&self) {
+        if let (Some(group), false) = (self.group, self.told) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(group),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 
     /// Ends the watch (the watcher kills what it started) and returns why the program
@@ -287,6 +329,27 @@ impl Watched {
             _ => None,
         })
     }
+}
+
+/// A call cut short (a time limit, a cancelled run) drops its program's watch: the
+/// watcher sweeps, and the program's group is killed from here too, in case the watcher
+/// is gone ([`Watched::kill_group`]). Until the watcher reaps the program (at its sweep)
+/// the group's id is the program's, taken, so this kill reaches no one else.
+#[cfg(target_os = "linux")]
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.kill_group();
+    }
+}
+
+/// The program's id from the watcher's first line, `pid N`.
+#[cfg(target_os = "linux")]
+fn parse_pid(line: &str) -> Option<i32> {
+    line.trim_end_matches('\n')
+        .strip_prefix("pid ")?
+        .parse()
+        .ok()
+        .filter(|&pid| pid > 1)
 }
 
 /// How a watched command ended, as its watcher reports it on the link: one line.
@@ -419,6 +482,9 @@ mod watching {
         let Ok(pid) = i32::try_from(group).map(Pid::from_raw) else {
             return;
         };
+        // The program's id, its group's, first: should the program kill this watcher
+        // (`kill -9 $PPID`), `agent` still knows which group to kill.
+        let _ = (&link).write_all(format!("pid {group}\n").as_bytes());
         if let Ok(mut report) = link.try_clone() {
             std::thread::spawn(move || {
                 // Not reaped (`WNOWAIT`): the command's id, its group's, stays taken until

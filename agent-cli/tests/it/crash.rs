@@ -734,6 +734,30 @@ fn a_command_cannot_end_its_watcher_with_a_polite_signal() {
     );
 }
 
+/// A command that kills its watcher outright (`kill -9 $PPID`, which no handler can
+/// catch) does not outlive its call: the watcher said which group the command leads
+/// before it started it, and `agent`, seeing the watcher gone, kills that group. The call
+/// ends then, not at its time limit, and says what happened.
+#[test]
+fn a_command_that_kills_its_watcher_dies_with_its_group() {
+    let env = Env::new();
+    let command = "echo $$ > pid.txt; sleep 30 & kill -9 $PPID; sleep 30; \
+                   echo late >> effects.txt";
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "call-1", "name": "shell",
+                         "arguments": {"command": command, "timeout_ms": 600_000}}]},
+        {"final": "done"}
+    ]));
+    let results = shell_results(&env, &model);
+    let error = results("call-1")["error"].clone();
+    assert_eq!(error["kind"], "execution_failed", "{error}");
+    assert_eq!(
+        error["message"], "the command's watcher ended without saying how the command ended",
+        "{error}"
+    );
+    the_process_in_dies(&env, "pid.txt", "a call whose command killed its watcher");
+}
+
 /// The watcher's variable left in a person's environment does not turn `agent` into a
 /// watcher: that also takes a socket on its standard input.
 #[test]
