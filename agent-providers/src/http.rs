@@ -162,6 +162,10 @@ impl HttpModel {
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls()?)
             .connect_timeout(Duration::from_secs(10))
+            // A request carries the API key and the whole prompt: it goes to the base URL
+            // and nowhere else (see `attempt`). The providers' own clients do not follow
+            // redirects either.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ProviderError::Setup(format!("cannot build the HTTP client: {e}")))?;
         Ok(HttpModel {
@@ -322,6 +326,28 @@ impl HttpModel {
             .map_err(|_| silent_for(first))?
             .map_err(|e| ProviderError::Transport(format!("connection error: {e}")))?;
         let status = response.status().as_u16();
+        if (300..400).contains(&status) {
+            // Followed, it would send the key (Anthropic's `x-api-key` is no header a
+            // client knows to drop) and the prompt wherever the server points.
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .map(|l| {
+                    String::from_utf8_lossy(l.as_bytes())
+                        .chars()
+                        .take(300)
+                        .collect()
+                })
+                .unwrap_or_else(|| "nowhere".to_owned());
+            return Err(ProviderError::BadRequest {
+                message: format!(
+                    "{} answered HTTP {status}, sending the request to {location:?}; agent does \
+                     not follow redirects (a request carries the API key and the prompt): if \
+                     that is where the model is served, make it the base URL",
+                    self.provider
+                ),
+            });
+        }
         if !(200..300).contains(&status) {
             let retry_after = retry_after(response.headers());
             // Only its beginning is shown: the rest is not read at all.

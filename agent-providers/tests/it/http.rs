@@ -586,6 +586,63 @@ async fn pings_and_empty_pieces_keep_a_stream_alive_for_the_answer_timeout_at_mo
     }
 }
 
+/// A server that redirects the request elsewhere is not followed: the request carries
+/// the API key (Anthropic's `x-api-key` is no header an HTTP client knows to drop on the
+/// way) and the whole prompt. The call fails once, saying where it was sent, and is not
+/// asked again; the place it points to hears nothing.
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_says_where_it_pointed() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Counts the connections it is given, and answers each with `answer`.
+    let serve = |answer: String| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = count.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { break };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 64 << 10];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(answer.as_bytes());
+            }
+        });
+        (url, count)
+    };
+    let (elsewhere, heard) =
+        serve("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok".into());
+    for (dialect, status) in [
+        (Dialect::Anthropic, 307),
+        (Dialect::OpenAi, 308),
+        (Dialect::OpenAi, 302),
+    ] {
+        let target = format!("{elsewhere}/v1/messages");
+        let (url, asked) = serve(format!(
+            "HTTP/1.1 {status} Moved\r\nlocation: {target}\r\ncontent-length: 0\r\n\r\n"
+        ));
+        let model = HttpModel::new(dialect, "server", "m", &url, Some("sk-secret".into()))
+            .unwrap()
+            .with_retry(quick());
+        let err = ask(&model).await.unwrap_err();
+        assert_eq!(err.kind(), ModelErrorKind::BadRequest, "{err}");
+        assert!(
+            err.to_string().contains(&format!(
+                "server answered HTTP {status}, sending the request to \"{target}\"; agent does \
+                 not follow redirects"
+            )),
+            "{err}"
+        );
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "asked once, not again");
+    }
+    assert_eq!(
+        heard.load(Ordering::SeqCst),
+        0,
+        "the place pointed to heard nothing"
+    );
+}
+
 #[test]
 fn retry_after_reads_both_headers() {
     let mut h = reqwest::header::HeaderMap::new();
