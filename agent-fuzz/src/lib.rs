@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use agent_core::{Entry, RunState, ToolCall, ToolSpec};
-use agent_providers::wire::{anthropic, openai};
+use agent_providers::wire::{anthropic, openai, responses};
 use agent_tools::{Action, Policy, Rule, Subject, Workspace};
 
 /// A target: its input bytes, handled.
@@ -25,6 +25,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("anthropic_stream", anthropic_stream),
     ("openai_response", openai_response),
     ("anthropic_response", anthropic_response),
+    ("responses_stream", responses_stream),
+    ("responses_response", responses_response),
     ("script", script),
     ("agent_toml", agent_toml),
     ("policy", policy),
@@ -46,7 +48,7 @@ pub fn openai_stream(data: &[u8]) {
             return;
         }
     }
-    let _ = stream.is_done();
+    let _ = (stream.is_done(), stream.grown());
     let _ = stream.finish().decide();
 }
 
@@ -64,8 +66,34 @@ pub fn anthropic_stream(data: &[u8]) {
             return;
         }
     }
-    let _ = stream.is_done();
+    let _ = (stream.is_done(), stream.grown());
     let _ = stream.finish().decide();
+}
+
+/// The events of OpenAI's Responses API (`openai-responses`): `event:` lines name the
+/// next `data:` payload, whose `type` says it again.
+pub fn responses_stream(data: &[u8]) {
+    let mut stream = responses::Stream::default();
+    let mut event = String::new();
+    for line in text(data).lines() {
+        if let Some(name) = line.strip_prefix("event:") {
+            event = name.trim().to_owned();
+        } else if stream
+            .push(&event, line.strip_prefix("data:").unwrap_or(line).trim())
+            .is_err()
+        {
+            return;
+        }
+    }
+    let _ = (stream.is_done(), stream.grown());
+    let _ = stream.finish().decide();
+}
+
+/// A whole Responses API body.
+pub fn responses_response(data: &[u8]) {
+    if let Ok(body) = serde_json::from_slice(data) {
+        let _ = responses::parse_response(&body).decide();
+    }
 }
 
 /// A whole OpenAI-style response body.
