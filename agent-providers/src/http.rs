@@ -201,7 +201,8 @@ impl HttpModel {
     }
 
     /// Gives up on a server silent for this long once its answer has begun (retryable):
-    /// between two events of its stream, or two pieces of a body. Two minutes by default.
+    /// between two events of its stream once one brought a piece of the answer (text,
+    /// reasoning, a call), or two pieces of a body. Two minutes by default.
     /// Keep-alive pings, and pieces that add nothing to the answer (an empty delta), keep a
     /// stream alive for the answer timeout at most.
     pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
@@ -210,8 +211,9 @@ impl HttpModel {
     }
 
     /// Gives up on an answer that has not begun after this long (retryable). A whole answer
-    /// (`with_streaming(false)`) is written before it is sent, and a local server may load
-    /// the model before it streams anything: ten minutes by default, as the providers' own
+    /// (`with_streaming(false)`) is written before it is sent, a local server may load the
+    /// model before it streams anything, and a reasoning model may stream nothing but the
+    /// response's headers while it thinks: ten minutes by default, as the providers' own
     /// clients wait. It is never shorter than the idle timeout.
     pub fn with_answer_timeout(mut self, timeout: Duration) -> Self {
         self.answer_timeout = timeout;
@@ -407,23 +409,38 @@ impl HttpModel {
         // for the answer timeout at most (a model may think long between two pieces), so
         // a server that sends nothing else cannot hold the run without end. Comments,
         // which the parser drops, keep nothing alive.
+        //
+        // Until the answer begins (its first piece of text, reasoning or a call), the model
+        // may think in silence: a server sends its headers at once, and a reasoning model
+        // may send nothing more for minutes. That wait is the answer timeout, as before the
+        // headers; once the answer moves, the idle timeout bounds each silence. Giving up
+        // early there would pay for the thinking again on each retry.
         let pings_for = self.answer_timeout.max(self.idle_timeout);
         let mut moved = tokio::time::Instant::now();
         let mut heard = moved;
+        let mut heard_any = false;
         let mut grown = 0;
         let mut stalled = false;
         loop {
-            let silence = heard + self.idle_timeout;
+            let begun = grown > 0;
+            let silence = if begun {
+                heard + self.idle_timeout
+            } else {
+                moved + pings_for
+            };
             let only_pings = moved + pings_for;
+            let nothing_added = || {
+                ProviderError::Transport(format!(
+                    "{} sent nothing that adds to the answer (keep-alive pings, empty pieces) \
+                     for {} s",
+                    self.provider,
+                    pings_for.as_secs_f64()
+                ))
+            };
             let next = match tokio::time::timeout_at(silence.min(only_pings), events.next()).await {
-                Err(_) if stalled && only_pings <= silence => {
-                    return Err(ProviderError::Transport(format!(
-                        "{} sent nothing that adds to the answer (keep-alive pings, empty \
-                         pieces) for {} s",
-                        self.provider,
-                        pings_for.as_secs_f64()
-                    )));
-                }
+                Err(_) if !begun && heard_any => return Err(nothing_added()),
+                Err(_) if !begun => return Err(silent_for(pings_for)),
+                Err(_) if stalled && only_pings <= silence => return Err(nothing_added()),
                 Err(_) => {
                     return Err(silent());
                 }
@@ -437,6 +454,7 @@ impl HttpModel {
                 Ok(Some(Ok(event))) => event,
             };
             heard = tokio::time::Instant::now();
+            heard_any = true;
             let (pushed, now_grown) = match self.dialect {
                 Dialect::OpenAi => (openai.push(&next.data), openai.grown()),
                 Dialect::OpenAiResponses => {

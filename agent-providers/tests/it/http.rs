@@ -586,6 +586,76 @@ async fn pings_and_empty_pieces_keep_a_stream_alive_for_the_answer_timeout_at_mo
     }
 }
 
+/// A stream whose headers came may still say nothing while the model thinks (a reasoning
+/// model, before its first piece): that silence is waited for up to the answer timeout,
+/// not the idle timeout, which bounds each silence once the answer has begun.
+#[tokio::test]
+async fn a_stream_is_waited_for_until_its_answer_begins_then_between_its_pieces() {
+    use std::io::{Read, Write};
+    // The headers at once, then `first` (after `wait`), then nothing more: the body ends
+    // there, or with `hold` the connection is held open until the client closes it.
+    let serve = |wait: Duration, first: String, hold: bool| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64 << 10];
+            let _ = socket.read(&mut buf);
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+            socket.write_all(head.as_bytes()).unwrap();
+            std::thread::sleep(wait);
+            let _ = socket.write_all(first.as_bytes());
+            if hold {
+                // Until the client gives up and closes.
+                let _ = socket.read(&mut buf);
+            }
+        });
+        url
+    };
+    let model = |url: &str, answer: Duration| {
+        HttpModel::new(Dialect::OpenAi, "server", "m", url, Some("k".into()))
+            .unwrap()
+            .with_idle_timeout(Duration::from_millis(300))
+            .with_answer_timeout(answer)
+            .with_retry(RetryPolicy {
+                max_attempts: 1,
+                ..quick()
+            })
+    };
+    // Thinking for three idle timeouts, then the whole answer.
+    let url = serve(
+        Duration::from_secs(1),
+        fixture("openai/text_only.sse"),
+        false,
+    );
+    let reply = ask(&model(&url, Duration::from_secs(60))).await;
+    assert!(matches!(&reply, Ok(r) if r.decision.is_ok()), "{reply:?}");
+    // Bounds on the test, not measures: without the timeouts it would wait forever.
+    let within = |call| async move {
+        tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .expect("the model call ended")
+    };
+    // Thinking without end: the answer timeout, not the idle one.
+    let url = serve(Duration::from_secs(3600), String::new(), true);
+    let thinking = model(&url, Duration::from_secs(1));
+    let err = within(ask(&thinking)).await.unwrap_err();
+    assert_eq!(err.kind(), ModelErrorKind::Transport, "{err}");
+    assert!(
+        err.to_string().contains("server was silent for 1 s"),
+        "{err}"
+    );
+    // Silent after its first piece: the idle timeout.
+    let piece = "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"Hel\"}}]}\n\n";
+    let url = serve(Duration::ZERO, piece.to_owned(), true);
+    let begun = model(&url, Duration::from_secs(60));
+    let err = within(ask(&begun)).await.unwrap_err();
+    assert!(
+        err.to_string().contains("server was silent for 0.3 s"),
+        "{err}"
+    );
+}
+
 /// A server that redirects the request elsewhere is not followed: the request carries
 /// the API key (Anthropic's `x-api-key` is no header an HTTP client knows to drop on the
 /// way) and the whole prompt. The call fails once, saying where it was sent, and is not
