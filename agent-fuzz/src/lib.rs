@@ -52,41 +52,37 @@ pub fn openai_stream(data: &[u8]) {
     let _ = stream.finish().decide();
 }
 
-/// `event:` lines name the next `data:` payload, as Anthropic streams them.
-pub fn anthropic_stream(data: &[u8]) {
-    let mut stream = anthropic::Stream::default();
+/// Hands `push` each payload of `data` with the event its last `event:` line named, until
+/// `push` refuses one; whether all were taken.
+fn push_events(data: &[u8], mut push: impl FnMut(&str, &str) -> bool) -> bool {
     let mut event = String::new();
     for line in text(data).lines() {
         if let Some(name) = line.strip_prefix("event:") {
             event = name.trim().to_owned();
-        } else if stream
-            .push(&event, line.strip_prefix("data:").unwrap_or(line).trim())
-            .is_err()
-        {
-            return;
+        } else if !push(&event, line.strip_prefix("data:").unwrap_or(line).trim()) {
+            return false;
         }
     }
-    let _ = (stream.is_done(), stream.grown());
-    let _ = stream.finish().decide();
+    true
+}
+
+/// `event:` lines name the next `data:` payload, as Anthropic streams them.
+pub fn anthropic_stream(data: &[u8]) {
+    let mut stream = anthropic::Stream::default();
+    if push_events(data, |event, payload| stream.push(event, payload).is_ok()) {
+        let _ = (stream.is_done(), stream.grown());
+        let _ = stream.finish().decide();
+    }
 }
 
 /// The events of OpenAI's Responses API (`openai-responses`): `event:` lines name the
 /// next `data:` payload, whose `type` says it again.
 pub fn responses_stream(data: &[u8]) {
     let mut stream = responses::Stream::default();
-    let mut event = String::new();
-    for line in text(data).lines() {
-        if let Some(name) = line.strip_prefix("event:") {
-            event = name.trim().to_owned();
-        } else if stream
-            .push(&event, line.strip_prefix("data:").unwrap_or(line).trim())
-            .is_err()
-        {
-            return;
-        }
+    if push_events(data, |event, payload| stream.push(event, payload).is_ok()) {
+        let _ = (stream.is_done(), stream.grown());
+        let _ = stream.finish().decide();
     }
-    let _ = (stream.is_done(), stream.grown());
-    let _ = stream.finish().decide();
 }
 
 /// A whole Responses API body.

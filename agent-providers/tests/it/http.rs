@@ -389,6 +389,24 @@ fn silent_server(prefix: &'static str) -> (String, Arc<std::sync::atomic::Atomic
     (url, taken)
 }
 
+/// A server on 127.0.0.1 for one connection: it reads the request (small: one read
+/// suffices) and hands the connection to `answer`, on a thread of its own. Its URL.
+fn one_connection(answer: impl FnOnce(std::net::TcpStream) + Send + 'static) -> String {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 64 << 10];
+        let _ = socket.read(&mut buf);
+        answer(socket);
+    });
+    url
+}
+
+/// An event stream's head: what a server sends before its events.
+const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+
 /// A server that accepts the connection and never answers (a proxy whose upstream is
 /// gone, a server stuck), or stops in the middle of its body, does not hold the run
 /// forever: silent for the answer timeout before it begins, or the idle timeout inside a
@@ -420,7 +438,7 @@ async fn a_silent_server_is_given_up_on_and_retried() {
 /// to the answer timeout.
 #[tokio::test]
 async fn an_answer_is_waited_for_longer_than_a_silence_before_it_begins() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let whole = json!({
         "choices": [{"message": {"role": "assistant", "content": "done"},
             "finish_reason": "stop"}],
@@ -431,12 +449,7 @@ async fn an_answer_is_waited_for_longer_than_a_silence_before_it_begins() {
         (false, whole, "application/json"),
         (true, fixture("openai/text_only.sse"), "text/event-stream"),
     ] {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        std::thread::spawn(move || {
-            let (mut socket, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 64 << 10];
-            let _ = socket.read(&mut buf);
+        let url = one_connection(move |mut socket| {
             // The model at work: three times the idle timeout below.
             std::thread::sleep(Duration::from_millis(300));
             let head = format!(
@@ -462,18 +475,12 @@ async fn an_answer_is_waited_for_longer_than_a_silence_before_it_begins() {
 /// it alive as long as they come.
 #[tokio::test]
 async fn pings_and_empty_pieces_keep_a_stream_alive_for_the_answer_timeout_at_most() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     // `piece` every 50 ms, `times` times (without end if `None`), then `answer`.
     let serve = |piece: &str, times: Option<usize>, answer: String| {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let piece = piece.to_owned();
-        std::thread::spawn(move || {
-            let (mut socket, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 64 << 10];
-            let _ = socket.read(&mut buf);
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
-            socket.write_all(head.as_bytes()).unwrap();
+        one_connection(move |mut socket| {
+            socket.write_all(SSE_HEAD.as_bytes()).unwrap();
             let mut sent = 0;
             while times.is_none_or(|n| sent < n) {
                 // Ends once the client has given up and closed the connection.
@@ -484,8 +491,7 @@ async fn pings_and_empty_pieces_keep_a_stream_alive_for_the_answer_timeout_at_mo
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = socket.write_all(answer.as_bytes());
-        });
-        url
+        })
     };
     let model = |dialect: Dialect, url: &str, answer: Duration| {
         HttpModel::new(dialect, "server", "m", url, Some("k".into()))
@@ -595,22 +601,15 @@ async fn a_stream_is_waited_for_until_its_answer_begins_then_between_its_pieces(
     // The headers at once, then `first` (after `wait`), then nothing more: the body ends
     // there, or with `hold` the connection is held open until the client closes it.
     let serve = |wait: Duration, first: String, hold: bool| {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        std::thread::spawn(move || {
-            let (mut socket, _) = listener.accept().unwrap();
-            let mut buf = [0u8; 64 << 10];
-            let _ = socket.read(&mut buf);
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
-            socket.write_all(head.as_bytes()).unwrap();
+        one_connection(move |mut socket| {
+            socket.write_all(SSE_HEAD.as_bytes()).unwrap();
             std::thread::sleep(wait);
             let _ = socket.write_all(first.as_bytes());
             if hold {
                 // Until the client gives up and closes.
-                let _ = socket.read(&mut buf);
+                let _ = socket.read(&mut [0u8; 1024]);
             }
-        });
-        url
+        })
     };
     let model = |url: &str, answer: Duration| {
         HttpModel::new(Dialect::OpenAi, "server", "m", url, Some("k".into()))
