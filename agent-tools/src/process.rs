@@ -294,7 +294,10 @@ impl Watched {
                     return Some(ended);
                 }
                 None => {
+                    // Once: the program is no longer held unreaped by its watcher, and
+                    // its group's id may be free again later.
                     self.kill_group();
+                    self.group = None;
                     return None;
                 }
             }
@@ -333,8 +336,10 @@ impl Watched {
 
 /// A call cut short (a time limit, a cancelled run) drops its program's watch: the
 /// watcher sweeps, and the program's group is killed from here too, in case the watcher
-/// is gone ([`Watched::kill_group`]). Until the watcher reaps the program (at its sweep)
-/// the group's id is the program's, taken, so this kill reaches no one else.
+/// is gone unseen ([`Watched::kill_group`]). While the watcher lives, it has not reaped
+/// the program (it does at its sweep, after this), so the group's id is still the
+/// program's and this kill reaches no one else; a watcher seen gone had its program's
+/// group killed then, and not again here.
 #[cfg(target_os = "linux")]
 impl Drop for Watched {
     fn drop(&mut self) {
