@@ -68,6 +68,12 @@ pub fn model(
     if let Some(stream) = settings.stream {
         model = model.with_streaming(stream);
     }
+    if let Some(wait) = settings.answer_timeout {
+        model = model.with_answer_timeout(wait);
+    }
+    if let Some(wait) = settings.idle_timeout {
+        model = model.with_idle_timeout(wait);
+    }
     if let Some(cache) = settings.prompt_cache {
         model = model.with_prompt_cache(cache);
     }

@@ -39,6 +39,11 @@ pub struct Config {
     pub max_cost_usd: Option<f64>,
     /// Whether to stream model replies (default true).
     pub stream: Option<bool>,
+    /// Seconds a model's answer may take to begin (default 600): a local model reading a
+    /// long prompt on a CPU, or a model that thinks long first, may need more.
+    pub answer_timeout_secs: Option<f64>,
+    /// Seconds a model's answer may stay silent once it has begun (default 120).
+    pub idle_timeout_secs: Option<f64>,
     /// Extended thinking: tokens the model may think for before each decision (Anthropic;
     /// at least 1024).
     pub thinking: Option<u32>,
@@ -220,6 +225,12 @@ impl Config {
         }
         if let Some(t) = self.check_timeout_secs {
             check_seconds("check_timeout_secs", t, DAY_SECS)?;
+        }
+        if let Some(t) = self.answer_timeout_secs {
+            check_seconds("answer_timeout_secs", t, DAY_SECS)?;
+        }
+        if let Some(t) = self.idle_timeout_secs {
+            check_seconds("idle_timeout_secs", t, DAY_SECS)?;
         }
         if let Some(w) = self.context_window
             && w < 1_000

@@ -275,6 +275,10 @@ pub struct Settings {
     pub env: Env,
     /// Whether to stream model replies.
     pub stream: Option<bool>,
+    /// How long a model's answer may take to begin, when agent.toml says.
+    pub answer_timeout: Option<Duration>,
+    /// How long a model's answer may stay silent once begun, when agent.toml says.
+    pub idle_timeout: Option<Duration>,
     /// Whether to mark prompts for the provider's prompt cache (default true).
     pub prompt_cache: Option<bool>,
     /// Extended thinking budget in tokens, when agent.toml sets one.
@@ -551,6 +555,8 @@ impl Settings {
             base_url,
             env,
             stream: config.stream,
+            answer_timeout: config.answer_timeout_secs.map(Duration::from_secs_f64),
+            idle_timeout: config.idle_timeout_secs.map(Duration::from_secs_f64),
             prompt_cache: config.prompt_cache,
             thinking: config.thinking,
             retry,

@@ -614,3 +614,75 @@ async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("OPENAI_API_KEY"), "{err}");
 }
+
+/// How long a model's answer may take to begin, and stay silent once begun, are set in
+/// `agent.toml` (a local model reading a long prompt on a CPU needs more than the
+/// defaults; a person may want less): a server that sends nothing after its head fails the
+/// run after the answer timeout given, one that sends a piece and then nothing after the
+/// idle timeout given, not the default ten and two minutes. A value that makes no sense is
+/// refused before anything runs.
+#[test]
+fn the_model_calls_timeouts_come_from_agent_toml() {
+    use std::io::{Read, Write};
+    let env = Env::new();
+    // A stream's head and `sent`, then nothing, until the client gives up and closes.
+    let serve = |sent: String| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64 << 10];
+            let _ = socket.read(&mut buf);
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+            socket
+                .write_all(format!("{head}{sent}").as_bytes())
+                .unwrap();
+            let _ = socket.read(&mut buf);
+        });
+        url
+    };
+    let config = env.dir.path().join("timeouts.toml");
+    let config_path = config.to_str().unwrap().to_owned();
+    let run = |url: &str| {
+        let args = [
+            "run",
+            "--json",
+            "--config",
+            &config_path,
+            "--model",
+            "openai-compat:m",
+            "--base-url",
+            url,
+            "go",
+        ];
+        run_json(&env, &args, None)
+    };
+    std::fs::write(
+        &config,
+        "answer_timeout_secs = 0.5\nidle_timeout_secs = 0.3\n[retry]\nmax_attempts = 1\n",
+    )
+    .unwrap();
+    let piece = json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]});
+    for (sent, silent) in [
+        (format!("data: {piece}\n\n"), "0.3"),
+        (String::new(), "0.5"),
+    ] {
+        let (code, out, err) = run(&serve(sent));
+        assert_eq!(code, Some(5), "{err}");
+        assert_eq!(out["reason"], "model_error", "{out}");
+        let message = out["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("openai-compat was silent for {silent} s")),
+            "{out}"
+        );
+    }
+    for bad in ["idle_timeout_secs = 0", "answer_timeout_secs = -1"] {
+        std::fs::write(&config, bad).unwrap();
+        let (code, _, err) = run("http://127.0.0.1:9/v1");
+        assert_eq!(code, Some(2), "{err}");
+        assert!(
+            err.contains(bad) && err.contains("give a number of seconds"),
+            "{err}"
+        );
+    }
+}
