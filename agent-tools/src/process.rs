@@ -179,9 +179,9 @@ pub(crate) struct Watched {
     link: tokio::io::BufReader<tokio::net::UnixStream>,
     /// Not killed on drop; reaped by tokio once it exits.
     _watcher: tokio::process::Child,
-    /// The program's process group, once its watcher said it started.
+    /// The program's process group: its watcher's, led by the watcher.
     group: Option<i32>,
-    /// Whether the watcher said how the program ended: it is alive, and sweeps.
+    /// Whether the watcher said how the program ended.
     told: bool,
 }
 
@@ -252,8 +252,8 @@ pub(crate) fn spawn_watched<'a>(
     Ok((
         Watched {
             link: tokio::io::BufReader::new(link),
+            group: child.id().and_then(|pid| i32::try_from(pid).ok()),
             _watcher: child,
-            group: None,
             told: false,
         },
         pipes,
@@ -276,39 +276,29 @@ impl Watched {
     /// from here ([`Watched::kill_group`]).
     pub(crate) async fn ended(&mut self) -> Option<Ended> {
         use tokio::io::AsyncBufReadExt;
-        loop {
-            let mut line = String::new();
-            let said = match self.link.read_line(&mut line).await {
-                Ok(0) | Err(_) => None,
-                Ok(_) => match parse_pid(&line) {
-                    Some(pid) => {
-                        self.group = Some(pid);
-                        continue;
-                    }
-                    None => Ended::parse(&line),
-                },
-            };
-            match said {
-                Some(ended) => {
-                    self.told = true;
-                    return Some(ended);
-                }
-                None => {
-                    // Once: the program is no longer held unreaped by its watcher, and
-                    // its group's id may be free again later.
-                    self.kill_group();
-                    self.group = None;
-                    return None;
-                }
+        let mut line = String::new();
+        let said = match self.link.read_line(&mut line).await {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Ended::parse(&line),
+        };
+        match said {
+            Some(ended) => {
+                self.told = true;
+                Some(ended)
+            }
+            None => {
+                self.kill_group();
+                None
             }
         }
     }
 
-    /// Kills the program's process group, if its watcher said which (a watcher that died
-    /// before starting it did not), and the watcher has not said how the program ended.
-    /// The watcher does this itself and more (it also kills what left the group); this
-    /// is for a watcher that is gone, killed by the program it watched: the program and
-    /// its group would otherwise go on, past the call's end and its time limit.
+    /// Kills the program's process group, which is its watcher's, once the watcher is
+    /// gone without saying how the program ended (killed by the program it watched): the
+    /// program and its group would otherwise go on, past the call's end and its time
+    /// limit. Never while the watcher lives: it is in the group, and its sweep also kills
+    /// what left the group. The group's id is the watcher's, which stays taken until the
+    /// watcher is reaped (when this value is dropped), so this kill reaches no one else.
     fn kill_group(&self) {
         if let (Some(group), false) = (self.group, self.told) {
             let _ = nix::sys::signal::killpg(
@@ -332,29 +322,6 @@ impl Watched {
             _ => None,
         })
     }
-}
-
-/// A call cut short (a time limit, a cancelled run) drops its program's watch: the
-/// watcher sweeps, and the program's group is killed from here too, in case the watcher
-/// is gone unseen ([`Watched::kill_group`]). While the watcher lives, it has not reaped
-/// the program (it does at its sweep, after this), so the group's id is still the
-/// program's and this kill reaches no one else; a watcher seen gone had its program's
-/// group killed then, and not again here.
-#[cfg(target_os = "linux")]
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.kill_group();
-    }
-}
-
-/// The program's id from the watcher's first line, `pid N`.
-#[cfg(target_os = "linux")]
-fn parse_pid(line: &str) -> Option<i32> {
-    line.trim_end_matches('\n')
-        .strip_prefix("pid ")?
-        .parse()
-        .ok()
-        .filter(|&pid| pid > 1)
 }
 
 /// How a watched command ended, as its watcher reports it on the link: one line.
@@ -401,7 +368,7 @@ mod watching {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::sys::signal::{Signal, kill};
     use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
     use nix::unistd::Pid;
 
@@ -435,8 +402,10 @@ mod watching {
         command
             .args(args)
             .env_remove(WATCH_ENV)
-            // A group of its own, which this watcher kills first.
-            .process_group(0);
+            // This watcher's own group, which `agent` made (it started the watcher as the
+            // group's leader) and so knows: should the program kill this watcher
+            // (`kill -9 $PPID`), `agent` kills the group itself.
+            .process_group(nix::unistd::getpgrp().as_raw());
         match which {
             Link::Stdin => command.stdin(Stdio::null()),
             Link::Fed => command.stdin(Stdio::piped()),
@@ -483,17 +452,12 @@ mod watching {
                 let _ = stdin.write_all(&input);
             });
         }
-        let group = child.id();
-        let Ok(pid) = i32::try_from(group).map(Pid::from_raw) else {
+        let Ok(pid) = i32::try_from(child.id()).map(Pid::from_raw) else {
             return;
         };
-        // The program's id, its group's, first: should the program kill this watcher
-        // (`kill -9 $PPID`), `agent` still knows which group to kill.
-        let _ = (&link).write_all(format!("pid {group}\n").as_bytes());
         if let Ok(mut report) = link.try_clone() {
             std::thread::spawn(move || {
-                // Not reaped (`WNOWAIT`): the command's id, its group's, stays taken until
-                // the sweep, so the group killed then is never another's.
+                // Not reaped (`WNOWAIT`): the sweep reaps it with the rest.
                 let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
                 let waited = loop {
                     match waitid(Id::Pid(pid), flags) {
@@ -521,7 +485,8 @@ mod watching {
                 Err(_) => break,
             }
         }
-        let _ = killpg(pid, Signal::SIGKILL);
+        // The program's group is this watcher's: killing it would end the watcher before
+        // its sweep, which kills the group's processes and those that left it alike.
         sweep();
     }
 
