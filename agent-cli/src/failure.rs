@@ -86,7 +86,23 @@ impl From<RuntimeError> for Failure {
                 };
                 usage(format!("run {run_id} cannot take a message: {what}"))
             }
+            RuntimeError::Unpriced {
+                provider,
+                model,
+                max_cost_usd,
+            } => usage(format!(
+                "the run's cost budget is ${max_cost_usd} (max_cost_usd), but agent knows no \
+                 price for {provider}:{model}, so its calls would count as free and the budget \
+                 would never stop the run: give the price in agent.toml, [prices.{}] with \
+                 input = and output = in dollars per million tokens",
+                toml_key(&model)
+            )),
             other => failed(other),
         }
     }
+}
+
+/// `name` as a quoted TOML key, as the README writes prices' keys.
+fn toml_key(name: &str) -> String {
+    serde_json::to_string(name).unwrap_or_default()
 }

@@ -50,6 +50,10 @@ impl Model for Shown {
         self.inner.model()
     }
 
+    fn knows_cost(&self) -> bool {
+        self.inner.knows_cost()
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let step = request.step + 1;
         let so_far = self.so_far.lock().map(|u| *u).unwrap_or_default();
@@ -116,5 +120,23 @@ fn totals(so_far: &Usage) -> String {
         String::new()
     } else {
         format!("; so far {}", render::usage_text(so_far))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_providers::{Dialect, HttpModel, Price};
+
+    use super::*;
+
+    /// The spinner wraps the model on a terminal: a run's cost budget is judged by the
+    /// model inside (see `Model::knows_cost`), priced or not.
+    #[test]
+    fn the_shown_model_knows_its_cost_as_the_model_inside_does() {
+        let model =
+            || HttpModel::new(Dialect::OpenAi, "openai", "m", "http://127.0.0.1:9", None).unwrap();
+        assert!(!Shown::new(Arc::new(model())).knows_cost());
+        let priced = model().with_price(Price::new(1.0, 2.0));
+        assert!(Shown::new(Arc::new(priced)).knows_cost());
     }
 }

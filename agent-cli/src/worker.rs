@@ -2,18 +2,21 @@
 //! any number of machines, each run by one worker at a time under a lease.
 //!
 //! `submit` resolves the run's settings where the person is (flags, agent.toml) and
-//! records what a worker needs: the goal, the model as named, the workspace, the policy
-//! rules, the budget and the context bounds. A worker takes the oldest runnable run (or one
+//! records what a worker needs: the goal, the model as named and how it is called
+//! (streaming, timeouts, retries, prices), the workspace, the policy rules, the budget and
+//! the context bounds. A worker takes the oldest runnable run (or one
 //! whose lease expired: its worker died), renews its lease while it drives it, and commits
 //! through a `FencedStore`, so a worker that lost its lease writes nothing more. A run
 //! taken over continues from its last commit, effects in doubt reconciled or paused as
 //! after any crash.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{Budget, Input, ReasonClass};
+use agent_providers::{Price, RetryPolicy};
 use agent_runtime::{CancellationToken, Redactor, RunRequest, Runtime};
 use agent_store::{FencedStore, Lease, PostgresStore, QueueState, Store as _, StoreError};
 use agent_tools::{Gateway, Workspace};
@@ -69,6 +72,137 @@ pub struct RunSpec {
     /// the worker's environment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shell_env: Vec<String>,
+    /// How the model is called (absent in runs queued before: the defaults).
+    #[serde(default, skip_serializing_if = "Calls::is_default")]
+    pub calls: Calls,
+}
+
+/// How a queued run's model is called, as the submitter's agent.toml said: streamed or
+/// not, how long it is waited for, retried, its prompt cache, thinking and prices. A worker
+/// calls it so, and keeps its cost budget with the prices the submitter gave.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Calls {
+    /// `stream`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// `answer_timeout_secs`, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_timeout_ms: Option<u64>,
+    /// `idle_timeout_secs`, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_ms: Option<u64>,
+    /// `prompt_cache`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<bool>,
+    /// `thinking`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<u32>,
+    /// `[retry]`, resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+    /// `[prices]`, by model name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, Priced>,
+}
+
+/// A retry policy as a queued run records it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Retry {
+    /// Attempts in all.
+    pub max_attempts: u32,
+    /// The first backoff, in milliseconds.
+    pub base_ms: u64,
+    /// The longest single wait, in milliseconds.
+    pub max_wait_ms: u64,
+    /// The longest total wait, in milliseconds.
+    pub max_total_wait_ms: u64,
+    /// Whether waits are randomized.
+    pub jitter: bool,
+}
+
+/// A price as a queued run records it: US dollars per million tokens.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Priced {
+    /// Input tokens.
+    pub input: f64,
+    /// Output tokens.
+    pub output: f64,
+    /// Input tokens read from the prompt cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<f64>,
+    /// Input tokens written to the prompt cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Calls {
+    fn is_default(&self) -> bool {
+        *self == Calls::default()
+    }
+
+    /// What `settings` say of model calls.
+    fn of(settings: &Settings) -> Calls {
+        Calls {
+            stream: settings.stream,
+            answer_timeout_ms: settings.answer_timeout.map(millis),
+            idle_timeout_ms: settings.idle_timeout.map(millis),
+            prompt_cache: settings.prompt_cache,
+            thinking: settings.thinking,
+            retry: settings.retry.as_ref().map(|r| Retry {
+                max_attempts: r.max_attempts,
+                base_ms: millis(r.base),
+                max_wait_ms: millis(r.max_wait),
+                max_total_wait_ms: millis(r.max_total_wait),
+                jitter: r.jitter,
+            }),
+            prices: settings
+                .prices
+                .iter()
+                .map(|(model, p)| {
+                    let priced = Priced {
+                        input: p.input_per_million,
+                        output: p.output_per_million,
+                        cache_read: p.cache_read_per_million,
+                        cache_write: p.cache_write_per_million,
+                    };
+                    (model.clone(), priced)
+                })
+                .collect(),
+        }
+    }
+
+    /// Gives `settings` these ways of calling the model.
+    fn apply(&self, settings: &mut Settings) {
+        settings.stream = self.stream;
+        settings.answer_timeout = self.answer_timeout_ms.map(Duration::from_millis);
+        settings.idle_timeout = self.idle_timeout_ms.map(Duration::from_millis);
+        settings.prompt_cache = self.prompt_cache;
+        settings.thinking = self.thinking;
+        settings.retry = self.retry.as_ref().map(|r| RetryPolicy {
+            max_attempts: r.max_attempts.max(1),
+            base: Duration::from_millis(r.base_ms),
+            max_wait: Duration::from_millis(r.max_wait_ms),
+            max_total_wait: Duration::from_millis(r.max_total_wait_ms),
+            jitter: r.jitter,
+        });
+        settings.prices = self
+            .prices
+            .iter()
+            .map(|(model, p)| {
+                let price = Price {
+                    cache_read_per_million: p.cache_read,
+                    cache_write_per_million: p.cache_write,
+                    ..Price::new(p.input, p.output)
+                };
+                (model.clone(), price)
+            })
+            .collect();
+    }
 }
 
 fn absolute(path: &std::path::Path) -> Result<PathBuf, Failure> {
@@ -127,7 +261,19 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         answer: settings.answer.clone(),
         sub_agents: settings.sub_agents,
         shell_env: settings.shell_env.clone(),
+        calls: Calls::of(settings),
     };
+    // A worker would refuse it for want of a price: the person hears it now.
+    if let (Some(max_cost_usd), Some(crate::settings::ModelChoice::Http(http))) =
+        (spec.budget.max_cost_usd, &settings.model)
+        && !settings.prices.contains_key(&http.model)
+    {
+        return Err(Failure::from(agent_runtime::RuntimeError::Unpriced {
+            provider: http.provider.to_owned(),
+            model: http.model.clone(),
+            max_cost_usd,
+        }));
+    }
     let text = serde_json::to_string(&spec).map_err(failed)?;
     let run_id = ulid::Ulid::generate().to_string();
     store.submit(&run_id, &text)?;
@@ -177,6 +323,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
     settings.masking = spec.masking;
     settings.answer = spec.answer.clone();
     settings.mcp_sha256 = spec.mcp_sha256.clone();
+    spec.calls.apply(&mut settings);
     Ok(settings)
 }
 

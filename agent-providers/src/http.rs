@@ -593,6 +593,10 @@ impl Model for HttpModel {
         &self.model
     }
 
+    fn knows_cost(&self) -> bool {
+        self.price.is_some()
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let body = match self.dialect {
             Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, self.stream),

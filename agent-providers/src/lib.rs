@@ -56,4 +56,13 @@ pub trait Model: Send + Sync {
     /// Asks for one decision. An invalid reply is `Ok` with an invalid decision; `Err` is
     /// a provider failure past its retry budget.
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError>;
+    /// Whether the usage of each reply carries what the call cost
+    /// ([`Usage::cost_usd`](agent_core::Usage::cost_usd)). The runtime refuses to drive a
+    /// run with a cost budget on a model that does not: its calls would count as free and
+    /// the budget would never stop the run. An [`HttpModel`] knows its cost once it is
+    /// given a price; a [`ScriptModel`] and a [`ReplayModel`] report the costs their
+    /// script or run holds.
+    fn knows_cost(&self) -> bool {
+        false
+    }
 }

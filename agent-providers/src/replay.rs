@@ -77,6 +77,11 @@ impl Model for ReplayModel {
         &self.run_id
     }
 
+    /// Each call costs what the recorded one did.
+    fn knows_cost(&self) -> bool {
+        true
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
         match self.answers.get(index) {

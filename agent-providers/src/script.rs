@@ -486,6 +486,11 @@ impl Model for ScriptModel {
         &self.name
     }
 
+    /// A turn's cost is what its `usage` says (`cost_usd`, 0 when not given).
+    fn knows_cost(&self) -> bool {
+        true
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         // A sub-agent's run: its goal, the first message, names its script.
         if let Some(agent) = request

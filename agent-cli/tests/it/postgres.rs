@@ -532,6 +532,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
                 answer: Default::default(),
                 sub_agents: false,
                 shell_env: Vec::new(),
+                calls: Default::default(),
             };
             let id = format!("run-{i:03}");
             store
@@ -602,4 +603,89 @@ fn a_queued_run_s_answer_is_checked_by_the_worker() {
     let ended = events.last().unwrap();
     assert_eq!(ended["outcome"]["reason"], "completed");
     assert_eq!(ended["outcome"]["answer"], "yes");
+}
+
+/// A queued run's model is called as the submitter's agent.toml said, not with the
+/// worker's defaults: its prices (so its cost budget holds on the worker), whole responses
+/// (`stream = false`) and its retries. A cost budget without a price is refused at submit.
+#[test]
+fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
+    use agent_providers::testing::{Reply, Server};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let call = json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "list_dir", "arguments": "{}"}}]}}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 7}
+    })
+    .to_string();
+    let priced = rt
+        .block_on(Server::start(vec![
+            Reply::status(200, call.clone()),
+            Reply::status(200, call.clone()),
+        ]))
+        .unwrap();
+    let flaky = rt
+        .block_on(Server::start(vec![
+            Reply::status(500, "{}"),
+            Reply::status(200, call),
+        ]))
+        .unwrap();
+    let q = Queue::new();
+    let toml = q.env.dir.path().join("agent.toml");
+    let ws = q.ws.to_str().unwrap();
+    std::fs::write(&toml, "max_cost_usd = 0.0001\nstream = false\n").unwrap();
+    let refused = q.agent(&[
+        "submit",
+        "--model",
+        "openai:gpt-4o",
+        "--base-url",
+        &priced.url,
+        "--workspace",
+        ws,
+        "g",
+    ]);
+    let err = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("[prices.\"gpt-4o\"]"), "{err}");
+    assert!(q.runs().is_empty(), "nothing was queued");
+
+    std::fs::write(
+        &toml,
+        "max_cost_usd = 0.0001\nstream = false\n[prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
+    )
+    .unwrap();
+    let costly = q.submit("openai:gpt-4o", &["--base-url", &priced.url], "g");
+    std::fs::write(&toml, "[retry]\nmax_attempts = 1\n").unwrap();
+    let once = q.submit("openai:gpt-4o", &["--base-url", &flaky.url], "g");
+    // The worker has no agent.toml of its own to fall back on.
+    std::fs::remove_file(&toml).unwrap();
+    let out = q
+        .env
+        .bare()
+        .arg("--store")
+        .arg(&q.url)
+        .args(["worker", "--until-empty"])
+        .env("OPENAI_API_KEY", "sk-x")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let reason = |id: &str| {
+        q.runs()
+            .into_iter()
+            .find(|r| r["run_id"] == id)
+            .map(|r| r["reason"].clone())
+    };
+    assert_eq!(reason(&costly), Some(json!("cost_budget_exceeded")));
+    let asked = priced.received();
+    assert_eq!(
+        asked.len(),
+        1,
+        "57 tokens at $2.50-10/M pass $0.0001 at once"
+    );
+    assert_ne!(asked[0].body["stream"], json!(true), "{}", asked[0].body);
+    assert_eq!(reason(&once), Some(json!("model_error")));
+    assert_eq!(flaky.received().len(), 1, "one attempt, as submitted");
 }

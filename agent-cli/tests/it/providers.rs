@@ -297,6 +297,96 @@ async fn a_priced_model_stops_at_the_cost_budget() {
     );
 }
 
+/// A cost budget with no price for the model would never stop a run (every call would
+/// count as free): such a run is refused before anything is asked or written, and so is
+/// continuing a budgeted run once its price is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cost_budget_without_the_models_price_is_refused_before_anything_is_spent() {
+    let server = Server::start(vec![Reply::stream(fixture("openai/text_only.sse"))])
+        .await
+        .unwrap();
+    let env = Env::new();
+    let toml = env.dir.path().join("agent.toml");
+    std::fs::write(&toml, "max_cost_usd = 0.5\n").unwrap();
+    let key = Some(("OPENAI_API_KEY", "sk-x"));
+    let url = server.url.as_str();
+    let (code, _, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "openai:gpt-4.1",
+            "--base-url",
+            url,
+            "g",
+        ],
+        key,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("cost budget is $0.5")
+            && err.contains("openai:gpt-4.1")
+            && err.contains("[prices.\"gpt-4.1\"]"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(server.received().is_empty(), "no model call was made");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(
+        runs.as_array().map(Vec::len),
+        Some(0),
+        "no run was written: {runs}"
+    );
+
+    // Priced, the run goes; without the price again, it is not continued.
+    std::fs::write(
+        &toml,
+        "max_cost_usd = 0.5\n[prices.\"gpt-4.1\"]\ninput = 2.0\noutput = 8.0\n",
+    )
+    .unwrap();
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "openai:gpt-4.1",
+            "--base-url",
+            url,
+            "g",
+        ],
+        key,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let run = v["run_id"].as_str().unwrap().to_owned();
+    let logged = |env: &Env| -> usize {
+        let show: Value =
+            serde_json::from_slice(&env.run(&["show", "--json", &run]).stdout).unwrap();
+        show["events"].as_array().unwrap().len()
+    };
+    let before = logged(&env);
+    std::fs::write(&toml, "max_cost_usd = 0.5\n").unwrap();
+    let (code, _, err) = run_json(
+        &env,
+        &[
+            "resume",
+            "--json",
+            "--model",
+            "openai:gpt-4.1",
+            "--base-url",
+            url,
+            &run,
+            "more",
+        ],
+        key,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("[prices.\"gpt-4.1\"]"), "{err}");
+    assert_eq!(logged(&env), before, "the message was not committed");
+    assert_eq!(server.received().len(), 1);
+}
+
 /// A provider that echoes the key in its error: the key is in neither the log nor the
 /// summary on stderr.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,6 +66,10 @@ impl Model for Guarded {
     fn model(&self) -> &str {
         self.inner.model()
     }
+
+    fn knows_cost(&self) -> bool {
+        self.inner.knows_cost()
+    }
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let reply = self.inner.decide(request).await;
         if let Ok(reply) = &reply

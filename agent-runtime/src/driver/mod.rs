@@ -71,6 +71,10 @@ impl Model for NoModel {
     fn model(&self) -> &str {
         "none"
     }
+    /// Never asked, so never a call to count.
+    fn knows_cost(&self) -> bool {
+        true
+    }
     async fn decide(
         &self,
         _: ModelRequest<'_>,
@@ -113,6 +117,22 @@ pub enum RuntimeError {
     /// A blocking store task died.
     #[error("internal error: the store task failed: {0}")]
     Join(String),
+    /// The run's budget caps its cost, and the model cannot say what a call costs
+    /// ([`Model::knows_cost`]): its calls would count as free and the cap would never stop
+    /// the run. Nothing was committed or asked.
+    #[error(
+        "the run's cost budget is ${max_cost_usd}, but {provider}:{model} has no price, so \
+         its calls would count as free and the budget would never stop the run: give the \
+         model's price (HttpModel::with_price) or drop the cost budget"
+    )]
+    Unpriced {
+        /// The model's provider.
+        provider: String,
+        /// The model.
+        model: String,
+        /// The budget's cap, in US dollars.
+        max_cost_usd: f64,
+    },
 }
 
 /// The async driver.
@@ -196,6 +216,19 @@ impl Runtime {
     }
 
     /// Refuses what needs a model on a runtime without one.
+    /// Refuses to drive a run under `budget` when the budget caps the cost and the model
+    /// cannot say what its calls cost.
+    fn keeps(&self, budget: &Budget) -> Result<(), RuntimeError> {
+        match budget.max_cost_usd {
+            Some(max_cost_usd) if !self.model.knows_cost() => Err(RuntimeError::Unpriced {
+                provider: self.model.provider().to_owned(),
+                model: self.model.model().to_owned(),
+                max_cost_usd,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn needs_model(&self) -> Result<(), RuntimeError> {
         if self.has_model {
             Ok(())
@@ -376,6 +409,7 @@ impl Runtime {
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
         self.needs_model()?;
+        self.keeps(&request.budget)?;
         let run_id = request.run_id;
         let config = RunConfig {
             run_id: run_id.clone(),
@@ -442,6 +476,7 @@ impl Runtime {
         self.needs_model()?;
         let (machine, log) = self.load(run_id).await?;
         self.check_tools(run_id, &log)?;
+        self.keeps(machine.budget())?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
     }
 
@@ -460,6 +495,7 @@ impl Runtime {
         let log = self.load_log(run_id).await?;
         self.check_tools(run_id, &log)?;
         let machine = self.with_message(run_id, &log, text, budget)?;
+        self.keeps(machine.budget())?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
     }
 
@@ -715,6 +751,7 @@ impl Runtime {
         self.needs_model()?;
         let (mut machine, log) = self.load(run_id).await?;
         self.check_tools(run_id, &log)?;
+        self.keeps(machine.budget())?;
         self.answer(run_id, &mut machine, input)?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
     }

@@ -205,6 +205,52 @@ async fn a_script_run_reads_a_file_and_completes_on_sled() {
     assert_eq!(manifest.system_prompt_digest.len(), 64);
 }
 
+/// A model that cannot say what its calls cost (this test's, which does not override
+/// `Model::knows_cost`) cannot drive a run with a cost budget: nothing is asked or written.
+/// A token budget needs no price.
+#[tokio::test]
+async fn a_cost_budget_needs_a_model_that_knows_what_calls_cost() {
+    let s = setup();
+    let store = s.watched(None);
+    let rt = s.runtime(read_script(), Arc::clone(&store), vec![]);
+    let capped = Budget {
+        max_cost_usd: Some(2.0),
+        ..Budget::default()
+    };
+    let err = rt
+        .start(
+            RunRequest::new("run-c", "g", capped),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, agent_runtime::RuntimeError::Unpriced { model, max_cost_usd, .. }
+            if model == "recording" && *max_cost_usd == 2.0),
+        "{err}"
+    );
+    assert!(
+        matches!(store.load("run-c"), Err(StoreError::RunNotFound(_))),
+        "nothing was written"
+    );
+    assert!(
+        s.prompts.lock().unwrap().is_empty(),
+        "the model was not asked"
+    );
+    let tokens = Budget {
+        max_tokens: Some(1_000),
+        ..Budget::default()
+    };
+    let report = rt
+        .start(
+            RunRequest::new("run-t", "g", tokens),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+}
+
 #[tokio::test]
 async fn the_model_is_never_asked_before_the_previous_turn_is_committed() {
     let s = setup();
