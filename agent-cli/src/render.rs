@@ -243,8 +243,10 @@ fn one_line(text: String) -> String {
 pub fn usage_total(entries: &[Entry]) -> Option<String> {
     let mut total = agent_core::Usage::default();
     for e in entries {
-        if let Event::DecisionProposed { usage, .. } | Event::DecisionRejected { usage, .. } =
-            &e.event
+        if let Event::DecisionProposed { usage, .. }
+        | Event::DecisionRejected { usage, .. }
+        | Event::ContextCompacted { usage, .. }
+        | Event::CompactionDeclined { usage, .. } = &e.event
         {
             total.add(usage);
         }
@@ -534,11 +536,32 @@ fn detail(run_id: &str, event: &Event) -> String {
             through_version,
             tokens_before,
             tokens_after,
+            usage,
             ..
         } => format!(
-            "history through v{through_version} summarized: {tokens_before} -> {tokens_after} tokens"
+            "history through v{through_version} summarized: {tokens_before} -> {tokens_after} \
+             tokens{}",
+            summary_cost(usage)
+        ),
+        Event::CompactionDeclined {
+            tokens_before,
+            tokens_after,
+            usage,
+        } => format!(
+            "summary not used, it would not shorten the prompt: {tokens_before} -> \
+             {tokens_after} tokens{}",
+            summary_cost(usage)
         ),
         Event::RunEnded { outcome } => format!("{}: {}", outcome.reason, outcome.message),
+    }
+}
+
+/// What a summary's model call used, when it used something: ` (summary: 900 in, 80 out)`.
+fn summary_cost(usage: &agent_core::Usage) -> String {
+    if usage.is_zero() {
+        String::new()
+    } else {
+        format!(" (summary: {})", usage_text(usage))
     }
 }
 
@@ -721,6 +744,64 @@ mod tests {
         assert!(
             shown.contains("other: bad gateway\\nretry later"),
             "{shown}"
+        );
+    }
+
+    /// A summary's model call shows what it used on the compaction's line, and a summary
+    /// not used shows too: both were paid for.
+    #[test]
+    fn compactions_show_what_their_summary_used() {
+        let used = agent_core::Usage {
+            cost_usd: 0.012,
+            ..agent_core::Usage::tokens(9_000, 300)
+        };
+        let compacted = Event::ContextCompacted {
+            summary: "s".into(),
+            through_version: 7,
+            tokens_before: 90_000,
+            tokens_after: 4_000,
+            usage: used,
+        };
+        assert_eq!(
+            detail("r", &compacted),
+            "history through v7 summarized: 90000 -> 4000 tokens (summary: 9000 in, 300 out, \
+             $0.0120)"
+        );
+        let declined = Event::CompactionDeclined {
+            tokens_before: 90_000,
+            tokens_after: 95_000,
+            usage: used,
+        };
+        assert_eq!(
+            detail("r", &declined),
+            "summary not used, it would not shorten the prompt: 90000 -> 95000 tokens \
+             (summary: 9000 in, 300 out, $0.0120)"
+        );
+        let free = Event::ContextCompacted {
+            summary: "s".into(),
+            through_version: 7,
+            tokens_before: 90_000,
+            tokens_after: 4_000,
+            usage: Default::default(),
+        };
+        assert!(
+            detail("r", &free).ends_with("4000 tokens"),
+            "{}",
+            detail("r", &free)
+        );
+        // And the run's total counts them.
+        let log: Vec<Entry> = [compacted, declined, free]
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Entry {
+                version: i as u64 + 1,
+                at_ms: 0,
+                event,
+            })
+            .collect();
+        assert_eq!(
+            usage_total(&log).as_deref(),
+            Some("usage: 18000 in, 600 out, $0.0240")
         );
     }
 

@@ -196,13 +196,29 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                 tokens_before,
                 tokens_after,
                 through_version,
+                usage,
                 ..
-            } => d.compactions.push(Mark {
-                at_ms: e.at_ms,
-                what: format!(
-                    "history through v{through_version} summarized: {tokens_before} → {tokens_after} tokens"
-                ),
-            }),
+            } => {
+                d.compactions.push(Mark {
+                    at_ms: e.at_ms,
+                    what: format!(
+                        "history through v{through_version} summarized: {tokens_before} → {tokens_after} tokens"
+                    ),
+                });
+                // The summary's model call is paid for like the others.
+                total.add(usage);
+            }
+            Event::CompactionDeclined {
+                tokens_before,
+                tokens_after,
+                usage,
+            } => {
+                d.compactions.push(Mark {
+                    at_ms: e.at_ms,
+                    what: format!("summary not used: {tokens_before} → {tokens_after} tokens"),
+                });
+                total.add(usage);
+            }
             Event::ApprovalRequested { turn, pending, .. } => d.approvals.push(Mark {
                 at_ms: e.at_ms,
                 what: format!(
@@ -275,9 +291,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_rejected_answer_is_a_bar_from_the_decision_to_the_verdict() {
-        let manifest = Manifest {
+    fn manifest() -> Manifest {
+        Manifest {
             runtime_version: "t".into(),
             provider: "script".into(),
             model: "m".into(),
@@ -288,17 +303,68 @@ mod tests {
             answer: None,
             forked_from: None,
             parent: None,
-        };
+        }
+    }
+
+    fn started() -> Entry {
+        entry(
+            1,
+            1_000,
+            Event::RunStarted {
+                run_id: "r".into(),
+                goal: "g".into(),
+                manifest: manifest(),
+            },
+        )
+    }
+
+    /// The usage curve counts what summaries used, and a summary not used is listed.
+    #[test]
+    fn summaries_count_in_the_usage_and_are_listed() {
         let log = [
+            started(),
             entry(
-                1,
-                1_000,
-                Event::RunStarted {
-                    run_id: "r".into(),
-                    goal: "g".into(),
-                    manifest,
+                2,
+                1_100,
+                Event::CompactionDeclined {
+                    tokens_before: 9_000,
+                    tokens_after: 9_500,
+                    usage: Usage::tokens(1_000, 100),
                 },
             ),
+            entry(
+                3,
+                1_200,
+                Event::ContextCompacted {
+                    summary: "s".into(),
+                    through_version: 2,
+                    tokens_before: 9_000,
+                    tokens_after: 800,
+                    usage: Usage::tokens(2_000, 200),
+                },
+            ),
+            entry(
+                4,
+                1_300,
+                Event::DecisionProposed {
+                    turn: 1,
+                    decision: Decision::Final { answer: "a".into() },
+                    usage: Usage::tokens(500, 5),
+                    reasoning: Vec::new(),
+                },
+            ),
+        ];
+        let d = data("r", &log);
+        let last = d.points.last().expect("a point for the decision");
+        assert_eq!((last.input_tokens, last.output_tokens), (3_500, 305));
+        assert_eq!(d.compactions.len(), 2);
+        assert!(d.compactions[0].what.starts_with("summary not used"));
+    }
+
+    #[test]
+    fn a_rejected_answer_is_a_bar_from_the_decision_to_the_verdict() {
+        let log = [
+            started(),
             entry(
                 2,
                 1_100,

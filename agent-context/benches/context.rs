@@ -116,6 +116,7 @@ fn replay(log: &[Entry], config: ContextConfig, compact: bool) -> Sent {
                         through_version: next_version - 1,
                         tokens_before: before,
                         tokens_after: after,
+                        usage: Default::default(),
                     },
                 );
                 p.apply(&compaction);

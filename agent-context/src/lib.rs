@@ -41,8 +41,8 @@ pub use facts::Facts;
 pub use project::{ContextConfig, Projector, REJECTED_REPLY_CHARS, SUMMARY_PREFIX, project};
 pub use render::PromptText;
 pub use summarize::{
-    DEFAULT_SUMMARY_CHARS, Digest, Extractive, SUMMARY_INSTRUCTION, Summarizer, SummaryError,
-    extract,
+    DEFAULT_SUMMARY_CHARS, Digest, Extractive, SUMMARY_INSTRUCTION, Summarized, Summarizer,
+    SummaryError, extract,
 };
 pub use tokens::{CharEstimate, DEFAULT_CONTEXT_WINDOW, Tiktoken, TokenCounter, context_window};
 

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use agent_core::{Decision, Entry, Event, Prompt, ToolOutcome, canonical_json};
+use agent_core::{Decision, Entry, Event, Prompt, ToolOutcome, Usage, canonical_json};
 use async_trait::async_trait;
 
 /// Writes the summary that replaces older turns.
@@ -13,8 +13,9 @@ pub trait Summarizer: Send + Sync {
     /// Summarizes `history` (the log since the last compaction, that compaction's event
     /// first: `Projector::summary_from`), of which `prompt` is the current view. On `Err`
     /// the runtime falls back to the [`Extractive`] summary: compaction never waits on a
-    /// summarizer that cannot answer.
-    async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Result<String, SummaryError>;
+    /// summarizer that cannot answer. What its model calls used, summary or not, counts
+    /// toward the run's budgets.
+    async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Summarized;
 
     /// Whether [`summarize`](Summarizer::summarize) reads `history`. When it does not, the
     /// runtime gives it an empty history rather than read the log back from the store.
@@ -27,6 +28,26 @@ pub trait Summarizer: Send + Sync {
     fn summarize_digest(&self, digest: &Digest) -> Option<String> {
         let _ = digest;
         None
+    }
+}
+
+/// What a summarizer gave: the summary or why there is none, and what its model calls
+/// used either way (a reply that is not a summary was paid for all the same).
+#[derive(Debug)]
+pub struct Summarized {
+    /// The summary.
+    pub summary: Result<String, SummaryError>,
+    /// What it used (nothing, for a summarizer that asks no model).
+    pub usage: Usage,
+}
+
+impl From<Result<String, SummaryError>> for Summarized {
+    /// A summary made without a model: it used nothing.
+    fn from(summary: Result<String, SummaryError>) -> Self {
+        Summarized {
+            summary,
+            usage: Usage::default(),
+        }
     }
 }
 
@@ -237,8 +258,8 @@ impl Digest {
 
 #[async_trait]
 impl Summarizer for Extractive {
-    async fn summarize(&self, history: &[Entry], _prompt: &Prompt) -> Result<String, SummaryError> {
-        Ok(self.of(history))
+    async fn summarize(&self, history: &[Entry], _prompt: &Prompt) -> Summarized {
+        Ok(self.of(history)).into()
     }
 
     /// The digest is the same summary, kept as the log was applied, when it has this size.

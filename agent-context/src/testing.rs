@@ -150,6 +150,7 @@ impl LogBuilder {
             through_version,
             tokens_before: 0,
             tokens_after: 0,
+            usage: agent_core::Usage::default(),
         })
     }
 

@@ -79,6 +79,11 @@ fn is_zero_count(v: &u64) -> bool {
 }
 
 impl Usage {
+    /// Whether nothing was used (no token, no cost): what a log leaves out.
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+
     /// Usage of `input` prompt tokens and `output` completion tokens.
     pub fn tokens(input: u64, output: u64) -> Self {
         Usage {

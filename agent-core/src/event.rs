@@ -310,6 +310,22 @@ pub enum Event {
         tokens_before: u64,
         /// Estimated prompt tokens after.
         tokens_after: u64,
+        /// What the model calls that wrote the summary used (none for a summary made
+        /// without a model); it counts toward the run's token and cost budgets.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
+    },
+    /// Fact: the history was summarized, but the summary would not have made the prompt
+    /// smaller, so it was not used; none is tried again before the prompt grew by a tenth
+    /// of the window. Its model calls were paid for all the same.
+    CompactionDeclined {
+        /// Estimated prompt tokens.
+        tokens_before: u64,
+        /// Estimated prompt tokens with the summary.
+        tokens_after: u64,
+        /// What the model calls that wrote the summary used.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// Fact: a person spoke to the run after its start: the answer to its clarifying
     /// question, or a follow-up after it ended. It opens a new *exchange*: step, tool-call,
@@ -351,6 +367,7 @@ impl Event {
             Event::SubAgentFinished { .. } => "sub_agent_finished",
             Event::ToolFinished { .. } => "tool_finished",
             Event::ContextCompacted { .. } => "context_compacted",
+            Event::CompactionDeclined { .. } => "compaction_declined",
             Event::UserMessage { .. } => "user_message",
             Event::RunEnded { .. } => "run_ended",
         }

@@ -570,7 +570,11 @@ impl RunState {
                 let counted = self.sub_agents.insert(run_id.clone(), *usage);
                 self.usage.add(&usage.since(&counted.unwrap_or_default()));
             }
-            Event::ContextCompacted { .. } | Event::ModelRetried { .. } => {}
+            // A summary's model calls count like the run's own.
+            Event::ContextCompacted { usage, .. } | Event::CompactionDeclined { usage, .. } => {
+                self.usage.add(usage);
+            }
+            Event::ModelRetried { .. } => {}
             Event::RunEnded { outcome } => self.status = Status::Ended(outcome.clone()),
         }
         self.version = entry.version;

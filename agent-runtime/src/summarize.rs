@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use agent_context::{
-    CharEstimate, SUMMARY_INSTRUCTION, Summarizer, SummaryError, TokenCounter, context_window,
+    CharEstimate, SUMMARY_INSTRUCTION, Summarized, Summarizer, SummaryError, TokenCounter,
+    context_window,
 };
 use agent_core::{Decision, Entry, Message, Prompt};
 use agent_providers::{Model, ModelRequest};
@@ -33,7 +34,7 @@ impl Summarizer for ModelSummarizer {
         false
     }
 
-    async fn summarize(&self, _history: &[Entry], prompt: &Prompt) -> Result<String, SummaryError> {
+    async fn summarize(&self, _history: &[Entry], prompt: &Prompt) -> Summarized {
         let window = context_window(self.model.model());
         let mut messages: Vec<Message> = prompt.messages.clone();
         for _ in 0..ATTEMPTS {
@@ -49,25 +50,33 @@ impl Summarizer for ModelSummarizer {
             // A rough size check is enough: the summary request only has to fit.
             let text = serde_json::to_string(&request).unwrap_or_default();
             if CharEstimate.count(&text) < window * 9 / 10 {
-                let reply = self
+                let asked = self
                     .model
                     .decide(ModelRequest {
                         prompt: &request,
                         step: u32::MAX,
                     })
-                    .await
-                    .map_err(|e| SummaryError::Failed(Box::new(e)))?;
-                return match reply.decision {
+                    .await;
+                let reply = match asked {
+                    Ok(reply) => reply,
+                    Err(e) => return Err(SummaryError::Failed(Box::new(e))).into(),
+                };
+                // Paid for, whatever it says.
+                let summary = match reply.decision {
                     Ok(Decision::Final { answer }) if !answer.trim().is_empty() => Ok(answer),
                     Ok(other) => Err(SummaryError::NotASummary(format!("{other:?}"))),
                     Err(invalid) => Err(SummaryError::NotASummary(invalid.problem)),
+                };
+                return Summarized {
+                    summary,
+                    usage: reply.usage,
                 };
             }
             // Too large: drop the oldest half of the material and try again.
             let drop = messages.len() / 2;
             messages.drain(..drop.max(1));
         }
-        Err(SummaryError::TooLarge)
+        Err(SummaryError::TooLarge).into()
     }
 }
 
@@ -103,7 +112,7 @@ mod tests {
             match self.answer {
                 Some(a) => Ok(ModelReply::decision(
                     Decision::Final { answer: a.into() },
-                    Usage::default(),
+                    Usage::tokens(120, 30),
                 )),
                 None => Err(ProviderError::Transport("down".into())),
             }
@@ -133,8 +142,13 @@ mod tests {
     async fn the_model_writes_the_summary_with_the_fixed_instruction() {
         let model = fake("gpt-4o", Some("we read three files"));
         let s = ModelSummarizer::new(model.clone());
-        let summary = s.summarize(&[], &prompt(4, 10)).await.unwrap();
-        assert_eq!(summary, "we read three files");
+        let summarized = s.summarize(&[], &prompt(4, 10)).await;
+        assert_eq!(summarized.summary.unwrap(), "we read three files");
+        assert_eq!(
+            summarized.usage,
+            Usage::tokens(120, 30),
+            "what the call used"
+        );
         assert_eq!(
             *model.seen.lock().unwrap(),
             [5],
@@ -145,12 +159,17 @@ mod tests {
     #[tokio::test]
     async fn a_failing_model_says_why() {
         let s = ModelSummarizer::new(fake("gpt-4o", None));
-        let err = s.summarize(&[], &prompt(2, 10)).await.unwrap_err();
+        let summarized = s.summarize(&[], &prompt(2, 10)).await;
+        let err = summarized.summary.unwrap_err();
         assert!(matches!(err, SummaryError::Failed(_)), "{err}");
         assert!(err.to_string().contains("down"), "{err}");
+        assert!(summarized.usage.is_zero());
         let s = ModelSummarizer::new(fake("gpt-4o", Some("  ")));
-        let err = s.summarize(&[], &prompt(2, 10)).await.unwrap_err();
+        let summarized = s.summarize(&[], &prompt(2, 10)).await;
+        let err = summarized.summary.unwrap_err();
         assert!(matches!(err, SummaryError::NotASummary(_)), "{err}");
+        // An empty answer is no summary, but it was paid for.
+        assert_eq!(summarized.usage, Usage::tokens(120, 30));
     }
 
     #[tokio::test]
@@ -158,15 +177,18 @@ mod tests {
         // gpt-4: an 8,192-token window; 40 messages of 2,000 characters do not fit.
         let model = fake("gpt-4", Some("short"));
         let s = ModelSummarizer::new(model.clone());
-        assert_eq!(s.summarize(&[], &prompt(40, 2_000)).await.unwrap(), "short");
+        let summarized = s.summarize(&[], &prompt(40, 2_000)).await;
+        assert_eq!(summarized.summary.unwrap(), "short");
         let seen = model.seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 1);
         assert!(seen[0] <= 11, "the oldest halves were dropped: {seen:?}");
         // Far too large: after the bounded attempts, it gives up.
         let model = fake("gpt-4", Some("never"));
         let s = ModelSummarizer::new(model.clone());
-        let err = s.summarize(&[], &prompt(400, 4_000)).await.unwrap_err();
+        let summarized = s.summarize(&[], &prompt(400, 4_000)).await;
+        let err = summarized.summary.unwrap_err();
         assert!(matches!(err, SummaryError::TooLarge), "{err}");
+        assert!(summarized.usage.is_zero(), "nothing asked, nothing used");
         assert!(
             model.seen.lock().unwrap().is_empty(),
             "never asked with a request that does not fit"

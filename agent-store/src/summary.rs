@@ -136,6 +136,7 @@ impl RunSummary {
             | Event::EffectDispatched { .. }
             | Event::EffectReconciled { .. }
             | Event::ContextCompacted { .. }
+            | Event::CompactionDeclined { .. }
             | Event::ModelRetried { .. }
             | Event::ToolFinished { .. } => {}
         }

@@ -240,3 +240,40 @@ fn a_check_past_its_timeout_rejects_the_answer() {
         stderr(&out)
     );
 }
+
+/// An answer whose check outlasts the run's wall-clock budget still gets the check's word:
+/// it passed, so the run completes (its time ran out while nothing else could be done).
+/// Before, the budget's end came first and the verdict fit nowhere: an internal error and
+/// a run left without its end.
+#[test]
+fn an_answer_checked_past_the_deadline_ends_the_run_cleanly() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "yes"}]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--timeout",
+        "2",
+        "--check",
+        "sleep 3",
+        "decide",
+    ]);
+    let v = json_out(&out);
+    let run_id = v["run_id"].as_str().unwrap().to_owned();
+    // The script answers at once; only a host too slow to start a run in 2 s makes the
+    // deadline come before the check, and then the answer is not checked at all.
+    let reason = v["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason == "completed" || reason == "deadline_exceeded",
+        "{reason}: {}",
+        stderr(&out)
+    );
+    if reason == "completed" {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(v["answer"], "yes");
+    }
+    let log = events(&env, &run_id);
+    assert_eq!(log.last().unwrap()["type"], "run_ended", "{log:?}");
+}

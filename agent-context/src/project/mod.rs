@@ -421,6 +421,10 @@ impl Projector {
                 self.user_said(text);
             }
             Event::ContextCompacted { summary, .. } => self.compact(summary),
+            // The prompt stays as it is; the next try waits until it grew.
+            Event::CompactionDeclined { tokens_before, .. } => {
+                self.compaction_declined(usize::try_from(*tokens_before).unwrap_or(usize::MAX));
+            }
             // Effects are bookkeeping; what the model learns of a call is its result.
             Event::EffectDispatched { .. }
             | Event::SubAgentFinished { .. }

@@ -66,6 +66,7 @@ pub fn compact_extractively(log: &mut Log, tokens_before: usize) {
         through_version,
         tokens_before: tokens_before as u64,
         tokens_after: 0,
+        usage: Default::default(),
     });
 }
 

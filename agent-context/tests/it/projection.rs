@@ -477,6 +477,7 @@ fn compaction_keeps_the_facts_and_the_newest_user_messages() {
         through_version: log.0.len() as u64,
         tokens_before: before as u64,
         tokens_after: 0,
+        usage: Default::default(),
     });
     let small = ContextConfig {
         kept_user_tokens: 250,

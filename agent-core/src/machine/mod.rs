@@ -214,6 +214,15 @@ impl Machine {
         &self.budget
     }
 
+    /// Time passes, without the wall-clock budget being judged: for the caller holding an
+    /// answer to the outstanding command (a model's reply, a summary, a check's verdict),
+    /// which hands it next, to be recorded at this time and judged with it. An
+    /// [`Input::Tick`] past the deadline would end the run before the answer, and the
+    /// answer would then fit nowhere.
+    pub fn observe_time(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
     /// The tools the run may call.
     pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
         self.tools.values()
@@ -275,14 +284,32 @@ impl Machine {
                     through_version,
                     tokens_before,
                     tokens_after,
+                    usage,
                 },
             ) => {
-                // Not a step: after the commit the same turn asks the model again.
+                // Not a step: after the commit the same turn asks the model again, once
+                // the budgets (which the summary's usage counts toward) allow it.
                 self.stage(Event::ContextCompacted {
                     summary,
                     through_version,
                     tokens_before,
                     tokens_after,
+                    usage,
+                });
+                self.commit();
+            }
+            (
+                Phase::AwaitingModel { .. },
+                Input::CompactionDeclined {
+                    tokens_before,
+                    tokens_after,
+                    usage,
+                },
+            ) => {
+                self.stage(Event::CompactionDeclined {
+                    tokens_before,
+                    tokens_after,
+                    usage,
                 });
                 self.commit();
             }

@@ -1,6 +1,7 @@
 //! What the machine and its driver say to each other: the inputs it takes, the commands
 //! it gives, the verdicts of the gateway, and why an input or a reply is refused.
 
+use crate::budget::Usage;
 use crate::decision::{CallId, ModelReply, ToolCall};
 use crate::event::{Entry, Finding, Resolution};
 use crate::reason::{Outcome, PendingCall};
@@ -111,6 +112,19 @@ pub enum Input {
         tokens_before: u64,
         /// Estimated prompt tokens after.
         tokens_after: u64,
+        /// What the summary's model calls used.
+        usage: Usage,
+    },
+    /// Before the outstanding `CallModel`: the runtime summarized the history, but the
+    /// summary would not make the prompt smaller; the machine commits that (and what the
+    /// summary used), then asks for the model call again.
+    CompactionDeclined {
+        /// Estimated prompt tokens.
+        tokens_before: u64,
+        /// Estimated prompt tokens with the summary.
+        tokens_after: u64,
+        /// What the summary's model calls used.
+        usage: Usage,
     },
     /// Before `ToolsFinished`: calls of the outstanding `ExecuteTools` were answered by
     /// sub-agent runs, which used this much (it counts toward the run's budgets).
@@ -142,6 +156,7 @@ impl Input {
             Input::EffectsReconciled { .. } => "EffectsReconciled",
             Input::Resolved { .. } => "Resolved",
             Input::ContextCompacted { .. } => "ContextCompacted",
+            Input::CompactionDeclined { .. } => "CompactionDeclined",
             Input::AnswerChecked { .. } => "AnswerChecked",
             Input::SubAgentsFinished { .. } => "SubAgentsFinished",
             Input::Cancel => "Cancel",

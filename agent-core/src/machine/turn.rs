@@ -49,15 +49,24 @@ impl Machine {
             usage,
             reasoning,
         });
+        let checked = self
+            .working
+            .manifest
+            .as_ref()
+            .and_then(|m| m.answer.as_ref())
+            .is_some();
+        // A reply that asks for work: calls to check and run, an answer to check.
+        let works = match &decision {
+            Decision::ToolCalls { .. } | Decision::RequestApproval { .. } => true,
+            Decision::Final { .. } => checked,
+            Decision::Clarification { .. } | Decision::CannotContinue { .. } => false,
+        };
+        if works && self.ended_by_deadline() {
+            return;
+        }
         match decision {
             Decision::Final { answer } => {
-                if self
-                    .working
-                    .manifest
-                    .as_ref()
-                    .and_then(|m| m.answer.as_ref())
-                    .is_some()
-                {
+                if checked {
                     self.phase = Phase::AwaitingAnswerCheck {
                         answer: answer.clone(),
                     };
@@ -103,6 +112,20 @@ impl Machine {
             }
             Decision::RequestApproval { summary, calls } => self.screen(turn, calls, Some(summary)),
         }
+    }
+
+    /// Ends the run if its wall-clock budget is spent: a reply that came as it ran out is
+    /// kept (it was paid for), and nothing it asks for is done (no call checked or run, no
+    /// check command started).
+    fn ended_by_deadline(&mut self) -> bool {
+        if !self.deadline_passed() {
+            return false;
+        }
+        self.end(Outcome::stop(
+            TerminalReason::DeadlineExceeded,
+            self.deadline_message(),
+        ));
+        true
     }
 
     /// The validators' word on a final answer: it completes the run, or goes back to the

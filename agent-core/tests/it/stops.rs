@@ -310,3 +310,118 @@ fn the_tool_call_budget_is_a_limit_reached_not_passed() {
     let r = check(w, TerminalReason::ToolBudgetExhausted);
     assert!(r.executed.is_empty());
 }
+
+/// A machine started under `budget` with one read tool, its first commit confirmed: it asks
+/// for the first model call.
+fn asking(budget: Budget) -> Machine {
+    let config = RunConfig {
+        run_id: "r".into(),
+        goal: "g".into(),
+        manifest: crate::harness::manifest(budget),
+        tools: vec![tool("read", Risk::Read).spec],
+    };
+    let mut m = Machine::start(config, T0);
+    let Some(Command::Commit { entries, .. }) = m.poll_command() else {
+        panic!("the start is committed first")
+    };
+    m.handle(Input::Committed {
+        version: entries.len() as u64,
+    })
+    .unwrap();
+    assert!(matches!(m.poll_command(), Some(Command::CallModel { .. })));
+    m
+}
+
+/// The events of the next command, which must be a commit.
+fn next_commit(m: &mut Machine) -> Vec<Event> {
+    match m.poll_command() {
+        Some(Command::Commit { entries, .. }) => entries.into_iter().map(|e| e.event).collect(),
+        other => panic!("expected a commit, got {other:?}"),
+    }
+}
+
+/// A reply that comes as the wall-clock budget runs out is handed with the time it came
+/// at: it is kept (it was paid for), and what it asks is not done. A `Tick` first would
+/// have ended the run and left the reply nowhere to go.
+#[test]
+fn a_reply_that_comes_past_the_deadline_is_kept_and_nothing_it_asks_is_done() {
+    let mut m = asking(Budget {
+        max_wall_time_ms: Some(1_000),
+        ..Budget::default()
+    });
+    m.observe_time(T0 + 1_500);
+    let calls = vec![ToolCall::new("c1", "read", json!({}))];
+    m.handle(Input::ModelReplied(ModelReply::decision(
+        Decision::ToolCalls { calls },
+        Usage::tokens(900, 40),
+    )))
+    .unwrap();
+    let events = next_commit(&mut m);
+    let names: Vec<&str> = events.iter().map(Event::name).collect();
+    assert_eq!(names, ["decision_proposed", "run_ended"]);
+    let Event::RunEnded { outcome } = &events[1] else {
+        unreachable!()
+    };
+    assert_eq!(outcome.reason, TerminalReason::DeadlineExceeded);
+    // A final answer needs nothing done: it completes, however late.
+    let mut m = asking(Budget {
+        max_wall_time_ms: Some(1_000),
+        ..Budget::default()
+    });
+    m.observe_time(T0 + 1_500);
+    m.handle(Input::ModelReplied(ModelReply::decision(
+        Decision::Final {
+            answer: "late".into(),
+        },
+        Usage::default(),
+    )))
+    .unwrap();
+    let events = next_commit(&mut m);
+    assert!(
+        matches!(&events[1], Event::RunEnded { outcome } if outcome.reason == TerminalReason::Completed)
+    );
+}
+
+/// What a summary's model calls used is committed with the compaction (or with a summary
+/// not used) and counts toward the budgets before the model is asked again.
+#[test]
+fn a_summary_s_usage_counts_toward_the_budget() {
+    for declined in [false, true] {
+        let mut m = asking(Budget {
+            max_tokens: Some(1_000),
+            ..Budget::default()
+        });
+        let usage = Usage::tokens(900, 100);
+        m.handle(if declined {
+            Input::CompactionDeclined {
+                tokens_before: 5_000,
+                tokens_after: 6_000,
+                usage,
+            }
+        } else {
+            Input::ContextCompacted {
+                summary: "s".into(),
+                through_version: 1,
+                tokens_before: 5_000,
+                tokens_after: 500,
+                usage,
+            }
+        })
+        .unwrap();
+        let events = next_commit(&mut m);
+        assert_eq!(events.len(), 1);
+        m.handle(Input::Committed { version: 2 }).unwrap();
+        let Some(Command::Commit { entries, .. }) = m.poll_command() else {
+            panic!("the budget is spent: the run ends, the model is not asked")
+        };
+        let Event::RunEnded { outcome } = &entries[0].event else {
+            panic!("{entries:?}")
+        };
+        assert_eq!(
+            outcome.reason,
+            TerminalReason::CostBudgetExceeded,
+            "{declined}"
+        );
+        assert_eq!(m.state().usage.total_tokens(), 1_000);
+    }
+}

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use agent_context::Summarized;
 use agent_core::{
-    CallId, Command, Entry, Input, InputError, Machine, ScheduledCall, ToolCall, Verdict,
+    CallId, Command, Entry, Input, InputError, Machine, ScheduledCall, ToolCall, Usage, Verdict,
 };
 use agent_providers::ModelRequest;
 use agent_tools::Checks;
@@ -93,42 +94,69 @@ impl Runtime {
                             agent.tokens_after = tracing::field::Empty,
                         );
                         let before = projector.tokens();
-                        let summary = match self.summarizer.summarize_digest(projector.digest()) {
-                            Some(summary) => summary,
-                            None => {
-                                // What came before the last compaction is in its summary;
-                                // the log is read back only for a summarizer that reads it.
-                                let log = if self.summarizer.reads_history() {
-                                    self.load_log_from(&run_id, projector.summary_from())
-                                        .instrument(span.clone())
-                                        .await?
-                                } else {
-                                    Vec::new()
-                                };
-                                self.summarizer
-                                    .summarize(&log, projector.prompt())
-                                    .instrument(span.clone())
-                                    .await
+                        let (summary, usage) =
+                            match self.summarizer.summarize_digest(projector.digest()) {
+                                Some(summary) => (summary, Usage::default()),
+                                None => {
+                                    // What came before the last compaction is in its
+                                    // summary; the log is read back only for a summarizer
+                                    // that reads it.
+                                    let log = if self.summarizer.reads_history() {
+                                        self.load_log_from(&run_id, projector.summary_from())
+                                            .instrument(span.clone())
+                                            .await?
+                                    } else {
+                                        Vec::new()
+                                    };
+                                    // A model call like the others: cancelled with the run,
+                                    // bounded by its wall-clock budget.
+                                    let asked = tokio::select! {
+                                        summarized = self
+                                            .summarizer
+                                            .summarize(&log, projector.prompt())
+                                            .instrument(span.clone()) => Some(summarized),
+                                        () = cancel.cancelled() => None,
+                                        () = self.deadline(&machine) => None,
+                                    };
+                                    let Some(Summarized { summary, usage }) = asked else {
+                                        self.tick(&mut machine)?;
+                                        if cancel.is_cancelled() {
+                                            machine.handle(Input::Cancel)?;
+                                        }
+                                        continue;
+                                    };
+                                    machine.observe_time(self.clock.now_ms());
                                     // The one fallback: the extractive summary of the log,
                                     // which the projection keeps as it goes.
-                                    .unwrap_or_else(|_| projector.digest().summary())
-                            }
-                        };
+                                    let summary =
+                                        summary.unwrap_or_else(|_| projector.digest().summary());
+                                    (summary, usage)
+                                }
+                            };
                         let after = projector.tokens_after_compaction(&summary);
                         span.record("agent.tokens_after", after);
                         // Compact only when it helps; otherwise the model gets what there is,
-                        // and no summary is asked for again until the prompt grew.
-                        if after >= before {
+                        // and no summary is asked for again until the prompt grew. Either
+                        // way it is committed, with what the summary cost.
+                        let (tokens_before, tokens_after) = (before as u64, after as u64);
+                        machine.handle(if after >= before {
+                            // Its commit tells the projector too; this process knows now.
                             projector.compaction_declined(before);
+                            Input::CompactionDeclined {
+                                tokens_before,
+                                tokens_after,
+                                usage,
+                            }
                         } else {
-                            machine.handle(Input::ContextCompacted {
+                            Input::ContextCompacted {
                                 summary,
                                 through_version: projector.version(),
-                                tokens_before: before as u64,
-                                tokens_after: after as u64,
-                            })?;
-                            continue;
-                        }
+                                tokens_before,
+                                tokens_after,
+                                usage,
+                            }
+                        })?;
+                        continue;
                     }
                     let prompt = projector.prompt();
                     let step = machine.state().steps;
@@ -140,7 +168,13 @@ impl Runtime {
                         () = self.deadline(&machine) => None,
                     };
                     record_chat(&chat, answer.as_ref());
-                    self.tick(&mut machine)?;
+                    if answer.is_some() {
+                        // Recorded at the time it came, and judged with it: a reply that
+                        // came as the wall-clock budget ran out is kept.
+                        machine.observe_time(self.clock.now_ms());
+                    } else {
+                        self.tick(&mut machine)?;
+                    }
                     match answer {
                         Some(Ok(mut reply)) => {
                             // The machine only ever holds what the log may hold: secret
@@ -169,12 +203,20 @@ impl Runtime {
                         rejection = self.check_answer(&run_id, &machine, &answer) => Some(rejection),
                         () = cancel.cancelled() => None,
                     };
-                    self.tick(&mut machine)?;
                     match judged {
-                        Some(rejection) => machine.handle(Input::AnswerChecked {
-                            rejection: rejection.map(|r| self.redactor.redact_str(&r)),
-                        })?,
-                        None => machine.handle(Input::Cancel)?,
+                        Some(rejection) => {
+                            // An answer that passed its checks completes the run, however
+                            // long they took; one that failed goes back to the model, if
+                            // the budget allows.
+                            machine.observe_time(self.clock.now_ms());
+                            machine.handle(Input::AnswerChecked {
+                                rejection: rejection.map(|r| self.redactor.redact_str(&r)),
+                            })?;
+                        }
+                        None => {
+                            self.tick(&mut machine)?;
+                            machine.handle(Input::Cancel)?;
+                        }
                     }
                 }
                 Command::CheckCalls { calls, .. } => {

@@ -622,3 +622,80 @@ impl Clock for Fixed {
         1_000
     }
 }
+
+/// A clock the test moves by hand.
+struct HandClock(Arc<std::sync::atomic::AtomicU64>);
+
+impl Clock for HandClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A model whose call takes the run past its wall-clock budget: its answer comes back
+/// just after the deadline, before the runtime's timer for it fired.
+struct AnswersLate {
+    clock: Arc<std::sync::atomic::AtomicU64>,
+    past: u64,
+}
+
+#[async_trait]
+impl Model for AnswersLate {
+    fn provider(&self) -> &str {
+        "late"
+    }
+    fn model(&self) -> &str {
+        "late"
+    }
+    async fn decide(&self, _: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        self.clock
+            .fetch_add(self.past, std::sync::atomic::Ordering::SeqCst);
+        Ok(ModelReply::decision(
+            Decision::ToolCalls {
+                calls: vec![ToolCall::new(
+                    "c1",
+                    "read_file",
+                    json!({"path": "notes.txt"}),
+                )],
+            },
+            Usage::tokens(1_000, 50),
+        ))
+    }
+}
+
+/// An answer that arrives as the wall-clock budget runs out is kept (it was paid for), and
+/// the run stops there, its calls not run: no internal error, whichever came first.
+#[tokio::test]
+async fn an_answer_that_comes_as_the_deadline_passes_is_kept_and_the_run_stops() {
+    let s = setup();
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(1_700_000_000_000));
+    let model = AnswersLate {
+        clock: Arc::clone(&clock),
+        past: 61_000,
+    };
+    let gateway = Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap()).unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = Runtime::new(Arc::new(model), Arc::new(gateway), Arc::clone(&store))
+        .with_clock(Arc::new(HandClock(clock)));
+    let budget = Budget {
+        max_wall_time_ms: Some(60_000),
+        ..Budget::default()
+    };
+    let report = rt
+        .start(
+            RunRequest::new("run-late", "g", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::DeadlineExceeded);
+    let log = store.load("run-late").unwrap();
+    let kinds: Vec<&str> = log.iter().map(|e| e.event.name()).collect();
+    assert_eq!(kinds, ["run_started", "decision_proposed", "run_ended"]);
+    assert_eq!(
+        report.state.usage.total_tokens(),
+        1_050,
+        "the late answer counts"
+    );
+    assert_eq!(report.state.tool_calls, 0, "nothing ran past the deadline");
+}

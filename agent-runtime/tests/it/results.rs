@@ -357,19 +357,26 @@ async fn read_result_pages_through_a_blob_by_offset_and_limit() {
     );
 }
 
-/// A summarizer whose summaries do not help (longer than what they would replace), and
-/// how often it was asked.
+/// What each summary of the test summarizers costs.
+fn summary_usage() -> Usage {
+    Usage {
+        cost_usd: 0.25,
+        ..Usage::tokens(500, 100)
+    }
+}
+
+/// A summarizer whose summaries do not help (longer than what they would replace), each
+/// paid for, and how often it was asked.
 struct Wordy(std::sync::atomic::AtomicUsize);
 
 #[async_trait]
 impl agent_context::Summarizer for Wordy {
-    async fn summarize(
-        &self,
-        _history: &[Entry],
-        _prompt: &Prompt,
-    ) -> Result<String, agent_context::SummaryError> {
+    async fn summarize(&self, _history: &[Entry], _prompt: &Prompt) -> agent_context::Summarized {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok("far too long a summary ".repeat(4_000))
+        agent_context::Summarized {
+            summary: Ok("far too long a summary ".repeat(4_000)),
+            usage: summary_usage(),
+        }
     }
 }
 
@@ -398,9 +405,8 @@ async fn a_summary_that_does_not_help_is_not_asked_for_again_every_turn() {
         .unwrap();
     assert_eq!(report.outcome.reason, TerminalReason::Completed);
     let asked = wordy.0.load(std::sync::atomic::Ordering::Relaxed);
-    let compacted = store
-        .load("run-w")
-        .unwrap()
+    let log = store.load("run-w").unwrap();
+    let compacted = log
         .iter()
         .filter(|e| matches!(e.event, Event::ContextCompacted { .. }))
         .count();
@@ -412,6 +418,158 @@ async fn a_summary_that_does_not_help_is_not_asked_for_again_every_turn() {
         (1..=3).contains(&asked),
         "asked {asked} times over 13 model calls: once, and again only as the prompt grew"
     );
+    // Each summary asked for is in the log, with what it cost, and counts in the run's
+    // usage (the script's own calls report none).
+    let declined: Vec<(u64, u64, Usage)> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::CompactionDeclined {
+                tokens_before,
+                tokens_after,
+                usage,
+            } => Some((*tokens_before, *tokens_after, *usage)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(declined.len(), asked);
+    assert!(
+        declined
+            .iter()
+            .all(|(before, after, usage)| after >= before && *usage == summary_usage())
+    );
+    assert_eq!(report.state.usage.total_tokens(), 600 * asked as u64);
+    assert!((report.state.usage.cost_usd - 0.25 * asked as f64).abs() < 1e-9);
+
+    // Continued from its log, the run knows the summaries that did not help: none is
+    // asked for again before the prompt grows.
+    let again = Arc::new(Wordy(std::sync::atomic::AtomicUsize::new(0)));
+    let follow = s
+        .runtime(
+            json!({ "turns": turns_then(13, "once more") }),
+            Arc::clone(&store),
+            vec![],
+        )
+        .with_context(agent_context::ContextConfig {
+            context_window: 6_000,
+            unmasked_result_chars: 0,
+            ..agent_context::ContextConfig::default()
+        })
+        .with_summarizer(again.clone());
+    let report = follow
+        .reply("run-w", "anything else?", None, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.answer.as_deref(), Some("once more"));
+    assert_eq!(again.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+/// A script of `skip` turns that are never played (the run made those calls already),
+/// then `answer`.
+fn turns_then(skip: usize, answer: &str) -> Value {
+    let mut turns = vec![json!({"final": "never played"}); skip];
+    turns.push(json!({ "final": answer }));
+    Value::Array(turns)
+}
+
+/// A summarizer whose short summaries help, each paid for.
+struct Paid;
+
+#[async_trait]
+impl agent_context::Summarizer for Paid {
+    async fn summarize(&self, _history: &[Entry], _prompt: &Prompt) -> agent_context::Summarized {
+        agent_context::Summarized {
+            summary: Ok("read pages of big.txt".to_owned()),
+            usage: summary_usage(),
+        }
+    }
+}
+
+/// What a summary's model call used counts toward the run's budgets like any call: past
+/// the cost budget, the model is not asked again.
+#[tokio::test]
+async fn a_summary_s_cost_counts_toward_the_budget() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s
+        .runtime(
+            json!({ "turns": paged_reads(&s, 12) }),
+            Arc::clone(&store),
+            vec![],
+        )
+        .with_context(agent_context::ContextConfig {
+            context_window: 6_000,
+            unmasked_result_chars: 0,
+            ..agent_context::ContextConfig::default()
+        })
+        .with_summarizer(Arc::new(Paid));
+    let budget = Budget {
+        max_tokens: Some(600),
+        ..Budget::default()
+    };
+    let report = rt
+        .start(
+            RunRequest::new("run-p", "read the big file", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    let log = store.load("run-p").unwrap();
+    let kinds: Vec<&str> = log.iter().map(|e| e.event.name()).collect();
+    let at = kinds
+        .iter()
+        .position(|k| *k == "context_compacted")
+        .unwrap();
+    assert_eq!(kinds[at + 1..], ["run_ended"], "no model call after it");
+    assert_eq!(report.state.usage.total_tokens(), 600);
+}
+
+/// A summarizer that never answers, and says when it was asked.
+struct Stuck(Arc<tokio::sync::Notify>);
+
+#[async_trait]
+impl agent_context::Summarizer for Stuck {
+    async fn summarize(&self, _history: &[Entry], _prompt: &Prompt) -> agent_context::Summarized {
+        self.0.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// A summary is a model call like the others: cancelling the run stops the wait for it.
+#[tokio::test]
+async fn a_run_waiting_for_its_summary_can_be_cancelled() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let asked = Arc::new(tokio::sync::Notify::new());
+    let rt = s
+        .runtime(
+            json!({ "turns": paged_reads(&s, 12) }),
+            Arc::clone(&store),
+            vec![],
+        )
+        .with_context(agent_context::ContextConfig {
+            context_window: 6_000,
+            unmasked_result_chars: 0,
+            ..agent_context::ContextConfig::default()
+        })
+        .with_summarizer(Arc::new(Stuck(Arc::clone(&asked))));
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    let run = rt.start(
+        RunRequest::new("run-s", "read the big file", Budget::default()),
+        cancel,
+    );
+    let (report, ()) = tokio::join!(
+        tokio::time::timeout(std::time::Duration::from_secs(60), run),
+        async move {
+            asked.notified().await;
+            canceller.cancel();
+        }
+    );
+    let report = report.expect("the run stopped when cancelled").unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
+    let log = store.load("run-s").unwrap();
+    assert_eq!(log.last().unwrap().event.name(), "run_ended");
 }
 
 /// A store that counts the reads of a run's log.
@@ -448,14 +606,10 @@ struct Seen {
 
 #[async_trait]
 impl agent_context::Summarizer for Seen {
-    async fn summarize(
-        &self,
-        history: &[Entry],
-        _prompt: &Prompt,
-    ) -> Result<String, agent_context::SummaryError> {
+    async fn summarize(&self, history: &[Entry], _prompt: &Prompt) -> agent_context::Summarized {
         let names = history.iter().map(|e| e.event.name()).collect();
         self.histories.lock().unwrap().push(names);
-        Ok("short".to_owned())
+        Ok("short".to_owned()).into()
     }
     fn reads_history(&self) -> bool {
         self.reads
