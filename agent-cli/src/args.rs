@@ -304,12 +304,23 @@ pub struct Limits {
     /// exchanges does not count).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
+    /// Tokens the run may use in all (input and output, summaries and sub-agents included).
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// US dollars the run may spend in all; needs the model's price (`[prices."MODEL"]` in
+    /// agent.toml).
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
 }
 
 impl Limits {
     /// Whether any limit was given.
     pub fn any(&self) -> bool {
-        self.max_steps.is_some() || self.max_tool_calls.is_some() || self.timeout.is_some()
+        self.max_steps.is_some()
+            || self.max_tool_calls.is_some()
+            || self.timeout.is_some()
+            || self.max_tokens.is_some()
+            || self.max_cost.is_some()
     }
 }
 

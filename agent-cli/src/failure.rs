@@ -91,7 +91,8 @@ impl From<RuntimeError> for Failure {
                 model,
                 max_cost_usd,
             } => usage(format!(
-                "the run's cost budget is ${max_cost_usd} (max_cost_usd), but agent knows no \
+                "the run's cost budget is ${max_cost_usd} (--max-cost, max_cost_usd), but agent \
+                 knows no \
                  price for {provider}:{model}, so its calls would count as free and the budget \
                  would never stop the run: give the price in agent.toml, [prices.{}] with \
                  input = and output = in dollars per million tokens",

@@ -131,7 +131,7 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
         }
         TerminalReason::DeadlineExceeded => "raise --timeout to allow more",
         TerminalReason::CostBudgetExceeded => {
-            "raise max_tokens or max_cost_usd in agent.toml to allow more"
+            "raise --max-tokens or --max-cost to allow more (with a message: agent resume RUN \"…\" --max-cost USD)"
         }
         TerminalReason::PolicyViolation => {
             "change the policy with --allow, or give the model another goal"

@@ -702,12 +702,23 @@ fn budget_changes(config: &Config, flags: &Limits) -> Result<BudgetChanges, Sett
         }
         None => None,
     };
+    let max_tokens = flags.max_tokens.or(config.max_tokens);
+    if max_tokens == Some(0) {
+        return Err(bad("--max-tokens must be at least 1"));
+    }
+    if let Some(usd) = flags.max_cost
+        && !(usd.is_finite() && usd > 0.0)
+    {
+        return Err(bad(format!(
+            "--max-cost {usd}: give a positive number of dollars"
+        )));
+    }
     Ok(BudgetChanges {
         max_steps,
         max_tool_calls: flags.max_tool_calls.or(config.max_tool_calls),
-        max_tokens: config.max_tokens,
-        // Checked with the file: positive and finite.
-        max_cost_usd: config.max_cost_usd,
+        max_tokens,
+        // The file's is checked with the file: positive and finite.
+        max_cost_usd: flags.max_cost.or(config.max_cost_usd),
         max_wall_time_ms,
     })
 }

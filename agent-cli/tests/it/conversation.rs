@@ -151,6 +151,54 @@ fn limits_count_per_exchange_and_a_message_can_raise_them() {
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }
 
+/// `--max-cost` and `--max-tokens` cap a run's spending from the command line, over the
+/// whole run; a message raises a spent cap.
+#[test]
+fn the_cost_and_token_caps_come_from_flags_and_a_message_raises_them() {
+    let env = Env::new();
+    let paid = |id: &str| {
+        json!({"tool_calls": [{"id": id, "name": "list_dir", "arguments": {"path": "."}}],
+            "usage": {"input_tokens": 100, "output_tokens": 10, "cost_usd": 0.3}})
+    };
+    let model = env.script(json!([paid("a"), paid("b"), paid("c"), {"final": "done"}]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--model",
+        &model,
+        "--max-cost",
+        "0.5",
+        "look",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v = object(&out);
+    assert_eq!(
+        (v["reason"].as_str(), v["steps"].as_u64()),
+        (Some("cost_budget_exceeded"), Some(2)),
+        "$0.60 after two calls passes $0.50"
+    );
+    let run = v["run_id"].as_str().unwrap().to_owned();
+    // Tokens count over the whole run too: 220 used, 300 allowed, one more call.
+    let out = env.run(&[
+        "resume",
+        "--json",
+        &run,
+        "go on",
+        "--max-cost",
+        "5",
+        "--max-tokens",
+        "300",
+    ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(object(&out)["steps"], 3);
+    let out = env.run(&["resume", "--json", &run, "finish", "--max-tokens", "10000"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(object(&out)["answer"], "done");
+    let out = env.run(&["run", "--model", &model, "--max-cost", "nan", "look"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--max-cost NaN"), "{}", stderr(&out));
+}
+
 #[test]
 fn a_message_to_a_run_waiting_for_approval_is_refused_and_writes_nothing() {
     let env = Env::new();

@@ -253,6 +253,8 @@ fn budgets_take_the_flag_else_the_file_else_the_run_or_the_default() {
         max_steps: Some(9),
         max_tool_calls: None,
         timeout: Some(1.5),
+        max_tokens: Some(2_000),
+        max_cost: Some(1.25),
     };
     let with = |file: Option<ConfigFile>, limits: &Limits| {
         Settings::resolve(file, None, &Setup::default(), limits, Env::default())
@@ -278,9 +280,11 @@ fn budgets_take_the_flag_else_the_file_else_the_run_or_the_default() {
         (
             flagged.max_steps,
             flagged.max_tool_calls,
-            flagged.max_wall_time_ms
+            flagged.max_wall_time_ms,
+            flagged.max_tokens,
+            flagged.max_cost_usd,
         ),
-        (9, 7, Some(1_500))
+        (9, 7, Some(1_500), Some(2_000), Some(1.25))
     );
     // Changes apply over a running budget, leaving what they do not name.
     let running = Budget {
@@ -312,6 +316,27 @@ fn budgets_take_the_flag_else_the_file_else_the_run_or_the_default() {
                 ..Limits::default()
             },
             "--timeout = NaN",
+        ),
+        (
+            Limits {
+                max_tokens: Some(0),
+                ..Limits::default()
+            },
+            "--max-tokens must be at least 1",
+        ),
+        (
+            Limits {
+                max_cost: Some(-1.0),
+                ..Limits::default()
+            },
+            "--max-cost -1: give a positive number of dollars",
+        ),
+        (
+            Limits {
+                max_cost: Some(f64::INFINITY),
+                ..Limits::default()
+            },
+            "--max-cost inf",
         ),
     ] {
         let err = Settings::resolve(None, None, &Setup::default(), &limits, Env::default())
