@@ -346,6 +346,11 @@ impl Gateway {
         self
     }
 
+    /// How many calls of a group run at once, at most.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
     /// The workspace the tools act in.
     pub fn workspace(&self) -> &Workspace {
         &self.workspace

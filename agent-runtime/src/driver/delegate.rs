@@ -19,6 +19,7 @@ use agent_core::{
 };
 use agent_providers::{Model, ModelRequest, ProviderError};
 use agent_tools::builtin::{DELEGATE_READ, is_delegate};
+use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
 use super::{Report, RunRequest, Runtime, RuntimeError};
@@ -131,8 +132,10 @@ impl Runtime {
         }
     }
 
-    /// Runs the sub-agent calls of a group at once. Each gets a result (the child's answer,
-    /// or why it stopped) and, when a child ran, its run id and usage.
+    /// Runs the sub-agent calls of a group together, as many at once as the gateway runs
+    /// tools (each child makes model calls: a reply of a hundred must not become a hundred
+    /// requests to the provider at once). Each gets a result (the child's answer, or why
+    /// it stopped) and, when a child ran, its run id and usage, in the model's order.
     pub(super) async fn run_sub_agents(
         &self,
         run_id: &str,
@@ -159,7 +162,8 @@ impl Runtime {
         });
         let mut results = Vec::new();
         let mut finished = Vec::new();
-        for (result, child) in futures::future::join_all(runs).await {
+        let mut done = futures::stream::iter(runs).buffered(self.gateway.concurrency());
+        while let Some((result, child)) = done.next().await {
             results.push(result);
             finished.extend(child);
         }

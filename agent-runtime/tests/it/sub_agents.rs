@@ -513,3 +513,106 @@ async fn a_sub_agent_call_that_asks_for_more_than_the_parent_has_is_refused_and_
     assert_eq!(count(&log, "sub_agent_finished"), 0, "no child started");
     assert_eq!(store.runs().unwrap().len(), 1);
 }
+
+/// The script model, counting the sub-agents' model calls in progress at once.
+struct CountsChildren {
+    inner: ScriptModel,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Model for CountsChildren {
+    fn provider(&self) -> &str {
+        "script"
+    }
+    fn model(&self) -> &str {
+        "counts"
+    }
+    async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let child = request
+            .prompt
+            .messages
+            .first()
+            .and_then(|m| m.parts.first());
+        let child = matches!(child, Some(Part::Text { text }) if text.starts_with("part "));
+        if child {
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            // Lets every other child that was started reach its call too.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            self.in_flight.fetch_sub(1, SeqCst);
+        }
+        self.inner.decide(request).await
+    }
+}
+
+/// A reply of many sub-agent calls starts them a few at a time (as many as the gateway runs
+/// tools at once), not all together: each is a run making model calls, and a model's
+/// reply of a hundred would otherwise make a hundred requests to the provider at once.
+#[tokio::test]
+async fn many_sub_agents_run_a_few_at_a_time_and_each_answers_its_call() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let n = 20;
+    let calls: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"id": format!("d{i}"), "name": "delegate_read",
+            "arguments": {"goal": format!("part {i}")}})
+        })
+        .collect();
+    let agents: serde_json::Map<String, Value> = (0..n)
+        .map(|i| {
+            let turns = json!({"turns": [{"final": format!("answer {i}")}]});
+            (format!("part {i}"), turns)
+        })
+        .collect();
+    let inner = ScriptModel::from_json(
+        &json!({
+            "turns": [{"tool_calls": calls}, {"final": "all parts done"}],
+            "agents": agents
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let model = Arc::new(CountsChildren {
+        inner,
+        in_flight: Default::default(),
+        most: Default::default(),
+    });
+    // Store work on the driving thread: every child started reaches its model call before
+    // any of them goes on, so `most` is how many were started together.
+    let rt = runtime(&s, model.clone(), Arc::clone(&store), &[]).with_inline_store(true);
+    let report = rt
+        .start(
+            RunRequest::new("many", "do the parts", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let most = model.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        most,
+        agent_tools::DEFAULT_CONCURRENCY,
+        "at most this many at once"
+    );
+    // Each call got its own child's answer, in the model's order.
+    let log = store.load("many").unwrap();
+    let results: Vec<(String, String)> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolFinished { result, .. } => {
+                Some((result.call_id.to_string(), result.content()))
+            }
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<(String, String)> = (0..n)
+        .map(|i| (format!("d{i}"), format!("answer {i}")))
+        .collect();
+    assert_eq!(results, expected);
+}
