@@ -40,9 +40,10 @@ impl TypedTool for Glob {
             .map_err(|e| ToolError::new(ErrorKind::InvalidArguments, format!("pattern: {e}")))?
             .compile_matcher();
         let root = ctx.workspace.root().to_path_buf();
+        let stop = ctx.cancel.clone();
         let (paths, more) = tokio::task::spawn_blocking(move || {
             let mut paths = Smallest::new(MAX_PATHS);
-            walk(&root)
+            walk(&root, &stop)
                 .filter(|rel| matcher.is_match(rel))
                 .for_each(|rel| paths.offer(rel.display().to_string()));
             paths.into_sorted()

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use super::{SNIFF, Smallest, blocking, open_regular, walk};
 use crate::tool::{ToolContext, TypedTool};
 use crate::workspace::{Resolved, Workspace};
+use tokio_util::sync::CancellationToken;
 
 /// Matching lines listed at most.
 const MAX_MATCHES: usize = 500;
@@ -53,9 +54,10 @@ impl TypedTool for Grep {
         let workspace = ctx.workspace.clone();
         let given = args.path.clone().unwrap_or_else(|| ".".to_owned());
         let known = ctx.resolution(&given);
+        let stop = ctx.cancel.clone();
         let (lines, total) = blocking(move || {
             let start = workspace.resolve_known(known, &given)?.existing(&given)?;
-            Ok(search(&workspace, &start, &regex))
+            Ok(search(&workspace, &start, &regex, &stop))
         })
         .await?;
         if lines.is_empty() {
@@ -108,16 +110,22 @@ impl Ord for Match {
 /// The first [`MAX_MATCHES`] matching lines in the order of their paths, and the count of
 /// all matching lines. The files are searched as the walk finds them, and only the
 /// matches that would be listed are kept: a tree of any size costs the lines shown, not a
-/// list of its files.
-fn search(workspace: &Workspace, start: &Resolved, regex: &regex::Regex) -> (Vec<String>, usize) {
+/// list of its files. Once `stop` fires (the call timed out or was cancelled, and was
+/// answered so), the search ends where it is.
+fn search(
+    workspace: &Workspace,
+    start: &Resolved,
+    regex: &regex::Regex,
+    stop: &CancellationToken,
+) -> (Vec<String>, usize) {
     let mut kept = Smallest::new(MAX_MATCHES);
     let is_file = workspace.metadata(start).is_ok_and(|m| m.is_file());
     if is_file {
-        search_file(workspace, start.rel().to_path_buf(), regex, &mut kept);
+        search_file(workspace, start.rel().to_path_buf(), regex, &mut kept, stop);
     } else {
         let base = workspace.root().join(start.rel());
-        for rel in walk(&base) {
-            search_file(workspace, start.rel().join(rel), regex, &mut kept);
+        for rel in walk(&base, stop) {
+            search_file(workspace, start.rel().join(rel), regex, &mut kept, stop);
         }
     }
     let (matches, others) = kept.into_sorted();
@@ -135,6 +143,7 @@ fn search_file(
     rel: PathBuf,
     regex: &regex::Regex,
     kept: &mut Smallest<Match>,
+    stop: &CancellationToken,
 ) {
     // Read through the workspace capability: a file swapped for a link since the walk
     // is refused, not followed.
@@ -156,7 +165,7 @@ fn search_file(
     // size costs bounded memory, and a non-UTF-8 line does not end the search.
     let mut line = Vec::new();
     let mut number = 0usize;
-    loop {
+    while !stop.is_cancelled() {
         line.clear();
         let read = reader
             .by_ref()

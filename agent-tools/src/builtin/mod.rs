@@ -204,11 +204,18 @@ impl HeadTail {
 
 /// Files under `dir` (relative to it), skipping what `.gitignore` and hidden-file rules
 /// exclude; symlinks are not followed, so a walk never leaves the workspace.
-fn walk(dir: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+fn walk<'a>(
+    dir: &'a Path,
+    stop: &'a tokio_util::sync::CancellationToken,
+) -> impl Iterator<Item = PathBuf> + 'a {
     ignore::WalkBuilder::new(dir)
         .follow_links(false)
         .require_git(false)
         .build()
+        // A call that timed out or was cancelled has been answered already; its walk, on
+        // the blocking pool where nothing can abort it, stops here rather than go on
+        // through a tree of any size.
+        .take_while(|_| !stop.is_cancelled())
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
         .filter_map(move |e| e.path().strip_prefix(dir).ok().map(Path::to_path_buf))

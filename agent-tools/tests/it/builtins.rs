@@ -242,3 +242,37 @@ fn builtin_schemas_are_generated_from_the_argument_structs() {
             .is_none_or(|r| r.as_array().unwrap().is_empty())
     );
 }
+
+/// `grep` and `glob` walk on the blocking pool, where a call that timed out or was
+/// cancelled cannot be aborted: the gateway answers it at once, and the walk stops at the
+/// next file or line it reaches once the call's token has fired, instead of going on
+/// through a tree (or a file) of any size. Here the token has fired before they start:
+/// they read nothing.
+#[tokio::test]
+async fn a_stopped_walk_reads_no_further() {
+    use agent_tools::builtin::Glob;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/a.txt"), "needle\n").unwrap();
+    std::fs::write(dir.path().join("b.txt"), "needle\n").unwrap();
+    let stopped = ctx(dir.path());
+    stopped.cancel.cancel();
+    for (tool, args, found) in [
+        (
+            &Typed(Grep) as &dyn Tool,
+            json!({"pattern": "needle"}),
+            "sub/a.txt:1: needle",
+        ),
+        (
+            &Typed(Grep),
+            json!({"pattern": "needle", "path": "b.txt"}),
+            "b.txt:1: needle",
+        ),
+        (&Typed(Glob), json!({"pattern": "**/*.txt"}), "sub/a.txt"),
+    ] {
+        let going = call(tool, dir.path(), args.clone()).await.unwrap();
+        assert!(going.contains(found), "{going}");
+        let out = tool.call(args, &stopped).await.unwrap();
+        assert!(out.starts_with("no "), "{out}");
+    }
+}
