@@ -120,12 +120,123 @@ impl McpConfig {
     /// Parses the content of the configuration file at `path` (named in errors), for a
     /// caller that read it itself: one that judges the bytes it read (hashes them for
     /// trust, say) and must use those bytes, not what the file holds a moment later.
+    /// `${VAR}` and `${VAR:-default}` in a server's command, arguments and `env` values are
+    /// replaced by this process's variables ([`McpConfig::expanded`]).
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<McpConfig, McpError> {
-        serde_json::from_slice(bytes).map_err(|e| McpError::Config {
+        let config: McpConfig = serde_json::from_slice(bytes).map_err(|e| McpError::Config {
             path: path.display().to_string(),
             message: e.to_string(),
-        })
+        })?;
+        config
+            .expanded(|name| std::env::var(name).ok())
+            .map_err(|message| McpError::Config {
+                path: path.display().to_string(),
+                message,
+            })
     }
+
+    /// The configuration with `${VAR}` in each server's command, arguments and `env`
+    /// values replaced by `lookup(VAR)`, and `${VAR:-default}` by that or, when it is unset
+    /// or empty, by `default`, as `.mcp.json` files are written for other clients. This is
+    /// how a server is given a token of this environment: servers do not inherit variables
+    /// named like secrets (see [`withheld_from_servers`]). A variable that is not set and
+    /// has no default is an error naming it.
+    pub fn expanded(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<McpConfig, String> {
+        for (name, server) in &mut self.servers {
+            let replace = |what: String, text: &mut String| {
+                *text =
+                    expand(text, &lookup).map_err(|e| format!("server {name:?}, {what}: {e}"))?;
+                Ok::<(), String>(())
+            };
+            replace("command".to_owned(), &mut server.command)?;
+            for (i, arg) in server.args.iter_mut().enumerate() {
+                replace(format!("args[{i}]"), arg)?;
+            }
+            for (var, value) in &mut server.env {
+                replace(format!("env {var}"), value)?;
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// `text` with each `${VAR}` and `${VAR:-default}` replaced (see [`McpConfig::expanded`]);
+/// a `$` not followed by `{` is kept as it is.
+fn expand(text: &str, lookup: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let inner = &rest[at + 2..];
+        let Some(end) = inner.find('}') else {
+            return Err(format!("{:?} has a ${{ with no closing }}", text));
+        };
+        let (var, default) = match inner[..end].split_once(":-") {
+            Some((var, default)) => (var, Some(default)),
+            None => (&inner[..end], None),
+        };
+        let named = var
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !named {
+            return Err(format!("${{{var}}} does not name an environment variable"));
+        }
+        match (lookup(var).filter(|v| !v.is_empty()), default) {
+            (Some(value), _) => out.push_str(&value),
+            (None, Some(default)) => out.push_str(default),
+            (None, None) => {
+                return Err(format!(
+                    "${{{var}}} is not set in this environment; set it, or give a default \
+                     (${{{var}:-default}})"
+                ));
+            }
+        }
+        rest = &inner[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// What a server that failed to start was not given, for its error: a server that needs a
+/// token it expected to inherit fails so.
+fn not_given(withheld: &[std::ffi::OsString]) -> String {
+    if withheld.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = withheld
+        .iter()
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
+    format!(
+        " (it was not given {}, named like secrets: a server that needs one gets it in its \
+         env block, as \"{}\": \"${{{}}}\")",
+        names.join(", "),
+        names[0],
+        names[0]
+    )
+}
+
+/// The variables of this process's environment a server is not given: those named like
+/// secrets ([`agent_core::named_like_secret`]: `OPENAI_API_KEY`, `GH_TOKEN`, ...) that its
+/// `env` block does not set. A server is software from outside, and the keys a run is
+/// paid with are not its to read; the MCP reference clients pass a server only a few
+/// variables. Give a server a token in its `env` block: `"GH_TOKEN": "${GH_TOKEN}"`.
+pub fn withheld_from_servers<N: AsRef<std::ffi::OsStr>>(
+    config: &ServerConfig,
+    names: impl IntoIterator<Item = N>,
+) -> Vec<N> {
+    names
+        .into_iter()
+        .filter(|name| {
+            let text = name.as_ref().to_string_lossy();
+            agent_core::named_like_secret(&text) && !config.env.contains_key(text.as_ref())
+        })
+        .collect()
 }
 
 type Client = RunningService<RoleClient, ()>;
@@ -177,6 +288,7 @@ impl Server {
         config: &ServerConfig,
         cwd: &Path,
     ) -> Result<Box<Connection>, String> {
+        let withheld = withheld_from_servers(config, std::env::vars_os().map(|(name, _)| name));
         #[cfg(target_os = "linux")]
         if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
             use crate::process::{Link, Pipes, spawn_watched};
@@ -186,7 +298,7 @@ impl Server {
                 &config.command,
                 config.args.iter().map(String::as_str),
                 config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                &[],
+                &withheld,
                 cwd,
             );
             match spawned {
@@ -205,7 +317,10 @@ impl Server {
                         })),
                         Err(e) => Err(match watched.why_not_started().await {
                             Some(why) => format!("{}: {why}", config.command),
-                            None => format!("server {name}: handshake failed: {e}"),
+                            None => format!(
+                                "server {name}: handshake failed: {e}{}",
+                                not_given(&withheld)
+                            ),
                         }),
                     };
                 }
@@ -228,15 +343,20 @@ impl Server {
             // A server given up on (start-up timeout, dropped client) does not linger.
             .kill_on_drop(true)
             .process_group(watcher.group());
+        for name in &withheld {
+            command.env_remove(name);
+        }
         let (transport, _stderr) = TokioChildProcess::builder(command)
             // The server's own logging would garble the terminal.
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("{}: {e}", config.command))?;
-        let client = ()
-            .serve(transport)
-            .await
-            .map_err(|e| format!("server {name}: handshake failed: {e}"))?;
+        let client = ().serve(transport).await.map_err(|e| {
+            format!(
+                "server {name}: handshake failed: {e}{}",
+                not_given(&withheld)
+            )
+        })?;
         Ok(Box::new(Connection {
             client,
             _watcher: Guard::Group { _watcher: watcher },
@@ -633,4 +753,78 @@ pub async fn connect_reporting(
         }
     }
     Ok(Connected { tools, left_out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(name: &str) -> Option<String> {
+        match name {
+            "GH_TOKEN" => Some("ghp-123".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn variables_are_expanded_with_defaults_and_a_missing_one_is_named() {
+        let ok = |text: &str| expand(text, &lookup).unwrap();
+        assert_eq!(ok("${GH_TOKEN}"), "ghp-123");
+        assert_eq!(ok("Bearer ${GH_TOKEN}!"), "Bearer ghp-123!");
+        assert_eq!(ok("${NOPE:-fallback}"), "fallback");
+        assert_eq!(
+            ok("${EMPTY:-fallback}"),
+            "fallback",
+            "empty counts as unset"
+        );
+        assert_eq!(ok("${GH_TOKEN:-x}/${NOPE:-}"), "ghp-123/");
+        assert_eq!(
+            ok("$HOME and $ and {x}"),
+            "$HOME and $ and {x}",
+            "only ${{...}}"
+        );
+        let err = |text: &str| expand(text, &lookup).unwrap_err();
+        assert!(
+            err("${NOPE}").contains("${NOPE} is not set"),
+            "{}",
+            err("${NOPE}")
+        );
+        assert!(err("a ${GH_TOKEN").contains("no closing"));
+        assert!(err("${1X}").contains("does not name"));
+        assert!(err("${A-B}").contains("does not name"));
+    }
+
+    #[test]
+    fn a_config_expands_command_arguments_and_env_and_says_where() {
+        let config: McpConfig = serde_json::from_value(serde_json::json!({"mcpServers": {
+            "gh": {"command": "${NOPE:-npx}", "args": ["-y", "--token=${GH_TOKEN}"],
+                   "env": {"GITHUB_TOKEN": "${GH_TOKEN}"}}
+        }}))
+        .unwrap();
+        let expanded = config.clone().expanded(lookup).unwrap();
+        let gh = &expanded.servers["gh"];
+        assert_eq!(gh.command, "npx");
+        assert_eq!(gh.args, ["-y", "--token=ghp-123"]);
+        assert_eq!(gh.env["GITHUB_TOKEN"], "ghp-123");
+        let err = config.expanded(|_| None).unwrap_err();
+        assert!(
+            err.starts_with("server \"gh\", args[1]: ${GH_TOKEN}"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn servers_are_not_given_variables_named_like_secrets_unless_their_env_sets_them() {
+        let server = ServerConfig {
+            command: "x".into(),
+            args: Vec::new(),
+            env: [("GH_TOKEN".to_owned(), "v".to_owned())].into(),
+        };
+        let names = ["PATH", "OPENAI_API_KEY", "GH_TOKEN", "HOME", "DB_PASSWORD"];
+        assert_eq!(
+            withheld_from_servers(&server, names),
+            ["OPENAI_API_KEY", "DB_PASSWORD"]
+        );
+    }
 }

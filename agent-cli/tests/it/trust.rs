@@ -512,6 +512,93 @@ fn the_token_in_an_mcp_servers_env_block_never_reaches_the_log() {
     }
 }
 
+/// An MCP server is not given the variables of `agent`'s environment named like secrets
+/// (the run's own key among them), only those its `env` block sets, which may take them
+/// from the environment with `${VAR}` (`${VAR:-default}`); a variable it names that is not
+/// set stops the run before it starts, naming it.
+#[test]
+fn mcp_servers_see_secrets_only_through_their_env_block() {
+    let env = Env::new();
+    let secret = "fx-secret-5e0b7c2d91";
+    std::fs::write(env.dir.path().join("server.py"), crate::PY_MCP_SERVER).unwrap();
+    let write_config = |block: Value| {
+        let config = json!({"mcpServers": {"py": {
+            "command": "python3",
+            "args": ["${FX_SCRIPT:-server.py}"],
+            "env": block
+        }}});
+        std::fs::write(env.dir.path().join("mcp.json"), config.to_string()).unwrap();
+    };
+    write_config(json!({"GIVEN_TOKEN": "${FX_SECRET_TOKEN}"}));
+    let ask = |id: &str, name: &str| json!({"id": id, "name": "mcp__py__env", "arguments": {"name": name}});
+    let model = env.script(json!([
+        {"tool_calls": [ask("e1", "FX_SECRET_TOKEN"), ask("e2", "OPENAI_API_KEY"),
+                        ask("e3", "FX_PLAIN"), ask("e4", "GIVEN_TOKEN")]},
+        {"final": "seen"}
+    ]));
+    let run = |env: &Env| {
+        env.cmd()
+            .env("FX_SECRET_TOKEN", secret)
+            .env("OPENAI_API_KEY", "sk-proj-0123456789abcdef")
+            .env("FX_PLAIN", "plain-value")
+            .args([
+                "run",
+                "--json",
+                "--model",
+                &model,
+                "--mcp-config",
+                "mcp.json",
+                "g",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run(&env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", &id]).stdout).unwrap();
+    let results: Vec<String> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "tool_finished")
+        .map(|e| {
+            e["result"]["output"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        results[..3],
+        [
+            "FX_SECRET_TOKEN=",
+            "OPENAI_API_KEY=",
+            "FX_PLAIN=plain-value"
+        ],
+        "secrets withheld, the rest of the environment given"
+    );
+    // Given through the block: the server has it, and the log does not.
+    assert!(
+        results[3].starts_with("GIVEN_TOKEN=[REDACTED"),
+        "{}",
+        results[3]
+    );
+    assert!(!shown.to_string().contains(secret));
+
+    write_config(json!({"GIVEN_TOKEN": "${FX_NOT_SET}"}));
+    let out = run(&env);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("env GIVEN_TOKEN: ${FX_NOT_SET} is not set"),
+        "{err}"
+    );
+}
+
 /// A shell command is not given the variables named like secrets (the run's own key
 /// among them) unless the person passes them; passed, what it prints is redacted. A
 /// project file that passes one needs trust.
