@@ -539,7 +539,7 @@ fn mcp_servers_see_secrets_only_through_their_env_block() {
     let run = |env: &Env| {
         env.cmd()
             .env("FX_SECRET_TOKEN", secret)
-            .env("OPENAI_API_KEY", "sk-proj-0123456789abcdef")
+            .env("OPENAI_API_KEY", "openai-key-for-the-test")
             .env("FX_PLAIN", "plain-value")
             .args([
                 "run",
