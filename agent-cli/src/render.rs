@@ -255,9 +255,11 @@ pub fn usage_total(entries: &[Entry]) -> Option<String> {
 }
 
 /// Tokens (and cost, when known) of a call or a run: `1200 in (1000 cache read), 80 out,
-/// $0.0012`; the cached tokens are part of the input.
+/// $0.0012`; the cached tokens are part of the input. Counts that are (or include) an
+/// estimate, the provider having reported none, are marked `~`.
 pub fn usage_text(usage: &agent_core::Usage) -> String {
-    let mut out = format!("{} in", usage.input_tokens);
+    let approx = if usage.estimated { "~" } else { "" };
+    let mut out = format!("{approx}{} in", usage.input_tokens);
     let cached: Vec<String> = [
         (usage.cache_read_tokens, "cache read"),
         (usage.cache_write_tokens, "cache write"),
@@ -269,12 +271,12 @@ pub fn usage_text(usage: &agent_core::Usage) -> String {
     if !cached.is_empty() {
         let _ = write!(out, " ({})", cached.join(", "));
     }
-    let _ = write!(out, ", {} out", usage.output_tokens);
+    let _ = write!(out, ", {approx}{} out", usage.output_tokens);
     if usage.reasoning_tokens > 0 {
         let _ = write!(out, " ({} reasoning)", usage.reasoning_tokens);
     }
     if usage.cost_usd > 0.0 {
-        let _ = write!(out, ", ${:.4}", usage.cost_usd);
+        let _ = write!(out, ", {approx}${:.4}", usage.cost_usd);
     }
     out
 }

@@ -68,6 +68,11 @@ pub struct Usage {
     /// Cost in US dollars, when the price is known.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_usd: f64,
+    /// The provider reported no usage for the call (some OpenAI-compatible servers do
+    /// not), and these counts are an estimate made from the size of the request and the
+    /// reply, so that the token and cost budgets still hold. Of a total: some call's was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 fn is_zero(v: &f64) -> bool {
@@ -93,6 +98,7 @@ impl Usage {
             cache_write_tokens: 0,
             reasoning_tokens: 0,
             cost_usd: 0.0,
+            estimated: false,
         }
     }
 
@@ -139,6 +145,7 @@ impl Usage {
                 .reasoning_tokens
                 .saturating_sub(earlier.reasoning_tokens),
             cost_usd: (self.cost_usd - earlier.cost_usd).max(0.0),
+            estimated: self.estimated,
         }
     }
 
@@ -157,6 +164,7 @@ impl Usage {
         if other.cost_usd.is_finite() && other.cost_usd > 0.0 {
             self.cost_usd += other.cost_usd;
         }
+        self.estimated |= other.estimated;
     }
 }
 

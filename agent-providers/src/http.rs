@@ -296,12 +296,12 @@ impl HttpModel {
         }
     }
 
-    async fn attempt(&self, body: &Value) -> Result<Assembled, ProviderError> {
+    async fn attempt(&self, body: &str) -> Result<Assembled, ProviderError> {
         let mut request = self
             .client
             .post(self.endpoint())
             .header("content-type", "application/json")
-            .body(body.to_string());
+            .body(body.to_owned());
         match (self.dialect, &self.api_key) {
             (Dialect::OpenAi | Dialect::OpenAiResponses, Some(key)) => {
                 request = request.bearer_auth(key);
@@ -578,6 +578,26 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     get("retry-after").and_then(number).map(seconds)
 }
 
+/// Bytes of request or reply counted as one token where a provider reports no usage: about
+/// what English text and JSON take (code takes a little less; the JSON around a prompt
+/// adds a little).
+pub const ESTIMATED_BYTES_PER_TOKEN: usize = 4;
+
+/// The usage of a call whose provider reported none (a prompt is never zero tokens): the
+/// request's bytes and the reply's, [`ESTIMATED_BYTES_PER_TOKEN`] to a token.
+fn estimated_usage(request_bytes: usize, reply: &ModelReply) -> agent_core::Usage {
+    let reply_bytes = match &reply.decision {
+        Ok(decision) => serde_json::to_string(decision).map_or(0, |s| s.len()),
+        Err(invalid) => invalid.raw.len(),
+    } + serde_json::to_string(&reply.reasoning).map_or(0, |s| s.len());
+    let tokens =
+        |bytes: usize| u64::try_from(bytes.div_ceil(ESTIMATED_BYTES_PER_TOKEN)).unwrap_or(u64::MAX);
+    agent_core::Usage {
+        estimated: true,
+        ..agent_core::Usage::tokens(tokens(request_bytes), tokens(reply_bytes))
+    }
+}
+
 /// A duration of `secs` seconds from an untrusted number: clamped at zero, saturating.
 fn seconds(secs: f64) -> Duration {
     Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::MAX)
@@ -612,18 +632,25 @@ impl Model for HttpModel {
                 self.thinking,
             ),
         };
+        // Made once for every attempt; its size is the estimate of a prompt whose usage
+        // the provider does not report.
+        let text = body.to_string();
         let mut retries = Vec::new();
         let mut waited = Duration::ZERO;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.attempt(&body).await {
+            match self.attempt(&text).await {
                 Ok(mut assembled) => {
                     if self.dialect == Dialect::Anthropic {
                         wire::anthropic::answer_from_tool(&mut assembled, request.prompt);
                     }
                     let mut reply = assembled.decide();
                     wire::restore_names(&mut reply, &request.prompt.tools);
+                    if reply.usage.input_tokens == 0 && reply.usage.output_tokens == 0 {
+                        // No usage reported: the budgets hold on an estimate.
+                        reply.usage = estimated_usage(text.len(), &reply);
+                    }
                     if let Some(price) = self.price {
                         reply.usage.cost_usd = price.cost(&reply.usage);
                     }

@@ -336,8 +336,13 @@ impl Projector {
                 reasoning,
                 ..
             } => {
-                // The provider's count of the prompt this reply answered.
-                self.sizes.reported(usage.input_tokens);
+                // The provider's count of the prompt this reply answered (an estimate of
+                // ours is no bound: the count is forgotten).
+                self.sizes.reported(if usage.estimated {
+                    0
+                } else {
+                    usage.input_tokens
+                });
                 self.close_turn();
                 self.assistant(decision, reasoning);
             }

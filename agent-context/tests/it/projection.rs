@@ -635,6 +635,11 @@ impl agent_context::TokenCounter for Counted {
 
 /// A run of reads whose model reported `reported` input tokens on each call.
 fn reads_with_usage(turns: u32, reported: u64) -> Log {
+    reads_with(turns, Usage::tokens(reported, 10))
+}
+
+/// A run of reads each of whose calls used `usage`.
+fn reads_with(turns: u32, usage: Usage) -> Log {
     let mut log = Log::new("read them");
     for t in 1..=turns {
         let id = format!("r{t}");
@@ -647,7 +652,7 @@ fn reads_with_usage(turns: u32, reported: u64) -> Log {
                     json!({"path": "f"}),
                 )],
             },
-            usage: Usage::tokens(reported, 10),
+            usage,
             reasoning: Vec::new(),
         })
         .finished(
@@ -689,6 +694,14 @@ fn the_provider_s_count_settles_compaction_without_a_tokenizer() {
     // A count near the threshold is not trusted to settle it either.
     let (_, counted, _) = project(&reads_with_usage(40, 19_000));
     assert!(counted > 0, "19,000 plus what came since may pass 20,000");
+    // Nor is an estimate of ours (the provider reported nothing): it bounds nothing.
+    let guessed = Usage {
+        estimated: true,
+        ..Usage::tokens(5_000, 10)
+    };
+    let (compact, counted, bound) = project(&reads_with(40, guessed));
+    assert!(compact && counted > 0, "{compact} {counted}");
+    assert!(bound > 80_000, "{bound}");
 }
 
 #[test]

@@ -980,3 +980,46 @@ async fn anthropic_answers_a_schema_through_a_forced_answer_tool() {
     let body = agent_providers::wire::anthropic::request_body(&prompt(), "m", 4096, false, false);
     assert!(body.get("tool_choice").is_none());
 }
+
+/// A server that reports no usage (some OpenAI-compatible ones do not, streamed or not)
+/// gets an estimate from the request's and the reply's size, marked as one, so that a
+/// token or cost budget still holds; one that reports usage is taken at its word.
+#[tokio::test]
+async fn usage_a_server_does_not_report_is_estimated_from_the_sizes() {
+    let call = json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}]});
+    let stream = format!("data: {call}\n\ndata: [DONE]\n\n");
+    let whole = json!({"id": "c", "object": "chat.completion", "choices": [{"index": 0,
+        "finish_reason": "stop", "message": {"role": "assistant", "content": "It is sunny."}}]});
+    for (reply, streamed) in [
+        (Reply::stream(stream), true),
+        (Reply::status(200, whole.to_string()), false),
+    ] {
+        let (server, model) = model(Dialect::OpenAi, vec![reply]).await;
+        let model = model
+            .with_streaming(streamed)
+            .with_price(Price::new(2.0, 8.0));
+        let reply = ask(&model).await.unwrap();
+        let sent = server.received()[0].body.to_string().len();
+        let usage = reply.usage;
+        assert!(usage.estimated, "{usage:?}");
+        assert_eq!(usage.input_tokens, sent.div_ceil(4) as u64, "{usage:?}");
+        let answer = serde_json::to_string(reply.decision.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            usage.output_tokens,
+            (answer.len() + 2).div_ceil(4) as u64,
+            "{usage:?}"
+        );
+        let cost = (usage.input_tokens as f64 * 2.0 + usage.output_tokens as f64 * 8.0) / 1e6;
+        assert!((usage.cost_usd - cost).abs() < 1e-12, "priced: {usage:?}");
+    }
+    let (_server, model) = model(
+        Dialect::OpenAi,
+        vec![Reply::stream(fixture("openai/text_only.sse"))],
+    )
+    .await;
+    let usage = ask(&model).await.unwrap().usage;
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.estimated),
+        (14, 30, false)
+    );
+}
