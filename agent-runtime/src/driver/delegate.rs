@@ -13,9 +13,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use agent_context::{Digest, Summarized, Summarizer};
 use agent_core::{
-    Budget, CallId, ErrorKind, Event, Machine, ModelReply, ParentCall, Risk, ScheduledCall,
-    TerminalReason, ToolCall, ToolError, ToolResult, Usage, sha256_hex,
+    Budget, CallId, Entry, ErrorKind, Event, Machine, ModelReply, ParentCall, Prompt, Risk,
+    ScheduledCall, TerminalReason, ToolCall, ToolError, ToolResult, Usage, sha256_hex,
 };
 use agent_providers::{Model, ModelRequest, ProviderError};
 use agent_tools::builtin::{DELEGATE_READ, is_delegate};
@@ -82,6 +83,33 @@ impl Model for Guarded {
     }
 }
 
+/// The parent's summarizer, for a child: what a child's summary uses counts against what
+/// the parent has left, as its model calls do, and past it the child is cancelled.
+struct GuardedSummaries {
+    inner: Arc<dyn Summarizer>,
+    spend: Arc<Spend>,
+    stop: CancellationToken,
+}
+
+#[async_trait::async_trait]
+impl Summarizer for GuardedSummaries {
+    async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> Summarized {
+        let summarized = self.inner.summarize(history, prompt).await;
+        if self.spend.add(&summarized.usage) {
+            self.stop.cancel();
+        }
+        summarized
+    }
+
+    fn reads_history(&self) -> bool {
+        self.inner.reads_history()
+    }
+
+    fn summarize_digest(&self, digest: &Digest) -> Option<String> {
+        self.inner.summarize_digest(digest)
+    }
+}
+
 /// A sub-agent call's arguments (checked against the tool's schema before it runs).
 #[derive(serde::Deserialize)]
 struct Args {
@@ -103,10 +131,12 @@ impl Runtime {
     }
 
     /// A runtime for a child: the same store, gateway, clock and context settings, the
-    /// guarded model, only `tools`, no event sink and no answer validators of its own.
+    /// guarded model and summarizer, only `tools`, no event sink and no answer validators
+    /// of its own.
     fn child(
         &self,
         model: Arc<dyn Model>,
+        summarizer: Arc<dyn Summarizer>,
         tools: BTreeSet<String>,
         parent: ParentCall,
         read_only: bool,
@@ -118,7 +148,7 @@ impl Runtime {
             clock: Arc::clone(&self.clock),
             context: self.context.clone(),
             counter: Arc::clone(&self.counter),
-            summarizer: Arc::clone(&self.summarizer),
+            summarizer,
             sink: None,
             redactor: self.redactor.clone(),
             has_model: true,
@@ -216,6 +246,11 @@ impl Runtime {
         }
         let child_id = sub_agent_run_id(run_id, turn, &call.id);
         let stop = cancel.child_token();
+        let summarizer = Arc::new(GuardedSummaries {
+            inner: Arc::clone(&self.summarizer),
+            spend: Arc::clone(&spend),
+            stop: stop.clone(),
+        });
         let model = Arc::new(Guarded {
             inner: Arc::clone(&self.model),
             spend,
@@ -226,7 +261,7 @@ impl Runtime {
             turn,
             call_id: call.id.clone(),
         };
-        let child = self.child(model, tools, parent, read_only);
+        let child = self.child(model, summarizer, tools, parent, read_only);
         let state = machine.state();
         let worked = state.worked_by(self.clock.now_ms());
         let budget = sub_agent_budget(machine.budget(), &state.usage, worked, args.max_steps);

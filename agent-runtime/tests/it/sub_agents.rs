@@ -616,3 +616,112 @@ async fn many_sub_agents_run_a_few_at_a_time_and_each_answers_its_call() {
         .collect();
     assert_eq!(results, expected);
 }
+
+/// A summary that helps, and what it cost.
+struct PaidSummary;
+
+#[async_trait]
+impl agent_context::Summarizer for PaidSummary {
+    async fn summarize(&self, _history: &[Entry], _prompt: &Prompt) -> agent_context::Summarized {
+        agent_context::Summarized {
+            summary: Ok("read some pages".to_owned()),
+            usage: Usage {
+                cost_usd: 0.25,
+                ..Usage::tokens(500, 100)
+            },
+        }
+    }
+}
+
+/// What a child's summary costs counts toward the parent's budget as the child's model
+/// calls do: past it, the children still running are cancelled.
+#[tokio::test]
+async fn a_sub_agent_s_summary_counts_toward_the_parents_budget() {
+    let s = setup();
+    std::fs::write(
+        s.dir.path().join("ws/big.txt"),
+        "a line of the big file\n".repeat(200),
+    )
+    .unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let mut reads: Vec<Value> = (0..14)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("r{i}"), "name": "read_file",
+                "arguments": {"path": "big.txt", "offset": i + 1}}]})
+        })
+        .collect();
+    reads.push(json!({"final": "read"}));
+    // Thirty different directories: no repeated plan ends the lister before its time.
+    let lists_of = |i: usize| {
+        std::fs::create_dir_all(s.dir.path().join(format!("ws/d{i}"))).unwrap();
+        json!({"tool_calls": [{"id": format!("l{i}"), "name": "list_dir",
+            "arguments": {"path": format!("d{i}")}}]})
+    };
+    let mut lists: Vec<Value> = (0..30).map(lists_of).collect();
+    lists.push(json!({"final": "listed"}));
+    let model = script(json!({
+        "turns": [
+            {"tool_calls": [
+                {"id": "d1", "name": "delegate_read",
+                    "arguments": {"goal": "read the big file", "max_steps": 20}},
+                {"id": "d2", "name": "delegate_read",
+                    "arguments": {"goal": "list a lot", "max_steps": 40}}
+            ]},
+            {"final": "never asked: the budget is spent"}
+        ],
+        "agents": {
+            "read the big file": {"turns": reads},
+            "list a lot": {"turns": lists}
+        }
+    }));
+    let rt = runtime(&s, model, Arc::clone(&store), &[])
+        .with_inline_store(true)
+        .with_context(agent_context::ContextConfig {
+            context_window: 6_000,
+            unmasked_result_chars: 0,
+            ..agent_context::ContextConfig::default()
+        })
+        .with_summarizer(Arc::new(PaidSummary));
+    let budget = Budget {
+        max_cost_usd: Some(0.2),
+        ..Budget::default()
+    };
+    let report = rt
+        .start(
+            RunRequest::new("parent", "read and list", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    let reader = store
+        .load(&agent_runtime::sub_agent_run_id(
+            "parent",
+            1,
+            &CallId::from("d1"),
+        ))
+        .unwrap();
+    assert_eq!(
+        count(&reader, "context_compacted"),
+        1,
+        "the reader's summary was paid for"
+    );
+    let lister = store
+        .load(&agent_runtime::sub_agent_run_id(
+            "parent",
+            1,
+            &CallId::from("d2"),
+        ))
+        .unwrap();
+    let ended = RunState::fold(&lister).unwrap().outcome().unwrap().reason;
+    assert_eq!(
+        ended,
+        TerminalReason::Cancelled,
+        "the other child was stopped"
+    );
+    assert!(
+        (report.state.usage.cost_usd - 0.25).abs() < 1e-9,
+        "{:?}",
+        report.state.usage
+    );
+}
