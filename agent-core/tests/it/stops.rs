@@ -425,3 +425,44 @@ fn a_summary_s_usage_counts_toward_the_budget() {
         assert_eq!(m.state().usage.total_tokens(), 1_000);
     }
 }
+
+/// The log's words for a summary's cost and an estimated usage (what `agent show --json`
+/// and other readers of a log see), and logs without them read as before.
+#[test]
+fn summaries_and_estimates_are_written_in_the_log_s_words() {
+    for (file, name) in [
+        ("compaction-declined-estimated", "compaction_declined"),
+        ("context-compacted-with-usage", "context_compacted"),
+    ] {
+        let path = format!(
+            "{}/../fuzz/corpus/stored_events/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let entry: Entry = serde_json::from_str(&text).unwrap();
+        assert_eq!(entry.event.name(), name);
+        assert_eq!(
+            serde_json::to_value(&entry).unwrap(),
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()
+        );
+    }
+    let declined: Entry = serde_json::from_str(
+        r#"{"version":7,"at_ms":1,"type":"compaction_declined","tokens_before":9,"tokens_after":10,
+            "usage":{"input_tokens":900,"output_tokens":30,"estimated":true}}"#,
+    )
+    .unwrap();
+    let state = RunState::fold([&declined]);
+    assert!(
+        state.is_err() || state.is_ok(),
+        "folds or refuses, never panics"
+    );
+    let Event::CompactionDeclined { usage, .. } = declined.event else {
+        unreachable!()
+    };
+    assert!(usage.estimated);
+    let old: Event = serde_json::from_str(
+        r#"{"type":"context_compacted","summary":"s","through_version":3,"tokens_before":9,"tokens_after":1}"#,
+    )
+    .unwrap();
+    assert!(matches!(old, Event::ContextCompacted { usage, .. } if usage.is_zero()));
+}
