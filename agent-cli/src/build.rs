@@ -78,6 +78,9 @@ pub fn model(
         model = model.with_prompt_cache(cache);
     }
     model = model.with_thinking(settings.thinking);
+    if let Some(cap) = settings.max_output_tokens {
+        model = model.with_max_output_tokens(cap);
+    }
     if let Some(policy) = &settings.retry {
         model = model.with_retry(policy.clone());
     }

@@ -47,6 +47,9 @@ pub struct Config {
     /// Extended thinking: tokens the model may think for before each decision (Anthropic;
     /// at least 1024).
     pub thinking: Option<u32>,
+    /// Output tokens a model call may write at most (the provider's own limit otherwise;
+    /// Anthropic's 8192).
+    pub max_output_tokens: Option<u32>,
     /// Whether to mark the prompt's stable parts for the provider's prompt cache (default
     /// true; Anthropic caches only what is marked, OpenAI caches repeated prefixes itself).
     pub prompt_cache: Option<bool>,
@@ -236,6 +239,12 @@ impl Config {
             && w < 1_000
         {
             return Err(format!("context_window = {w}: give at least 1000 tokens"));
+        }
+        if self.max_output_tokens == Some(0) {
+            return Err(
+                "max_output_tokens = 0: give the output tokens a model call may write, at least 1"
+                    .to_owned(),
+            );
         }
         if let Some(t) = self.thinking
             && t < 1_024

@@ -283,6 +283,8 @@ pub struct Settings {
     pub prompt_cache: Option<bool>,
     /// Extended thinking budget in tokens, when agent.toml sets one.
     pub thinking: Option<u32>,
+    /// Output tokens a model call may write, when agent.toml caps them.
+    pub max_output_tokens: Option<u32>,
     /// How model calls are retried, when agent.toml says.
     pub retry: Option<RetryPolicy>,
     /// Prices per million tokens, by model name.
@@ -559,6 +561,7 @@ impl Settings {
             idle_timeout: config.idle_timeout_secs.map(Duration::from_secs_f64),
             prompt_cache: config.prompt_cache,
             thinking: config.thinking,
+            max_output_tokens: config.max_output_tokens,
             retry,
             prices,
             policy,
@@ -778,6 +781,15 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
     if let Some(n) = c.thinking {
         brings.push(format!(
             "thinking {n} (tokens the model may think for each turn, billed as output)"
+        ));
+    }
+    // A cap narrows, except past the one Anthropic's calls otherwise have.
+    if let Some(n) = c.max_output_tokens
+        && n > agent_providers::wire::anthropic::DEFAULT_MAX_TOKENS
+    {
+        brings.push(format!(
+            "max_output_tokens {n} (above {}: longer replies, each billed)",
+            agent_providers::wire::anthropic::DEFAULT_MAX_TOKENS
         ));
     }
     if !c.policy.allow.is_empty() {

@@ -98,6 +98,9 @@ pub struct Calls {
     /// `thinking`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<u32>,
+    /// `max_output_tokens`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
     /// `[retry]`, resolved.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry: Option<Retry>,
@@ -153,6 +156,7 @@ impl Calls {
             idle_timeout_ms: settings.idle_timeout.map(millis),
             prompt_cache: settings.prompt_cache,
             thinking: settings.thinking,
+            max_output_tokens: settings.max_output_tokens,
             retry: settings.retry.as_ref().map(|r| Retry {
                 max_attempts: r.max_attempts,
                 base_ms: millis(r.base),
@@ -183,6 +187,7 @@ impl Calls {
         settings.idle_timeout = self.idle_timeout_ms.map(Duration::from_millis);
         settings.prompt_cache = self.prompt_cache;
         settings.thinking = self.thinking;
+        settings.max_output_tokens = self.max_output_tokens;
         settings.retry = self.retry.as_ref().map(|r| RetryPolicy {
             max_attempts: r.max_attempts.max(1),
             base: Duration::from_millis(r.base_ms),

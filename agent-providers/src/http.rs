@@ -114,6 +114,8 @@ pub struct HttpModel {
     idle_timeout: Duration,
     answer_timeout: Duration,
     max_tokens: u32,
+    /// The output cap asked of every dialect, when one was given.
+    max_output: Option<u32>,
     stream: bool,
     prompt_cache: bool,
     thinking: Option<u32>,
@@ -180,6 +182,7 @@ impl HttpModel {
             idle_timeout: Duration::from_secs(120),
             answer_timeout: Duration::from_secs(600),
             max_tokens: wire::anthropic::DEFAULT_MAX_TOKENS,
+            max_output: None,
             stream: true,
             prompt_cache: true,
             thinking: None,
@@ -234,6 +237,19 @@ impl HttpModel {
     /// Chat Completions has no such setting, and ignores it.
     pub fn with_thinking(mut self, budget: Option<u32>) -> Self {
         self.thinking = budget;
+        self
+    }
+
+    /// Asks for at most `tokens` of output a call (reasoning included): OpenAI's
+    /// `max_completion_tokens`, an OpenAI-compatible server's `max_tokens`, the Responses
+    /// API's `max_output_tokens`, Anthropic's `max_tokens` (which is
+    /// [`wire::anthropic::DEFAULT_MAX_TOKENS`] otherwise; the others have the model's own
+    /// limit). A reply cut there ends `length` and is never taken as a final answer. What
+    /// one call can cost is then bounded by its prompt and this.
+    pub fn with_max_output_tokens(mut self, tokens: u32) -> Self {
+        let tokens = tokens.max(1);
+        self.max_output = Some(tokens);
+        self.max_tokens = tokens;
         self
     }
 
@@ -632,6 +648,20 @@ impl Model for HttpModel {
                 self.thinking,
             ),
         };
+        let mut body = body;
+        if let Some(cap) = self.max_output {
+            let field = match (self.dialect, self.provider.as_str()) {
+                (Dialect::OpenAi, "openai") => Some("max_completion_tokens"),
+                // The older name, which servers that speak the dialect accept.
+                (Dialect::OpenAi, _) => Some("max_tokens"),
+                (Dialect::OpenAiResponses, _) => Some("max_output_tokens"),
+                // Its request has it already.
+                (Dialect::Anthropic, _) => None,
+            };
+            if let Some(field) = field {
+                body[field] = Value::from(cap);
+            }
+        }
         // Made once for every attempt; its size is the estimate of a prompt whose usage
         // the provider does not report.
         let text = body.to_string();

@@ -654,7 +654,8 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
 
     std::fs::write(
         &toml,
-        "max_cost_usd = 0.0001\nstream = false\n[prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
+        "max_cost_usd = 0.0001\nstream = false\nmax_output_tokens = 77\n\
+         [prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
     )
     .unwrap();
     let costly = q.submit("openai:gpt-4o", &["--base-url", &priced.url], "g");
@@ -686,6 +687,7 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
         "57 tokens at $2.50-10/M pass $0.0001 at once"
     );
     assert_ne!(asked[0].body["stream"], json!(true), "{}", asked[0].body);
+    assert_eq!(asked[0].body["max_completion_tokens"], 77, "{}", asked[0].body);
     assert_eq!(reason(&once), Some(json!("model_error")));
     assert_eq!(flaky.received().len(), 1, "one attempt, as submitted");
 }

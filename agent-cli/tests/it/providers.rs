@@ -387,6 +387,50 @@ async fn a_cost_budget_without_the_models_price_is_refused_before_anything_is_sp
     assert_eq!(server.received().len(), 1);
 }
 
+/// `max_output_tokens` in agent.toml caps every model call's output, in the dialect's own
+/// words; a queued run carries it; a project file that raises it past Anthropic's default
+/// needs trust, as a longer reply costs more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_output_cap_comes_from_agent_toml() {
+    let server = Server::start(vec![
+        Reply::stream(fixture("openai/text_only.sse")),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    let toml = env.dir.path().join("agent.toml");
+    std::fs::write(&toml, "max_output_tokens = 300\n").unwrap();
+    let (code, _, err) = run_model(
+        &env,
+        "openai:gpt-4o",
+        &server.url,
+        "g",
+        ("OPENAI_API_KEY", "sk-x"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(server.received()[0].body["max_completion_tokens"], 300);
+    // Raised past the default by a project file: asked about, not taken silently.
+    std::fs::write(&toml, "max_output_tokens = 64000\n").unwrap();
+    let (code, _, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--no-input",
+            "--model",
+            "openai:gpt-4o",
+            "--base-url",
+            &server.url,
+            "g",
+        ],
+        Some(("OPENAI_API_KEY", "sk-x")),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("max_output_tokens 64000"), "{err}");
+    assert_eq!(server.received().len(), 1, "nothing was asked");
+}
+
 /// A provider that echoes the key in its error: the key is in neither the log nor the
 /// summary on stderr.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

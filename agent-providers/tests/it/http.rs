@@ -1023,3 +1023,62 @@ async fn usage_a_server_does_not_report_is_estimated_from_the_sizes() {
         (14, 30, false)
     );
 }
+
+/// An output cap is asked of each dialect in its own words; without one, the OpenAI
+/// dialects ask for none and Anthropic for its default.
+#[tokio::test]
+async fn an_output_cap_is_sent_in_each_dialect_s_words() {
+    let cases = [
+        (
+            Dialect::OpenAi,
+            "openai",
+            "openai/text_only.sse",
+            "max_completion_tokens",
+        ),
+        (
+            Dialect::OpenAi,
+            "openai-compat",
+            "openai/text_only.sse",
+            "max_tokens",
+        ),
+        (
+            Dialect::OpenAiResponses,
+            "openai-responses",
+            "openai/responses_text.sse",
+            "max_output_tokens",
+        ),
+        (
+            Dialect::Anthropic,
+            "anthropic",
+            "anthropic/basic_response.txt",
+            "max_tokens",
+        ),
+    ];
+    for (dialect, provider, answer, field) in cases {
+        for cap in [None, Some(300)] {
+            let server = Server::start(vec![Reply::stream(fixture(answer))])
+                .await
+                .unwrap();
+            let mut model =
+                HttpModel::new(dialect, provider, "m", &server.url, Some("k".into())).unwrap();
+            if let Some(cap) = cap {
+                model = model.with_max_output_tokens(cap);
+            }
+            ask(&model).await.unwrap();
+            let body = &server.received()[0].body;
+            let fields = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
+            let asked: Vec<(&str, &serde_json::Value)> = fields
+                .iter()
+                .filter_map(|f| body.get(*f).map(|v| (*f, v)))
+                .collect();
+            let expected = match (cap, dialect) {
+                (Some(cap), _) => vec![(field, json!(cap))],
+                (None, Dialect::Anthropic) => vec![("max_tokens", json!(8_192))],
+                (None, _) => vec![],
+            };
+            let expected: Vec<(&str, &serde_json::Value)> =
+                expected.iter().map(|(f, v)| (*f, v)).collect();
+            assert_eq!(asked, expected, "{provider} {cap:?}");
+        }
+    }
+}
