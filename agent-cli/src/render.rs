@@ -243,12 +243,13 @@ fn one_line(text: String) -> String {
 pub fn usage_total(entries: &[Entry]) -> Option<String> {
     let mut total = agent_core::Usage::default();
     for e in entries {
-        if let Event::DecisionProposed { usage, .. }
-        | Event::DecisionRejected { usage, .. }
-        | Event::ContextCompacted { usage, .. }
-        | Event::CompactionDeclined { usage, .. } = &e.event
-        {
-            total.add(usage);
+        match &e.event {
+            Event::DecisionProposed { usage, .. }
+            | Event::DecisionRejected { usage, .. }
+            | Event::ContextCompacted { usage, .. }
+            | Event::CompactionDeclined { usage, .. } => total.add(usage),
+            Event::ModelRetried { retry, .. } => total.add(&retry.usage),
+            _ => {}
         }
     }
     (total.total_tokens() > 0).then(|| format!("usage: {}", usage_text(&total)))
@@ -472,8 +473,15 @@ fn detail(run_id: &str, event: &Event) -> String {
             kind,
         } => format!("turn {turn}: {kind}: {message}"),
         Event::ModelRetried { turn, retry } => format!(
-            "turn {turn}: attempt {} failed ({}); retried after {} ms",
-            retry.attempt, retry.reason, retry.wait_ms
+            "turn {turn}: attempt {} failed ({}); retried after {} ms{}",
+            retry.attempt,
+            retry.reason,
+            retry.wait_ms,
+            if retry.usage.is_zero() {
+                String::new()
+            } else {
+                format!(" (it may have cost {})", usage_text(&retry.usage))
+            }
         ),
         Event::CallRejected { result, .. } | Event::ToolFinished { result, .. } => {
             let (status, text) = match &result.outcome {
@@ -791,8 +799,25 @@ mod tests {
             "{}",
             detail("r", &free)
         );
+        let retried = Event::ModelRetried {
+            turn: 3,
+            retry: agent_core::Retry {
+                attempt: 1,
+                reason: "the stream broke".into(),
+                wait_ms: 500,
+                usage: agent_core::Usage {
+                    estimated: true,
+                    ..agent_core::Usage::tokens(900, 100)
+                },
+            },
+        };
+        assert_eq!(
+            detail("r", &retried),
+            "turn 3: attempt 1 failed (the stream broke); retried after 500 ms (it may have \
+             cost ~900 in, ~100 out)"
+        );
         // And the run's total counts them.
-        let log: Vec<Entry> = [compacted, declined, free]
+        let log: Vec<Entry> = [compacted, declined, free, retried]
             .into_iter()
             .enumerate()
             .map(|(i, event)| Entry {
@@ -803,7 +828,7 @@ mod tests {
             .collect();
         assert_eq!(
             usage_total(&log).as_deref(),
-            Some("usage: 18000 in, 600 out, $0.0240")
+            Some("usage: ~18900 in, ~700 out, ~$0.0240")
         );
     }
 

@@ -455,7 +455,7 @@ impl std::fmt::Display for ModelErrorKind {
 }
 
 /// One retried attempt of a model call, recorded in the log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Retry {
     /// The attempt that failed (1-based).
     pub attempt: u32,
@@ -463,6 +463,12 @@ pub struct Retry {
     pub reason: String,
     /// How long the provider waited before the next attempt.
     pub wait_ms: u64,
+    /// What the failed attempt may have cost: one the provider accepted (its prompt read,
+    /// perhaps part of an answer written) before it failed, estimated from the sizes as
+    /// for a provider that reports no usage; it counts toward the run's budgets. Nothing
+    /// for an attempt refused or never answered.
+    #[serde(default, skip_serializing_if = "Usage::is_zero")]
+    pub usage: Usage,
 }
 
 /// What a model thought before it decided, as its provider gave it. It is never an answer

@@ -574,7 +574,8 @@ impl RunState {
             Event::ContextCompacted { usage, .. } | Event::CompactionDeclined { usage, .. } => {
                 self.usage.add(usage);
             }
-            Event::ModelRetried { .. } => {}
+            // An attempt the provider accepted before it failed may be billed.
+            Event::ModelRetried { retry, .. } => self.usage.add(&retry.usage),
             Event::RunEnded { outcome } => self.status = Status::Ended(outcome.clone()),
         }
         self.version = entry.version;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use agent_core::{ModelErrorKind, Retry};
 
 /// Why a model call failed (after the provider's own retries).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ProviderError {
     /// The provider is limiting requests (HTTP 429, a `rate_limit_error` event).
     #[error("{message}")]

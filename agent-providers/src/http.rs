@@ -312,7 +312,7 @@ impl HttpModel {
         }
     }
 
-    async fn attempt(&self, body: &str) -> Result<Assembled, ProviderError> {
+    async fn attempt(&self, body: &str, spent: &mut Spent) -> Result<Assembled, ProviderError> {
         let mut request = self
             .client
             .post(self.endpoint())
@@ -344,6 +344,7 @@ impl HttpModel {
             .map_err(|_| silent_for(first))?
             .map_err(|e| ProviderError::Transport(format!("connection error: {e}")))?;
         let status = response.status().as_u16();
+        spent.accepted = (200..300).contains(&status);
         if (300..400).contains(&status) {
             // Followed, it would send the key (Anthropic's `x-api-key` is no header a
             // client knows to drop) and the prompt wherever the server points.
@@ -481,6 +482,7 @@ impl HttpModel {
             stalled = now_grown == grown;
             if !stalled {
                 grown = now_grown;
+                spent.grown = usize::try_from(grown).unwrap_or(usize::MAX);
                 moved = heard;
             }
             if let (Some(text), Some(sink)) = (pushed?, &self.on_text) {
@@ -614,6 +616,35 @@ fn estimated_usage(request_bytes: usize, reply: &ModelReply) -> agent_core::Usag
     }
 }
 
+/// What a failed attempt got as far as: whether the provider accepted it (a 2xx status:
+/// its prompt is read, and billed), and how many bytes of answer it had written.
+#[derive(Default)]
+struct Spent {
+    accepted: bool,
+    grown: usize,
+}
+
+impl HttpModel {
+    /// The estimated usage of an attempt that failed after `spent`, priced when a price
+    /// is known: nothing for one the provider refused or never answered.
+    fn spent_on(&self, spent: &Spent, request_bytes: usize) -> agent_core::Usage {
+        if !spent.accepted {
+            return agent_core::Usage::default();
+        }
+        let tokens = |bytes: usize| {
+            u64::try_from(bytes.div_ceil(ESTIMATED_BYTES_PER_TOKEN)).unwrap_or(u64::MAX)
+        };
+        let mut usage = agent_core::Usage {
+            estimated: true,
+            ..agent_core::Usage::tokens(tokens(request_bytes), tokens(spent.grown))
+        };
+        if let Some(price) = self.price {
+            usage.cost_usd = price.cost(&usage);
+        }
+        usage
+    }
+}
+
 /// A duration of `secs` seconds from an untrusted number: clamped at zero, saturating.
 fn seconds(secs: f64) -> Duration {
     Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::MAX)
@@ -670,7 +701,8 @@ impl Model for HttpModel {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.attempt(&text).await {
+            let mut spent = Spent::default();
+            match self.attempt(&text, &mut spent).await {
                 Ok(mut assembled) => {
                     if self.dialect == Dialect::Anthropic {
                         wire::anthropic::answer_from_tool(&mut assembled, request.prompt);
@@ -729,6 +761,7 @@ impl Model for HttpModel {
                         attempt,
                         reason: e.to_string(),
                         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        usage: self.spent_on(&spent, text.len()),
                     });
                 }
             }

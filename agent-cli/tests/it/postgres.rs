@@ -687,7 +687,11 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
         "57 tokens at $2.50-10/M pass $0.0001 at once"
     );
     assert_ne!(asked[0].body["stream"], json!(true), "{}", asked[0].body);
-    assert_eq!(asked[0].body["max_completion_tokens"], 77, "{}", asked[0].body);
+    assert_eq!(
+        asked[0].body["max_completion_tokens"], 77,
+        "{}",
+        asked[0].body
+    );
     assert_eq!(reason(&once), Some(json!("model_error")));
     assert_eq!(flaky.received().len(), 1, "one attempt, as submitted");
 }

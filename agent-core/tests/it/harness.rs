@@ -248,6 +248,7 @@ fn model_reply(turn: &Turn) -> Input {
                     attempt: 1,
                     reason: "HTTP 503".into(),
                     wait_ms: 500,
+                    usage: Usage::default(),
                 }],
                 message: (*msg).into(),
                 kind: agent_core::ModelErrorKind::Server,

@@ -461,3 +461,33 @@ fn summaries_and_estimates_are_written_in_the_log_s_words() {
     .unwrap();
     assert!(matches!(old, Event::ContextCompacted { usage, .. } if usage.is_zero()));
 }
+
+/// An attempt the provider accepted before it failed may be billed: what its retry record
+/// says it may have cost counts in the run's usage, as a call's own does.
+#[test]
+fn what_a_retried_attempt_may_have_cost_counts() {
+    let mut m = asking(Budget::default());
+    let retry = Retry {
+        attempt: 1,
+        reason: "the stream broke".into(),
+        wait_ms: 500,
+        usage: Usage {
+            estimated: true,
+            ..Usage::tokens(900, 100)
+        },
+    };
+    m.handle(Input::ModelFailed {
+        message: "gave up".into(),
+        kind: ModelErrorKind::Transport,
+        retries: vec![retry],
+    })
+    .unwrap();
+    let events = next_commit(&mut m);
+    assert_eq!(events[0].name(), "model_retried");
+    m.handle(Input::Committed {
+        version: 1 + events.len() as u64,
+    })
+    .unwrap();
+    assert_eq!(m.state().usage.total_tokens(), 1_000);
+    assert!(m.state().usage.estimated);
+}

@@ -150,6 +150,12 @@ async fn anthropic_overloaded_529_and_mid_stream_errors_are_retried() {
     assert!(matches!(reply.decision, Ok(Decision::Final { .. })));
     assert_eq!(server.received().len(), 3);
     assert_eq!(reply.retries.len(), 2);
+    // Refused, an attempt cost nothing; accepted, its prompt was read: it may be billed.
+    assert!(reply.retries[0].usage.is_zero(), "{:?}", reply.retries[0]);
+    let sent = server.received()[1].body.to_string().len();
+    let accepted = reply.retries[1].usage;
+    assert!(accepted.estimated, "{accepted:?}");
+    assert_eq!(accepted.input_tokens, sent.div_ceil(4) as u64);
 }
 
 #[tokio::test]
@@ -169,6 +175,12 @@ async fn a_cut_stream_is_retried() {
         "{}",
         reply.retries[0].reason
     );
+    // The cut attempt read the prompt and wrote part of an answer: both count, estimated.
+    let cut = reply.retries[0].usage;
+    let sent = server.received()[0].body.to_string().len();
+    assert!(cut.estimated, "{cut:?}");
+    assert_eq!(cut.input_tokens, sent.div_ceil(4) as u64, "{cut:?}");
+    assert!(cut.output_tokens > 0, "{cut:?}");
 }
 
 #[tokio::test]
