@@ -90,8 +90,8 @@ pub struct RetryConfig {
     pub max_total_wait_secs: Option<u64>,
 }
 
-/// `[prices."MODEL"]`: US dollars per million tokens.
-#[derive(Debug, Deserialize)]
+/// `[prices."MODEL"]`: US dollars per million tokens (also how a queued run records them).
+#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
     /// Input tokens.
@@ -99,12 +99,33 @@ pub struct PriceConfig {
     /// Output tokens.
     pub output: f64,
     /// Input tokens read from the provider's prompt cache (default: the input price).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read: Option<f64>,
     /// Input tokens written to the provider's prompt cache (default: 1.25 times the input
     /// price).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_write: Option<f64>,
+}
+
+impl PriceConfig {
+    /// The price the model is given.
+    pub fn price(&self) -> agent_providers::Price {
+        agent_providers::Price {
+            cache_read_per_million: self.cache_read,
+            cache_write_per_million: self.cache_write,
+            ..agent_providers::Price::new(self.input, self.output)
+        }
+    }
+
+    /// A price as written.
+    pub fn of(price: &agent_providers::Price) -> PriceConfig {
+        PriceConfig {
+            input: price.input_per_million,
+            output: price.output_per_million,
+            cache_read: price.cache_read_per_million,
+            cache_write: price.cache_write_per_million,
+        }
+    }
 }
 
 /// `[policy]`.

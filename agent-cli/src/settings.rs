@@ -532,14 +532,7 @@ impl Settings {
         let prices = config
             .prices
             .iter()
-            .map(|(model, p)| {
-                let price = Price {
-                    cache_read_per_million: p.cache_read,
-                    cache_write_per_million: p.cache_write,
-                    ..Price::new(p.input, p.output)
-                };
-                (model.clone(), price)
-            })
+            .map(|(model, p)| (model.clone(), p.price()))
             .collect();
         let mcp_timeout = env.mcp_timeout_ms.map_or(
             agent_tools::mcp::DEFAULT_STARTUP_TIMEOUT,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_core::{Budget, Input, ReasonClass};
-use agent_providers::{Price, RetryPolicy};
+use agent_providers::RetryPolicy;
 use agent_runtime::{CancellationToken, Redactor, RunRequest, Runtime};
 use agent_store::{FencedStore, Lease, PostgresStore, QueueState, Store as _, StoreError};
 use agent_tools::{Gateway, Workspace};
@@ -106,7 +106,7 @@ pub struct Calls {
     pub retry: Option<Retry>,
     /// `[prices]`, by model name.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub prices: BTreeMap<String, Priced>,
+    pub prices: BTreeMap<String, crate::config::PriceConfig>,
 }
 
 /// A retry policy as a queued run records it.
@@ -122,21 +122,6 @@ pub struct Retry {
     pub max_total_wait_ms: u64,
     /// Whether waits are randomized.
     pub jitter: bool,
-}
-
-/// A price as a queued run records it: US dollars per million tokens.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Priced {
-    /// Input tokens.
-    pub input: f64,
-    /// Output tokens.
-    pub output: f64,
-    /// Input tokens read from the prompt cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read: Option<f64>,
-    /// Input tokens written to the prompt cache.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write: Option<f64>,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -167,15 +152,7 @@ impl Calls {
             prices: settings
                 .prices
                 .iter()
-                .map(|(model, p)| {
-                    let priced = Priced {
-                        input: p.input_per_million,
-                        output: p.output_per_million,
-                        cache_read: p.cache_read_per_million,
-                        cache_write: p.cache_write_per_million,
-                    };
-                    (model.clone(), priced)
-                })
+                .map(|(model, p)| (model.clone(), crate::config::PriceConfig::of(p)))
                 .collect(),
         }
     }
@@ -198,14 +175,7 @@ impl Calls {
         settings.prices = self
             .prices
             .iter()
-            .map(|(model, p)| {
-                let price = Price {
-                    cache_read_per_million: p.cache_read,
-                    cache_write_per_million: p.cache_write,
-                    ..Price::new(p.input, p.output)
-                };
-                (model.clone(), price)
-            })
+            .map(|(model, p)| (model.clone(), p.price()))
             .collect();
     }
 }

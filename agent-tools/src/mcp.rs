@@ -230,13 +230,7 @@ pub fn withheld_from_servers<N: AsRef<std::ffi::OsStr>>(
     config: &ServerConfig,
     names: impl IntoIterator<Item = N>,
 ) -> Vec<N> {
-    names
-        .into_iter()
-        .filter(|name| {
-            let text = name.as_ref().to_string_lossy();
-            agent_core::named_like_secret(&text) && !config.env.contains_key(text.as_ref())
-        })
-        .collect()
+    crate::process::withheld_secrets(names, |name| config.env.contains_key(name))
 }
 
 type Client = RunningService<RoleClient, ()>;

@@ -610,3 +610,19 @@ mod tests {
         }
     }
 }
+
+/// Of the variables named in `names` (those of an environment), the ones named like
+/// secrets ([`agent_core::named_like_secret`]: `OPENAI_API_KEY`, `GH_TOKEN`, ...) that
+/// `given` does not pass on: what a program started for the run is not handed.
+pub(crate) fn withheld_secrets<N: AsRef<std::ffi::OsStr>>(
+    names: impl IntoIterator<Item = N>,
+    given: impl Fn(&str) -> bool,
+) -> Vec<N> {
+    names
+        .into_iter()
+        .filter(|name| {
+            let text = name.as_ref().to_string_lossy();
+            agent_core::named_like_secret(&text) && !given(&text)
+        })
+        .collect()
+}

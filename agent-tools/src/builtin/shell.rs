@@ -38,13 +38,7 @@ impl Shell {
         &self,
         names: impl IntoIterator<Item = N>,
     ) -> Vec<N> {
-        names
-            .into_iter()
-            .filter(|name| {
-                let text = name.as_ref().to_string_lossy();
-                agent_core::named_like_secret(&text) && !self.passed.contains(text.as_ref())
-            })
-            .collect()
+        crate::process::withheld_secrets(names, |name| self.passed.contains(name))
     }
 
     /// What this process's environment holds that a command is not given.
