@@ -449,11 +449,7 @@ async fn a_summary_that_does_not_help_is_not_asked_for_again_every_turn() {
             Arc::clone(&store),
             vec![],
         )
-        .with_context(agent_context::ContextConfig {
-            context_window: 6_000,
-            unmasked_result_chars: 0,
-            ..agent_context::ContextConfig::default()
-        })
+        .with_context(small_window())
         .with_summarizer(again.clone());
     let report = follow
         .reply("run-w", "anything else?", None, CancellationToken::new())
@@ -496,11 +492,7 @@ async fn a_summary_s_cost_counts_toward_the_budget() {
             Arc::clone(&store),
             vec![],
         )
-        .with_context(agent_context::ContextConfig {
-            context_window: 6_000,
-            unmasked_result_chars: 0,
-            ..agent_context::ContextConfig::default()
-        })
+        .with_context(small_window())
         .with_summarizer(Arc::new(Paid));
     let budget = Budget {
         max_tokens: Some(600),
@@ -547,11 +539,7 @@ async fn a_run_waiting_for_its_summary_can_be_cancelled() {
             Arc::clone(&store),
             vec![],
         )
-        .with_context(agent_context::ContextConfig {
-            context_window: 6_000,
-            unmasked_result_chars: 0,
-            ..agent_context::ContextConfig::default()
-        })
+        .with_context(small_window())
         .with_summarizer(Arc::new(Stuck(Arc::clone(&asked))));
     let cancel = CancellationToken::new();
     let canceller = cancel.clone();
@@ -699,6 +687,16 @@ async fn compacting_reads_the_log_back_only_for_a_summarizer_that_reads_it() {
 
 /// A script of `reads` calls reading `big.txt` (written into the workspace, 200 lines) a
 /// page further each time, then a final answer.
+/// A window of 6,000 tokens, each older result masked at once: a run of [`paged_reads`]
+/// is compacted within a few turns.
+pub(crate) fn small_window() -> agent_context::ContextConfig {
+    agent_context::ContextConfig {
+        context_window: 6_000,
+        unmasked_result_chars: 0,
+        ..agent_context::ContextConfig::default()
+    }
+}
+
 fn paged_reads(s: &Setup, reads: usize) -> Vec<Value> {
     std::fs::write(
         s.dir.path().join("ws/big.txt"),

@@ -676,11 +676,7 @@ async fn a_sub_agent_s_summary_counts_toward_the_parents_budget() {
     }));
     let rt = runtime(&s, model, Arc::clone(&store), &[])
         .with_inline_store(true)
-        .with_context(agent_context::ContextConfig {
-            context_window: 6_000,
-            unmasked_result_chars: 0,
-            ..agent_context::ContextConfig::default()
-        })
+        .with_context(crate::results::small_window())
         .with_summarizer(Arc::new(PaidSummary));
     let budget = Budget {
         max_cost_usd: Some(0.2),
