@@ -471,7 +471,15 @@ fn detail(run_id: &str, event: &Event) -> String {
             turn,
             message,
             kind,
-        } => format!("turn {turn}: {kind}: {message}"),
+            usage,
+        } => format!(
+            "turn {turn}: {kind}: {message}{}",
+            if usage.is_zero() {
+                String::new()
+            } else {
+                format!(" (it may have cost {})", usage_text(usage))
+            }
+        ),
         Event::ModelRetried { turn, retry } => format!(
             "turn {turn}: attempt {} failed ({}); retried after {} ms{}",
             retry.attempt,
@@ -741,6 +749,7 @@ mod tests {
                     turn: 2,
                     message: "bad gateway\nretry later".into(),
                     kind: Default::default(),
+                    usage: Default::default(),
                 },
             ),
         ];

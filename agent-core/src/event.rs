@@ -186,6 +186,10 @@ pub enum Event {
         /// Its class (`other` in logs written before kinds were recorded).
         #[serde(default)]
         kind: crate::decision::ModelErrorKind,
+        /// What its last attempt may have cost, estimated: one the provider accepted (its
+        /// prompt read) before it failed. It counts toward the run's budgets.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
     },
     /// Fact: a proposed call was refused before running (unknown tool, invalid arguments,
     /// denied); the result is what the model sees.

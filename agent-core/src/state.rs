@@ -433,8 +433,8 @@ impl RunState {
                 self.tally.rejected_reply = true;
                 self.plan = PlanTrack::default();
             }
-            Event::ModelFailed { turn, .. } => {
-                self.begin_turn(*turn, &Usage::default());
+            Event::ModelFailed { turn, usage, .. } => {
+                self.begin_turn(*turn, usage);
             }
             Event::AnswerRejected { turn, .. } => {
                 if *turn != self.turn {

@@ -66,6 +66,9 @@ pub enum ProviderError {
         why: String,
         /// The attempts before the last one.
         retries: Vec<Retry>,
+        /// What the last attempt may have cost: one the provider accepted before it failed
+        /// is estimated as a retried one is ([`Retry::usage`]); nothing otherwise.
+        spent: agent_core::Usage,
     },
 }
 
@@ -109,6 +112,14 @@ impl ProviderError {
         match self {
             ProviderError::GaveUp { retries, .. } => retries,
             _ => &[],
+        }
+    }
+
+    /// What the last attempt may have cost (see [`ProviderError::GaveUp`]).
+    pub fn spent(&self) -> agent_core::Usage {
+        match self {
+            ProviderError::GaveUp { spent, .. } => *spent,
+            _ => agent_core::Usage::default(),
         }
     }
 

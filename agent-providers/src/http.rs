@@ -720,13 +720,19 @@ impl Model for HttpModel {
                     return Ok(reply);
                 }
                 Err(e) if !e.is_retryable() => {
-                    return Err(if retries.is_empty() {
+                    let spent = self.spent_on(&spent, text.len());
+                    // Alone and costing nothing, the failure is said as it is.
+                    return Err(if retries.is_empty() && spent.is_zero() {
                         e
                     } else {
                         ProviderError::GaveUp {
                             last: Box::new(e),
-                            why: format!("not worth retrying, after {attempt} attempts"),
+                            why: format!(
+                                "not worth retrying, after {attempt} attempt{}",
+                                if attempt == 1 { "" } else { "s" }
+                            ),
                             retries,
+                            spent,
                         }
                     });
                 }
@@ -739,6 +745,7 @@ impl Model for HttpModel {
                                 if attempt == 1 { "" } else { "s" }
                             ),
                             retries,
+                            spent: self.spent_on(&spent, text.len()),
                         });
                     }
                     let wait = e
@@ -753,6 +760,7 @@ impl Model for HttpModel {
                                 self.retry.max_total_wait.as_secs()
                             ),
                             retries,
+                            spent: self.spent_on(&spent, text.len()),
                         });
                     }
                     tokio::time::sleep(wait).await;

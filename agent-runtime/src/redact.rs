@@ -759,6 +759,7 @@ mod tests {
                 turn: 1,
                 message: message.to_owned(),
                 kind: ModelErrorKind::Other,
+                usage: Default::default(),
             },
         };
         let entries = vec![

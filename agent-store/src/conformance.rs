@@ -147,6 +147,7 @@ pub fn filler(version: u64, turn: u32) -> Entry {
             turn,
             message: format!("filler {version}"),
             kind: agent_core::ModelErrorKind::Other,
+            usage: agent_core::Usage::default(),
         },
     }
 }

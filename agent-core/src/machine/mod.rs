@@ -319,6 +319,7 @@ impl Machine {
                     message,
                     kind,
                     retries,
+                    usage,
                 },
             ) => {
                 for retry in retries {
@@ -328,6 +329,7 @@ impl Machine {
                     turn,
                     message: message.clone(),
                     kind,
+                    usage,
                 });
                 let mut outcome = Outcome::stop(
                     TerminalReason::ModelError,

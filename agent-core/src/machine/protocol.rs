@@ -52,6 +52,9 @@ pub enum Input {
         kind: crate::decision::ModelErrorKind,
         /// The attempts that failed before the last one.
         retries: Vec<crate::decision::Retry>,
+        /// What the last attempt may have cost (an estimate; nothing for one the provider
+        /// refused or never answered).
+        usage: Usage,
     },
     /// The gateway's verdicts for the outstanding `CheckCalls`.
     CallsChecked {

@@ -252,6 +252,7 @@ fn model_reply(turn: &Turn) -> Input {
                 }],
                 message: (*msg).into(),
                 kind: agent_core::ModelErrorKind::Server,
+                usage: Usage::default(),
             };
         }
     };

@@ -583,7 +583,8 @@ fn model_error_kinds_are_written_as_their_names_and_default_for_old_logs() {
         Event::ModelFailed {
             turn: 1,
             message: "503".into(),
-            kind: Other
+            kind: Other,
+            usage: Usage::default(),
         }
     );
 }

@@ -476,18 +476,24 @@ fn what_a_retried_attempt_may_have_cost_counts() {
             ..Usage::tokens(900, 100)
         },
     };
+    // The last attempt too was accepted, and then failed for good.
     m.handle(Input::ModelFailed {
         message: "gave up".into(),
         kind: ModelErrorKind::Transport,
         retries: vec![retry],
+        usage: Usage {
+            estimated: true,
+            ..Usage::tokens(900, 20)
+        },
     })
     .unwrap();
     let events = next_commit(&mut m);
     assert_eq!(events[0].name(), "model_retried");
+    assert_eq!(events[1].name(), "model_failed");
     m.handle(Input::Committed {
         version: 1 + events.len() as u64,
     })
     .unwrap();
-    assert_eq!(m.state().usage.total_tokens(), 1_000);
+    assert_eq!(m.state().usage.total_tokens(), 1_920);
     assert!(m.state().usage.estimated);
 }

@@ -1094,3 +1094,32 @@ async fn an_output_cap_is_sent_in_each_dialect_s_words() {
         }
     }
 }
+
+/// A call that fails for good says what its last attempt may have cost: one the provider
+/// accepted (a cut stream) is estimated, one it refused (a 503) cost nothing.
+#[tokio::test]
+async fn a_call_that_fails_for_good_says_what_its_last_attempt_may_have_cost() {
+    let full = fixture("openai/text_only.sse");
+    let cut: String = full.chars().take(full.len() / 2).collect();
+    for (last, billed) in [
+        (Reply::stream(cut.clone()), true),
+        (Reply::status(503, "{}"), false),
+    ] {
+        let (server, model) = model(Dialect::OpenAi, vec![Reply::stream(cut.clone()), last]).await;
+        let model = model.with_retry(RetryPolicy {
+            max_attempts: 2,
+            ..quick()
+        });
+        let err = ask(&model).await.unwrap_err();
+        assert_eq!(err.retries().len(), 1, "{err}");
+        assert!(err.retries()[0].usage.estimated, "{err}");
+        let spent = err.spent();
+        if billed {
+            let sent = server.received()[1].body.to_string().len();
+            assert!(spent.estimated, "{spent:?}");
+            assert_eq!(spent.input_tokens, sent.div_ceil(4) as u64, "{spent:?}");
+        } else {
+            assert!(spent.is_zero(), "{spent:?}");
+        }
+    }
+}

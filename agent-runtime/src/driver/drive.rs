@@ -191,6 +191,7 @@ impl Runtime {
                                 message: self.redactor.redact_str(&e.to_string()),
                                 kind: e.kind(),
                                 retries,
+                                usage: e.spent(),
                             })?
                         }
                         None if cancel.is_cancelled() => machine.handle(Input::Cancel)?,
