@@ -486,14 +486,7 @@ impl agent_context::Summarizer for Paid {
 async fn a_summary_s_cost_counts_toward_the_budget() {
     let s = setup();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let rt = s
-        .runtime(
-            json!({ "turns": paged_reads(&s, 12) }),
-            Arc::clone(&store),
-            vec![],
-        )
-        .with_context(small_window())
-        .with_summarizer(Arc::new(Paid));
+    let rt = summarizing(&s, &store, Arc::new(Paid));
     let budget = Budget {
         max_tokens: Some(600),
         ..Budget::default()
@@ -533,14 +526,7 @@ async fn a_run_waiting_for_its_summary_can_be_cancelled() {
     let s = setup();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let asked = Arc::new(tokio::sync::Notify::new());
-    let rt = s
-        .runtime(
-            json!({ "turns": paged_reads(&s, 12) }),
-            Arc::clone(&store),
-            vec![],
-        )
-        .with_context(small_window())
-        .with_summarizer(Arc::new(Stuck(Arc::clone(&asked))));
+    let rt = summarizing(&s, &store, Arc::new(Stuck(Arc::clone(&asked))));
     let cancel = CancellationToken::new();
     let canceller = cancel.clone();
     let run = rt.start(
@@ -687,6 +673,21 @@ async fn compacting_reads_the_log_back_only_for_a_summarizer_that_reads_it() {
 
 /// A script of `reads` calls reading `big.txt` (written into the workspace, 200 lines) a
 /// page further each time, then a final answer.
+/// A run of twelve [`paged_reads`] in a [`small_window`], compacted by `summarizer`.
+fn summarizing(
+    s: &Setup,
+    store: &Arc<dyn Store>,
+    summarizer: Arc<dyn agent_context::Summarizer>,
+) -> Runtime {
+    s.runtime(
+        json!({ "turns": paged_reads(s, 12) }),
+        Arc::clone(store),
+        vec![],
+    )
+    .with_context(small_window())
+    .with_summarizer(summarizer)
+}
+
 /// A window of 6,000 tokens, each older result masked at once: a run of [`paged_reads`]
 /// is compacted within a few turns.
 pub(crate) fn small_window() -> agent_context::ContextConfig {
