@@ -1,6 +1,7 @@
 //! Staging and committing events, what follows a commit, and the start of turns.
 
 use super::{Command, InputError, Machine, Phase};
+use crate::budget::Usage;
 use crate::decision::CallId;
 use crate::event::{Entry, Event};
 use crate::reason::{Outcome, TerminalReason};
@@ -9,7 +10,8 @@ use crate::state::Status;
 impl Machine {
     /// What follows a commit, derived from the committed state alone, which is also what
     /// makes resume after a crash continue exactly where the log stands.
-    pub(super) fn after_commit(&mut self) {
+    /// `next_call` is the least the next model call will use, when known.
+    pub(super) fn after_commit(&mut self, next_call: Usage) {
         match self.committed.status.clone() {
             Status::Ended(outcome) => {
                 self.phase = Phase::Ended(outcome.clone());
@@ -34,7 +36,7 @@ impl Machine {
                     .push_back(Command::AwaitResolution { pending });
             }
             Status::Running if self.committed.open_turn() => self.recover(),
-            Status::Running | Status::New => self.begin_turn(),
+            Status::Running | Status::New => self.begin_turn(next_call),
         }
     }
 
@@ -49,8 +51,10 @@ impl Machine {
             .filter(|outcome| outcome.reason == TerminalReason::Cancelled)
     }
 
-    /// Checks the budgets that limit model calls, then asks for the next decision.
-    pub(super) fn begin_turn(&mut self) {
+    /// Checks the budgets that limit model calls, then asks for the next decision. A token
+    /// or cost budget stops the run when it is spent, and before a call that is certain to
+    /// pass it: one whose prompt alone (`next_call`, the least it will use) does.
+    pub(super) fn begin_turn(&mut self, next_call: Usage) {
         if let Some(outcome) = self.stop.take() {
             return self.end(outcome);
         }
@@ -72,19 +76,41 @@ impl Machine {
         }
         if let Some(max) = self.budget.max_tokens {
             let used = state.usage.total_tokens();
+            let least = next_call.input_tokens;
             if used >= max {
                 return self.end(Outcome::stop(
                     TerminalReason::CostBudgetExceeded,
                     format!("{used} tokens used, the token budget is {max}"),
                 ));
             }
+            if used.saturating_add(least) > max {
+                return self.end(Outcome::stop(
+                    TerminalReason::CostBudgetExceeded,
+                    format!(
+                        "{used} tokens used, and the next call's prompt alone has at least \
+                         {least}: it would pass the token budget of {max}, so it was not made"
+                    ),
+                ));
+            }
         }
         if let Some(max) = self.budget.max_cost_usd {
             let used = state.usage.cost_usd;
+            let least = next_call.cost_usd;
             if used >= max {
                 return self.end(Outcome::stop(
                     TerminalReason::CostBudgetExceeded,
                     format!("${used:.4} spent, the cost budget is ${max:.4}"),
+                ));
+            }
+            // Only a finite, positive cost from outside counts (as in `Usage::add`).
+            if least.is_finite() && least > 0.0 && used + least > max {
+                return self.end(Outcome::stop(
+                    TerminalReason::CostBudgetExceeded,
+                    format!(
+                        "${used:.4} spent, and the next call's prompt alone costs at least \
+                         ${least:.4}: it would pass the cost budget of ${max:.4}, so it was not \
+                         made"
+                    ),
                 ));
             }
         }

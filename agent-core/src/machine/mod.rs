@@ -25,7 +25,7 @@ pub use turn::MAX_REJECTED_REPLY_CHARS;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::budget::Budget;
+use crate::budget::{Budget, Usage};
 use crate::decision::ToolCall;
 use crate::event::{Entry, Event, Manifest};
 use crate::reason::{Outcome, PendingCall, TerminalReason};
@@ -106,6 +106,9 @@ pub struct Machine {
     dispatching: Option<(u32, Vec<ScheduledCall>)>,
     phase: Phase,
     now_ms: u64,
+    /// The least the next model call will use, as the caller knows it (see
+    /// [`Machine::observe_next_call`]); taken by the next commit.
+    next_call: Usage,
     stop: Option<Outcome>,
     fault: Option<FoldError>,
     commands: VecDeque<Command>,
@@ -141,7 +144,7 @@ impl Machine {
             });
         };
         let mut machine = Machine::empty(tools, budget, state, now_ms);
-        machine.after_commit();
+        machine.after_commit(Usage::default());
         Ok(machine)
     }
 
@@ -188,6 +191,7 @@ impl Machine {
             dispatching: None,
             phase: Phase::AwaitingCommit,
             now_ms,
+            next_call: Usage::default(),
             stop: None,
             fault: None,
             commands: VecDeque::new(),
@@ -221,6 +225,17 @@ impl Machine {
     /// answer would then fit nowhere.
     pub fn observe_time(&mut self, now_ms: u64) {
         self.now_ms = self.now_ms.max(now_ms);
+    }
+
+    /// The least the next model call will use, if the commit being awaited is followed by
+    /// one: its prompt's tokens at the fewest the provider can count (the count it gave of
+    /// the last prompt, when the prompt only grew since), and what they cost at the
+    /// cheapest price of an input token. The token and cost budgets are checked with it
+    /// before the call, as every budget is checked before what it limits: a call certain to
+    /// pass one is not made. Hand it before [`Input::Committed`]; the commit's answer takes
+    /// it (nothing known, the default, checks what was spent alone).
+    pub fn observe_next_call(&mut self, least: Usage) {
+        self.next_call = least;
     }
 
     /// The tools the run may call.
@@ -379,6 +394,9 @@ impl Machine {
                 self.on_results(turn, calls, results);
             }
             (Phase::AwaitingCommit, Input::Committed { version }) => {
+                // What was known of the next call describes the call after this commit
+                // alone.
+                let next_call = std::mem::take(&mut self.next_call);
                 if version == self.working.version {
                     // Fold the turn into the committed state rather than cloning the working
                     // one: O(events of the turn), not O(history).
@@ -392,7 +410,7 @@ impl Machine {
                             self.commit_failed(format!("internal error: {fault}"));
                         }
                         (None, Some((turn, group))) => self.run_group(turn, group),
-                        (None, None) => self.after_commit(),
+                        (None, None) => self.after_commit(next_call),
                     }
                 } else {
                     let message = format!(

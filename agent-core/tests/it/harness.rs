@@ -113,6 +113,10 @@ pub struct World {
     pub answer_check: Option<fn(&str) -> Option<String>>,
     /// Cancel while the answer is being checked.
     pub cancel_in_answer_check: bool,
+    /// What the driver knows of the next model call before each commit is confirmed (as the
+    /// runtime knows it from the provider's count of the last prompt), from the log as it
+    /// will stand; `None` knows nothing.
+    pub next_call: Option<fn(&[Entry]) -> Usage>,
 }
 
 pub fn world(script: Vec<Reply>) -> World {
@@ -133,6 +137,7 @@ pub fn world(script: Vec<Reply>) -> World {
         max_inputs: 10_000,
         answer_check: None,
         cancel_in_answer_check: false,
+        next_call: None,
     }
 }
 

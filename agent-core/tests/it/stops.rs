@@ -152,6 +152,156 @@ fn money_budget_stops_before_the_next_model_call() {
     assert!(r.outcome.message.contains("$0.7500"));
 }
 
+/// What the last call's prompt used: the least the next one will (its prompt only grew).
+fn last_prompt(log: &[Entry]) -> Usage {
+    let last = log.iter().rev().find_map(|e| match &e.event {
+        Event::DecisionProposed { usage, .. } => Some(*usage),
+        _ => None,
+    });
+    last.map_or_else(Usage::default, |usage| Usage {
+        cost_usd: usage.cost_usd / 2.0,
+        ..Usage::tokens(usage.input_tokens, 0)
+    })
+}
+
+#[test]
+fn a_call_whose_prompt_alone_passes_the_token_budget_is_not_made() {
+    let script = || {
+        world(vec![
+            Calls(vec![read("a", "1")]),
+            Calls(vec![read("b", "2")]),
+            Calls(vec![read("c", "3")]),
+            Final("never"),
+        ])
+    };
+    // 120 tokens a call, 100 of them the prompt. Spent alone, the budget of 250 lets a
+    // third call start at 240 and end at 360.
+    let mut blind = script();
+    blind.budget.max_tokens = Some(250);
+    assert_eq!(
+        check(blind, TerminalReason::CostBudgetExceeded).model_calls,
+        3
+    );
+    // Knowing the prompt has at least 100 tokens, 240 + 100 passes it: no third call.
+    let mut w = script();
+    w.budget.max_tokens = Some(250);
+    w.next_call = Some(last_prompt);
+    let r = check(w, TerminalReason::CostBudgetExceeded);
+    assert_eq!(r.model_calls, 2);
+    assert!(
+        r.outcome
+            .message
+            .contains("240 tokens used, and the next call's prompt alone has at least 100"),
+        "{}",
+        r.outcome.message
+    );
+    // A call that fits exactly is made.
+    let mut w = script();
+    w.budget.max_tokens = Some(340);
+    w.next_call = Some(last_prompt);
+    assert_eq!(check(w, TerminalReason::CostBudgetExceeded).model_calls, 3);
+}
+
+#[test]
+fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_made() {
+    let script = || {
+        let mut w = world(vec![
+            Calls(vec![read("a", "1")]),
+            Calls(vec![read("b", "2")]),
+            Calls(vec![read("c", "3")]),
+            Final("never"),
+        ]);
+        for turn in &mut w.script {
+            turn.usage.cost_usd = 0.1;
+        }
+        w.budget.max_cost_usd = Some(0.23);
+        w
+    };
+    assert_eq!(
+        check(script(), TerminalReason::CostBudgetExceeded).model_calls,
+        3
+    );
+    let mut w = script();
+    w.next_call = Some(last_prompt);
+    let r = check(w, TerminalReason::CostBudgetExceeded);
+    assert_eq!(r.model_calls, 2, "0.20 spent and at least 0.05 to come");
+    assert!(
+        r.outcome
+            .message
+            .contains("$0.2000 spent, and the next call's prompt alone costs at least $0.0500"),
+        "{}",
+        r.outcome.message
+    );
+    // A cost from outside that is no number stops nothing.
+    let mut w = script();
+    w.next_call = Some(|_| Usage {
+        cost_usd: f64::NAN,
+        ..Usage::default()
+    });
+    assert_eq!(check(w, TerminalReason::CostBudgetExceeded).model_calls, 3);
+}
+
+/// What is known of the next call holds for the call after the commit it was given with,
+/// never for a later one: a write's dispatch record is committed before it runs, and what
+/// was given with that commit is not taken for the call after the write.
+#[test]
+fn what_is_known_of_the_next_call_is_taken_by_the_next_commit() {
+    let config = RunConfig {
+        run_id: "r".into(),
+        goal: "g".into(),
+        manifest: crate::harness::manifest(Budget {
+            max_tokens: Some(1_000),
+            ..Budget::default()
+        }),
+        tools: vec![tool("write", Risk::Write).spec],
+    };
+    let mut m = Machine::start(config, T0);
+    let mut version = next_commit(&mut m).len() as u64;
+    m.handle(Input::Committed { version }).unwrap();
+    assert!(matches!(m.poll_command(), Some(Command::CallModel { .. })));
+    let call = ToolCall::new("w", "write", json!({"n": 1}));
+    m.handle(Input::ModelReplied(ModelReply::decision(
+        Decision::ToolCalls { calls: vec![call] },
+        Usage::tokens(100, 20),
+    )))
+    .unwrap();
+    let Some(Command::CheckCalls { calls, .. }) = m.poll_command() else {
+        panic!("the call is checked first")
+    };
+    let verdicts = calls
+        .iter()
+        .map(|c| (c.id.clone(), Verdict::Allow))
+        .collect();
+    m.handle(Input::CallsChecked {
+        verdicts,
+        paths: Default::default(),
+    })
+    .unwrap();
+    let events = next_commit(&mut m);
+    assert!(
+        events.iter().any(|e| e.name() == "effect_dispatched"),
+        "{events:?}"
+    );
+    version += events.len() as u64;
+    m.observe_next_call(Usage::tokens(5_000, 0));
+    m.handle(Input::Committed { version }).unwrap();
+    let Some(Command::ExecuteTools { group, .. }) = m.poll_command() else {
+        panic!("the write runs once its dispatch is durable")
+    };
+    let results = group
+        .iter()
+        .map(|c| ToolResult::ok(c.call.id.clone(), &c.call.name, "x"))
+        .collect();
+    m.handle(Input::ToolsFinished { results }).unwrap();
+    version += next_commit(&mut m).len() as u64;
+    m.handle(Input::Committed { version }).unwrap();
+    let next = m.poll_command();
+    assert!(
+        matches!(next, Some(Command::CallModel { .. })),
+        "what was given with the dispatch's commit stops no call: {next:?}"
+    );
+}
+
 #[test]
 fn denials_until_the_limit_are_a_policy_violation() {
     let mut w = world(vec![

@@ -206,6 +206,9 @@ pub(super) fn drive(
                     continue;
                 }
                 log.extend(entries);
+                if let Some(next_call) = world.next_call {
+                    machine.observe_next_call(next_call(&log));
+                }
                 feed(
                     &mut machine,
                     Input::Committed {
