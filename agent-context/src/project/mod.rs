@@ -294,6 +294,28 @@ impl Projector {
         self.sizes.upper_bound()
     }
 
+    /// A number of tokens the provider will count in the next prompt at the fewest: its
+    /// count of the last prompt, when the prompt only grew since (nothing it counted was
+    /// masked, compacted or removed), less the bytes of the reasoning that prompt held (a
+    /// provider may leave an earlier turn's reasoning out of later prompts); 0 when there is
+    /// no such count, or when the prompt may pass the compaction threshold (a compaction
+    /// would make it smaller). No tokenizer is used. What the budgets check a call with
+    /// before it is made.
+    pub fn lower_bound(&self) -> usize {
+        let threshold = self.config.context_window as f64 * self.config.compact_at;
+        if self.sizes.upper_bound() as f64 > threshold {
+            return 0;
+        }
+        self.sizes.lower_bound().unwrap_or(0)
+    }
+
+    /// The provider's counts of the prompts so far are no floor of the next one: they may
+    /// have been another model's, with other tools or another system text (a run continued
+    /// in another process, with other settings). The upper bound keeps them.
+    pub fn forget_lower_bound(&mut self) {
+        self.sizes.forget_floor();
+    }
+
     /// Applies the next committed entry.
     pub fn apply(&mut self, entry: &Entry) {
         self.apply_one(entry);
@@ -336,13 +358,7 @@ impl Projector {
                 reasoning,
                 ..
             } => {
-                // The provider's count of the prompt this reply answered (an estimate of
-                // ours is no bound: the count is forgotten).
-                self.sizes.reported(if usage.estimated {
-                    0
-                } else {
-                    usage.input_tokens
-                });
+                self.counted(usage);
                 self.close_turn();
                 self.assistant(decision, reasoning);
             }
@@ -352,7 +368,7 @@ impl Projector {
                 usage,
                 ..
             } => {
-                self.sizes.reported(usage.input_tokens);
+                self.counted(usage);
                 self.close_turn();
                 let shown = if raw.trim().is_empty() {
                     "(empty reply)".to_owned()
@@ -523,6 +539,16 @@ impl Projector {
                 Some((id.clone(), *version))
             })
             .collect()
+    }
+
+    /// The provider's count of the prompt a reply answered (an estimate of ours is no
+    /// count, neither upper nor lower bound: none is kept).
+    fn counted(&mut self, usage: &agent_core::Usage) {
+        self.sizes.reported(if usage.estimated {
+            0
+        } else {
+            usage.input_tokens
+        });
     }
 
     fn close_turn(&mut self) {

@@ -17,6 +17,10 @@ pub(super) struct Sizes {
     base_bytes: usize,
     base_tokens: OnceLock<usize>,
     message_bytes: Vec<usize>,
+    /// Of each message's bytes, those of its reasoning parts.
+    message_reasoning: Vec<usize>,
+    /// The sum of `message_reasoning`.
+    reasoning_bytes: usize,
     /// The sum of `message_bytes`, kept as they change.
     total_bytes: usize,
     /// Tokens of the messages counted so far, and which are not: a turn counts only the
@@ -27,6 +31,13 @@ pub(super) struct Sizes {
     /// Bytes of the messages added or changed since that prompt (an upper bound of their
     /// tokens; a message removed since takes its bytes off only if it was added since).
     since: usize,
+    /// Tokens the provider will count in this prompt at the fewest: its count of the last
+    /// prompt, while the prompt only grew since (nothing counted was removed or changed),
+    /// less the bytes of the reasoning it held (a provider may leave an earlier turn's
+    /// reasoning out of later prompts: Anthropic does). `None`: no such count.
+    floor: Option<usize>,
+    /// Messages the prompt had when the provider counted it.
+    floor_len: usize,
 }
 
 /// Token counts of messages, filled in when asked.
@@ -55,10 +66,14 @@ impl Sizes {
             base: (system.to_owned(), tools_text),
             base_tokens: OnceLock::new(),
             message_bytes: Vec::new(),
+            message_reasoning: Vec::new(),
+            reasoning_bytes: 0,
             total_bytes: 0,
             message_tokens: Mutex::default(),
             reported: None,
             since: 0,
+            floor: None,
+            floor_len: 0,
         }
     }
 
@@ -66,12 +81,31 @@ impl Sizes {
     pub(super) fn reported(&mut self, tokens: u64) {
         self.reported = (tokens > 0).then(|| usize::try_from(tokens).unwrap_or(usize::MAX));
         self.since = 0;
+        self.floor = self
+            .reported
+            .map(|tokens| tokens.saturating_sub(self.reasoning_bytes));
+        self.floor_len = self.message_bytes.len();
     }
 
     /// No count of the provider's describes this prompt any more (it was compacted).
     pub(super) fn forget_reported(&mut self) {
         self.reported = None;
         self.since = 0;
+        self.floor = None;
+    }
+
+    /// The counts so far are no floor of this prompt (see
+    /// [`Projector::forget_lower_bound`]).
+    ///
+    /// [`Projector::forget_lower_bound`]: super::Projector::forget_lower_bound
+    pub(super) fn forget_floor(&mut self) {
+        self.floor = None;
+    }
+
+    /// A number of tokens the provider will count in this prompt at the fewest, when known:
+    /// see `floor`. Never above the upper bound.
+    pub(super) fn lower_bound(&self) -> Option<usize> {
+        self.floor.map(|floor| floor.min(self.upper_bound()))
     }
 
     /// A number of tokens the prompt cannot exceed, found without a tokenizer: its bytes,
@@ -86,11 +120,13 @@ impl Sizes {
 
     /// A message was added at the end.
     pub(super) fn pushed(&mut self, message: &Message) {
-        let bytes = message_bytes(message);
+        let (bytes, reasoning) = message_bytes(message);
         self.since = self.since.saturating_add(bytes);
         self.total_bytes += bytes;
+        self.reasoning_bytes += reasoning;
         let index = self.message_bytes.len();
         self.message_bytes.push(bytes);
+        self.message_reasoning.push(reasoning);
         let counted = self
             .message_tokens
             .get_mut()
@@ -109,9 +145,16 @@ impl Sizes {
 
     /// The last message, added since the provider's last count, was removed.
     pub(super) fn popped(&mut self) {
+        if self.message_bytes.len() <= self.floor_len {
+            // It was counted after all: the count is no floor of what is left.
+            self.floor = None;
+        }
         if let Some(bytes) = self.message_bytes.pop() {
             self.since = self.since.saturating_sub(bytes);
             self.total_bytes -= bytes;
+        }
+        if let Some(reasoning) = self.message_reasoning.pop() {
+            self.reasoning_bytes -= reasoning;
         }
         let counted = self
             .message_tokens
@@ -124,10 +167,18 @@ impl Sizes {
 
     /// Message `index` changed.
     pub(super) fn changed(&mut self, index: usize, message: &Message) {
-        if let Some(bytes) = self.message_bytes.get_mut(index) {
-            self.total_bytes -= *bytes;
-            *bytes = message_bytes(message);
-            self.total_bytes += *bytes;
+        if index < self.floor_len {
+            // What the provider counted may be smaller now (a result masked).
+            self.floor = None;
+        }
+        if let (Some(bytes), Some(reasoning)) = (
+            self.message_bytes.get_mut(index),
+            self.message_reasoning.get_mut(index),
+        ) {
+            let (new_bytes, new_reasoning) = message_bytes(message);
+            self.total_bytes = self.total_bytes - *bytes + new_bytes;
+            self.reasoning_bytes = self.reasoning_bytes - *reasoning + new_reasoning;
+            (*bytes, *reasoning) = (new_bytes, new_reasoning);
             // Counted whole: what it replaced may have been counted by the provider.
             self.since = self.since.saturating_add(*bytes);
             let counted = self
@@ -144,7 +195,10 @@ impl Sizes {
     /// Every message was removed.
     pub(super) fn cleared(&mut self) {
         self.message_bytes.clear();
+        self.message_reasoning.clear();
+        self.reasoning_bytes = 0;
         self.total_bytes = 0;
+        self.floor = None;
         *self
             .message_tokens
             .get_mut()
@@ -207,7 +261,9 @@ impl Sizes {
     }
 }
 
-fn message_bytes(message: &Message) -> usize {
+/// A message's bytes, and of them those of its reasoning parts.
+fn message_bytes(message: &Message) -> (usize, usize) {
+    let mut reasoning_bytes = 0;
     let parts: usize = message
         .parts
         .iter()
@@ -217,10 +273,14 @@ fn message_bytes(message: &Message) -> usize {
                 name, arguments, ..
             } => name.len() + arguments.as_str().len() + 3,
             Part::ToolResult { content, .. } => content.len() + 3,
-            Part::Reasoning { reasoning } => reasoning_text(reasoning).len() + 3,
+            Part::Reasoning { reasoning } => {
+                let bytes = reasoning_text(reasoning).len() + 3;
+                reasoning_bytes += bytes;
+                bytes
+            }
         })
         .sum();
-    parts + 4
+    (parts + 4, reasoning_bytes)
 }
 
 /// What of a reasoning part is sent: its text and signature, or its encrypted data.
@@ -307,8 +367,49 @@ mod tests {
                 let expected: usize =
                     fresh.base_tokens() + messages.iter().map(|m| fresh.of(m)).sum::<usize>();
                 prop_assert_eq!(sizes.tokens(&messages), expected);
-                let bytes: usize = messages.iter().map(message_bytes).sum();
+                let bytes: usize = messages.iter().map(|m| message_bytes(m).0).sum();
                 prop_assert_eq!(sizes.bytes(), "system".len() + "[]".len() + bytes);
+            }
+        }
+
+        /// What the provider counted stays a floor of the prompt, whatever happened to it
+        /// since: here the provider counts as the estimate does (`Count` is its count of
+        /// the prompt as it stands), and its count of a prompt is never below the floor.
+        #[test]
+        fn the_floor_is_never_above_the_prompt_s_count(steps in proptest::collection::vec(step(), 0..60)) {
+            let mut sizes = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+            let mut messages: Vec<Message> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Push(text) => {
+                        let message = Message::user_text(text);
+                        sizes.pushed(&message);
+                        messages.push(message);
+                    }
+                    Step::Pop => {
+                        if messages.pop().is_some() {
+                            sizes.popped();
+                        }
+                    }
+                    Step::Change(i, text) => {
+                        if i < messages.len() {
+                            messages[i] = Message::user_text(text);
+                            sizes.changed(i, &messages[i]);
+                        }
+                    }
+                    Step::Count => {
+                        let count = sizes.tokens(&messages);
+                        sizes.reported(count as u64);
+                        prop_assert_eq!(sizes.lower_bound(), (count > 0).then_some(count));
+                    }
+                    Step::Clear => {
+                        sizes.cleared();
+                        messages.clear();
+                    }
+                }
+                if let Some(floor) = sizes.lower_bound() {
+                    prop_assert!(floor <= sizes.tokens(&messages), "{} > {}", floor, sizes.tokens(&messages));
+                }
             }
         }
 

@@ -3,8 +3,8 @@
 
 use agent_context::testing::snapshot_text;
 use agent_context::{
-    ContextConfig, DEFAULT_SYSTEM_PROMPT, Digest, Projector, REJECTED_REPLY_CHARS, SUMMARY_PREFIX,
-    Tiktoken, extract, project,
+    CharEstimate, ContextConfig, DEFAULT_SYSTEM_PROMPT, Digest, Projector, REJECTED_REPLY_CHARS,
+    SUMMARY_PREFIX, Tiktoken, extract, project,
 };
 use agent_core::*;
 use serde_json::json;
@@ -702,6 +702,106 @@ fn the_provider_s_count_settles_compaction_without_a_tokenizer() {
     let (compact, counted, bound) = project(&reads_with(40, guessed));
     assert!(compact && counted > 0, "{compact} {counted}");
     assert!(bound > 80_000, "{bound}");
+}
+
+/// The provider's count of the last prompt is the least it will count in the next one, as
+/// long as that only grew: what the budgets check a call with before it is made.
+#[test]
+fn the_last_prompt_s_count_is_the_least_the_next_one_has() {
+    let unmasked = ContextConfig {
+        context_window: 25_000,
+        compact_at: 0.8,
+        recent_result_turns: 100,
+        unmasked_result_chars: 1_000_000,
+        ..config()
+    };
+    let project = |log: &Log, config: &ContextConfig| {
+        let mut p = Projector::new(config.clone(), vec![], Arc::new(CharEstimate));
+        p.apply_all(&log.0);
+        p
+    };
+    // Three turns, the provider counted 5,000 last time; a result came since.
+    let log = reads_with_usage(3, 5_000);
+    let p = project(&log, &unmasked);
+    assert_eq!(p.lower_bound(), 5_000);
+    assert_eq!(
+        project(&reads_with_usage(40, 15_000), &unmasked).lower_bound(),
+        15_000,
+        "far enough below the threshold"
+    );
+    assert!(p.upper_bound() > 5_000);
+    // One entry at a time, the same.
+    let mut one_by_one = Projector::new(unmasked.clone(), vec![], Arc::new(CharEstimate));
+    log.0.iter().for_each(|e| one_by_one.apply(e));
+    assert_eq!(one_by_one.lower_bound(), 5_000);
+    // Counted in another process, perhaps with another model: no floor here.
+    let mut resumed = project(&log, &unmasked);
+    resumed.forget_lower_bound();
+    assert_eq!(resumed.lower_bound(), 0);
+    assert_eq!(
+        resumed.upper_bound(),
+        p.upper_bound(),
+        "the upper bound stays"
+    );
+    // An estimate of ours is no count.
+    let guessed = Usage {
+        estimated: true,
+        ..Usage::tokens(5_000, 10)
+    };
+    assert_eq!(project(&reads_with(3, guessed), &unmasked).lower_bound(), 0);
+    // Older results masked since the count: the prompt may be smaller than it was.
+    let masked = project(&reads_with_usage(4, 5_000), &config());
+    assert_eq!(masked.lower_bound(), 0);
+    assert!(
+        masked
+            .prompt()
+            .messages
+            .iter()
+            .any(|m| m.parts.iter().any(
+                |part| matches!(part, Part::ToolResult { content, .. } if content.len() < 2_000)
+            )),
+        "a result was masked"
+    );
+    // A prompt near the threshold may be compacted before it is sent.
+    assert_eq!(
+        project(&reads_with_usage(40, 19_500), &unmasked).lower_bound(),
+        0
+    );
+    // Compacted since the count.
+    let mut compacted = reads_with_usage(3, 5_000);
+    compact_extractively(&mut compacted, 5_000);
+    assert_eq!(project(&compacted, &unmasked).lower_bound(), 0);
+    // The reasoning the counted prompt held may be left out of the next one.
+    let mut thought = Log::new("read them");
+    thought
+        .push(Event::DecisionProposed {
+            turn: 1,
+            decision: Decision::ToolCalls {
+                calls: vec![ToolCall::new("r1", "read_file", json!({"path": "f"}))],
+            },
+            usage: Usage::tokens(4_000, 10),
+            reasoning: vec![Reasoning::Thinking {
+                thinking: "t".repeat(500),
+                signature: "s".repeat(97),
+            }],
+        })
+        .finished(
+            1,
+            ToolResult::ok("r1".into(), "read_file", "x".repeat(10_000)),
+        );
+    thought.push(Event::DecisionProposed {
+        turn: 2,
+        decision: Decision::ToolCalls {
+            calls: vec![ToolCall::new("r2", "read_file", json!({"path": "g"}))],
+        },
+        usage: Usage::tokens(5_000, 10),
+        reasoning: Vec::new(),
+    });
+    assert_eq!(
+        project(&thought, &unmasked).lower_bound(),
+        5_000 - 600,
+        "the 600 bytes of reasoning (with their part's 3) taken off"
+    );
 }
 
 #[test]
