@@ -176,7 +176,7 @@ impl Runtime {
     ) -> (Vec<ToolResult>, Vec<(CallId, String, Usage)>) {
         let budget = machine.budget();
         let spend = Arc::new(Spend {
-            used: Mutex::new(machine.state().usage),
+            used: Mutex::new(*machine.spent()),
             max_tokens: budget.max_tokens,
             max_cost_usd: budget.max_cost_usd,
         });
@@ -262,9 +262,8 @@ impl Runtime {
             call_id: call.id.clone(),
         };
         let child = self.child(model, summarizer, tools, parent, read_only);
-        let state = machine.state();
-        let worked = state.worked_by(self.clock.now_ms());
-        let budget = sub_agent_budget(machine.budget(), &state.usage, worked, args.max_steps);
+        let worked = machine.state().worked_by(self.clock.now_ms());
+        let budget = sub_agent_budget(machine.budget(), machine.spent(), worked, args.max_steps);
         let report = match child
             .sub_agent_report(&child_id, &args.goal, budget, stop)
             .await

@@ -35,6 +35,59 @@ fn count(log: &[Entry], name: &str) -> usize {
     log.iter().filter(|e| e.event.name() == name).count()
 }
 
+/// The call that asked for a sub-agent is paid for before the sub-agent starts: what is
+/// left for it is the budget less that call too (its reply is committed only with its
+/// calls' results, after the sub-agent ran).
+#[tokio::test]
+async fn what_is_left_for_a_sub_agent_counts_the_call_that_asked_for_it() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let reads: Vec<Value> = (1..=4)
+        .map(|n| {
+            json!({"tool_calls": [{"id": format!("c{n}"), "name": "read_file",
+                "arguments": {"path": "notes.txt", "offset": n}}], "usage": cost(0.1)})
+        })
+        .collect();
+    let model = script(json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate_read",
+                "arguments": {"goal": "read the notes"}}], "usage": cost(0.1)},
+            {"final": "never asked: the budget is spent", "usage": cost(0.1)}
+        ],
+        "agents": {"read the notes": {"turns": reads}}
+    }));
+    let rt = runtime(&s, model, Arc::clone(&store), &[]);
+    let budget = Budget {
+        max_cost_usd: Some(0.25),
+        ..Budget::default()
+    };
+    let report = rt
+        .start(
+            RunRequest::new("parent", "read", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    let child = store
+        .load(&agent_runtime::sub_agent_run_id(
+            "parent",
+            1,
+            &CallId::from("d1"),
+        ))
+        .unwrap();
+    assert_eq!(
+        count(&child, "decision_proposed"),
+        2,
+        "$0.15 was left: the child stops at $0.20, not at $0.30"
+    );
+    assert!(
+        (report.state.usage.cost_usd - 0.3).abs() < 1e-9,
+        "{:?}",
+        report.state.usage
+    );
+}
+
 #[tokio::test]
 async fn two_reading_sub_agents_share_the_parents_cost_budget_and_the_one_past_it_is_cancelled() {
     let s = setup();
