@@ -54,6 +54,10 @@ impl Model for Shown {
         self.inner.knows_cost()
     }
 
+    fn least_cost(&self, input_tokens: u64) -> f64 {
+        self.inner.least_cost(input_tokens)
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let step = request.step + 1;
         let so_far = self.so_far.lock().map(|u| *u).unwrap_or_default();
@@ -136,7 +140,10 @@ mod tests {
         let model =
             || HttpModel::new(Dialect::OpenAi, "openai", "m", "http://127.0.0.1:9", None).unwrap();
         assert!(!Shown::new(Arc::new(model())).knows_cost());
-        let priced = model().with_price(Price::new(1.0, 2.0));
-        assert!(Shown::new(Arc::new(priced)).knows_cost());
+        let priced = Shown::new(Arc::new(model().with_price(Price::new(1.0, 2.0))));
+        assert!(priced.knows_cost());
+        // The least a prompt costs, as the model inside knows it.
+        assert_eq!(priced.least_cost(1_000_000), 1.0);
+        assert_eq!(Shown::new(Arc::new(model())).least_cost(1_000_000), 0.0);
     }
 }

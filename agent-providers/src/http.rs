@@ -82,6 +82,15 @@ impl Price {
         }
     }
 
+    /// The least a prompt of `input_tokens` tokens can cost, in US dollars: every token read
+    /// from the provider's cache, when that is cheaper than an uncached one.
+    pub fn least_cost(&self, input_tokens: u64) -> f64 {
+        let read = self
+            .cache_read_per_million
+            .unwrap_or(self.input_per_million);
+        input_tokens as f64 * read.min(self.input_per_million) / 1e6
+    }
+
     /// The cost of one call's `usage`, in US dollars.
     pub fn cost(&self, usage: &agent_core::Usage) -> f64 {
         let read = self
@@ -662,6 +671,12 @@ impl Model for HttpModel {
 
     fn knows_cost(&self) -> bool {
         self.price.is_some()
+    }
+
+    fn least_cost(&self, input_tokens: u64) -> f64 {
+        self.price
+            .as_ref()
+            .map_or(0.0, |price| price.least_cost(input_tokens))
     }
 
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {

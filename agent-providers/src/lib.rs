@@ -65,4 +65,12 @@ pub trait Model: Send + Sync {
     fn knows_cost(&self) -> bool {
         false
     }
+    /// The least a call whose prompt has `input_tokens` tokens can cost, in US dollars:
+    /// each token at the cheapest price a prompt token has (a read from the provider's
+    /// cache, when that is cheaper), nothing written. The runtime checks a cost budget with
+    /// it before a call. 0 when the price is not known.
+    fn least_cost(&self, input_tokens: u64) -> f64 {
+        let _ = input_tokens;
+        0.0
+    }
 }

@@ -340,6 +340,38 @@ async fn cached_prompt_tokens_are_priced_at_the_cache_rates() {
     assert!((plain.cost(&read) - (188_129.0 * 3.0 + 40.0 * 0.75 + 8.0 * 15.0) / 1e6).abs() < 1e-12);
 }
 
+/// The least a prompt can cost, what a cost budget is checked with before a call: every
+/// token at the cheapest rate a prompt token has, and never more than the call costs.
+#[test]
+fn the_least_a_prompt_can_cost_is_at_the_cheapest_rate() {
+    let cached = Price {
+        cache_read_per_million: Some(0.30),
+        ..Price::new(3.0, 15.0)
+    };
+    assert!((cached.least_cost(1_000_000) - 0.30).abs() < 1e-12);
+    assert!((Price::new(3.0, 15.0).least_cost(1_000_000) - 3.0).abs() < 1e-12);
+    // A cache read dearer than an uncached token (no provider's, but written by hand).
+    let odd = Price {
+        cache_read_per_million: Some(9.0),
+        ..Price::new(3.0, 15.0)
+    };
+    assert!((odd.least_cost(1_000_000) - 3.0).abs() < 1e-12);
+    // Whatever the mix of cached, written and uncached tokens, the call costs no less.
+    for (read, written) in [(0, 0), (900, 0), (0, 900), (450, 450), (1_000, 0)] {
+        let usage = Usage::tokens(1_000, 0).with_cache(read, written);
+        for price in [cached, odd, Price::new(3.0, 15.0)] {
+            assert!(
+                price.least_cost(1_000) <= price.cost(&usage) + 1e-15,
+                "{usage:?}"
+            );
+        }
+    }
+    let model = HttpModel::new(Dialect::OpenAi, "openai", "m", "http://127.0.0.1:9", None).unwrap();
+    assert_eq!(model.least_cost(1_000_000), 0.0, "no price, nothing known");
+    let priced = model.with_price(cached);
+    assert!((priced.least_cost(1_000_000) - 0.30).abs() < 1e-12);
+}
+
 #[tokio::test]
 async fn a_server_that_is_not_there_is_a_retried_connection_error() {
     let model = HttpModel::new(

@@ -72,6 +72,9 @@ impl Model for Guarded {
     fn knows_cost(&self) -> bool {
         self.inner.knows_cost()
     }
+    fn least_cost(&self, input_tokens: u64) -> f64 {
+        self.inner.least_cost(input_tokens)
+    }
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let reply = self.inner.decide(request).await;
         if let Ok(reply) = &reply

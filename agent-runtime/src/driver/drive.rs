@@ -74,6 +74,14 @@ impl Runtime {
         // store (read again only to summarize it), so memory does not grow with the run.
         let mut projector = self.projector(&log);
         drop(log);
+        // The provider's counts in the log may be of another model's prompts, or of other
+        // tools (a run continued with other settings): this process's own are a floor.
+        projector.forget_lower_bound();
+        // Whether the next call's least use is worth knowing: a budget checks it.
+        let budgets_spend = {
+            let budget = machine.budget();
+            budget.max_tokens.is_some() || budget.max_cost_usd.is_some()
+        };
         // The name of every model call's span, made once.
         let chat_name = format!("chat {}", self.model.model());
         loop {
@@ -313,6 +321,15 @@ impl Runtime {
                                 entries.iter().for_each(|e| sink(e));
                             }
                             projector.apply_all(&entries);
+                            if budgets_spend {
+                                // Checked before the call it limits: one whose prompt alone
+                                // passes a budget is not made.
+                                let least = projector.lower_bound() as u64;
+                                machine.observe_next_call(Usage {
+                                    cost_usd: self.model.least_cost(least),
+                                    ..Usage::tokens(least, 0)
+                                });
+                            }
                             machine.handle(Input::Committed { version })?;
                         }
                         Err(e) => machine.handle(Input::CommitFailed {

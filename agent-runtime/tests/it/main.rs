@@ -18,6 +18,7 @@ mod forks;
 mod redaction;
 mod results;
 mod soak;
+mod spend;
 mod sub_agents;
 
 type Trace = Arc<Mutex<Vec<String>>>;

@@ -1,0 +1,219 @@
+//! The token and cost budgets, checked before a model call with the least its prompt will
+//! use: a call certain to pass one is not made.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use agent_tools::builtin::Delegate;
+
+use super::*;
+
+/// The script, priced: a prompt token costs at least `least_per_token` dollars.
+struct Metered {
+    inner: ScriptModel,
+    calls: AtomicU32,
+    least_per_token: f64,
+}
+
+#[async_trait]
+impl Model for Metered {
+    fn provider(&self) -> &str {
+        "script"
+    }
+    fn model(&self) -> &str {
+        "metered"
+    }
+    fn knows_cost(&self) -> bool {
+        true
+    }
+    fn least_cost(&self, input_tokens: u64) -> f64 {
+        input_tokens as f64 * self.least_per_token
+    }
+    async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.decide(request).await
+    }
+}
+
+/// What each call of these scripts uses: a prompt of 1,000 tokens, 10 written, $0.01.
+fn used() -> Value {
+    json!({"input_tokens": 1_000, "output_tokens": 10, "cost_usd": 0.01})
+}
+
+/// `turns` reads, then an answer.
+fn reads(turns: usize) -> Value {
+    let mut script: Vec<Value> = (1..=turns)
+        .map(|n| {
+            json!({"tool_calls": [{"id": format!("r{n}"), "name": "read_file",
+                                   "arguments": {"path": "notes.txt"}}],
+                   "usage": used()})
+        })
+        .collect();
+    script.push(json!({"final": "done", "usage": used()}));
+    json!({ "turns": script })
+}
+
+/// A runtime on `script` whose prompt tokens cost at least `least_per_token` dollars.
+fn metered(
+    s: &Setup,
+    script: Value,
+    extra: Vec<Arc<dyn Tool>>,
+    least_per_token: f64,
+) -> (Runtime, Arc<Metered>) {
+    let model = Arc::new(Metered {
+        inner: ScriptModel::from_json(&script.to_string()).unwrap(),
+        calls: AtomicU32::new(0),
+        least_per_token,
+    });
+    let mut gateway =
+        Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap()).unwrap();
+    for tool in extra {
+        gateway.register(tool).unwrap();
+    }
+    let rt = Runtime::new(
+        Arc::clone(&model) as Arc<dyn Model>,
+        Arc::new(gateway),
+        Arc::new(MemoryStore::new()),
+    );
+    (rt, model)
+}
+
+async fn run(rt: &Runtime, budget: Budget) -> agent_runtime::Report {
+    rt.start(
+        RunRequest::new("run-m", "g", budget),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_whose_prompt_alone_passes_the_token_budget_is_not_made() {
+    let s = setup();
+    let (rt, model) = metered(&s, reads(5), vec![], 0.000_004);
+    let report = run(
+        &rt,
+        Budget {
+            max_tokens: Some(2_500),
+            ..Budget::default()
+        },
+    )
+    .await;
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    // Spent alone, 2,020 tokens would let a third call start, and end at 3,030.
+    assert_eq!(model.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(report.state.usage.total_tokens(), 2_020);
+    assert!(
+        report
+            .outcome
+            .message
+            .contains("2020 tokens used, and the next call's prompt alone has at least 1000"),
+        "{}",
+        report.outcome.message
+    );
+    // A call that fits exactly is made.
+    let (rt, model) = metered(&s, reads(5), vec![], 0.000_004);
+    let report = run(
+        &rt,
+        Budget {
+            max_tokens: Some(3_020),
+            ..Budget::default()
+        },
+    )
+    .await;
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    assert_eq!(model.calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_made() {
+    let s = setup();
+    let (rt, model) = metered(&s, reads(5), vec![], 0.000_004);
+    let report = run(
+        &rt,
+        Budget {
+            max_cost_usd: Some(0.023),
+            ..Budget::default()
+        },
+    )
+    .await;
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    // $0.02 spent: a third call would start below $0.023, at $0.004 at the least.
+    assert_eq!(model.calls.load(Ordering::SeqCst), 2);
+    assert!(
+        report
+            .outcome
+            .message
+            .contains("$0.0200 spent, and the next call's prompt alone costs at least $0.0040"),
+        "{}",
+        report.outcome.message
+    );
+}
+
+/// A count the provider gave in an earlier invocation (perhaps of another model's prompt:
+/// a run can be continued with other settings) is no floor of this one's prompts.
+#[tokio::test]
+async fn a_count_from_an_earlier_invocation_stops_no_call() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "s1", "name": "save"}], "usage": used()},
+        {"final": "saved", "usage": used()}
+    ]});
+    let (rt, model) = metered(&s, script, vec![Arc::new(Save)], 0.000_004);
+    let budget = Budget {
+        max_tokens: Some(1_500),
+        ..Budget::default()
+    };
+    let paused = run(&rt, budget).await;
+    assert_eq!(paused.outcome.reason, TerminalReason::ApprovalRequired);
+    let done = rt
+        .approve("run-m", vec![], CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(done.outcome.reason, TerminalReason::Completed);
+    assert_eq!(model.calls.load(Ordering::SeqCst), 2);
+}
+
+/// A sub-agent's calls are checked the same way, against what its parent has left, with
+/// the least its prompt costs as the parent's model knows it.
+#[tokio::test]
+async fn a_sub_agent_s_call_whose_prompt_alone_passes_what_is_left_is_not_made() {
+    let s = setup();
+    // A child's prompt is small: 200 tokens a call, at $0.00002 at the least.
+    let small = json!({"input_tokens": 200, "output_tokens": 10, "cost_usd": 0.01});
+    let reads: Vec<Value> = (1..=3)
+        .map(|n| {
+            json!({"tool_calls": [{"id": format!("c{n}"), "name": "read_file",
+                                   "arguments": {"path": "notes.txt", "offset": n}}],
+                   "usage": small})
+        })
+        .collect();
+    let script = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate_read",
+                             "arguments": {"goal": "read the notes"}}], "usage": used()},
+            {"final": "read", "usage": used()}
+        ],
+        "agents": {"read the notes": {"turns": reads}}
+    });
+    let delegates = Delegate::both()
+        .into_iter()
+        .map(|tool| Arc::new(tool) as Arc<dyn Tool>)
+        .collect();
+    let (rt, model) = metered(&s, script, delegates, 0.000_02);
+    // $0.01 for the parent's call leaves $0.023: the child's second call starts at $0.01
+    // spent with $0.004 at the least to come; its third, at $0.02, would pass what is left.
+    let report = run(
+        &rt,
+        Budget {
+            max_cost_usd: Some(0.033),
+            ..Budget::default()
+        },
+    )
+    .await;
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    assert_eq!(
+        model.calls.load(Ordering::SeqCst),
+        3,
+        "the parent's call and two of the child's"
+    );
+}
