@@ -297,6 +297,53 @@ async fn a_priced_model_stops_at_the_cost_budget() {
     );
 }
 
+/// A call whose prompt alone would pass the cost budget is not sent: the provider counted
+/// 1,000 tokens in the last prompt, the next has at least those, and they cost at least
+/// $0.0005 at the cache-read rate. Over the wire, as a user meets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_sent() {
+    let call = list_dir_call()
+        .replace(r#""prompt_tokens":50"#, r#""prompt_tokens":1000"#)
+        .replace(r#""completion_tokens":7"#, r#""completion_tokens":10"#);
+    assert!(
+        call.contains(r#""completion_tokens":10,"prompt_tokens":1000"#),
+        "{call}"
+    );
+    // $0.00208 a call; after one, $0.0025 leaves less than the next prompt's $0.0005.
+    for (max, sent) in [("0.0025", 1), ("0.0026", 2)] {
+        let server = Server::start(vec![
+            Reply::stream(call.clone()),
+            Reply::stream(call.clone()),
+        ])
+        .await
+        .unwrap();
+        let env = Env::new();
+        std::fs::write(
+            env.dir.path().join("agent.toml"),
+            format!(
+                "max_cost_usd = {max}\n[prices.\"gpt-4.1\"]\ninput = 2.0\noutput = 8.0\ncache_read = 0.5\n"
+            ),
+        )
+        .unwrap();
+        let (code, v, err) = run_model(
+            &env,
+            "openai:gpt-4.1",
+            &server.url,
+            "g",
+            ("OPENAI_API_KEY", "sk-x"),
+        );
+        assert_eq!(code, Some(4), "{err}");
+        assert_eq!(v["reason"], "cost_budget_exceeded");
+        assert_eq!(server.received().len(), sent, "max {max}: {v}");
+        let message = v["message"].as_str().unwrap();
+        assert_eq!(
+            message.contains("the next call's prompt alone costs at least $0.0005"),
+            sent == 1,
+            "{message}"
+        );
+    }
+}
+
 /// A cost budget with no price for the model would never stop a run (every call would
 /// count as free): such a run is refused before anything is asked or written, and so is
 /// continuing a budgeted run once its price is gone.
