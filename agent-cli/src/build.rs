@@ -77,7 +77,9 @@ pub fn model(
     if let Some(cache) = settings.prompt_cache {
         model = model.with_prompt_cache(cache);
     }
-    model = model.with_thinking(settings.thinking);
+    model = model
+        .with_thinking(settings.thinking)
+        .with_effort(settings.effort);
     if let Some(cap) = settings.max_output_tokens {
         model = model.with_max_output_tokens(cap);
     }

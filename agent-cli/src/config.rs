@@ -44,9 +44,13 @@ pub struct Config {
     pub answer_timeout_secs: Option<f64>,
     /// Seconds a model's answer may stay silent once it has begun (default 120).
     pub idle_timeout_secs: Option<f64>,
-    /// Extended thinking: tokens the model may think for before each decision (Anthropic;
-    /// at least 1024).
-    pub thinking: Option<u32>,
+    /// Thinking before each decision (Anthropic): a number of tokens the model may think
+    /// for (at least 1024; refused by Claude Opus 4.7 and later), or `"adaptive"` (the
+    /// model decides; the current models' way).
+    pub thinking: Option<agent_providers::Thinking>,
+    /// How much the model should reason and write (`low`, `medium`, `high`, ...): sent to
+    /// every provider in its words.
+    pub effort: Option<agent_providers::Effort>,
     /// Output tokens a model call may write at most (the provider's own limit otherwise;
     /// Anthropic's 8192).
     pub max_output_tokens: Option<u32>,
@@ -205,7 +209,30 @@ pub fn toml_problem(text: &str, e: &toml::de::Error) -> String {
     });
     let message = e.message().replace('\n', " ");
     match line {
-        Some(line) => format!(" line {line}: {message}"),
+        Some(line) => {
+            // The key whose value is wrong, when the line is a plain `key = value`: a value's
+            // complaint ("invalid value: string \"lots\"") does not say which setting.
+            let about_a_value =
+                message.starts_with("invalid ") || message.starts_with("unknown variant");
+            let key = about_a_value
+                .then(|| text.lines())
+                .into_iter()
+                .flatten()
+                .nth(line - 1)
+                .and_then(|l| l.split_once('='))
+                .map(|(key, _)| key.trim())
+                .filter(|key| {
+                    !key.is_empty()
+                        && key
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+                        && !message.contains(&format!("`{key}`"))
+                });
+            match key {
+                Some(key) => format!(" line {line}, {key}: {message}"),
+                None => format!(" line {line}: {message}"),
+            }
+        }
         None => format!(": {message}"),
     }
 }
@@ -267,11 +294,11 @@ impl Config {
                     .to_owned(),
             );
         }
-        if let Some(t) = self.thinking
+        if let Some(agent_providers::Thinking::Budget(t)) = self.thinking
             && t < 1_024
         {
             return Err(format!(
-                "thinking = {t}: give at least 1024 tokens (the provider's least budget), or leave it out"
+                "thinking = {t}: give at least 1024 tokens (the provider's least budget), \"adaptive\", or leave it out"
             ));
         }
         if let Some(c) = self.compact_at

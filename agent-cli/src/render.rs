@@ -116,6 +116,11 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
                 "check the model name in --model and the --base-url (an OpenAI-compatible \
                  server's usually ends in /v1: Ollama's is http://localhost:11434/v1)"
             }
+            // Claude Opus 4.7 and later refuse a thinking budget.
+            ModelErrorKind::BadRequest if outcome.message.contains("thinking.type.enabled") => {
+                "this model thinks adaptively: set thinking = \"adaptive\" in agent.toml (and an \
+                 effort, if the default's is not what you want)"
+            }
             ModelErrorKind::RateLimited | ModelErrorKind::Server | ModelErrorKind::Transport => {
                 return Some(format!(
                     "the failure may pass: go on later with agent resume {run_id} \"…\""
@@ -638,6 +643,22 @@ pub fn time(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_thinking_budget_is_answered_with_adaptive_thinking() {
+        let refused = |message: &str| Outcome {
+            model_error: Some(ModelErrorKind::BadRequest),
+            ..Outcome::stop(TerminalReason::ModelError, message.to_owned())
+        };
+        // Anthropic's words for a budget sent to a model that only thinks adaptively.
+        let said = "the provider refused the request (400): invalid_request_error: \
+                    \"thinking.type.enabled\" is not supported for this model. Use \
+                    \"thinking.type.adaptive\" and \"output_config.effort\" to control thinking \
+                    behavior.";
+        let told = advice(&refused(said), "r").unwrap();
+        assert!(told.contains("thinking = \"adaptive\""), "{told}");
+        assert_eq!(advice(&refused("max_tokens: too large"), "r"), None);
+    }
 
     #[test]
     fn cut_keeps_the_first_line_and_marks_the_rest() {

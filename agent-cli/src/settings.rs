@@ -281,8 +281,10 @@ pub struct Settings {
     pub idle_timeout: Option<Duration>,
     /// Whether to mark prompts for the provider's prompt cache (default true).
     pub prompt_cache: Option<bool>,
-    /// Extended thinking budget in tokens, when agent.toml sets one.
-    pub thinking: Option<u32>,
+    /// Thinking (a budget in tokens, or adaptive), when agent.toml sets it.
+    pub thinking: Option<agent_providers::Thinking>,
+    /// The effort asked of the model, when agent.toml sets it.
+    pub effort: Option<agent_providers::Effort>,
     /// Output tokens a model call may write, when agent.toml caps them.
     pub max_output_tokens: Option<u32>,
     /// How model calls are retried, when agent.toml says.
@@ -554,6 +556,7 @@ impl Settings {
             idle_timeout: config.idle_timeout_secs.map(Duration::from_secs_f64),
             prompt_cache: config.prompt_cache,
             thinking: config.thinking,
+            effort: config.effort,
             max_output_tokens: config.max_output_tokens,
             retry,
             prices,
@@ -771,9 +774,17 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
             secrets.join(", ")
         ));
     }
-    if let Some(n) = c.thinking {
+    if let Some(thinking) = c.thinking {
         brings.push(format!(
-            "thinking {n} (tokens the model may think for each turn, billed as output)"
+            "thinking {thinking} (what the model thinks each turn is billed as output)"
+        ));
+    }
+    // Less effort narrows; more than the providers' default may cost more.
+    if let Some(effort) = c.effort
+        && effort.above_default()
+    {
+        brings.push(format!(
+            "effort {effort} (more reasoning and writing each turn, billed as output)"
         ));
     }
     // A cap narrows, except past the one Anthropic's calls otherwise have.

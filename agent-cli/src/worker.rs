@@ -95,9 +95,12 @@ pub struct Calls {
     /// `prompt_cache`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_cache: Option<bool>,
-    /// `thinking`.
+    /// `thinking` (a number of tokens in runs queued before it could be adaptive).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub thinking: Option<u32>,
+    pub thinking: Option<agent_providers::Thinking>,
+    /// `effort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<agent_providers::Effort>,
     /// `max_output_tokens`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
@@ -141,6 +144,7 @@ impl Calls {
             idle_timeout_ms: settings.idle_timeout.map(millis),
             prompt_cache: settings.prompt_cache,
             thinking: settings.thinking,
+            effort: settings.effort,
             max_output_tokens: settings.max_output_tokens,
             retry: settings.retry.as_ref().map(|r| Retry {
                 max_attempts: r.max_attempts,
@@ -164,6 +168,7 @@ impl Calls {
         settings.idle_timeout = self.idle_timeout_ms.map(Duration::from_millis);
         settings.prompt_cache = self.prompt_cache;
         settings.thinking = self.thinking;
+        settings.effort = self.effort;
         settings.max_output_tokens = self.max_output_tokens;
         settings.retry = self.retry.as_ref().map(|r| RetryPolicy {
             max_attempts: r.max_attempts.max(1),
@@ -589,4 +594,28 @@ pub fn answer_queued(
         ));
     }
     Ok(Some(EXIT_OK))
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_providers::{Effort, Thinking};
+
+    use super::Calls;
+
+    /// A run queued before thinking could be adaptive is read as it was written; the new
+    /// settings are written in agent.toml's words.
+    #[test]
+    fn calls_queued_before_adaptive_thinking_read_as_they_were() {
+        let old: Calls = serde_json::from_str(r#"{"thinking": 2048, "stream": false}"#).unwrap();
+        assert_eq!(old.thinking, Some(Thinking::Budget(2048)));
+        assert_eq!((old.effort, old.stream), (None, Some(false)));
+        let new = Calls {
+            thinking: Some(Thinking::Adaptive),
+            effort: Some(Effort::Low),
+            ..Calls::default()
+        };
+        let text = serde_json::to_string(&new).unwrap();
+        assert_eq!(text, r#"{"thinking":"adaptive","effort":"low"}"#);
+        assert_eq!(serde_json::from_str::<Calls>(&text).unwrap(), new);
+    }
 }

@@ -8,10 +8,10 @@ use agent_core::{ModelReply, Retry};
 use async_trait::async_trait;
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::wire::{self, Assembled};
-use crate::{Model, ModelRequest, ProviderError};
+use crate::{Effort, Model, ModelRequest, ProviderError, Thinking};
 
 /// Which wire format a server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +127,8 @@ pub struct HttpModel {
     max_output: Option<u32>,
     stream: bool,
     prompt_cache: bool,
-    thinking: Option<u32>,
+    thinking: Option<Thinking>,
+    effort: Option<Effort>,
     on_text: Option<TextSink>,
     max_response_bytes: usize,
 }
@@ -195,6 +196,7 @@ impl HttpModel {
             stream: true,
             prompt_cache: true,
             thinking: None,
+            effort: None,
             on_text: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
         })
@@ -240,12 +242,22 @@ impl HttpModel {
         self
     }
 
-    /// Extended thinking of up to `budget` tokens a call (Anthropic; at least
-    /// [`wire::anthropic::MIN_THINKING_TOKENS`]). The thinking is recorded with each
-    /// decision and sent back with the tool results of its turn, as the API requires.
-    /// Chat Completions has no such setting, and ignores it.
-    pub fn with_thinking(mut self, budget: Option<u32>) -> Self {
-        self.thinking = budget;
+    /// Anthropic's thinking before each decision: up to a budget of tokens (at least
+    /// [`wire::anthropic::MIN_THINKING_TOKENS`]; refused by Claude Opus 4.7 and later), or
+    /// adaptive (the current models' way; the output limit is then
+    /// [`wire::anthropic::DEFAULT_MAX_TOKENS_ADAPTIVE`] unless one is given). The thinking is
+    /// recorded with each decision and sent back with the tool results of its turn, as the
+    /// API requires. The OpenAI dialects have no such setting, and ignore it.
+    pub fn with_thinking(mut self, thinking: Option<Thinking>) -> Self {
+        self.thinking = thinking;
+        self
+    }
+
+    /// How much the model should reason and write, in each dialect's words: Anthropic's
+    /// `output_config.effort`, OpenAI's `reasoning_effort`, the Responses API's
+    /// `reasoning.effort`. Not sent when not given (the provider's default).
+    pub fn with_effort(mut self, effort: Option<Effort>) -> Self {
+        self.effort = effort;
         self
     }
 
@@ -688,13 +700,26 @@ impl Model for HttpModel {
             Dialect::Anthropic => wire::anthropic::request_body_thinking(
                 request.prompt,
                 &self.model,
-                self.max_tokens,
+                match (self.thinking, self.max_output) {
+                    (Some(Thinking::Adaptive), None) => {
+                        wire::anthropic::DEFAULT_MAX_TOKENS_ADAPTIVE
+                    }
+                    _ => self.max_tokens,
+                },
                 self.stream,
                 self.prompt_cache,
                 self.thinking,
             ),
         };
         let mut body = body;
+        if let Some(effort) = self.effort {
+            let effort = Value::from(effort.as_str());
+            match self.dialect {
+                Dialect::OpenAi => body["reasoning_effort"] = effort,
+                Dialect::OpenAiResponses => body["reasoning"] = json!({ "effort": effort }),
+                Dialect::Anthropic => body["output_config"] = json!({ "effort": effort }),
+            }
+        }
         if let Some(cap) = self.max_output {
             let field = match (self.dialect, self.provider.as_str()) {
                 (Dialect::OpenAi, "openai") => Some("max_completion_tokens"),

@@ -23,6 +23,7 @@ mod script;
 mod spec;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod think;
 pub mod wire;
 
 pub use error::ProviderError;
@@ -33,6 +34,7 @@ pub use http::{
 pub use replay::ReplayModel;
 pub use script::{ScriptError, ScriptModel};
 pub use spec::{ModelSpec, SpecError};
+pub use think::{Effort, Thinking};
 
 use agent_core::{ModelReply, Prompt};
 use async_trait::async_trait;

@@ -23,6 +23,9 @@ fn nonsense_numbers_in_agent_toml_are_named_in_one_line() {
         ("max_cost_usd = -2.0", "max_cost_usd"),
         ("[retry]\nmax_attempts = 0", "max_attempts"),
         ("thinking = 5", "thinking"),
+        ("thinking = \"lots\"", "thinking"),
+        ("thinking = -3", "thinking"),
+        ("effort = \"extreme\"", "effort"),
         ("max_output_tokens = 0", "max_output_tokens"),
         (
             "[prices.\"m\"]\ninput = 1.0\noutput = 1.0\ncache_write = -1.0",

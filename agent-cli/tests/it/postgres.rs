@@ -654,7 +654,7 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
 
     std::fs::write(
         &toml,
-        "max_cost_usd = 0.0001\nstream = false\nmax_output_tokens = 77\n\
+        "max_cost_usd = 0.0001\nstream = false\nmax_output_tokens = 77\neffort = \"low\"\n\
          [prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
     )
     .unwrap();
@@ -689,6 +689,11 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
     assert_ne!(asked[0].body["stream"], json!(true), "{}", asked[0].body);
     assert_eq!(
         asked[0].body["max_completion_tokens"], 77,
+        "{}",
+        asked[0].body
+    );
+    assert_eq!(
+        asked[0].body["reasoning_effort"], "low",
         "{}",
         asked[0].body
     );

@@ -712,6 +712,58 @@ async fn anthropic_thinking_goes_back_with_the_tool_results_and_shows_in_show() 
     assert_eq!(server.received().len(), 2);
 }
 
+/// The current Claude models think adaptively (Claude Opus 4.7 refuses a budget), guided by
+/// an effort, which OpenAI's reasoning models take too: both from agent.toml, over the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_thinking_and_the_effort_come_from_agent_toml() {
+    let server = Server::start(vec![
+        Reply::stream(fixture("anthropic/thinking_tool_use_response.txt")),
+        Reply::stream(anthropic_cached_answer("They say hello.", 700, 0)),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "thinking = \"adaptive\"\neffort = \"medium\"\n",
+    )
+    .unwrap();
+    let out = env.run(&["trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (code, v, err) = run_model(
+        &env,
+        "anthropic:claude-opus-4-7",
+        &server.url,
+        "what do the notes say?",
+        ("ANTHROPIC_API_KEY", "sk-ant-test"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["answer"], "They say hello.");
+    let sent = server.received();
+    for request in &sent {
+        assert_eq!(request.body["thinking"], json!({"type": "adaptive"}));
+        assert_eq!(request.body["output_config"], json!({"effort": "medium"}));
+        assert_eq!(request.body["max_tokens"], 16_000, "room for the thinking");
+    }
+    // The thinking went back with the tool's result, as with a budget.
+    let messages = sent[1].body["messages"].as_array().unwrap();
+    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(assistant["content"][0]["type"], "thinking");
+    let (code, _, err) = run_model(
+        &env,
+        "openai:gpt-5",
+        &server.url,
+        "hi",
+        ("OPENAI_API_KEY", "sk-x"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let body = &server.received()[2].body;
+    assert_eq!(body["reasoning_effort"], "medium");
+    assert!(body.get("thinking").is_none(), "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     let server = Server::start(vec![

@@ -415,24 +415,25 @@ fn a_project_file_that_would_make_a_run_cost_more_needs_trust() {
     // Budgets at or below the defaults only narrow.
     let narrow = format!(
         "max_steps = {}\nmax_tool_calls = {}\ntimeout = 60\nmax_cost_usd = 2.0\n\
-         [retry]\nmax_attempts = 4",
+         effort = \"low\"\n[retry]\nmax_attempts = 4",
         defaults.max_steps, defaults.max_tool_calls
     );
     assert_eq!(brings(&narrow, &none), Vec::<String>::new());
     let wide = format!(
         "max_steps = {}\nmax_tool_calls = {}\nthinking = 2048\nsub_agents = true\n\
-         [retry]\nmax_attempts = 50",
+         effort = \"max\"\n[retry]\nmax_attempts = 50",
         defaults.max_steps + 1,
         defaults.max_tool_calls + 1
     );
     let brought = brings(&wide, &none);
-    assert_eq!(brought.len(), 5, "{brought:?}");
+    assert_eq!(brought.len(), 6, "{brought:?}");
     for (i, what) in [
         "max_steps 33 ",
         "max_tool_calls 129 ",
         "retry.max_attempts 50 ",
         "sub_agents ",
         "thinking 2048 ",
+        "effort max ",
     ]
     .iter()
     .enumerate()

@@ -6,7 +6,7 @@ use agent_core::{Part, Prompt, Reasoning, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
 use super::{Assembled, WireCall, wire_name};
-use crate::ProviderError;
+use crate::{ProviderError, Thinking};
 
 /// Output tokens asked for when nothing else is configured.
 pub const DEFAULT_MAX_TOKENS: u32 = 8_192;
@@ -63,16 +63,20 @@ pub fn answer_from_tool(assembled: &mut Assembled, prompt: &Prompt) {
 /// Least thinking budget the API accepts, in tokens.
 pub const MIN_THINKING_TOKENS: u32 = 1_024;
 
-/// [`request_body`] with extended thinking of up to `thinking` tokens, when given. The
-/// output limit is raised past the budget where it is not already (the API requires
-/// `budget_tokens < max_tokens`).
+/// The output limit of a call that thinks adaptively, unless one is given: the thinking
+/// counts in it, and a reply cut short of its decision is paid for and useless.
+pub const DEFAULT_MAX_TOKENS_ADAPTIVE: u32 = 16_000;
+
+/// [`request_body`] with thinking, when given: up to a budget of tokens (the output limit
+/// is raised past the budget where it is not already: the API requires `budget_tokens <
+/// max_tokens`), or adaptive (the thinking counts within `max_tokens`).
 pub fn request_body_thinking(
     prompt: &Prompt,
     model: &str,
     max_tokens: u32,
     stream: bool,
     cache: bool,
-    thinking: Option<u32>,
+    thinking: Option<Thinking>,
 ) -> Value {
     let messages: Vec<Value> = prompt
         .messages
@@ -184,12 +188,16 @@ pub fn request_body_thinking(
         // API refuses forced tool use with thinking; then the answer tool is only offered.)
         body["tool_choice"] = json!({"type": "any"});
     }
-    if let Some(budget) = thinking {
-        let budget = budget.max(MIN_THINKING_TOKENS);
-        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
-        if max_tokens <= budget {
-            body["max_tokens"] = json!(budget.saturating_add(DEFAULT_MAX_TOKENS / 2));
+    match thinking {
+        Some(Thinking::Budget(budget)) => {
+            let budget = budget.max(MIN_THINKING_TOKENS);
+            body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+            if max_tokens <= budget {
+                body["max_tokens"] = json!(budget.saturating_add(DEFAULT_MAX_TOKENS / 2));
+            }
         }
+        Some(Thinking::Adaptive) => body["thinking"] = json!({"type": "adaptive"}),
+        None => {}
     }
     if stream {
         body["stream"] = Value::Bool(true);

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use agent_core::*;
 use agent_providers::testing::{Reply, Server};
-use agent_providers::{Dialect, HttpModel, Model, ModelRequest, Price, RetryPolicy};
+use agent_providers::{
+    Dialect, Effort, HttpModel, Model, ModelRequest, Price, RetryPolicy, Thinking,
+};
 use serde_json::json;
 
 use crate::fixture;
@@ -1013,10 +1015,19 @@ async fn anthropic_answers_a_schema_through_a_forced_answer_tool() {
         4096,
         false,
         false,
-        Some(2048),
+        Some(agent_providers::Thinking::Budget(2048)),
     );
     assert!(thinking.get("tool_choice").is_none());
     assert_eq!(thinking["tools"].as_array().unwrap().len(), 2);
+    let adaptive = agent_providers::wire::anthropic::request_body_thinking(
+        &p,
+        "m",
+        4096,
+        false,
+        false,
+        Some(agent_providers::Thinking::Adaptive),
+    );
+    assert!(adaptive.get("tool_choice").is_none(), "{adaptive}");
     let list = prompt_with_schema(json!({"type": "array"}));
     let body = agent_providers::wire::anthropic::request_body(&list, "m", 4096, false, false);
     assert!(body.get("tool_choice").is_none());
@@ -1124,6 +1135,73 @@ async fn an_output_cap_is_sent_in_each_dialect_s_words() {
                 expected.iter().map(|(f, v)| (*f, v)).collect();
             assert_eq!(asked, expected, "{provider} {cap:?}");
         }
+    }
+}
+
+/// The effort is sent in each dialect's words, and only when given; thinking adaptively, an
+/// Anthropic call may write more by default, its thinking included.
+#[tokio::test]
+async fn the_effort_is_sent_in_each_dialect_s_words() {
+    let cases = [
+        (Dialect::OpenAi, "openai", "openai/text_only.sse"),
+        (
+            Dialect::OpenAiResponses,
+            "openai-responses",
+            "openai/responses_text.sse",
+        ),
+        (
+            Dialect::Anthropic,
+            "anthropic",
+            "anthropic/basic_response.txt",
+        ),
+    ];
+    for (dialect, provider, answer) in cases {
+        for effort in [None, Some(Effort::Low), Some(Effort::Max)] {
+            let server = Server::start(vec![Reply::stream(fixture(answer))])
+                .await
+                .unwrap();
+            let model = HttpModel::new(dialect, provider, "m", &server.url, Some("k".into()))
+                .unwrap()
+                .with_effort(effort);
+            ask(&model).await.unwrap();
+            let body = &server.received()[0].body;
+            let sent = [
+                &body["reasoning_effort"],
+                &body["reasoning"]["effort"],
+                &body["output_config"]["effort"],
+            ];
+            let expected = effort.map_or(json!(null), |e| json!(e.as_str()));
+            let at = match dialect {
+                Dialect::OpenAi => 0,
+                Dialect::OpenAiResponses => 1,
+                Dialect::Anthropic => 2,
+            };
+            for (i, value) in sent.iter().enumerate() {
+                let want = if i == at { &expected } else { &json!(null) };
+                assert_eq!(*value, want, "{provider} {effort:?}: {body}");
+            }
+        }
+    }
+    for (cap, limit) in [(None, 16_000), (Some(2_000), 2_000)] {
+        let server = Server::start(vec![Reply::stream(fixture("anthropic/basic_response.txt"))])
+            .await
+            .unwrap();
+        let mut model = HttpModel::new(
+            Dialect::Anthropic,
+            "anthropic",
+            "m",
+            &server.url,
+            Some("k".into()),
+        )
+        .unwrap()
+        .with_thinking(Some(Thinking::Adaptive));
+        if let Some(cap) = cap {
+            model = model.with_max_output_tokens(cap);
+        }
+        ask(&model).await.unwrap();
+        let body = &server.received()[0].body;
+        assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+        assert_eq!(body["max_tokens"], limit, "{cap:?}");
     }
 }
 
