@@ -58,6 +58,10 @@ impl Model for Shown {
         self.inner.least_cost(input_tokens)
     }
 
+    fn output_tokens_for(&self, usd: f64) -> Option<u64> {
+        self.inner.output_tokens_for(usd)
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let step = request.step + 1;
         let so_far = self.so_far.lock().map(|u| *u).unwrap_or_default();
@@ -144,6 +148,7 @@ mod tests {
         assert!(priced.knows_cost());
         // The least a prompt costs, as the model inside knows it.
         assert_eq!(priced.least_cost(1_000_000), 1.0);
+        assert_eq!(priced.output_tokens_for(1.0), Some(500_000));
         assert_eq!(Shown::new(Arc::new(model())).least_cost(1_000_000), 0.0);
     }
 }

@@ -107,6 +107,11 @@ impl Price {
     }
 }
 
+/// An output limit every model of the providers takes: a call's own limit above it is not
+/// sent to a model with no cap configured (OpenAI refuses a `max_completion_tokens` past the
+/// model's maximum, which differs from model to model).
+pub const SURELY_TAKEN_OUTPUT_CAP: u32 = 4_096;
+
 /// Receives answer text as it is written.
 pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -646,6 +651,32 @@ struct Spent {
 }
 
 impl HttpModel {
+    /// Anthropic's `max_tokens` for a call that may write `asked` tokens at most, and the
+    /// thinking to ask for: a thinking budget must stay below `max_tokens`, and is lowered
+    /// under a call's own limit rather than the limit raised past it (at least the API's
+    /// least budget, then one token more than it may be written).
+    fn anthropic_limit(&self, asked: Option<u32>) -> (u32, Option<Thinking>) {
+        let own = match (self.thinking, self.max_output) {
+            (Some(Thinking::Adaptive), None) => wire::anthropic::DEFAULT_MAX_TOKENS_ADAPTIVE,
+            _ => self.max_tokens,
+        };
+        let Some(asked) = asked else {
+            return (own, self.thinking);
+        };
+        let limit = own.min(asked);
+        match self.thinking {
+            Some(Thinking::Budget(budget))
+                if budget.max(wire::anthropic::MIN_THINKING_TOKENS) >= limit =>
+            {
+                let budget = limit
+                    .saturating_sub(1)
+                    .max(wire::anthropic::MIN_THINKING_TOKENS);
+                (limit.max(budget + 1), Some(Thinking::Budget(budget)))
+            }
+            thinking => (limit, thinking),
+        }
+    }
+
     /// The estimated usage of an attempt that failed after `spent`, priced when a price
     /// is known: nothing for one the provider refused or never answered.
     fn spent_on(&self, spent: &Spent, request_bytes: usize) -> agent_core::Usage {
@@ -691,7 +722,24 @@ impl Model for HttpModel {
             .map_or(0.0, |price| price.least_cost(input_tokens))
     }
 
+    fn output_tokens_for(&self, usd: f64) -> Option<u64> {
+        let price = self.price?.output_per_million;
+        (price > 0.0 && usd.is_finite()).then(|| (usd.max(0.0) / price * 1e6).floor() as u64)
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        // What this call may write: this model's cap, and the call's own when its budget
+        // leaves less (the smaller wins).
+        let asked = request.max_output_tokens.map(|tokens| tokens.max(1));
+        let cap = match (self.max_output, asked) {
+            (Some(own), Some(asked)) => Some(own.min(asked)),
+            (Some(own), None) => Some(own),
+            // A limit past the model's own is refused by some providers (OpenAI's): without
+            // a cap of this model's, only one every model takes is sent.
+            (None, Some(asked)) => (asked <= SURELY_TAKEN_OUTPUT_CAP).then_some(asked),
+            (None, None) => None,
+        };
+        let (limit, thinking) = self.anthropic_limit(asked);
         let body = match self.dialect {
             Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, self.stream),
             Dialect::OpenAiResponses => {
@@ -700,15 +748,10 @@ impl Model for HttpModel {
             Dialect::Anthropic => wire::anthropic::request_body_thinking(
                 request.prompt,
                 &self.model,
-                match (self.thinking, self.max_output) {
-                    (Some(Thinking::Adaptive), None) => {
-                        wire::anthropic::DEFAULT_MAX_TOKENS_ADAPTIVE
-                    }
-                    _ => self.max_tokens,
-                },
+                limit,
                 self.stream,
                 self.prompt_cache,
-                self.thinking,
+                thinking,
             ),
         };
         let mut body = body;
@@ -720,7 +763,7 @@ impl Model for HttpModel {
                 Dialect::Anthropic => body["output_config"] = json!({ "effort": effort }),
             }
         }
-        if let Some(cap) = self.max_output {
+        if let Some(cap) = cap {
             let field = match (self.dialect, self.provider.as_str()) {
                 (Dialect::OpenAi, "openai") => Some("max_completion_tokens"),
                 // The older name, which servers that speak the dialect accept.

@@ -11,7 +11,7 @@
 //! let model = ScriptModel::from_json(r#"{"turns": [{"final": "hello"}]}"#).unwrap();
 //! let prompt = Prompt { system: String::new(), messages: vec![], tools: vec![], answer_schema: None };
 //! let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-//! let reply = rt.block_on(model.decide(ModelRequest { prompt: &prompt, step: 0 })).unwrap();
+//! let reply = rt.block_on(model.decide(ModelRequest::new(&prompt, 0))).unwrap();
 //! assert_eq!(reply.decision, Ok(Decision::Final { answer: "hello".into() }));
 //! ```
 
@@ -46,6 +46,28 @@ pub struct ModelRequest<'a> {
     pub prompt: &'a Prompt,
     /// Model calls this run already made (0 for the first call).
     pub step: u32,
+    /// The most this call may write, when the run's token or cost budget leaves only so
+    /// much: output past it would certainly pass the budget. A model with an output cap
+    /// of its own asks for the smaller. `None`: no such limit.
+    pub max_output_tokens: Option<u32>,
+}
+
+impl<'a> ModelRequest<'a> {
+    /// A call with `prompt`, after `step` calls of the run, with no limit of its own on
+    /// what it writes.
+    pub fn new(prompt: &'a Prompt, step: u32) -> Self {
+        ModelRequest {
+            prompt,
+            step,
+            max_output_tokens: None,
+        }
+    }
+
+    /// The same call, writing at most `tokens` (see [`ModelRequest::max_output_tokens`]).
+    pub fn with_max_output_tokens(mut self, tokens: Option<u32>) -> Self {
+        self.max_output_tokens = tokens;
+        self
+    }
 }
 
 /// A model: one decision per call.
@@ -74,5 +96,11 @@ pub trait Model: Send + Sync {
     fn least_cost(&self, input_tokens: u64) -> f64 {
         let _ = input_tokens;
         0.0
+    }
+    /// The output tokens `usd` dollars pay for at the most, when the price is known: what
+    /// the runtime caps a call's output at when a cost budget leaves only so much.
+    fn output_tokens_for(&self, usd: f64) -> Option<u64> {
+        let _ = usd;
+        None
     }
 }

@@ -52,10 +52,7 @@ impl Summarizer for ModelSummarizer {
             if CharEstimate.count(&text) < window * 9 / 10 {
                 let asked = self
                     .model
-                    .decide(ModelRequest {
-                        prompt: &request,
-                        step: u32::MAX,
-                    })
+                    .decide(ModelRequest::new(&request, u32::MAX))
                     .await;
                 let reply = match asked {
                     Ok(reply) => reply,

@@ -309,8 +309,10 @@ async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_sent() {
         call.contains(r#""completion_tokens":10,"prompt_tokens":1000"#),
         "{call}"
     );
-    // $0.00208 a call; after one, $0.0025 leaves less than the next prompt's $0.0005.
-    for (max, sent) in [("0.0025", 1), ("0.0026", 2)] {
+    // $0.00208 a call; after one, $0.0025 leaves less than the next prompt's $0.0005. Each
+    // call may write what is left at $8 a million once its prompt is paid for: $0.0025
+    // buys 312 tokens; $0.0026 buys 325, then $0.00002 buys 2.
+    for (max, sent, caps) in [("0.0025", 1, vec![312]), ("0.0026", 2, vec![325, 2])] {
         let server = Server::start(vec![
             Reply::stream(call.clone()),
             Reply::stream(call.clone()),
@@ -335,6 +337,12 @@ async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_sent() {
         assert_eq!(code, Some(4), "{err}");
         assert_eq!(v["reason"], "cost_budget_exceeded");
         assert_eq!(server.received().len(), sent, "max {max}: {v}");
+        let asked: Vec<_> = server
+            .received()
+            .iter()
+            .map(|r| r.body["max_completion_tokens"].clone())
+            .collect();
+        assert_eq!(asked, caps.iter().map(|c| json!(c)).collect::<Vec<_>>());
         let message = v["message"].as_str().unwrap();
         assert_eq!(
             message.contains("the next call's prompt alone costs at least $0.0005"),

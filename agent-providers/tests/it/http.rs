@@ -56,12 +56,7 @@ async fn model(dialect: Dialect, replies: Vec<Reply>) -> (Server, HttpModel) {
 }
 
 async fn ask(model: &HttpModel) -> Result<ModelReply, agent_providers::ProviderError> {
-    model
-        .decide(ModelRequest {
-            prompt: &prompt(),
-            step: 0,
-        })
-        .await
+    model.decide(ModelRequest::new(&prompt(), 0)).await
 }
 
 #[tokio::test]
@@ -914,10 +909,7 @@ async fn a_schema_asks_openai_for_structured_output_in_both_dialects() {
     .await;
     let reply = m
         .with_streaming(false)
-        .decide(ModelRequest {
-            prompt: &prompt_with_schema(schema.clone()),
-            step: 0,
-        })
+        .decide(ModelRequest::new(&prompt_with_schema(schema.clone()), 0))
         .await
         .unwrap();
     assert_eq!(
@@ -969,13 +961,7 @@ async fn anthropic_answers_a_schema_through_a_forced_answer_tool() {
     .await;
     let m = m.with_streaming(false);
     let p = prompt_with_schema(answer_schema());
-    let reply = m
-        .decide(ModelRequest {
-            prompt: &p,
-            step: 0,
-        })
-        .await
-        .unwrap();
+    let reply = m.decide(ModelRequest::new(&p, 0)).await.unwrap();
     let Ok(Decision::Final { answer }) = &reply.decision else {
         panic!("{:?}", reply.decision)
     };
@@ -994,13 +980,7 @@ async fn anthropic_answers_a_schema_through_a_forced_answer_tool() {
     assert_eq!(names, ["get_weather", "final_answer"]);
     assert_eq!(sent["tools"][1]["input_schema"]["required"], json!(["sky"]));
     // Another tool is still a tool call.
-    let reply = m
-        .decide(ModelRequest {
-            prompt: &p,
-            step: 1,
-        })
-        .await
-        .unwrap();
+    let reply = m.decide(ModelRequest::new(&p, 1)).await.unwrap();
     assert!(
         matches!(reply.decision, Ok(Decision::ToolCalls { .. })),
         "{:?}",
@@ -1136,6 +1116,109 @@ async fn an_output_cap_is_sent_in_each_dialect_s_words() {
             assert_eq!(asked, expected, "{provider} {cap:?}");
         }
     }
+}
+
+/// A call's own output limit (its budget leaves only so much) is sent in each dialect's
+/// words, the smaller of it and the model's cap; without a cap of the model's, only a limit
+/// every model takes is sent (OpenAI refuses one past the model's maximum).
+#[tokio::test]
+async fn a_call_s_own_output_limit_is_sent_in_each_dialect_s_words() {
+    let cases = [
+        (
+            Dialect::OpenAi,
+            "openai",
+            "openai/text_only.sse",
+            "max_completion_tokens",
+        ),
+        (
+            Dialect::OpenAi,
+            "openai-compat",
+            "openai/text_only.sse",
+            "max_tokens",
+        ),
+        (
+            Dialect::OpenAiResponses,
+            "openai-responses",
+            "openai/responses_text.sse",
+            "max_output_tokens",
+        ),
+        (
+            Dialect::Anthropic,
+            "anthropic",
+            "anthropic/basic_response.txt",
+            "max_tokens",
+        ),
+    ];
+    // (the model's cap, the call's, what is asked for; None: the dialect's default)
+    let limits = [
+        (None, Some(300), Some(300)),
+        (Some(200), Some(300), Some(200)),
+        (Some(500), Some(300), Some(300)),
+        (None, Some(50_000), None),
+        (Some(60_000), Some(50_000), Some(50_000)),
+    ];
+    for (dialect, provider, answer, field) in cases {
+        for (own, asked, expected) in limits {
+            let server = Server::start(vec![Reply::stream(fixture(answer))])
+                .await
+                .unwrap();
+            let mut model =
+                HttpModel::new(dialect, provider, "m", &server.url, Some("k".into())).unwrap();
+            if let Some(own) = own {
+                model = model.with_max_output_tokens(own);
+            }
+            model
+                .decide(ModelRequest::new(&prompt(), 0).with_max_output_tokens(asked))
+                .await
+                .unwrap();
+            let body = &server.received()[0].body;
+            let expected = match (expected, dialect) {
+                (Some(tokens), _) => json!(tokens),
+                (None, Dialect::Anthropic) => json!(8_192),
+                (None, _) => json!(null),
+            };
+            assert_eq!(
+                body[field], expected,
+                "{provider} {own:?} {asked:?}: {body}"
+            );
+        }
+    }
+    // A thinking budget is lowered under the call's limit, not the limit raised past it.
+    for (asked, budget, limit) in [
+        (Some(2_000), 1_999, 2_000),
+        (Some(500), 1_024, 1_025),
+        (None, 4_000, 8_192),
+    ] {
+        let server = Server::start(vec![Reply::stream(fixture("anthropic/basic_response.txt"))])
+            .await
+            .unwrap();
+        let model = HttpModel::new(
+            Dialect::Anthropic,
+            "anthropic",
+            "m",
+            &server.url,
+            Some("k".into()),
+        )
+        .unwrap()
+        .with_thinking(Some(Thinking::Budget(4_000)));
+        model
+            .decide(ModelRequest::new(&prompt(), 0).with_max_output_tokens(asked))
+            .await
+            .unwrap();
+        let body = &server.received()[0].body;
+        assert_eq!(body["thinking"]["budget_tokens"], budget, "{asked:?}");
+        assert_eq!(body["max_tokens"], limit, "{asked:?}");
+    }
+    // What a price lets a call write.
+    let priced = HttpModel::new(Dialect::OpenAi, "openai", "m", "http://127.0.0.1:9", None)
+        .unwrap()
+        .with_price(Price::new(2.0, 8.0));
+    assert_eq!(priced.output_tokens_for(0.0026), Some(325));
+    assert_eq!(priced.output_tokens_for(-1.0), Some(0));
+    assert_eq!(priced.output_tokens_for(f64::NAN), None);
+    let unpriced =
+        HttpModel::new(Dialect::OpenAi, "openai", "m", "http://127.0.0.1:9", None).unwrap();
+    assert_eq!(unpriced.output_tokens_for(1.0), None);
 }
 
 /// The effort is sent in each dialect's words, and only when given; thinking adaptively, an

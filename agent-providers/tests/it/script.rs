@@ -14,12 +14,7 @@ fn prompt() -> Prompt {
 }
 
 async fn answer(model: &ScriptModel, step: u32) -> Result<ModelReply, ProviderError> {
-    model
-        .decide(ModelRequest {
-            prompt: &prompt(),
-            step,
-        })
-        .await
+    model.decide(ModelRequest::new(&prompt(), step)).await
 }
 
 #[tokio::test]
@@ -245,12 +240,7 @@ async fn answer_as(model: &ScriptModel, goal: &str) -> Result<ModelReply, Provid
         messages: vec![agent_core::Message::user_text(goal)],
         ..prompt()
     };
-    model
-        .decide(ModelRequest {
-            prompt: &prompt,
-            step: 0,
-        })
-        .await
+    model.decide(ModelRequest::new(&prompt, 0)).await
 }
 
 /// A script file too long to hold in memory for a run is played from the file: every turn,

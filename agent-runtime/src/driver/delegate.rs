@@ -75,6 +75,9 @@ impl Model for Guarded {
     fn least_cost(&self, input_tokens: u64) -> f64 {
         self.inner.least_cost(input_tokens)
     }
+    fn output_tokens_for(&self, usd: f64) -> Option<u64> {
+        self.inner.output_tokens_for(usd)
+    }
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let reply = self.inner.decide(request).await;
         if let Ok(reply) = &reply

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agent_context::Summarized;
+use agent_context::{Projector, Summarized};
 use agent_core::{
     CallId, Command, Entry, Input, InputError, Machine, ScheduledCall, ToolCall, Usage, Verdict,
 };
@@ -168,8 +168,14 @@ impl Runtime {
                     }
                     let prompt = projector.prompt();
                     let step = machine.state().steps;
-                    let request = ModelRequest { prompt, step };
+                    let cap = budgets_spend
+                        .then(|| self.output_cap(&machine, &projector))
+                        .flatten();
+                    let request = ModelRequest::new(prompt, step).with_max_output_tokens(cap);
                     let chat = self.chat_span(&chat_name);
+                    if let Some(cap) = cap {
+                        chat.record("gen_ai.request.max_tokens", cap);
+                    }
                     let answer = tokio::select! {
                         answer = self.model.decide(request).instrument(chat.clone()) => Some(answer),
                         () = cancel.cancelled() => None,
@@ -557,6 +563,28 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// The most the next model call may write before its output alone passes the token or
+    /// cost budget: what is left of it less the least its prompt uses (the prompt is sent
+    /// whole or not at all; the output can be cut). `None` when no budget limits it.
+    fn output_cap(&self, machine: &Machine, projector: &Projector) -> Option<u32> {
+        let budget = machine.budget();
+        let used = &machine.state().usage;
+        let least = projector.lower_bound() as u64;
+        let by_tokens = budget.max_tokens.map(|max| {
+            max.saturating_sub(used.total_tokens())
+                .saturating_sub(least)
+        });
+        let by_cost = budget.max_cost_usd.and_then(|max| {
+            let left = max - used.cost_usd - self.model.least_cost(least);
+            self.model.output_tokens_for(left)
+        });
+        let cap = match (by_tokens, by_cost) {
+            (Some(tokens), Some(cost)) => tokens.min(cost),
+            (tokens, cost) => tokens.or(cost)?,
+        };
+        Some(u32::try_from(cap).unwrap_or(u32::MAX).max(1))
+    }
+
     /// The span of one model call (`chat {model}`); what it used is recorded when it
     /// answers. Message contents are never recorded.
     fn chat_span(&self, name: &str) -> tracing::Span {
@@ -567,6 +595,7 @@ impl Runtime {
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = self.model.provider(),
             gen_ai.request.model = self.model.model(),
+            gen_ai.request.max_tokens = tracing::field::Empty,
             gen_ai.response.model = self.model.model(),
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,

@@ -12,6 +12,8 @@ struct Metered {
     inner: ScriptModel,
     calls: AtomicU32,
     least_per_token: f64,
+    /// The output limit each call was given.
+    caps: Mutex<Vec<Option<u32>>>,
 }
 
 #[async_trait]
@@ -28,8 +30,13 @@ impl Model for Metered {
     fn least_cost(&self, input_tokens: u64) -> f64 {
         input_tokens as f64 * self.least_per_token
     }
+    /// Output at $10 a million tokens.
+    fn output_tokens_for(&self, usd: f64) -> Option<u64> {
+        Some((usd.max(0.0) * 100_000.0).round() as u64)
+    }
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.caps.lock().unwrap().push(request.max_output_tokens);
         self.inner.decide(request).await
     }
 }
@@ -63,6 +70,7 @@ fn metered(
         inner: ScriptModel::from_json(&script.to_string()).unwrap(),
         calls: AtomicU32::new(0),
         least_per_token,
+        caps: Mutex::default(),
     });
     let mut gateway =
         Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap()).unwrap();
@@ -110,6 +118,9 @@ async fn a_call_whose_prompt_alone_passes_the_token_budget_is_not_made() {
         "{}",
         report.outcome.message
     );
+    // Each call may write what is left once its prompt is paid for: 2,500 at first (no
+    // count of a prompt yet), then 2,500 - 1,010 - 1,000.
+    assert_eq!(*model.caps.lock().unwrap(), [Some(2_500), Some(490)]);
     // A call that fits exactly is made.
     let (rt, model) = metered(&s, reads(5), vec![], 0.000_004);
     let report = run(
@@ -147,6 +158,12 @@ async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_made() {
         "{}",
         report.outcome.message
     );
+    // $0.023 at $10 a million, then $0.023 - $0.01 - $0.004.
+    assert_eq!(*model.caps.lock().unwrap(), [Some(2_300), Some(900)]);
+    // Without a budget that limits them, calls are not limited.
+    let (rt, model) = metered(&s, reads(1), vec![], 0.000_004);
+    run(&rt, Budget::default()).await;
+    assert_eq!(*model.caps.lock().unwrap(), [None, None]);
 }
 
 /// A count the provider gave in an earlier invocation (perhaps of another model's prompt:
@@ -215,5 +232,11 @@ async fn a_sub_agent_s_call_whose_prompt_alone_passes_what_is_left_is_not_made()
         model.calls.load(Ordering::SeqCst),
         3,
         "the parent's call and two of the child's"
+    );
+    // And each call may write what is left: the parent's $0.033, the child's $0.023, then
+    // $0.023 - $0.01 - $0.004.
+    assert_eq!(
+        *model.caps.lock().unwrap(),
+        [Some(3_300), Some(2_300), Some(900)]
     );
 }
