@@ -659,7 +659,7 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
     )
     .unwrap();
     let costly = q.submit("openai:gpt-4o", &["--base-url", &priced.url], "g");
-    std::fs::write(&toml, "[retry]\nmax_attempts = 1\n").unwrap();
+    std::fs::write(&toml, "max_output_tokens = 77\n[retry]\nmax_attempts = 1\n").unwrap();
     let once = q.submit("openai:gpt-4o", &["--base-url", &flaky.url], "g");
     // The worker has no agent.toml of its own to fall back on.
     std::fs::remove_file(&toml).unwrap();
@@ -687,8 +687,9 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
         "57 tokens at $2.50-10/M pass $0.0001 at once"
     );
     assert_ne!(asked[0].body["stream"], json!(true), "{}", asked[0].body);
+    // The file's cap is 77; what the budget leaves, $0.0001 at $10 a million, is smaller.
     assert_eq!(
-        asked[0].body["max_completion_tokens"], 77,
+        asked[0].body["max_completion_tokens"], 10,
         "{}",
         asked[0].body
     );
@@ -699,4 +700,5 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
     );
     assert_eq!(reason(&once), Some(json!("model_error")));
     assert_eq!(flaky.received().len(), 1, "one attempt, as submitted");
+    assert_eq!(flaky.received()[0].body["max_completion_tokens"], 77);
 }
