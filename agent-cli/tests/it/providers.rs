@@ -53,6 +53,14 @@ fn run_model(
     )
 }
 
+/// A workspace with `notes.txt` saying hello, and an `agent.toml` of `settings`.
+fn notes_and(settings: &str) -> Env {
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
+    std::fs::write(env.dir.path().join("agent.toml"), settings).unwrap();
+    env
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_run_end_to_end_with_tool_results_paired() {
     let server = Server::start(vec![
@@ -555,13 +563,9 @@ async fn anthropic_prompt_caching_marks_requests_and_prices_cached_tokens() {
     ])
     .await
     .unwrap();
-    let env = Env::new();
-    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
-    std::fs::write(
-        env.dir.path().join("agent.toml"),
+    let env = notes_and(
         "[prices.\"claude-sonnet-4-5\"]\ninput = 3.0\noutput = 15.0\ncache_read = 0.3\ncache_write = 3.75\n",
-    )
-    .unwrap();
+    );
     let args = |url: &str| {
         [
             "run",
@@ -651,9 +655,7 @@ async fn anthropic_thinking_goes_back_with_the_tool_results_and_shows_in_show() 
     ])
     .await
     .unwrap();
-    let env = Env::new();
-    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
-    std::fs::write(env.dir.path().join("agent.toml"), "thinking = 2048\n").unwrap();
+    let env = notes_and("thinking = 2048\n");
     // Thinking is billed: a project's file asks for it only once a person trusted it.
     let out = env.run(&["trust"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -731,13 +733,7 @@ async fn adaptive_thinking_and_the_effort_come_from_agent_toml() {
     ])
     .await
     .unwrap();
-    let env = Env::new();
-    std::fs::write(env.dir.path().join("notes.txt"), "hello\n").unwrap();
-    std::fs::write(
-        env.dir.path().join("agent.toml"),
-        "thinking = \"adaptive\"\neffort = \"medium\"\n",
-    )
-    .unwrap();
+    let env = notes_and("thinking = \"adaptive\"\neffort = \"medium\"\n");
     let out = env.run(&["trust"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let (code, v, err) = run_model(

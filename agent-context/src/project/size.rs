@@ -332,51 +332,12 @@ mod tests {
 
     proptest! {
         /// Counting only what changed since the last count gives what counting every
-        /// message again gives, whatever happened in between.
+        /// message again gives, whatever happened in between. And what the provider
+        /// counted stays a floor of the prompt: here it counts as the estimate does
+        /// (`Count` is its count of the prompt as it stands), and its count of the prompt
+        /// is never below the floor, whatever was removed or changed since.
         #[test]
         fn running_sums_equal_a_count_from_scratch(steps in proptest::collection::vec(step(), 0..60)) {
-            let mut sizes = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
-            let mut messages: Vec<Message> = Vec::new();
-            for step in steps {
-                match step {
-                    Step::Push(text) => {
-                        let message = Message::user_text(text);
-                        sizes.pushed(&message);
-                        messages.push(message);
-                    }
-                    Step::Pop => {
-                        if messages.pop().is_some() {
-                            sizes.popped();
-                        }
-                    }
-                    Step::Change(i, text) => {
-                        if i < messages.len() {
-                            messages[i] = Message::user_text(text);
-                            sizes.changed(i, &messages[i]);
-                        }
-                    }
-                    Step::Count => {
-                        sizes.tokens(&messages);
-                    }
-                    Step::Clear => {
-                        sizes.cleared();
-                        messages.clear();
-                    }
-                }
-                let fresh = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
-                let expected: usize =
-                    fresh.base_tokens() + messages.iter().map(|m| fresh.of(m)).sum::<usize>();
-                prop_assert_eq!(sizes.tokens(&messages), expected);
-                let bytes: usize = messages.iter().map(|m| message_bytes(m).0).sum();
-                prop_assert_eq!(sizes.bytes(), "system".len() + "[]".len() + bytes);
-            }
-        }
-
-        /// What the provider counted stays a floor of the prompt, whatever happened to it
-        /// since: here the provider counts as the estimate does (`Count` is its count of
-        /// the prompt as it stands), and its count of a prompt is never below the floor.
-        #[test]
-        fn the_floor_is_never_above_the_prompt_s_count(steps in proptest::collection::vec(step(), 0..60)) {
             let mut sizes = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
             let mut messages: Vec<Message> = Vec::new();
             for step in steps {
@@ -410,6 +371,12 @@ mod tests {
                 if let Some(floor) = sizes.lower_bound() {
                     prop_assert!(floor <= sizes.tokens(&messages), "{} > {}", floor, sizes.tokens(&messages));
                 }
+                let fresh = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+                let expected: usize =
+                    fresh.base_tokens() + messages.iter().map(|m| fresh.of(m)).sum::<usize>();
+                prop_assert_eq!(sizes.tokens(&messages), expected);
+                let bytes: usize = messages.iter().map(|m| message_bytes(m).0).sum();
+                prop_assert_eq!(sizes.bytes(), "system".len() + "[]".len() + bytes);
             }
         }
 

@@ -624,38 +624,20 @@ fn anthropic_thinking_is_kept_and_sent_back_unchanged_before_the_tool_use() {
 
 #[test]
 fn anthropic_thinking_budget_is_asked_for_within_the_output_limit() {
-    let body = anthropic::request_body_thinking(
-        &prompt(),
-        "m",
-        8_192,
-        false,
-        false,
-        Some(Thinking::Budget(4_000)),
-    );
+    let thinking = |limit, thinking| {
+        anthropic::request_body_thinking(&prompt(), "m", limit, false, false, Some(thinking))
+    };
+    let body = thinking(8_192, Thinking::Budget(4_000));
     assert_eq!(
         body["thinking"],
         json!({"type": "enabled", "budget_tokens": 4_000})
     );
     assert_eq!(body["max_tokens"], 8_192);
     // The API wants the budget below the output limit: the limit is raised past it.
-    let body = anthropic::request_body_thinking(
-        &prompt(),
-        "m",
-        8_192,
-        false,
-        false,
-        Some(Thinking::Budget(16_000)),
-    );
+    let body = thinking(8_192, Thinking::Budget(16_000));
     assert!(body["max_tokens"].as_u64().unwrap() > 16_000);
     // Below the API's least budget is raised to it.
-    let body = anthropic::request_body_thinking(
-        &prompt(),
-        "m",
-        8_192,
-        false,
-        false,
-        Some(Thinking::Budget(10)),
-    );
+    let body = thinking(8_192, Thinking::Budget(10));
     assert_eq!(
         body["thinking"]["budget_tokens"],
         anthropic::MIN_THINKING_TOKENS
@@ -666,14 +648,7 @@ fn anthropic_thinking_budget_is_asked_for_within_the_output_limit() {
             .is_none()
     );
     // Adaptive: no budget, the thinking counts within the output limit as given.
-    let body = anthropic::request_body_thinking(
-        &prompt(),
-        "m",
-        3_000,
-        false,
-        false,
-        Some(Thinking::Adaptive),
-    );
+    let body = thinking(3_000, Thinking::Adaptive);
     assert_eq!(body["thinking"], json!({"type": "adaptive"}));
     assert_eq!(body["max_tokens"], 3_000);
 }
