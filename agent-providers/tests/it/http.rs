@@ -1134,18 +1134,12 @@ async fn an_output_cap_is_sent_in_each_dialect_s_words() {
         (Some(500), 1_024, 1_025),
         (None, 4_000, 8_192),
     ] {
-        let server = Server::start(vec![Reply::stream(fixture("anthropic/basic_response.txt"))])
-            .await
-            .unwrap();
-        let model = HttpModel::new(
+        let (server, model) = model(
             Dialect::Anthropic,
-            "anthropic",
-            "m",
-            &server.url,
-            Some("k".into()),
+            vec![Reply::stream(fixture("anthropic/basic_response.txt"))],
         )
-        .unwrap()
-        .with_thinking(Some(Thinking::Budget(4_000)));
+        .await;
+        let model = model.with_thinking(Some(Thinking::Budget(4_000)));
         model
             .decide(ModelRequest::new(&prompt(), 0).with_max_output_tokens(asked))
             .await
@@ -1211,18 +1205,12 @@ async fn the_effort_is_sent_in_each_dialect_s_words() {
         }
     }
     for (cap, limit) in [(None, 16_000), (Some(2_000), 2_000)] {
-        let server = Server::start(vec![Reply::stream(fixture("anthropic/basic_response.txt"))])
-            .await
-            .unwrap();
-        let mut model = HttpModel::new(
+        let (server, model) = model(
             Dialect::Anthropic,
-            "anthropic",
-            "m",
-            &server.url,
-            Some("k".into()),
+            vec![Reply::stream(fixture("anthropic/basic_response.txt"))],
         )
-        .unwrap()
-        .with_thinking(Some(Thinking::Adaptive));
+        .await;
+        let mut model = model.with_thinking(Some(Thinking::Adaptive));
         if let Some(cap) = cap {
             model = model.with_max_output_tokens(cap);
         }
