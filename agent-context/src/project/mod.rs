@@ -309,6 +309,14 @@ impl Projector {
         self.sizes.lower_bound().unwrap_or(0)
     }
 
+    /// A number of tokens a summary request has at the fewest when it sends this prompt's
+    /// messages whole under instructions of its own and no tools: [`Projector`]'s floor of
+    /// the prompt as it stands (not 0 near the threshold: the summary is asked for there),
+    /// less its system text and tools. 0 when there is no such count.
+    pub fn summary_lower_bound(&self) -> usize {
+        self.sizes.messages_lower_bound().unwrap_or(0)
+    }
+
     /// The provider's counts of the prompts so far are no floor of the next one: they may
     /// have been another model's, with other tools or another system text (a run continued
     /// in another process, with other settings). The upper bound keeps them.

@@ -102,6 +102,14 @@ impl Sizes {
         self.floor = None;
     }
 
+    /// The same floor for the messages alone, without the system text and the tools (at
+    /// most one token a byte of them): what a request with other instructions and no tools
+    /// has at the fewest, when it sends these messages whole.
+    pub(super) fn messages_lower_bound(&self) -> Option<usize> {
+        self.lower_bound()
+            .map(|floor| floor.saturating_sub(self.base_bytes))
+    }
+
     /// A number of tokens the provider will count in this prompt at the fewest, when known:
     /// see `floor`. Never above the upper bound.
     pub(super) fn lower_bound(&self) -> Option<usize> {

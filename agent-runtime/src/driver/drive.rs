@@ -102,45 +102,60 @@ impl Runtime {
                             agent.tokens_after = tracing::field::Empty,
                         );
                         let before = projector.tokens();
-                        let (summary, usage) =
-                            match self.summarizer.summarize_digest(projector.digest()) {
-                                Some(summary) => (summary, Usage::default()),
-                                None => {
-                                    // What came before the last compaction is in its
-                                    // summary; the log is read back only for a summarizer
-                                    // that reads it.
-                                    let log = if self.summarizer.reads_history() {
-                                        self.load_log_from(&run_id, projector.summary_from())
-                                            .instrument(span.clone())
-                                            .await?
-                                    } else {
-                                        Vec::new()
-                                    };
-                                    // A model call like the others: cancelled with the run,
-                                    // bounded by its wall-clock budget.
-                                    let asked = tokio::select! {
-                                        summarized = self
-                                            .summarizer
-                                            .summarize(&log, projector.prompt())
-                                            .instrument(span.clone()) => Some(summarized),
-                                        () = cancel.cancelled() => None,
-                                        () = self.deadline(&machine) => None,
-                                    };
-                                    let Some(Summarized { summary, usage }) = asked else {
-                                        self.tick(&mut machine)?;
-                                        if cancel.is_cancelled() {
-                                            machine.handle(Input::Cancel)?;
-                                        }
-                                        continue;
-                                    };
-                                    machine.observe_time(self.clock.now_ms());
-                                    // The one fallback: the extractive summary of the log,
-                                    // which the projection keeps as it goes.
-                                    let summary =
-                                        summary.unwrap_or_else(|_| projector.digest().summary());
-                                    (summary, usage)
-                                }
-                            };
+                        let (summary, usage) = match self
+                            .summarizer
+                            .summarize_digest(projector.digest())
+                        {
+                            Some(summary) => (summary, Usage::default()),
+                            // A summary the budget could not pay for (its request alone
+                            // passes it) is made from the log instead, at no cost.
+                            None if budgets_spend
+                                && !self
+                                    .affords(&machine, projector.summary_lower_bound() as u64) =>
+                            {
+                                tracing::info!(
+                                    parent: &span,
+                                    "the summary is made from the log: the budget left \
+                                     cannot pay for a model's"
+                                );
+                                (projector.digest().summary(), Usage::default())
+                            }
+                            None => {
+                                // What came before the last compaction is in its
+                                // summary; the log is read back only for a summarizer
+                                // that reads it.
+                                let log = if self.summarizer.reads_history() {
+                                    self.load_log_from(&run_id, projector.summary_from())
+                                        .instrument(span.clone())
+                                        .await?
+                                } else {
+                                    Vec::new()
+                                };
+                                // A model call like the others: cancelled with the run,
+                                // bounded by its wall-clock budget.
+                                let asked = tokio::select! {
+                                    summarized = self
+                                        .summarizer
+                                        .summarize(&log, projector.prompt())
+                                        .instrument(span.clone()) => Some(summarized),
+                                    () = cancel.cancelled() => None,
+                                    () = self.deadline(&machine) => None,
+                                };
+                                let Some(Summarized { summary, usage }) = asked else {
+                                    self.tick(&mut machine)?;
+                                    if cancel.is_cancelled() {
+                                        machine.handle(Input::Cancel)?;
+                                    }
+                                    continue;
+                                };
+                                machine.observe_time(self.clock.now_ms());
+                                // The one fallback: the extractive summary of the log,
+                                // which the projection keeps as it goes.
+                                let summary =
+                                    summary.unwrap_or_else(|_| projector.digest().summary());
+                                (summary, usage)
+                            }
+                        };
                         let after = projector.tokens_after_compaction(&summary);
                         span.record("agent.tokens_after", after);
                         // Compact only when it helps; otherwise the model gets what there is,
@@ -563,6 +578,19 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// Whether a model call whose prompt has `least` tokens at the fewest may still fit the
+    /// run's token and cost budgets.
+    fn affords(&self, machine: &Machine, least: u64) -> bool {
+        let budget = machine.budget();
+        let used = &machine.state().usage;
+        budget
+            .max_tokens
+            .is_none_or(|max| used.total_tokens().saturating_add(least) <= max)
+            && budget
+                .max_cost_usd
+                .is_none_or(|max| used.cost_usd + self.model.least_cost(least) <= max)
+    }
+
     /// The most the next model call may write before its output alone passes the token or
     /// cost budget: what is left of it less the least its prompt uses (the prompt is sent
     /// whole or not at all; the output can be cut). `None` when no budget limits it.

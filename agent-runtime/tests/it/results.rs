@@ -509,6 +509,89 @@ async fn a_summary_s_cost_counts_toward_the_budget() {
     assert_eq!(report.state.usage.total_tokens(), 600);
 }
 
+/// [`Paid`], counting how often it was asked.
+struct PaidCounted(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl agent_context::Summarizer for PaidCounted {
+    async fn summarize(&self, history: &[Entry], prompt: &Prompt) -> agent_context::Summarized {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Paid.summarize(history, prompt).await
+    }
+}
+
+/// A summary whose request alone would pass what is left of the budget is not asked for:
+/// the summary is made from the log, at no cost, and the run goes on.
+#[tokio::test]
+async fn a_summary_the_budget_cannot_pay_for_is_made_from_the_log() {
+    let s = setup();
+    // Each call's prompt counted at 12,000 tokens by the provider; no result is masked, so
+    // the prompt only grows until it is compacted.
+    let turns: Vec<Value> = paged_reads(&s, 12)
+        .into_iter()
+        .map(|mut turn| {
+            turn["usage"] = json!({"input_tokens": 12_000, "output_tokens": 10});
+            turn
+        })
+        .collect();
+    let window = agent_context::ContextConfig {
+        context_window: 6_000,
+        recent_result_turns: 100,
+        unmasked_result_chars: 1_000_000,
+        ..agent_context::ContextConfig::default()
+    };
+    let run = |budget: Budget| {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let summarizer = Arc::new(PaidCounted(Default::default()));
+        let rt = s
+            .runtime(json!({ "turns": turns }), Arc::clone(&store), vec![])
+            .with_context(window.clone())
+            .with_summarizer(Arc::clone(&summarizer) as Arc<dyn agent_context::Summarizer>);
+        async move {
+            let report = rt
+                .start(
+                    RunRequest::new("run-b", "read the big file", budget),
+                    CancellationToken::new(),
+                )
+                .await
+                .unwrap();
+            let log = store.load("run-b").unwrap();
+            let asked = summarizer.0.load(std::sync::atomic::Ordering::Relaxed);
+            (report, log, asked)
+        }
+    };
+    // With no budget, the model is asked for the summary after some calls.
+    let (_, log, asked) = run(Budget::default()).await;
+    assert!(asked >= 1);
+    let at = log
+        .iter()
+        .position(|e| e.event.name() == "context_compacted")
+        .unwrap();
+    let calls = log[..at]
+        .iter()
+        .filter(|e| e.event.name() == "decision_proposed")
+        .count() as u64;
+    // With 3,000 tokens left by then, the summary's request (the messages it would send,
+    // thousands of tokens) cannot be paid for.
+    let budget = Budget {
+        max_tokens: Some(calls * 12_010 + 3_000),
+        ..Budget::default()
+    };
+    let (report, log, asked) = run(budget).await;
+    assert_eq!(asked, 0, "the model was not asked for the summary");
+    let compacted: Vec<&Usage> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ContextCompacted { usage, .. } => Some(usage),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(compacted, [&Usage::default()], "compacted, at no cost");
+    // The run went on with its compacted prompt, and stopped at the budget.
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    assert_eq!(u64::from(report.state.steps), calls + 1);
+}
+
 /// A summarizer that never answers, and says when it was asked.
 struct Stuck(Arc<tokio::sync::Notify>);
 
