@@ -831,6 +831,26 @@ impl Model for HttpModel {
                             spent: self.spent_on(&spent, text.len()),
                         });
                     }
+                    let spent = self.spent_on(&spent, text.len());
+                    if let Some(limit) = request.spend_limit {
+                        // What the attempts so far may have cost, and the least another
+                        // would: past the run's budget, no more are made.
+                        let mut so_far = spent;
+                        retries.iter().for_each(|r| so_far.add(&r.usage));
+                        if !limit.allows_another(&so_far, self.least_cost(limit.least_input_tokens))
+                        {
+                            return Err(ProviderError::GaveUp {
+                                last: Box::new(e),
+                                why: format!(
+                                    "gave up after {attempt} attempt{}: another could pass the \
+                                     run's budget",
+                                    if attempt == 1 { "" } else { "s" }
+                                ),
+                                retries,
+                                spent,
+                            });
+                        }
+                    }
                     let wait = e
                         .retry_after()
                         .unwrap_or_else(|| self.backoff(attempt))
@@ -843,7 +863,7 @@ impl Model for HttpModel {
                                 self.retry.max_total_wait.as_secs()
                             ),
                             retries,
-                            spent: self.spent_on(&spent, text.len()),
+                            spent,
                         });
                     }
                     tokio::time::sleep(wait).await;
@@ -852,7 +872,7 @@ impl Model for HttpModel {
                         attempt,
                         reason: e.to_string(),
                         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        usage: self.spent_on(&spent, text.len()),
+                        usage: spent,
                     });
                 }
             }

@@ -50,6 +50,34 @@ pub struct ModelRequest<'a> {
     /// much: output past it would certainly pass the budget. A model with an output cap
     /// of its own asks for the smaller. `None`: no such limit.
     pub max_output_tokens: Option<u32>,
+    /// What the call may use in all, its retried attempts included, before it passes the
+    /// run's budget: a model that retries stops when another attempt could not fit.
+    /// `None`: no such limit.
+    pub spend_limit: Option<SpendLimit>,
+}
+
+/// What one model call may use before it passes its run's token or cost budget, and the
+/// least an attempt of it uses (its prompt's tokens at the fewest).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpendLimit {
+    /// Tokens left, prompt and output of every attempt together.
+    pub tokens: Option<u64>,
+    /// Dollars left.
+    pub usd: Option<f64>,
+    /// Tokens of the prompt at the fewest: what every attempt uses.
+    pub least_input_tokens: u64,
+}
+
+impl SpendLimit {
+    /// Whether another attempt, whose prompt costs `least_usd` at the least, could still
+    /// fit once `spent` was used by the attempts before it.
+    pub fn allows_another(&self, spent: &agent_core::Usage, least_usd: f64) -> bool {
+        self.tokens
+            .is_none_or(|left| spent.total_tokens().saturating_add(self.least_input_tokens) <= left)
+            && self
+                .usd
+                .is_none_or(|left| spent.cost_usd + least_usd <= left)
+    }
 }
 
 impl<'a> ModelRequest<'a> {
@@ -60,7 +88,14 @@ impl<'a> ModelRequest<'a> {
             prompt,
             step,
             max_output_tokens: None,
+            spend_limit: None,
         }
+    }
+
+    /// The same call, within `limit` (see [`ModelRequest::spend_limit`]).
+    pub fn with_spend_limit(mut self, limit: Option<SpendLimit>) -> Self {
+        self.spend_limit = limit;
+        self
     }
 
     /// The same call, writing at most `tokens` (see [`ModelRequest::max_output_tokens`]).
@@ -102,5 +137,41 @@ pub trait Model: Send + Sync {
     fn output_tokens_for(&self, usd: f64) -> Option<u64> {
         let _ = usd;
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::Usage;
+
+    use super::SpendLimit;
+
+    #[test]
+    fn another_attempt_fits_only_with_its_least_prompt() {
+        let spent = Usage {
+            cost_usd: 0.5,
+            ..Usage::tokens(600, 100)
+        };
+        let tokens = SpendLimit {
+            tokens: Some(1_000),
+            least_input_tokens: 300,
+            ..SpendLimit::default()
+        };
+        assert!(tokens.allows_another(&spent, 0.0), "700 + 300 fits 1,000");
+        let more = SpendLimit {
+            least_input_tokens: 301,
+            ..tokens
+        };
+        assert!(!more.allows_another(&spent, 0.0));
+        let usd = SpendLimit {
+            usd: Some(1.0),
+            ..SpendLimit::default()
+        };
+        assert!(usd.allows_another(&spent, 0.5));
+        assert!(!usd.allows_another(&spent, 0.51));
+        assert!(
+            SpendLimit::default().allows_another(&spent, 1e9),
+            "no budget, no limit"
+        );
     }
 }

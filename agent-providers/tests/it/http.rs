@@ -6,7 +6,7 @@ use std::time::Duration;
 use agent_core::*;
 use agent_providers::testing::{Reply, Server};
 use agent_providers::{
-    Dialect, Effort, HttpModel, Model, ModelRequest, Price, RetryPolicy, Thinking,
+    Dialect, Effort, HttpModel, Model, ModelRequest, Price, RetryPolicy, SpendLimit, Thinking,
 };
 use serde_json::json;
 
@@ -178,6 +178,44 @@ async fn a_cut_stream_is_retried() {
     assert!(cut.estimated, "{cut:?}");
     assert_eq!(cut.input_tokens, sent.div_ceil(4) as u64, "{cut:?}");
     assert!(cut.output_tokens > 0, "{cut:?}");
+}
+
+/// A retry is a call like the first attempt: one that could pass the run's budget (what
+/// the attempts before it may have cost, with the least its prompt uses) is not made.
+#[tokio::test]
+async fn a_retry_that_could_pass_the_budget_is_not_made() {
+    let full = fixture("openai/text_only.sse");
+    let cut: String = full.chars().take(full.len() / 2).collect();
+    let replies = || vec![Reply::stream(cut.clone()), Reply::stream(full.clone())];
+    // What the cut attempt may have cost, as counted without a limit.
+    let (_server, free) = model(Dialect::OpenAi, replies()).await;
+    let spent = ask(&free).await.unwrap().retries[0].usage.total_tokens();
+    assert!(spent > 0);
+    let least = 1_000;
+    for (left, made) in [(spent + least - 1, 1), (spent + least, 2)] {
+        let (server, model) = model(Dialect::OpenAi, replies()).await;
+        let limit = SpendLimit {
+            tokens: Some(left),
+            usd: None,
+            least_input_tokens: least,
+        };
+        let asked = model
+            .decide(ModelRequest::new(&prompt(), 0).with_spend_limit(Some(limit)))
+            .await;
+        assert_eq!(server.received().len(), made, "{left} left");
+        match asked {
+            Ok(reply) => assert_eq!(made, 2, "{reply:?}"),
+            Err(e) => {
+                assert_eq!(made, 1);
+                assert!(
+                    e.to_string()
+                        .contains("another could pass the run's budget"),
+                    "{e}"
+                );
+                assert_eq!(e.spent().total_tokens(), spent, "what the cut attempt cost");
+            }
+        }
+    }
 }
 
 #[tokio::test]

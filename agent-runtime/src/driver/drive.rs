@@ -7,7 +7,7 @@ use agent_context::{Projector, Summarized};
 use agent_core::{
     CallId, Command, Entry, Input, InputError, Machine, ScheduledCall, ToolCall, Usage, Verdict,
 };
-use agent_providers::ModelRequest;
+use agent_providers::{ModelRequest, SpendLimit};
 use agent_tools::Checks;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -183,10 +183,14 @@ impl Runtime {
                     }
                     let prompt = projector.prompt();
                     let step = machine.state().steps;
-                    let cap = budgets_spend
-                        .then(|| self.output_cap(&machine, &projector))
-                        .flatten();
-                    let request = ModelRequest::new(prompt, step).with_max_output_tokens(cap);
+                    let (cap, limit) = if budgets_spend {
+                        self.call_limits(&machine, &projector)
+                    } else {
+                        (None, None)
+                    };
+                    let request = ModelRequest::new(prompt, step)
+                        .with_max_output_tokens(cap)
+                        .with_spend_limit(limit);
                     let chat = self.chat_span(&chat_name);
                     if let Some(cap) = cap {
                         chat.record("gen_ai.request.max_tokens", cap);
@@ -591,26 +595,36 @@ impl Runtime {
                 .is_none_or(|max| used.cost_usd + self.model.least_cost(least) <= max)
     }
 
-    /// The most the next model call may write before its output alone passes the token or
-    /// cost budget: what is left of it less the least its prompt uses (the prompt is sent
-    /// whole or not at all; the output can be cut). `None` when no budget limits it.
-    fn output_cap(&self, machine: &Machine, projector: &Projector) -> Option<u32> {
+    /// What the next model call may use before it passes the token or cost budget: all
+    /// its attempts together (what is left of the budget, with the least its prompt uses),
+    /// and what it may write (what is left less that prompt: the prompt is sent whole or
+    /// not at all, the output can be cut; `None` when no budget limits it).
+    fn call_limits(
+        &self,
+        machine: &Machine,
+        projector: &Projector,
+    ) -> (Option<u32>, Option<SpendLimit>) {
         let budget = machine.budget();
         let used = &machine.state().usage;
         let least = projector.lower_bound() as u64;
-        let by_tokens = budget.max_tokens.map(|max| {
-            max.saturating_sub(used.total_tokens())
-                .saturating_sub(least)
-        });
-        let by_cost = budget.max_cost_usd.and_then(|max| {
-            let left = max - used.cost_usd - self.model.least_cost(least);
-            self.model.output_tokens_for(left)
+        let limit = SpendLimit {
+            tokens: budget
+                .max_tokens
+                .map(|max| max.saturating_sub(used.total_tokens())),
+            usd: budget.max_cost_usd.map(|max| max - used.cost_usd),
+            least_input_tokens: least,
+        };
+        let by_tokens = limit.tokens.map(|left| left.saturating_sub(least));
+        let by_cost = limit.usd.and_then(|left| {
+            self.model
+                .output_tokens_for(left - self.model.least_cost(least))
         });
         let cap = match (by_tokens, by_cost) {
-            (Some(tokens), Some(cost)) => tokens.min(cost),
-            (tokens, cost) => tokens.or(cost)?,
+            (Some(tokens), Some(cost)) => Some(tokens.min(cost)),
+            (tokens, cost) => tokens.or(cost),
         };
-        Some(u32::try_from(cap).unwrap_or(u32::MAX).max(1))
+        let cap = cap.map(|cap| u32::try_from(cap).unwrap_or(u32::MAX).max(1));
+        (cap, Some(limit))
     }
 
     /// The span of one model call (`chat {model}`); what it used is recorded when it

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use agent_tools::builtin::Delegate;
 
+use agent_providers::SpendLimit;
+
 use super::*;
 
 /// The script, priced: a prompt token costs at least `least_per_token` dollars.
@@ -14,6 +16,8 @@ struct Metered {
     least_per_token: f64,
     /// The output limit each call was given.
     caps: Mutex<Vec<Option<u32>>>,
+    /// What each call was told it may use, attempts included.
+    limits: Mutex<Vec<Option<SpendLimit>>>,
 }
 
 #[async_trait]
@@ -37,6 +41,7 @@ impl Model for Metered {
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.caps.lock().unwrap().push(request.max_output_tokens);
+        self.limits.lock().unwrap().push(request.spend_limit);
         self.inner.decide(request).await
     }
 }
@@ -71,6 +76,7 @@ fn metered(
         calls: AtomicU32::new(0),
         least_per_token,
         caps: Mutex::default(),
+        limits: Mutex::default(),
     });
     let mut gateway =
         Gateway::with_builtins(Workspace::new(s.dir.path().join("ws")).unwrap()).unwrap();
@@ -121,6 +127,18 @@ async fn a_call_whose_prompt_alone_passes_the_token_budget_is_not_made() {
     // Each call may write what is left once its prompt is paid for: 2,500 at first (no
     // count of a prompt yet), then 2,500 - 1,010 - 1,000.
     assert_eq!(*model.caps.lock().unwrap(), [Some(2_500), Some(490)]);
+    // And all its attempts together what is left, each using the prompt at the least.
+    let limit = |tokens, least| {
+        Some(SpendLimit {
+            tokens: Some(tokens),
+            usd: None,
+            least_input_tokens: least,
+        })
+    };
+    assert_eq!(
+        *model.limits.lock().unwrap(),
+        [limit(2_500, 0), limit(1_490, 1_000)]
+    );
     // A call that fits exactly is made.
     let (rt, model) = metered(&s, reads(5), vec![], 0.000_004);
     let report = run(
