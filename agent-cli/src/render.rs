@@ -104,10 +104,17 @@ pub fn outcome_text(report: &Report) -> String {
     out
 }
 
+/// What to do about a spent token or cost budget.
+const COST_ADVICE: &str = "raise --max-tokens or --max-cost to allow more (with a message: agent resume RUN \"…\" --max-cost USD)";
+
 /// What a person can do about a stop, in this command line's terms (the outcome in the log
 /// says what happened, not which flag to use).
 fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
     Some(match outcome.reason {
+        // The retries were stopped by the budget, not by the provider.
+        TerminalReason::ModelError if outcome.message.contains("could pass the run's budget") => {
+            COST_ADVICE
+        }
         TerminalReason::ModelError => match outcome.model_error? {
             ModelErrorKind::Auth => {
                 "check the API key (OPENAI_API_KEY or ANTHROPIC_API_KEY, as --model names the provider)"
@@ -135,9 +142,7 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
             "raise --max-tool-calls (or max_retries_per_tool in agent.toml) to allow more"
         }
         TerminalReason::DeadlineExceeded => "raise --timeout to allow more",
-        TerminalReason::CostBudgetExceeded => {
-            "raise --max-tokens or --max-cost to allow more (with a message: agent resume RUN \"…\" --max-cost USD)"
-        }
+        TerminalReason::CostBudgetExceeded => COST_ADVICE,
         TerminalReason::PolicyViolation => {
             "change the policy with --allow, or give the model another goal"
         }
@@ -658,6 +663,25 @@ mod tests {
         let told = advice(&refused(said), "r").unwrap();
         assert!(told.contains("thinking = \"adaptive\""), "{told}");
         assert_eq!(advice(&refused("max_tokens: too large"), "r"), None);
+    }
+
+    #[test]
+    fn retries_stopped_by_the_budget_are_answered_with_the_budget() {
+        let failed = |message: &str| Outcome {
+            model_error: Some(ModelErrorKind::Transport),
+            ..Outcome::stop(TerminalReason::ModelError, message.to_owned())
+        };
+        let told = advice(
+            &failed(
+                "the model provider failed: the stream ended without its end marker (gave up \
+                 after 1 attempt: another could pass the run's budget)",
+            ),
+            "r",
+        )
+        .unwrap();
+        assert!(told.contains("--max-cost"), "{told}");
+        let told = advice(&failed("the model provider failed: connection reset"), "r").unwrap();
+        assert!(told.contains("may pass"), "{told}");
     }
 
     #[test]
