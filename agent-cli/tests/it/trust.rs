@@ -487,15 +487,7 @@ fn the_token_in_an_mcp_servers_env_block_never_reaches_the_log() {
         {"tool_calls": [{"id": "e1", "name": "mcp__py__env", "arguments": {"name": "SERVICE_AUTH"}}]},
         {"final": format!("it is {token}")}
     ]));
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--model",
-        &model,
-        "--mcp-config",
-        "mcp.json",
-        "g",
-    ]);
+    let out = env.run(&with_mcp(&model));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!stdout(&out).contains(token));
     let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
@@ -541,15 +533,7 @@ fn mcp_servers_see_secrets_only_through_their_env_block() {
             .env("FX_SECRET_TOKEN", secret)
             .env("OPENAI_API_KEY", "openai-key-for-the-test")
             .env("FX_PLAIN", "plain-value")
-            .args([
-                "run",
-                "--json",
-                "--model",
-                &model,
-                "--mcp-config",
-                "mcp.json",
-                "g",
-            ])
+            .args(with_mcp(&model))
             .output()
             .unwrap()
     };
@@ -784,4 +768,17 @@ fn a_runs_answer_checks_run_on_continuing_it_only_where_it_was_started_or_truste
         "{}",
         &err[..1_200]
     );
+}
+
+/// `agent run` of `model` with the servers of `mcp.json`.
+fn with_mcp(model: &str) -> [&str; 7] {
+    [
+        "run",
+        "--json",
+        "--model",
+        model,
+        "--mcp-config",
+        "mcp.json",
+        "g",
+    ]
 }

@@ -582,38 +582,38 @@ impl Runtime {
 }
 
 impl Runtime {
-    /// Whether a model call whose prompt has `least` tokens at the fewest may still fit the
-    /// run's token and cost budgets.
-    fn affords(&self, machine: &Machine, least: u64) -> bool {
+    /// What a model call whose prompt has `least` tokens at the fewest may use before it
+    /// passes the run's token or cost budget, all its attempts together.
+    fn spend_limit(&self, machine: &Machine, least: u64) -> SpendLimit {
         let budget = machine.budget();
         let used = &machine.state().usage;
-        budget
-            .max_tokens
-            .is_none_or(|max| used.total_tokens().saturating_add(least) <= max)
-            && budget
-                .max_cost_usd
-                .is_none_or(|max| used.cost_usd + self.model.least_cost(least) <= max)
-    }
-
-    /// What the next model call may use before it passes the token or cost budget: all
-    /// its attempts together (what is left of the budget, with the least its prompt uses),
-    /// and what it may write (what is left less that prompt: the prompt is sent whole or
-    /// not at all, the output can be cut; `None` when no budget limits it).
-    fn call_limits(
-        &self,
-        machine: &Machine,
-        projector: &Projector,
-    ) -> (Option<u32>, Option<SpendLimit>) {
-        let budget = machine.budget();
-        let used = &machine.state().usage;
-        let least = projector.lower_bound() as u64;
-        let limit = SpendLimit {
+        SpendLimit {
             tokens: budget
                 .max_tokens
                 .map(|max| max.saturating_sub(used.total_tokens())),
             usd: budget.max_cost_usd.map(|max| max - used.cost_usd),
             least_input_tokens: least,
-        };
+        }
+    }
+
+    /// Whether a model call whose prompt has `least` tokens at the fewest may still fit the
+    /// run's token and cost budgets.
+    fn affords(&self, machine: &Machine, least: u64) -> bool {
+        self.spend_limit(machine, least)
+            .allows_another(&Usage::default(), self.model.least_cost(least))
+    }
+
+    /// What the next model call may use before it passes the token or cost budget: all
+    /// its attempts together, and what it may write (what is left less the least its
+    /// prompt uses: the prompt is sent whole or not at all, the output can be cut; `None`
+    /// when no budget limits it).
+    fn call_limits(
+        &self,
+        machine: &Machine,
+        projector: &Projector,
+    ) -> (Option<u32>, Option<SpendLimit>) {
+        let least = projector.lower_bound() as u64;
+        let limit = self.spend_limit(machine, least);
         let by_tokens = limit.tokens.map(|left| left.saturating_sub(least));
         let by_cost = limit.usd.and_then(|left| {
             self.model
