@@ -60,6 +60,11 @@ pub fn main(cli: Cli) -> ExitCode {
             return ExitCode::from(crate::exit::EXIT_USAGE);
         }
     };
+    // Read by the watchers of the processes a run starts, which cannot say it is wrong.
+    if let Err(message) = agent_tools::check_pid_namespace_env() {
+        tell(format_args!("agent: {message}\n"));
+        return ExitCode::from(crate::exit::EXIT_USAGE);
+    }
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

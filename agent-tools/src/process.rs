@@ -83,6 +83,26 @@ impl Drop for Watcher {
 #[cfg(target_os = "linux")]
 pub(crate) const WATCH_ENV: &str = "AGENT_LOOP_WATCH";
 
+/// The environment variable that says whether a watcher runs its program in a PID
+/// namespace of its own (see [`watch_with`]): `off` never, `user` always through a user
+/// namespace; unset or empty, whenever the system allows it.
+pub const PID_NAMESPACE_ENV: &str = "AGENT_LOOP_PID_NAMESPACE";
+
+/// Whether [`PID_NAMESPACE_ENV`] holds a value watchers know (unset, empty, `off` or
+/// `user`); `Err` names the variable, its value and what to set instead, in one line. A
+/// watcher takes any other value as unset: a typo must not turn the namespace off.
+pub fn check_pid_namespace_env() -> Result<(), String> {
+    match std::env::var_os(PID_NAMESPACE_ENV) {
+        None => Ok(()),
+        Some(value) if value.is_empty() || value == "off" || value == "user" => Ok(()),
+        Some(value) => Err(format!(
+            "{PID_NAMESPACE_ENV}={}: not a setting; set it to off (commands share agent's \
+             PID namespace) or user (a user namespace even as root), or unset it",
+            value.to_string_lossy()
+        )),
+    }
+}
+
 /// The program started as a call's watcher, once the binary said it serves
 /// [`watch_if_asked`] ([`watch_with`]).
 #[cfg(target_os = "linux")]
@@ -223,6 +243,12 @@ pub(crate) fn spawn_watched<'a>(
         // before what it watches.
         .process_group(0)
         .kill_on_drop(false);
+    // Whether the program gets a PID namespace is this process's setting, not one a
+    // program's own variables (an MCP server's `env`) could change.
+    match std::env::var_os(PID_NAMESPACE_ENV) {
+        Some(value) => command.env(PID_NAMESPACE_ENV, value),
+        None => command.env_remove(PID_NAMESPACE_ENV),
+    };
     // The watcher passes its environment on to the program: what the program must not
     // see, the watcher does not have.
     for name in unset {
@@ -372,17 +398,55 @@ mod watching {
     use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
     use nix::unistd::Pid;
 
-    use super::{Ended, Link, WATCH_ENV};
+    use super::{Ended, Link, PID_NAMESPACE_ENV, WATCH_ENV};
 
     pub(super) fn serve(which: Link) {
-        // Without it, a process that left the group still escapes; the rest holds.
-        let _ = nix::sys::prctl::set_child_subreaper(true);
+        // A `kill $PPID` from the program, or a `killall agent`, must not end the watcher
+        // before its sweep: it ends when `agent`'s end of the link closes (SIGKILL still
+        // ends it). Caught, and so harmless, from before the program starts, so that it
+        // cannot signal first; not blocked, since a blocked mask is inherited, and a
+        // handler is not (the program starts with each at its default).
+        let polite = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for signal in [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+        ] {
+            let _ = signal_hook::flag::register(signal as i32, polite.clone());
+        }
+        // The first process of a PID namespace is its init, this watcher started again.
+        let init = std::process::id() == 1;
+        if !init {
+            match enter_pid_namespace() {
+                Namespace::Entered => return start_init(which),
+                Namespace::NotAllowed => {}
+                Namespace::Broken(why) => {
+                    if let Some(link) = link_of(which) {
+                        let _ = (&link).write_all(Ended::NotStarted(why).line().as_bytes());
+                    }
+                    return;
+                }
+            }
+        }
+        if init {
+            // A group of its own, inside the namespace, for the program to join: a
+            // `kill 0` from the program then reaches no process outside.
+            let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+            // Named as the watcher that started it (its program's file name, as the
+            // kernel takes it, 15 bytes at most), not `exe` (`/proc/self/exe`).
+            let arg0 = std::env::args_os().next().unwrap_or_default();
+            let name = std::path::Path::new(&arg0).file_name().unwrap_or_default();
+            let name = name.as_encoded_bytes();
+            if let Ok(name) = std::ffi::CString::new(&name[..name.len().min(15)]) {
+                let _ = nix::sys::prctl::set_name(&name);
+            }
+        } else {
+            // Without it, a process that left the group still escapes; the rest holds.
+            let _ = nix::sys::prctl::set_child_subreaper(true);
+        }
 
-        let stream = match which {
-            Link::Stdin | Link::Fed => std::io::stdin().as_fd().try_clone_to_owned(),
-            Link::Stderr => std::io::stderr().as_fd().try_clone_to_owned(),
-        };
-        let Ok(link) = stream.map(UnixStream::from) else {
+        let Some(link) = link_of(which) else {
             return;
         };
         // The program's input, read whole before it starts: nothing is left unread on the
@@ -411,20 +475,6 @@ mod watching {
             Link::Fed => command.stdin(Stdio::piped()),
             Link::Stderr => command.stderr(Stdio::null()),
         };
-        // A `kill $PPID` from the program, or a `killall agent`, must not end the watcher
-        // before its sweep: it ends when `agent`'s end of the link closes (SIGKILL still
-        // ends it). Caught, and so harmless, from before the program starts, so that it
-        // cannot signal first; not blocked, since a blocked mask is inherited, and a
-        // handler is not (the program starts with each at its default).
-        let polite = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        for signal in [
-            Signal::SIGTERM,
-            Signal::SIGINT,
-            Signal::SIGHUP,
-            Signal::SIGQUIT,
-        ] {
-            let _ = signal_hook::flag::register(signal as i32, polite.clone());
-        }
         let spawned = command.spawn();
         // This process's copies of the program's pipes are closed, so that they close when
         // the program's processes close theirs (the link was copied above).
@@ -485,9 +535,101 @@ mod watching {
                 Err(_) => break,
             }
         }
-        // The program's group is this watcher's: killing it would end the watcher before
-        // its sweep, which kills the group's processes and those that left it alike.
-        sweep();
+        // The init of a namespace needs no sweep: when it exits, the kernel kills every
+        // process left in it. Otherwise the program's group is this watcher's: killing it
+        // would end the watcher before its sweep, which kills the group's processes and
+        // those that left it alike.
+        if !init {
+            sweep();
+        }
+    }
+
+    /// A copy of the link, from the standard stream `which` names.
+    fn link_of(which: Link) -> Option<UnixStream> {
+        let stream = match which {
+            Link::Stdin | Link::Fed => std::io::stdin().as_fd().try_clone_to_owned(),
+            Link::Stderr => std::io::stderr().as_fd().try_clone_to_owned(),
+        };
+        stream.ok().map(UnixStream::from)
+    }
+
+    /// Whether this watcher's children go into a PID namespace of their own
+    /// ([`enter_pid_namespace`]).
+    enum Namespace {
+        /// They do: the next one is the namespace's init.
+        Entered,
+        /// The system does not allow it, or the person said not to ([`PID_NAMESPACE_ENV`]):
+        /// the watcher watches as a subreaper.
+        NotAllowed,
+        /// A user namespace was made but its user could not be mapped: why.
+        Broken(String),
+    }
+
+    /// Makes this watcher's next child the first process of a PID namespace of its own,
+    /// when the system allows it: directly when privileged (`CAP_SYS_ADMIN`), else inside
+    /// a user namespace that maps this user, and only it, to itself (the program runs as
+    /// the same user and groups; set-user-ID programs such as `sudo` gain nothing there).
+    /// [`PID_NAMESPACE_ENV`] set to `off` says never, `user` always through a user
+    /// namespace.
+    fn enter_pid_namespace() -> Namespace {
+        use nix::sched::{CloneFlags, unshare};
+        let asked = std::env::var(PID_NAMESPACE_ENV).unwrap_or_default();
+        if asked == "off" {
+            return Namespace::NotAllowed;
+        }
+        if asked != "user" && unshare(CloneFlags::CLONE_NEWPID).is_ok() {
+            return Namespace::Entered;
+        }
+        let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
+        if unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).is_err() {
+            return Namespace::NotAllowed;
+        }
+        // In a new user namespace a user is no one until mapped; an unprivileged process
+        // may map only its own ids, and its groups only once it gave up `setgroups`.
+        let mapped = std::fs::write("/proc/self/setgroups", "deny")
+            .and_then(|()| std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n")))
+            .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n")));
+        match mapped {
+            Ok(()) => Namespace::Entered,
+            Err(e) => Namespace::Broken(format!(
+                "cannot map its user into the user namespace of its watcher: {e} \
+                 (set {PID_NAMESPACE_ENV}=off to run commands without one)"
+            )),
+        }
+    }
+
+    /// Starts this binary again, with the same arguments, environment and standard
+    /// streams, as the init of the PID namespace [`enter_pid_namespace`] made: the
+    /// watcher proper. Nothing inside a namespace can kill its init, nor signal a process
+    /// outside, and everything inside dies when the init exits. Then lets go of the
+    /// streams, so that they close when the init and the program close theirs, and waits
+    /// for the init.
+    fn start_init(which: Link) {
+        let mut args = std::env::args_os();
+        let arg0 = args.next().unwrap_or_default();
+        let spawned = Command::new("/proc/self/exe").arg0(arg0).args(args).spawn();
+        let link = link_of(which);
+        let mut init = match spawned {
+            Ok(init) => init,
+            Err(e) => {
+                if let Some(link) = link {
+                    let why = format!("cannot start its watcher in a PID namespace: {e}");
+                    let _ = (&link).write_all(Ended::NotStarted(why).line().as_bytes());
+                }
+                return;
+            }
+        };
+        drop(link);
+        if let Ok(null) = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        {
+            let _ = nix::unistd::dup2_stdin(&null);
+            let _ = nix::unistd::dup2_stdout(&null);
+            let _ = nix::unistd::dup2_stderr(&null);
+        }
+        let _ = init.wait();
     }
 
     /// The program's input, as `agent` sends it first on a [`Link::Fed`] link: a line

@@ -635,7 +635,7 @@ fn a_command_running_when_the_run_is_killed_dies_with_it() {
     let env = Env::new();
     let model = one_shell_call(
         &env,
-        "echo $$ > pid.txt; sleep 60; echo late >> effects.txt",
+        "read -r pid _ </proc/self/stat; echo $pid > pid.txt; sleep 60; echo late >> effects.txt",
     );
     let args = ["run", "--json", "--allow", "shell", "--model", &model, "go"];
     killed_mid_call(&env, &args, "pid.txt");
@@ -644,7 +644,7 @@ fn a_command_running_when_the_run_is_killed_dies_with_it() {
 /// A command in the background that leaves the shell's process group (`setsid`, as a
 /// daemon does), writes its pid to `pid.txt`, and would write to `effects.txt` a minute
 /// later.
-const LEAVES_THE_GROUP: &str = "setsid sh -c 'echo $$ > pid.txt; sleep 60; \
+const LEAVES_THE_GROUP: &str = "setsid sh -c 'read -r pid _ </proc/self/stat; echo $pid > pid.txt; sleep 60; \
     echo late >> effects.txt' </dev/null >/dev/null 2>&1 &";
 
 /// A script: one `shell` call of `command`, then an answer.
@@ -657,8 +657,25 @@ fn one_shell_call(env: &Env, command: &str) -> String {
 
 /// Runs `model` to its end with `shell` allowed; then each call's result, by call id.
 fn shell_results(env: &Env, model: &str) -> impl Fn(&str) -> Value {
-    let out = env.run(&["run", "--json", "--allow", "shell", "--model", model, "go"]);
-    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
+    shell_results_with(env, model, None)
+}
+
+/// [`shell_results`], with `AGENT_LOOP_PID_NAMESPACE` set to `namespace` if given.
+fn shell_results_with(env: &Env, model: &str, namespace: Option<&str>) -> impl Fn(&str) -> Value {
+    let mut cmd = env.cmd();
+    if let Some(namespace) = namespace {
+        cmd.env("AGENT_LOOP_PID_NAMESPACE", namespace);
+    }
+    let out = cmd
+        .args(["run", "--json", "--allow", "shell", "--model", model, "go"])
+        .output()
+        .unwrap();
+    call_results(env, &out)
+}
+
+/// The result of each call of the run `out` reports, once it completed, by call id.
+fn call_results(env: &Env, out: &Output) -> impl Fn(&str) -> Value + use<> {
+    assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(out));
     let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
         .as_str()
         .unwrap()
@@ -734,21 +751,22 @@ fn a_command_cannot_end_its_watcher_with_a_polite_signal() {
     );
 }
 
-/// A command that kills its watcher outright (`kill -9 $PPID`, which no handler can
-/// catch) does not outlive its call: the watcher said which group the command leads
-/// before it started it, and `agent`, seeing the watcher gone, kills that group. The call
-/// ends then, not at its time limit, and says what happened.
+/// Where PID namespaces are not to be had (`AGENT_LOOP_PID_NAMESPACE=off` stands for a
+/// system that allows none), a command that kills its watcher outright (`kill -9 $PPID`,
+/// which no handler can catch) does not outlive its call: the watcher said which group the
+/// command leads before it started it, and `agent`, seeing the watcher gone, kills that
+/// group. The call ends then, not at its time limit, and says what happened.
 #[test]
 fn a_command_that_kills_its_watcher_dies_with_its_group() {
     let env = Env::new();
-    let command = "echo $$ > pid.txt; sleep 30 & kill -9 $PPID; sleep 30; \
-                   echo late >> effects.txt";
+    let command = "read -r pid _ </proc/self/stat; echo $pid > pid.txt; sleep 30 & \
+                   kill -9 $PPID; sleep 30; echo late >> effects.txt";
     let model = env.script(json!([
         {"tool_calls": [{"id": "call-1", "name": "shell",
                          "arguments": {"command": command, "timeout_ms": 600_000}}]},
         {"final": "done"}
     ]));
-    let results = shell_results(&env, &model);
+    let results = shell_results_with(&env, &model, Some("off"));
     let error = results("call-1")["error"].clone();
     assert_eq!(error["kind"], "execution_failed", "{error}");
     assert_eq!(
@@ -756,6 +774,108 @@ fn a_command_that_kills_its_watcher_dies_with_its_group() {
         "{error}"
     );
     the_process_in_dies(&env, "pid.txt", "a call whose command killed its watcher");
+}
+
+/// A command runs as the second process of a PID namespace of its own, under its watcher,
+/// the namespace's first (directly as root; through a user namespace that maps the user to
+/// itself otherwise, `AGENT_LOOP_PID_NAMESPACE=user` as an unprivileged user's): it can
+/// neither kill its watcher (`kill -9 $PPID` reaches a namespace's init from inside only
+/// through a handler, and SIGKILL has none) nor signal any process outside its call, the
+/// run's own included, `kill -9 -1` neither; a process it left in a session of its own dies
+/// when the call ends, and what it writes belongs to the user who runs `agent`.
+#[test]
+fn a_command_can_neither_end_its_watcher_nor_signal_outside_its_call() {
+    for namespace in [None, Some("user")] {
+        let env = Env::new();
+        // A process outside the run, which the command is told the pid of. (`kill -9 -1`
+        // is only sent from a namespace's second process: outside one, as root, it would
+        // end every process of the machine.)
+        let mut outside = std::process::Command::new("sleep")
+            .arg("600")
+            .spawn()
+            .unwrap();
+        let command = format!(
+            "{LEAVES_THE_GROUP} while [ ! -s pid.txt ]; do :; done; echo $$ $PPID; \
+             kill -9 $PPID; kill -9 {}; echo still here: $?; touch mine.txt",
+            outside.id()
+        );
+        let model = env.script(json!([
+            {"tool_calls": [{"id": "call-1", "name": "shell", "arguments": {"command": command}}]},
+            {"tool_calls": [{"id": "call-2", "name": "shell",
+                             "arguments": {"command": "sleep 600 & [ $$ -eq 2 ] && kill -9 -1; \
+                                                          wait $!; echo after: $?"}}]},
+            {"final": "done"}
+        ]));
+        let results = shell_results_with(&env, &model, namespace);
+        let output = results("call-1")["output"].clone();
+        assert_eq!(
+            output,
+            format!(
+                "exit code: 0\n--- stdout ---\n2 1\nstill here: 1\n--- stderr ---\n\
+                 bash: line 1: kill: ({}) - No such process\n",
+                outside.id()
+            ),
+            "{namespace:?}"
+        );
+        the_process_in_dies(&env, "pid.txt", "the call that started it");
+        // Every process of the namespace but its init and the sender: the command's own.
+        let output = results("call-2")["output"].clone();
+        assert!(
+            output
+                .as_str()
+                .is_some_and(|o| o.starts_with("exit code: 0\n--- stdout ---\nafter: 137\n")),
+            "{namespace:?}: {output}"
+        );
+        assert!(outside.try_wait().unwrap().is_none(), "{namespace:?}");
+        outside.kill().unwrap();
+        outside.wait().unwrap();
+        let owner = std::os::unix::fs::MetadataExt::uid(
+            &std::fs::metadata(env.dir.path().join("mine.txt")).unwrap(),
+        );
+        assert_eq!(owner, our_uid(), "{namespace:?}");
+    }
+}
+
+/// A setting of the namespace that is not one is refused before anything runs, naming the
+/// ones there are; a watcher would have taken it as unset.
+#[test]
+fn a_pid_namespace_setting_that_is_not_one_is_refused_in_one_line() {
+    let env = Env::new();
+    let model = one_shell_call(&env, "touch effects.txt");
+    for (value, code) in [("no", 2), ("0", 2), ("", 0), ("off", 0), ("user", 0)] {
+        let out = env
+            .cmd()
+            .env("AGENT_LOOP_PID_NAMESPACE", value)
+            .args(["run", "--allow", "shell", "--model", &model, "go"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{value:?}: {}",
+            crate::stderr(&out)
+        );
+        let written = env.dir.path().join("effects.txt");
+        if code == 2 {
+            assert_eq!(
+                crate::stderr(&out),
+                format!(
+                    "agent: AGENT_LOOP_PID_NAMESPACE={value}: not a setting; set it to off \
+                     (commands share agent's PID namespace) or user (a user namespace even \
+                     as root), or unset it\n"
+                )
+            );
+            assert!(!written.exists(), "{value:?}");
+        } else {
+            std::fs::remove_file(written).unwrap();
+        }
+    }
+}
+
+/// This process's user id, as the files it writes carry it.
+fn our_uid() -> u32 {
+    let probe = tempfile::tempfile().unwrap();
+    std::os::unix::fs::MetadataExt::uid(&probe.metadata().unwrap())
 }
 
 /// The watcher's variable left in a person's environment does not turn `agent` into a
@@ -876,6 +996,51 @@ fn what_an_mcp_server_started_out_of_its_group_dies_when_the_run_ends() {
     the_process_in_dies(&env, "daemon.pid", "the run");
 }
 
+/// An MCP server runs in a PID namespace of its own too, as the second process of its
+/// watcher's, and its configuration's `env` cannot say otherwise: that is `agent`'s
+/// setting, which the server is not shown either.
+#[test]
+fn an_mcp_server_runs_in_a_pid_namespace_its_env_cannot_turn_off() {
+    let env = Env::new();
+    let config = crate::py_mcp_config(&env, "s");
+    let config_path = env.dir.path().join(config);
+    let mut json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    json["mcpServers"]["s"]["env"] = json!({"AGENT_LOOP_PID_NAMESPACE": "off"});
+    std::fs::write(&config_path, json.to_string()).unwrap();
+    let call = |id: &str, name: &str| json!({"tool_calls": [{"id": id, "name": "mcp__s__env", "arguments": {"name": name}}]});
+    let model = env.script(json!([
+        call("ns", "NSpid"),
+        call("var", "AGENT_LOOP_PID_NAMESPACE"),
+        {"final": "done"}
+    ]));
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--mcp-config",
+        config,
+        "--model",
+        &model,
+        "go",
+    ]);
+    let results = call_results(&env, &out);
+    let text = |call: &str| {
+        results(call)["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    // Its pid in the system's namespace, then 2 in its own.
+    let nspid = text("ns");
+    let pids: Vec<&str> = nspid
+        .split_once("NSpid:")
+        .map(|(_, pids)| pids.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(pids.len(), 2, "{nspid}");
+    assert_eq!(pids[1], "2", "{nspid}");
+    assert_eq!(text("var"), "AGENT_LOOP_PID_NAMESPACE=");
+}
+
 /// A server whose program cannot be started says so in words, through its watcher.
 #[test]
 fn an_mcp_server_whose_program_is_missing_is_named_with_the_reason() {
@@ -899,7 +1064,7 @@ fn a_hook_running_when_the_run_is_killed_dies_with_it() {
     let env = Env::new();
     with_a_trusted_hook(
         &env,
-        "echo $$ > hook.pid; sleep 60; echo late >> effects.txt",
+        "read -r pid _ </proc/self/stat; echo $pid > hook.pid; sleep 60; echo late >> effects.txt",
     );
     killed_mid_call(&env, &["run", "--json", "go"], "hook.pid");
 }

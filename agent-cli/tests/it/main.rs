@@ -54,6 +54,8 @@ impl Env {
         cmd.env_remove("OPENAI_API_KEY")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("AGENT_STORE")
+            // Commands run in PID namespaces of their own unless a test says otherwise.
+            .env_remove("AGENT_LOOP_PID_NAMESPACE")
             // Trust decisions go to the test's own config directory, never the user's.
             .env("AGENT_CONFIG_DIR", self.dir.path().join("config"));
         cmd.current_dir(self.dir.path());
@@ -77,14 +79,17 @@ impl Env {
 /// A minimal MCP server over stdio (JSON-RPC lines), in Python, for the tests that need a
 /// server the `agent` binary starts itself: `env` prints one of its environment variables,
 /// `die` kills the server in the middle of the call, and `slow` writes its pid to
-/// `server.pid`, then a line to `effects.txt` a minute later.
+/// `server.pid`, then a line to `effects.txt` a minute later; `env` of `NSpid` prints that
+/// line of its `/proc/self/status`. The pids written are as the
+/// system's `/proc` sees them, not `getpid()`: the server runs in a PID namespace of its
+/// own, where its number is another.
 const PY_MCP_SERVER: &str = r#"
 import json, os, subprocess, sys, time
 if os.environ.get("LEAVE_A_DAEMON"):
     # A process that leaves the server's process group, as a daemon does: it writes its
     # pid, and would write to effects.txt a minute later. The server serves once it has.
     daemon = subprocess.Popen(
-        ["sh", "-c", "echo $$ > daemon.pid; echo ready; exec >/dev/null; sleep 60; "
+        ["sh", "-c", "read -r pid _ </proc/self/stat; echo $pid > daemon.pid; echo ready; exec >/dev/null; sleep 60; "
                      "echo late >> effects.txt"],
         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL)
@@ -111,7 +116,7 @@ for line in sys.stdin:
         os._exit(3)
     elif method == "tools/call" and msg["params"]["name"] == "slow":
         with open("server.pid", "w") as f:
-            f.write(str(os.getpid()) + "\n")
+            f.write(os.readlink("/proc/self") + "\n")
         time.sleep(60)
         with open("effects.txt", "a") as f:
             f.write("late\n")
@@ -119,6 +124,10 @@ for line in sys.stdin:
     elif method == "tools/call":
         name = msg["params"]["arguments"]["name"]
         text = name + "=" + os.environ.get(name, "")
+        if name == "NSpid":
+            # The server's pid in each PID namespace it is in, the outermost first.
+            with open("/proc/self/status") as f:
+                text = next(l for l in f if l.startswith("NSpid:")).strip()
         result = {"content": [{"type": "text", "text": text}]}
     else:
         result = {}
