@@ -245,6 +245,21 @@ impl Machine {
         self.next_call = least;
     }
 
+    /// The least the next model call will use, as [`Machine::observe_next_call`], for a
+    /// machine just rebuilt from its log ([`Machine::resume`]) that asks for a model call
+    /// before any commit could take it: the token and cost budgets are checked again with
+    /// it, and the run ends instead of the call when the call would pass one. Anything else
+    /// (a command other than that call queued, or already taken) is left as it is.
+    pub fn recheck_next_call(&mut self, least: Usage) {
+        let only_a_call = matches!(self.phase, Phase::AwaitingModel { .. })
+            && self.commands.len() == 1
+            && matches!(self.commands.front(), Some(Command::CallModel { .. }));
+        if only_a_call {
+            self.commands.clear();
+            self.begin_turn(least);
+        }
+    }
+
     /// The tools the run may call.
     pub fn tools(&self) -> impl Iterator<Item = &ToolSpec> {
         self.tools.values()

@@ -647,3 +647,61 @@ fn what_a_retried_attempt_may_have_cost_counts() {
     assert_eq!(m.state().usage.total_tokens(), 1_920);
     assert!(m.state().usage.estimated);
 }
+
+/// A machine rebuilt from its log may ask for a model call before any commit could take
+/// what is known of it ([`Machine::observe_next_call`]): [`Machine::recheck_next_call`]
+/// checks the budgets with it then, and ends the run instead of a call that would pass
+/// one; it leaves anything but a lone call where it is.
+#[test]
+fn a_resumed_run_s_first_call_is_checked_with_what_is_known_of_it() {
+    let mut w = world(vec![Calls(vec![read("r1", "a")]), Final("done")]);
+    w.budget.max_tokens = Some(10_000);
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let report = check(w, TerminalReason::Completed);
+    // The log as a process that died right after the read's result was committed left it.
+    let read = report
+        .log
+        .iter()
+        .position(|e| e.event.name() == "tool_finished")
+        .unwrap();
+    let prefix = &report.log[..=read];
+    let resumed = || Machine::resume(specs.clone(), prefix, T0).unwrap();
+    let used = resumed().state().usage.total_tokens();
+    assert!(used > 0);
+    let mut m = resumed();
+    m.recheck_next_call(Usage::tokens(10_000 - used + 1, 0));
+    match next_commit(&mut m).as_slice() {
+        [Event::RunEnded { outcome }] => {
+            assert_eq!(outcome.reason, TerminalReason::CostBudgetExceeded);
+            assert!(
+                outcome.message.contains("so it was not made"),
+                "{}",
+                outcome.message
+            );
+        }
+        other => panic!("the call is not made: {other:?}"),
+    }
+    assert_eq!(m.poll_command(), None);
+    let mut m = resumed();
+    m.recheck_next_call(Usage::tokens(10_000 - used, 0));
+    assert!(matches!(
+        m.poll_command(),
+        Some(Command::CallModel { turn: 2 })
+    ));
+    assert_eq!(m.poll_command(), None);
+    // A run that is not about to call the model is left alone: here the run's start,
+    // still to be committed.
+    let config = RunConfig {
+        run_id: "r".into(),
+        goal: "g".into(),
+        manifest: crate::harness::manifest(Budget {
+            max_tokens: Some(1),
+            ..Budget::default()
+        }),
+        tools: specs,
+    };
+    let mut fresh = Machine::start(config, T0);
+    fresh.recheck_next_call(Usage::tokens(1_000, 0));
+    let names: Vec<&str> = next_commit(&mut fresh).iter().map(Event::name).collect();
+    assert_eq!(names, ["run_started"]);
+}

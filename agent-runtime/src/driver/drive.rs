@@ -74,14 +74,22 @@ impl Runtime {
         // store (read again only to summarize it), so memory does not grow with the run.
         let mut projector = self.projector(&log);
         drop(log);
-        // The provider's counts in the log may be of another model's prompts, or of other
-        // tools (a run continued with other settings): this process's own are a floor.
-        projector.forget_lower_bound();
         // Whether the next call's least use is worth knowing: a budget checks it.
         let budgets_spend = {
             let budget = machine.budget();
             budget.max_tokens.is_some() || budget.max_cost_usd.is_some()
         };
+        // The provider's counts in the log are a floor of this invocation's prompts only
+        // when they were of prompts made as it makes them (a run continued with another
+        // model, system text or tools, or a fork, whose log began with another run's
+        // counts, has none until its own first call).
+        if !(budgets_spend && self.prompts_as(machine.state().manifest.as_ref())) {
+            projector.forget_lower_bound();
+        } else {
+            // A run continued in this invocation may ask for a call before any commit:
+            // checked all the same.
+            machine.recheck_next_call(self.least_next_call(&projector));
+        }
         // The name of every model call's span, made once.
         let chat_name = format!("chat {}", self.model.model());
         loop {
@@ -349,11 +357,7 @@ impl Runtime {
                             if budgets_spend {
                                 // Checked before the call it limits: one whose prompt alone
                                 // passes a budget is not made.
-                                let least = projector.lower_bound() as u64;
-                                machine.observe_next_call(Usage {
-                                    cost_usd: self.model.least_cost(least),
-                                    ..Usage::tokens(least, 0)
-                                });
+                                machine.observe_next_call(self.least_next_call(&projector));
                             }
                             machine.handle(Input::Committed { version })?;
                         }
@@ -601,6 +605,16 @@ impl Runtime {
     fn affords(&self, machine: &Machine, least: u64) -> bool {
         self.spend_limit(machine, least)
             .allows_another(&Usage::default(), self.model.least_cost(least))
+    }
+
+    /// The least the next model call will use: the projector's floor of its prompt, each
+    /// token at the model's cheapest input price.
+    fn least_next_call(&self, projector: &Projector) -> Usage {
+        let least = projector.lower_bound() as u64;
+        Usage {
+            cost_usd: self.model.least_cost(least),
+            ..Usage::tokens(least, 0)
+        }
     }
 
     /// What the next model call may use before it passes the token or cost budget: all

@@ -363,6 +363,21 @@ impl Runtime {
         }
     }
 
+    /// Whether this runtime makes its prompts as the run with `manifest` was started to:
+    /// the same provider and model, system text and tools, and not a fork (whose log began
+    /// with another run's).
+    pub(super) fn prompts_as(&self, manifest: Option<&Manifest>) -> bool {
+        let Some(manifest) = manifest else {
+            return false;
+        };
+        let now = self.manifest(Budget::default());
+        manifest.forked_from.is_none()
+            && manifest.provider == now.provider
+            && manifest.model == now.model
+            && manifest.system_prompt_digest == now.system_prompt_digest
+            && manifest.tool_schema_digest == now.tool_schema_digest
+    }
+
     /// The tools this runtime's runs may use: the gateway's, or the sub-agent's share.
     fn specs(&self) -> Vec<ToolSpec> {
         let specs = self.gateway.specs();

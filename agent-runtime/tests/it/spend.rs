@@ -12,6 +12,8 @@ use super::*;
 /// The script, priced: a prompt token costs at least `least_per_token` dollars.
 struct Metered {
     inner: ScriptModel,
+    /// The model's name.
+    name: &'static str,
     calls: AtomicU32,
     least_per_token: f64,
     /// The output limit each call was given.
@@ -26,7 +28,7 @@ impl Model for Metered {
         "script"
     }
     fn model(&self) -> &str {
-        "metered"
+        self.name
     }
     fn knows_cost(&self) -> bool {
         true
@@ -71,8 +73,22 @@ fn metered(
     extra: Vec<Arc<dyn Tool>>,
     least_per_token: f64,
 ) -> (Runtime, Arc<Metered>) {
+    let store = Arc::new(MemoryStore::new());
+    metered_on(s, store, "metered", script, extra, least_per_token)
+}
+
+/// [`metered`], on `store`, the model named `name`.
+fn metered_on(
+    s: &Setup,
+    store: Arc<dyn Store>,
+    name: &'static str,
+    script: Value,
+    extra: Vec<Arc<dyn Tool>>,
+    least_per_token: f64,
+) -> (Runtime, Arc<Metered>) {
     let model = Arc::new(Metered {
         inner: ScriptModel::from_json(&script.to_string()).unwrap(),
+        name,
         calls: AtomicU32::new(0),
         least_per_token,
         caps: Mutex::default(),
@@ -86,7 +102,7 @@ fn metered(
     let rt = Runtime::new(
         Arc::clone(&model) as Arc<dyn Model>,
         Arc::new(gateway),
-        Arc::new(MemoryStore::new()),
+        store,
     );
     (rt, model)
 }
@@ -184,28 +200,111 @@ async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_made() {
     assert_eq!(*model.caps.lock().unwrap(), [None, None]);
 }
 
-/// A count the provider gave in an earlier invocation (perhaps of another model's prompt:
-/// a run can be continued with other settings) is no floor of this one's prompts.
+/// A count the provider gave in an earlier invocation is a floor of this one's prompts when
+/// they are made as that one's were: a call approved in another process is not made when
+/// its prompt alone would pass the budget. Continued with another model (whose tokenizer
+/// may count fewer), with other tools, or in a fork, the count is no floor, and the call is
+/// made.
 #[tokio::test]
-async fn a_count_from_an_earlier_invocation_stops_no_call() {
+async fn a_count_from_an_earlier_invocation_holds_for_the_same_model_and_tools_only() {
     let s = setup();
     let script = json!({"turns": [
         {"tool_calls": [{"id": "s1", "name": "save"}], "usage": used()},
         {"final": "saved", "usage": used()}
     ]});
-    let (rt, model) = metered(&s, script, vec![Arc::new(Save)], 0.000_004);
     let budget = Budget {
         max_tokens: Some(1_500),
         ..Budget::default()
     };
-    let paused = run(&rt, budget).await;
-    assert_eq!(paused.outcome.reason, TerminalReason::ApprovalRequired);
-    let done = rt
-        .approve("run-m", vec![], CancellationToken::new())
+    let other_tool: Arc<dyn Tool> = Arc::new(Dump);
+    for (name, more_tools, made) in [
+        ("metered", vec![], false),
+        ("another", vec![], true),
+        ("metered", vec![other_tool], true),
+    ] {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let (rt, model) = metered_on(
+            &s,
+            Arc::clone(&store),
+            "metered",
+            script.clone(),
+            vec![Arc::new(Save)],
+            0.000_004,
+        );
+        let paused = run(&rt, budget.clone()).await;
+        assert_eq!(paused.outcome.reason, TerminalReason::ApprovalRequired);
+        assert_eq!(model.calls.load(Ordering::SeqCst), 1);
+        // Another invocation: a runtime of its own on the same store.
+        let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Save)];
+        tools.extend(more_tools);
+        let (again, model) = metered_on(&s, store, name, script.clone(), tools, 0.000_004);
+        let report = again
+            .approve("run-m", vec![], CancellationToken::new())
+            .await
+            .unwrap();
+        let (reason, calls) = if made {
+            (TerminalReason::Completed, 1)
+        } else {
+            (TerminalReason::CostBudgetExceeded, 0)
+        };
+        assert_eq!(
+            report.outcome.reason, reason,
+            "{name}: {}",
+            report.outcome.message
+        );
+        assert_eq!(model.calls.load(Ordering::SeqCst), calls, "{name}");
+    }
+    // A fork's log begins with its parent's counts, made under the parent's settings.
+    let (rt, model) = metered(&s, reads(2), vec![], 0.000_004);
+    run(&rt, Budget::default()).await;
+    assert_eq!(model.calls.load(Ordering::SeqCst), 3);
+    let fork = rt
+        .fork("run-m", 2, "fork", budget, CancellationToken::new())
         .await
         .unwrap();
-    assert_eq!(done.outcome.reason, TerminalReason::Completed);
-    assert_eq!(model.calls.load(Ordering::SeqCst), 2);
+    // Its call 2 is made (and passes the budget, which the parent's call 1 used 1,010 of).
+    assert_eq!(model.calls.load(Ordering::SeqCst), 4);
+    assert_eq!(fork.outcome.reason, TerminalReason::CostBudgetExceeded);
+}
+
+/// A run continued from its log asks for its next call before any commit: the call is
+/// checked all the same, against the count the log holds, when this invocation makes its
+/// prompts as the run's did.
+#[tokio::test]
+async fn the_first_call_of_a_continued_run_is_checked_before_it_is_made() {
+    let s = setup();
+    let budget = Budget {
+        max_tokens: Some(1_500),
+        ..Budget::default()
+    };
+    // A run stopped before its second call, its end then taken off: a run whose process
+    // died there.
+    let (rt, _) = metered(&s, reads(3), vec![], 0.000_004);
+    let stopped = run(&rt, budget).await;
+    assert_eq!(stopped.outcome.reason, TerminalReason::CostBudgetExceeded);
+    let mut log = rt.store().load("run-m").unwrap();
+    assert!(matches!(
+        log.pop().map(|e| e.event),
+        Some(Event::RunEnded { .. })
+    ));
+    for (name, calls) in [("metered", 0), ("another", 1)] {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        store.append("run-m", 0, &log).unwrap();
+        let (again, model) = metered_on(&s, store, name, reads(3), vec![], 0.000_004);
+        let report = again
+            .resume("run-m", CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+        assert_eq!(model.calls.load(Ordering::SeqCst), calls, "{name}");
+        if calls == 0 {
+            assert!(
+                report.outcome.message.contains("so it was not made"),
+                "{}",
+                report.outcome.message
+            );
+        }
+    }
 }
 
 /// A sub-agent's calls are checked the same way, against what its parent has left, with
