@@ -178,7 +178,9 @@ fn the_cost_and_token_caps_come_from_flags_and_a_message_raises_them() {
         "$0.60 after two calls passes $0.50"
     );
     let run = v["run_id"].as_str().unwrap().to_owned();
-    // Tokens count over the whole run too: 220 used, 300 allowed, one more call.
+    // Tokens count over the whole run too: 220 used, and the last prompt alone had 100, so
+    // with 300 allowed no call is made (the next prompt has at least as many: this
+    // invocation makes it as the run's were made); with 330, one more.
     let out = env.run(&[
         "resume",
         "--json",
@@ -189,6 +191,16 @@ fn the_cost_and_token_caps_come_from_flags_and_a_message_raises_them() {
         "--max-tokens",
         "300",
     ]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let v = object(&out);
+    assert_eq!(v["steps"], 2);
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("220 tokens used, and the next call's prompt alone")),
+        "{v}"
+    );
+    let out = env.run(&["resume", "--json", &run, "go on", "--max-tokens", "330"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     assert_eq!(object(&out)["steps"], 3);
     let out = env.run(&["resume", "--json", &run, "finish", "--max-tokens", "10000"]);
