@@ -239,9 +239,8 @@ pub(crate) fn spawn_watched<'a>(
         .args(args)
         .envs(env)
         .current_dir(cwd)
-        // Not in this process's group: a Ctrl-C to the run must not end the watcher
-        // before what it watches.
-        .process_group(0)
+        // The watcher leaves this process's group (a Ctrl-C to the run must not end it
+        // before what it watches) and its session, first thing (see `watching::serve`).
         .kill_on_drop(false);
     // Whether the program gets a PID namespace is this process's setting, not one a
     // program's own variables (an MCP server's `env`) could change.
@@ -401,6 +400,12 @@ mod watching {
     use super::{Ended, Link, PID_NAMESPACE_ENV, WATCH_ENV};
 
     pub(super) fn serve(which: Link) {
+        // A session of its own, led by this watcher, whose id is its group's: the one
+        // `agent` kills should the watcher die without a report. A session with no
+        // controlling terminal, so that nothing it starts opens `/dev/tty`: a command
+        // cannot write past `agent`'s escaping to the person's terminal, read what they
+        // type, or push keystrokes into it (`TIOCSTI`) to answer `agent`'s questions.
+        let _ = nix::unistd::setsid();
         // A `kill $PPID` from the program, or a `killall agent`, must not end the watcher
         // before its sweep: it ends when `agent`'s end of the link closes (SIGKILL still
         // ends it). Caught, and so harmless, from before the program starts, so that it
@@ -466,9 +471,9 @@ mod watching {
         command
             .args(args)
             .env_remove(WATCH_ENV)
-            // This watcher's own group, which `agent` made (it started the watcher as the
-            // group's leader) and so knows: should the program kill this watcher
-            // (`kill -9 $PPID`), `agent` kills the group itself.
+            // This watcher's own group, whose id is the watcher's pid, which `agent` knows:
+            // should the program kill this watcher (`kill -9 $PPID`, possible outside a
+            // PID namespace), `agent` kills the group itself.
             .process_group(nix::unistd::getpgrp().as_raw());
         match which {
             Link::Stdin => command.stdin(Stdio::null()),

@@ -38,7 +38,11 @@ impl Terminal {
     /// this is (`setsid --ctty`), so that Ctrl-C typed at the terminal ([`Terminal::ctrl_c`])
     /// reaches every process of the foreground process group, as it does at a real one.
     fn spawn_in_session(env: &Env, args: &[&str]) -> Terminal {
-        let agent = env.cmd();
+        Terminal::start_in_session(env.cmd(), args)
+    }
+
+    /// [`Terminal::spawn_in_session`] of `agent` (an `agent` command of the test's).
+    fn start_in_session(agent: std::process::Command, args: &[&str]) -> Terminal {
         let mut cmd = std::process::Command::new("setsid");
         cmd.arg("--ctty")
             .arg(agent.get_program())
@@ -332,6 +336,46 @@ fn ctrl_c_at_the_terminal_stops_a_command_and_leaves_mcp_servers_running() {
     t.expect("done");
     t.expect("> ");
     t.exit();
+}
+
+/// A command cannot reach the person's terminal: it runs in a session of its own, with no
+/// controlling terminal, so `/dev/tty` does not open; what it writes there is never shown
+/// (past the escaping of what `agent` shows), and it can neither read what the person types
+/// nor push keystrokes in to answer `agent`'s questions. In a PID namespace and without.
+#[test]
+fn a_command_cannot_reach_the_persons_terminal() {
+    for namespace in ["", "off"] {
+        let env = Env::new();
+        let model = env.script(json!([
+            {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
+                "command": "printf 'ma%s\\n' rker >/dev/tty; echo tty=$?; \
+                            read -r -t 1 line </dev/tty; echo read=$?"}}]},
+            {"final": "done"}
+        ]));
+        let mut agent = env.cmd();
+        agent.env("AGENT_LOOP_PID_NAMESPACE", namespace);
+        let t = Terminal::start_in_session(
+            agent,
+            &["run", "--json", "--allow", "shell", "--model", &model, "go"],
+        );
+        let (code, screen) = t.wait();
+        assert_eq!(code, Some(0), "{screen}");
+        assert!(!screen.contains("marker"), "{namespace:?}: {screen}");
+        let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+        let finished = events(&env, runs[0]["run_id"].as_str().unwrap())
+            .into_iter()
+            .find(|e| e["type"] == "tool_finished")
+            .unwrap();
+        let output = finished["result"]["output"].as_str().unwrap().to_owned();
+        assert!(
+            output.starts_with("exit code: 0\n--- stdout ---\ntty=1\nread=1\n"),
+            "{namespace:?}: {output}"
+        );
+        assert!(
+            output.contains("/dev/tty: No such device or address"),
+            "{output}"
+        );
+    }
 }
 
 #[test]
