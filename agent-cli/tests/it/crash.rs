@@ -954,13 +954,32 @@ fn killed_in_the_servers_slow_call(env: &Env, config: &str) {
 /// Writes an `mcp.json` that starts [`crate::PY_MCP_SERVER`] as the server `s`, leaving a
 /// process that left its process group (`daemon.pid`); returns its name.
 fn mcp_config_leaving_a_daemon(env: &Env) -> &'static str {
+    py_mcp_config_with(env, json!({"LEAVE_A_DAEMON": "1"}))
+}
+
+/// Writes an `mcp.json` that starts [`crate::PY_MCP_SERVER`] as the server `s` with the
+/// variables `vars` as its `env`; returns its name.
+fn py_mcp_config_with(env: &Env, vars: Value) -> &'static str {
     let config = crate::py_mcp_config(env, "s");
     let config_path = env.dir.path().join(config);
     let mut json: Value =
         serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
-    json["mcpServers"]["s"]["env"] = json!({"LEAVE_A_DAEMON": "1"});
+    json["mcpServers"]["s"]["env"] = vars;
     std::fs::write(&config_path, json.to_string()).unwrap();
     config
+}
+
+/// Runs `model` to its end with the MCP servers of `config`.
+fn run_with_mcp(env: &Env, config: &str, model: &str) -> Output {
+    env.run(&[
+        "run",
+        "--json",
+        "--mcp-config",
+        config,
+        "--model",
+        model,
+        "go",
+    ])
 }
 
 /// What an MCP server started that left its process group dies with the run killed by
@@ -983,15 +1002,7 @@ fn what_an_mcp_server_started_out_of_its_group_dies_when_the_run_ends() {
                          "arguments": {"name": "LEAVE_A_DAEMON"}}]},
         {"final": "done"}
     ]));
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--mcp-config",
-        config,
-        "--model",
-        &model,
-        "go",
-    ]);
+    let out = run_with_mcp(&env, config, &model);
     assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(&out));
     the_process_in_dies(&env, "daemon.pid", "the run");
 }
@@ -1002,28 +1013,14 @@ fn what_an_mcp_server_started_out_of_its_group_dies_when_the_run_ends() {
 #[test]
 fn an_mcp_server_runs_in_a_pid_namespace_its_env_cannot_turn_off() {
     let env = Env::new();
-    let config = crate::py_mcp_config(&env, "s");
-    let config_path = env.dir.path().join(config);
-    let mut json: Value =
-        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
-    json["mcpServers"]["s"]["env"] = json!({"AGENT_LOOP_PID_NAMESPACE": "off"});
-    std::fs::write(&config_path, json.to_string()).unwrap();
+    let config = py_mcp_config_with(&env, json!({"AGENT_LOOP_PID_NAMESPACE": "off"}));
     let call = |id: &str, name: &str| json!({"tool_calls": [{"id": id, "name": "mcp__s__env", "arguments": {"name": name}}]});
     let model = env.script(json!([
         call("ns", "NSpid"),
         call("var", "AGENT_LOOP_PID_NAMESPACE"),
         {"final": "done"}
     ]));
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--mcp-config",
-        config,
-        "--model",
-        &model,
-        "go",
-    ]);
-    let results = call_results(&env, &out);
+    let results = call_results(&env, &run_with_mcp(&env, config, &model));
     let text = |call: &str| {
         results(call)["output"]
             .as_str()
