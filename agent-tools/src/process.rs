@@ -401,7 +401,9 @@ mod watching {
 
     pub(super) fn serve(which: Link) {
         // A session of its own, led by this watcher, whose id is its group's: the one
-        // `agent` kills should the watcher die without a report. A session with no
+        // `agent` kills should the watcher die without a report, and for the init of a
+        // namespace (below) one the program joins, so that a `kill 0` from the program
+        // reaches no process outside. A session with no
         // controlling terminal, so that nothing it starts opens `/dev/tty`: a command
         // cannot write past `agent`'s escaping to the person's terminal, read what they
         // type, or push keystrokes into it (`TIOCSTI`) to answer `agent`'s questions.
@@ -435,9 +437,6 @@ mod watching {
             }
         }
         if init {
-            // A group of its own, inside the namespace, for the program to join: a
-            // `kill 0` from the program then reaches no process outside.
-            let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
             // Named as the watcher that started it (its program's file name, as the
             // kernel takes it, 15 bytes at most), not `exe` (`/proc/self/exe`).
             let arg0 = std::env::args_os().next().unwrap_or_default();
