@@ -573,8 +573,9 @@ mod watching {
     /// when the system allows it: directly when privileged (`CAP_SYS_ADMIN`), else inside
     /// a user namespace that maps this user, and only it, to itself (the program runs as
     /// the same user and groups; set-user-ID programs such as `sudo` gain nothing there).
-    /// [`PID_NAMESPACE_ENV`] set to `off` says never, `user` always through a user
-    /// namespace.
+    /// Not through a user namespace where AppArmor would leave it powerless
+    /// ([`apparmor_restricts_userns`]). [`PID_NAMESPACE_ENV`] set to `off` says never,
+    /// `user` always through a user namespace (restricted or not).
     fn enter_pid_namespace() -> Namespace {
         use nix::sched::{CloneFlags, unshare};
         let asked = std::env::var(PID_NAMESPACE_ENV).unwrap_or_default();
@@ -583,6 +584,11 @@ mod watching {
         }
         if asked != "user" && unshare(CloneFlags::CLONE_NEWPID).is_ok() {
             return Namespace::Entered;
+        }
+        let restriction =
+            std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+        if asked != "user" && apparmor_restricts_userns(restriction.ok().as_deref()) {
+            return Namespace::NotAllowed;
         }
         let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
         if unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).is_err() {
@@ -600,6 +606,15 @@ mod watching {
                  (set {PID_NAMESPACE_ENV}=off to run commands without one)"
             )),
         }
+    }
+
+    /// Whether the system lets an unprivileged process make a user namespace but not use
+    /// it, as Ubuntu (23.10 and later) does by default: the namespace is made, then the
+    /// process is denied every capability in it, so that its user cannot be mapped and
+    /// the watcher could run nothing. `setting` is
+    /// `/proc/sys/kernel/apparmor_restrict_unprivileged_userns`, when there is one.
+    pub(super) fn apparmor_restricts_userns(setting: Option<&str>) -> bool {
+        setting.is_some_and(|value| value.trim() != "0")
     }
 
     /// Starts this binary again, with the same arguments, environment and standard
@@ -702,7 +717,15 @@ mod watching {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::Ended;
-    use super::watching::read_input;
+    use super::watching::{apparmor_restricts_userns, read_input};
+
+    #[test]
+    fn a_user_namespace_is_not_tried_where_apparmor_makes_it_powerless() {
+        assert!(apparmor_restricts_userns(Some("1\n")));
+        assert!(apparmor_restricts_userns(Some("2")));
+        assert!(!apparmor_restricts_userns(Some("0\n")));
+        assert!(!apparmor_restricts_userns(None));
+    }
 
     #[test]
     fn a_hooks_input_is_read_whole_from_its_header_and_nothing_else_is_taken_for_it() {
