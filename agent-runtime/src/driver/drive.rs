@@ -83,12 +83,12 @@ impl Runtime {
         // when they were of prompts made as it makes them (a run continued with another
         // model, system text or tools, or a fork, whose log began with another run's
         // counts, has none until its own first call).
-        if !(budgets_spend && self.prompts_as(machine.state().manifest.as_ref())) {
-            projector.forget_lower_bound();
-        } else {
+        if budgets_spend && self.prompts_as(machine.state().manifest.as_ref()) {
             // A run continued in this invocation may ask for a call before any commit:
             // checked all the same.
             machine.recheck_next_call(self.least_next_call(&projector));
+        } else {
+            projector.forget_lower_bound();
         }
         // The name of every model call's span, made once.
         let chat_name = format!("chat {}", self.model.model());
@@ -626,13 +626,14 @@ impl Runtime {
         machine: &Machine,
         projector: &Projector,
     ) -> (Option<u32>, Option<SpendLimit>) {
-        let least = projector.lower_bound() as u64;
-        let limit = self.spend_limit(machine, least);
-        let by_tokens = limit.tokens.map(|left| left.saturating_sub(least));
-        let by_cost = limit.usd.and_then(|left| {
-            self.model
-                .output_tokens_for(left - self.model.least_cost(least))
-        });
+        let least = self.least_next_call(projector);
+        let limit = self.spend_limit(machine, least.input_tokens);
+        let by_tokens = limit
+            .tokens
+            .map(|left| left.saturating_sub(least.input_tokens));
+        let by_cost = limit
+            .usd
+            .and_then(|left| self.model.output_tokens_for(left - least.cost_usd));
         let cap = match (by_tokens, by_cost) {
             (Some(tokens), Some(cost)) => Some(tokens.min(cost)),
             (tokens, cost) => tokens.or(cost),
