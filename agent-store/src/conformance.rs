@@ -23,6 +23,32 @@ pub fn check_all(store: &dyn Store) {
     the_index_follows_the_log(store);
     blobs_are_stored_once_by_content(store);
     a_log_reads_from_any_version(store);
+    a_wait_answers_with_what_is_committed(store);
+}
+
+fn a_wait_answers_with_what_is_committed(store: &dyn Store) {
+    let run = "conf-wait";
+    must("append", store.append(run, 0, &[started(run, 1)]));
+    must("append", store.append(run, 1, &[filler(2, 1)]));
+    let long = std::time::Duration::from_secs(3600);
+    let versions = |from: u64, wait| -> Vec<u64> {
+        must("wait_from", store.wait_from(run, from, wait))
+            .iter()
+            .map(|e| e.version)
+            .collect()
+    };
+    // Entries that are there are answered at once, however long the wait allowed.
+    assert_eq!(versions(1, long), [1, 2]);
+    assert_eq!(versions(2, long), [2]);
+    assert_eq!(
+        versions(3, std::time::Duration::ZERO),
+        Vec::<u64>::new(),
+        "none committed yet"
+    );
+    assert!(matches!(
+        store.wait_from("conf-wait-none", 1, std::time::Duration::ZERO),
+        Err(StoreError::RunNotFound(_))
+    ));
 }
 
 fn a_log_reads_from_any_version(store: &dyn Store) {

@@ -39,7 +39,12 @@ pub use postgres::{
 pub use sled_store::{FORMAT_VERSION, SledStore};
 pub use summary::RunSummary;
 
+use std::time::{Duration, Instant};
+
 use agent_core::{Entry, Handle};
+
+/// How often [`Store::wait_from`] looks at a store that cannot tell of a commit.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
 /// Persistence of event logs. Implementations must make `append` atomic (all entries or
 /// none) and durable before it returns `Ok`.
@@ -78,6 +83,24 @@ pub trait Store: Send + Sync {
         let mut log = self.load(run_id)?;
         log.retain(|e| e.version >= from);
         Ok(log)
+    }
+
+    /// The run's log from version `from` on, once there is some: at once when entries from
+    /// `from` are committed, else as soon as the first of them is, or an empty list after
+    /// `wait`. For a reader that follows a run as it is written (`agent show --follow`).
+    /// This default looks again every [`FOLLOW_POLL`]; a store that can be told of a
+    /// commit answers when it is made, and one that knows that none is coming (nobody
+    /// drives the run) may answer at once.
+    fn wait_from(&self, run_id: &str, from: u64, wait: Duration) -> Result<Vec<Entry>, StoreError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let found = self.load_from(run_id, from)?;
+            let now = Instant::now();
+            if !found.is_empty() || now >= deadline {
+                return Ok(found);
+            }
+            std::thread::sleep(FOLLOW_POLL.min(deadline - now));
+        }
     }
 
     /// Every run's summary, by run id.

@@ -22,7 +22,6 @@ mod owner;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -333,6 +332,8 @@ impl DirStore {
             durable: summary.version.into(),
             summary: Mutex::new(summary),
             db,
+            watch: Mutex::default(),
+            moved: std::sync::Condvar::new(),
         });
         let socket = owner::socket_path(&dir);
         let server = Server::start(socket.clone(), run_id, Arc::clone(&served))?;
@@ -565,7 +566,7 @@ impl Store for DirStore {
             .served
             .db
             .append_encoded(run_id, expected_version, entries, encoded)?;
-        run.served.durable.fetch_max(version, Ordering::SeqCst);
+        run.served.committed(version);
         let mut summary = run.served.summary.lock().unwrap_or_else(|p| p.into_inner());
         // The run's database folded the entries into its summary; not folded again here.
         let Some(now) = run.served.db.summary(run_id) else {
@@ -610,6 +611,29 @@ impl Store for DirStore {
             |owner| owner::load_from(&owner.socket, from),
             |db| db.load_from(run_id, from),
         )
+    }
+
+    /// Asks the process that drives the run to answer when it commits. A run nobody drives
+    /// is answered at once with what it holds: no commit comes until someone takes it.
+    fn wait_from(&self, run_id: &str, from: u64, wait: Duration) -> Result<Vec<Entry>, StoreError> {
+        check_run_id(run_id)?;
+        if let Some(run) = self.lookup(run_id) {
+            run.served.wait_past(from, wait);
+            return run.served.db.load_from(run_id, from);
+        }
+        let owner = OwnerFile::read(&self.owner_path(run_id));
+        if let Some(found) = owner
+            .as_ref()
+            .and_then(|owner| owner::wait_from(&owner.socket, from, wait))
+        {
+            return Ok(found);
+        }
+        // An owner that is there but did not answer the wait (an earlier `agent`, which
+        // does not know it): looked at again after a pause, not over and over.
+        if owner.is_some_and(|o| o.alive()) {
+            std::thread::sleep(crate::FOLLOW_POLL.min(wait));
+        }
+        self.load_from(run_id, from)
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
@@ -669,7 +693,58 @@ impl Store for DirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::started;
+    use crate::conformance::{filler, started};
+
+    /// Another process's reader of a run this one drives, waiting for the entry after the
+    /// last: what it got, sent once it returns.
+    fn waiting_reader(
+        dir: &Path,
+        owner: &DirStore,
+    ) -> std::sync::mpsc::Receiver<Result<Vec<Entry>, StoreError>> {
+        let reader = DirStore::open(dir).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(reader.wait_from("r", 2, Duration::from_secs(50)));
+        });
+        // The reader asks over the owner's socket (it does not hold the run); its request
+        // is waiting before the test goes on.
+        let served = Arc::clone(&owner.lookup("r").unwrap().served);
+        while served.readers_waiting() == 0 {
+            std::thread::yield_now();
+        }
+        rx
+    }
+
+    /// A reader following a run (`agent show --follow`) is answered by the commit it waits
+    /// for, not by the end of its wait.
+    #[test]
+    fn a_reader_waiting_for_a_commit_is_answered_when_it_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = DirStore::open(dir.path()).unwrap();
+        owner.append("r", 0, &[started("r", 1)]).unwrap();
+        let answered = waiting_reader(dir.path(), &owner);
+        owner.append("r", 1, &[filler(2, 1), filler(3, 2)]).unwrap();
+        let got = answered
+            .recv_timeout(Duration::from_secs(30))
+            .expect("answered at the commit")
+            .unwrap();
+        assert_eq!(got.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
+    }
+
+    /// ... and by the run being let go, which no commit follows.
+    #[test]
+    fn a_reader_waiting_for_a_commit_is_answered_when_the_run_is_let_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = DirStore::open(dir.path()).unwrap();
+        owner.append("r", 0, &[started("r", 1)]).unwrap();
+        let answered = waiting_reader(dir.path(), &owner);
+        owner.release("r");
+        let got = answered
+            .recv_timeout(Duration::from_secs(30))
+            .expect("answered when let go")
+            .unwrap();
+        assert!(got.is_empty(), "{got:?}");
+    }
 
     /// Twenty processes opening one new store at once: one lists the directory while
     /// another has made `runs`, `blobs` and `tmp` but not yet its layout file, and looks

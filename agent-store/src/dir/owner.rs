@@ -5,9 +5,9 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use agent_core::Entry;
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,8 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_REQUEST: u64 = 4096;
 /// The longest socket path that fits a `sockaddr_un`, with room to spare.
 const MAX_SOCKET_PATH: usize = 100;
+/// The longest an owner keeps a reader waiting for a commit, whatever it asked.
+const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// Who drives a run: written by the owner when it takes the run, removed when it lets go.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -95,6 +97,9 @@ pub(super) fn socket_path(run_dir: &Path) -> PathBuf {
 enum Request {
     /// The committed entries from this version on.
     LoadFrom(u64),
+    /// The same, once there is one: answered when the first is committed, when the run is
+    /// let go, or after `wait_ms` (at most [`MAX_WAIT`]) with none.
+    WaitFrom { from: u64, wait_ms: u64 },
     /// The run's summary.
     Summary,
 }
@@ -113,11 +118,69 @@ pub(super) struct Served {
     pub(super) summary: std::sync::Mutex<crate::RunSummary>,
     /// The version confirmed durable: entries past it are in memory, not yet committed.
     pub(super) durable: AtomicU64,
+    /// Readers waiting for a commit ([`Served::wait_past`]) and whether the run was let go.
+    pub(super) watch: Mutex<Watch>,
+    /// Signalled at each commit and when the run is let go.
+    pub(super) moved: Condvar,
+}
+
+/// What readers waiting for a commit share with the owner.
+#[derive(Default)]
+pub(super) struct Watch {
+    /// The run was let go: no commit will come from this process.
+    closed: bool,
+    /// Readers waiting now.
+    waiting: usize,
+}
+
+impl Served {
+    /// The log is durable up to `version`: readers waiting for it are answered.
+    pub(super) fn committed(&self, version: u64) {
+        self.durable.fetch_max(version, Ordering::SeqCst);
+        // Taken after the store, so that a reader that saw the old version is already
+        // waiting when the signal comes.
+        let watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        if watch.waiting > 0 {
+            self.moved.notify_all();
+        }
+    }
+
+    /// The run is let go: waiting readers are answered with what there is.
+    fn close(&self) {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        self.moved.notify_all();
+    }
+
+    /// Readers waiting for a commit now.
+    #[cfg(test)]
+    pub(super) fn readers_waiting(&self) -> usize {
+        self.watch.lock().unwrap_or_else(|p| p.into_inner()).waiting
+    }
+
+    /// Waits until version `from` is durable, the run is let go, or `wait` passed.
+    pub(super) fn wait_past(&self, from: u64, wait: Duration) {
+        let deadline = Instant::now() + wait.min(MAX_WAIT);
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        watch.waiting += 1;
+        while self.durable.load(Ordering::SeqCst) < from && !watch.closed {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            watch = self
+                .moved
+                .wait_timeout(watch, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        watch.waiting -= 1;
+    }
 }
 
 /// The listening side, stopped and removed when dropped.
 pub(super) struct Server {
     socket: PathBuf,
+    served: Arc<Served>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -139,6 +202,7 @@ impl Server {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
+        let serving = Arc::clone(&served);
         let thread = std::thread::Builder::new()
             .name(format!("agent-store-owner-{run_id}"))
             .spawn(move || {
@@ -147,7 +211,7 @@ impl Server {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
-                    let served = Arc::clone(&served);
+                    let served = Arc::clone(&serving);
                     // One reader's slowness never holds up another.
                     let _ = std::thread::Builder::new()
                         .name("agent-store-reader".to_owned())
@@ -159,6 +223,7 @@ impl Server {
             .map_err(|e| StoreError::Engine(format!("cannot start the run's listener: {e}")))?;
         Ok(Server {
             socket,
+            served,
             stop,
             thread: Some(thread),
         })
@@ -168,6 +233,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.served.close();
         // Wakes the accept loop so that it sees the flag.
         let _ = UnixStream::connect(&self.socket);
         if let Some(thread) = self.thread.take() {
@@ -184,6 +250,10 @@ fn serve(stream: UnixStream, served: &Served) -> std::io::Result<()> {
     BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
     let from = match serde_json::from_str(&line) {
         Ok(Request::LoadFrom(from)) => from,
+        Ok(Request::WaitFrom { from, wait_ms }) => {
+            served.wait_past(from, Duration::from_millis(wait_ms));
+            from
+        }
         Ok(Request::Summary) => {
             let summary = served
                 .summary
@@ -216,10 +286,29 @@ fn serve(stream: UnixStream, served: &Served) -> std::io::Result<()> {
 /// The owner's committed entries from version `from` on, or `None` if it did not answer
 /// in full (it is gone, or stopped): the caller then reads the database itself.
 pub(super) fn load_from(socket: &Path, from: u64) -> Option<Vec<Entry>> {
+    entries(socket, &Request::LoadFrom(from), EXCHANGE_TIMEOUT)
+}
+
+/// [`load_from`] once there is an entry from `from` on: the owner answers when it commits
+/// one, when it lets the run go, or after `wait` (at most a minute) with none. `None` as
+/// for [`load_from`], and from an owner that does not know the request (an earlier
+/// `agent`).
+pub(super) fn wait_from(socket: &Path, from: u64, wait: Duration) -> Option<Vec<Entry>> {
+    let wait = wait.min(MAX_WAIT);
+    let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    entries(
+        socket,
+        &Request::WaitFrom { from, wait_ms },
+        wait + EXCHANGE_TIMEOUT,
+    )
+}
+
+/// Asks the owner for entries and reads its answer, each read within `read_timeout`.
+fn entries(socket: &Path, asked: &Request, read_timeout: Duration) -> Option<Vec<Entry>> {
     let stream = UnixStream::connect(socket).ok()?;
-    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+    stream.set_read_timeout(Some(read_timeout)).ok()?;
     stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-    let mut request = serde_json::to_vec(&Request::LoadFrom(from)).ok()?;
+    let mut request = serde_json::to_vec(asked).ok()?;
     request.push(b'\n');
     (&stream).write_all(&request).ok()?;
     let mut entries = Vec::new();
