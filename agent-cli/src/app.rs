@@ -27,27 +27,29 @@ use crate::worker::{self, QueuedAnswer};
 /// not an error of ours, so a broken pipe ends the printing quietly. On a terminal, the
 /// control characters in it are shown as escapes ([`render::for_terminal`]): much of what
 /// is printed was written by a model, a file or a server.
-pub(crate) fn say(text: impl std::fmt::Display) {
+/// Returns whether it was written (`false` once the reader went away).
+pub(crate) fn say(text: impl std::fmt::Display) -> bool {
     static TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let terminal = *TERMINAL.get_or_init(|| std::io::stdout().is_terminal());
-    write_to(std::io::stdout().lock(), terminal, text);
+    write_to(std::io::stdout().lock(), terminal, text)
 }
 
 /// Writes to standard error, the same way.
 pub(crate) fn tell(text: impl std::fmt::Display) {
     static TERMINAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let terminal = *TERMINAL.get_or_init(|| std::io::stderr().is_terminal());
-    write_to(std::io::stderr().lock(), terminal, text);
+    let _ = write_to(std::io::stderr().lock(), terminal, text);
 }
 
-/// Writes `text` to `to` and flushes, errors ignored; escaped for a terminal.
-fn write_to(mut to: impl std::io::Write, terminal: bool, text: impl std::fmt::Display) {
+/// Writes `text` to `to` and flushes, escaped for a terminal; returns whether it was
+/// written.
+fn write_to(mut to: impl std::io::Write, terminal: bool, text: impl std::fmt::Display) -> bool {
     let written = if terminal {
         write!(to, "{}", render::for_terminal(&text.to_string()))
     } else {
         write!(to, "{text}")
     };
-    let _ = written.and_then(|()| to.flush());
+    written.and_then(|()| to.flush()).is_ok()
 }
 
 /// Runs a parsed command line and returns the process's exit code.
@@ -162,7 +164,12 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Commands::Report { run, out } => {
             return report(&resolve(&plain, &none)?.store, &run, out);
         }
-        Commands::Show { run, call } => {
+        Commands::Show {
+            run,
+            call: _,
+            follow: true,
+        } => return follow(&resolve(&plain, &none)?.store, json, &run),
+        Commands::Show { run, call, .. } => {
             return show(&resolve(&plain, &none)?.store, json, &run, call.as_deref());
         }
         Commands::Chat { run, setup } => return chat::chat(&resolve(&setup, &none)?, run),
@@ -731,6 +738,128 @@ fn report(
     report_damage(&store)
 }
 
+/// A sub-agent's run: the version of the entry that says it finished, its id, its log.
+type Child = (u64, String, Vec<agent_core::Entry>);
+
+/// The sub-agents' runs that `entries` say finished, each folded into one line under the
+/// call it answered.
+fn children_of(store: &dyn agent_store::Store, entries: &[agent_core::Entry]) -> Vec<Child> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::SubAgentFinished { run_id, .. } => Some((e.version, run_id.clone())),
+            _ => None,
+        })
+        .map(|(version, child)| {
+            let log = store.load(&child).unwrap_or_default();
+            (version, child, log)
+        })
+        .collect()
+}
+
+/// `entries` as `agent show` prints them: a line each, a sub-agent's under its call.
+fn timeline_text(run_id: &str, entries: &[agent_core::Entry], children: &[Child]) -> String {
+    let mut text = String::new();
+    for line in render::timeline(run_id, entries).lines() {
+        text.push_str(line);
+        text.push('\n');
+        let version: Option<u64> = line.split_whitespace().next().and_then(|v| v.parse().ok());
+        if let Some((_, child, log)) = children.iter().find(|(v, ..)| Some(*v) == version) {
+            text.push_str(&render::child_line(child, log));
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// `agent show --follow`: the timeline so far, then each entry as it is committed, for as
+/// long as something drives the run ([`OpenStore::going_on`]); then where the run stands,
+/// as `agent run` says it, and its exit code.
+fn follow(location: &StoreLocation, json: bool, run_id: &str) -> Result<u8, Failure> {
+    let store = OpenStore::must_exist(location)?;
+    let mut seen = agent_store::RunSummary::new(run_id);
+    let mut next = 1;
+    let mut first = true;
+    loop {
+        let going = store.going_on(run_id, &seen)?;
+        let new = match &going {
+            Some(_) => match store
+                .as_store()
+                .wait_from(run_id, next, store.follow_wait())
+            {
+                // Queued, not yet started by a worker: no entry yet.
+                Err(agent_store::StoreError::RunNotFound(_)) => {
+                    std::thread::sleep(agent_store::FOLLOW_POLL);
+                    Vec::new()
+                }
+                found => found?,
+            },
+            None => store.as_store().load_from(run_id, next)?,
+        };
+        if let (true, Some(how)) = (first, &going) {
+            tell(format_args!(
+                "agent: following run {run_id}, {how}; Ctrl-C stops following, not the run\n"
+            ));
+        }
+        first = false;
+        let written = if json {
+            new.iter().all(|entry| {
+                serde_json::to_string(entry).is_ok_and(|line| say(format_args!("{line}\n")))
+            })
+        } else {
+            new.is_empty()
+                || say(timeline_text(
+                    run_id,
+                    &new,
+                    &children_of(store.as_store(), &new),
+                ))
+        };
+        if !written {
+            // The reader went away (`agent show -f RUN | head`).
+            return Ok(EXIT_OK);
+        }
+        for entry in &new {
+            seen.apply(entry);
+        }
+        if let Some(last) = new.last() {
+            next = last.version + 1;
+        }
+        if new.is_empty() && going.is_none() {
+            break;
+        }
+    }
+    if let Some(damage) = store.damage() {
+        return Err(failed(damage));
+    }
+    // Where it stands, as the command that drove it would have said.
+    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), store.into_shared());
+    match tokio_one_run()?.block_on(runtime.standing(run_id))? {
+        Some(report) => {
+            if json {
+                say(format_args!("{}\n", render::outcome_json(&report)));
+            } else {
+                tell(format_args!("agent: {}\n", render::outcome_text(&report)));
+            }
+            Ok(exit_code(report.outcome.reason))
+        }
+        None => {
+            if json {
+                let value = serde_json::json!({
+                    "run_id": run_id, "status": "interrupted", "reason": null,
+                });
+                say(format_args!("{value}\n"));
+            } else {
+                tell(format_args!(
+                    "agent: run {run_id} was interrupted: nothing drives it now; \
+                     `agent resume {run_id}` goes on with it\n"
+                ));
+            }
+            Ok(crate::exit::EXIT_PAUSED)
+        }
+    }
+}
+
 fn show(
     location: &StoreLocation,
     json: bool,
@@ -784,18 +913,7 @@ fn show(
         }
         return Ok(EXIT_OK);
     }
-    // Each sub-agent's run, folded into one line under the call it answered.
-    let children: Vec<(u64, String, Vec<agent_core::Entry>)> = entries
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::SubAgentFinished { run_id, .. } => Some((e.version, run_id.clone())),
-            _ => None,
-        })
-        .map(|(version, child)| {
-            let log = store.as_store().load(&child).unwrap_or_default();
-            (version, child, log)
-        })
-        .collect();
+    let children = children_of(store.as_store(), &entries);
     if json {
         let folded: Vec<serde_json::Value> = children
             .iter()
@@ -806,17 +924,7 @@ fn show(
         });
         say(format_args!("{value}\n"));
     } else {
-        let mut text = String::new();
-        for line in render::timeline(run_id, &entries).lines() {
-            text.push_str(line);
-            text.push('\n');
-            let version: Option<u64> = line.split_whitespace().next().and_then(|v| v.parse().ok());
-            if let Some((_, child, log)) = children.iter().find(|(v, ..)| Some(*v) == version) {
-                text.push_str(&render::child_line(child, log));
-                text.push('\n');
-            }
-        }
-        say(format_args!("{text}"));
+        say(timeline_text(run_id, &entries, &children));
         // Every line of the timeline is an event; the total goes beside it.
         if let Some(total) = render::usage_total(&entries) {
             tell(format_args!("{total}\n"));

@@ -212,6 +212,11 @@ pub enum Commands {
         /// Print this call whole (its arguments as JSON) instead of the timeline.
         #[arg(long = "call", value_name = "ID")]
         call: Option<String>,
+        /// Go on printing each event as it is committed, while a process or worker drives
+        /// the run (or it waits in the queue); then print how it stands and exit with the
+        /// code `agent run` would have. With --json, one event per line, then the outcome.
+        #[arg(long, short = 'f', conflicts_with = "call")]
+        follow: bool,
     },
 }
 

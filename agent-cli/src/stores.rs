@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agent_store::{DirStore, FencedStore, PostgresStore, Store, StoreError};
+use agent_store::{
+    DirStore, FencedStore, PostgresStore, QueueState, RunSummary, Store, StoreError,
+};
 
 use crate::failure::{Failure, failed, usage};
 
@@ -134,6 +136,42 @@ impl OpenStore {
                 .map(|worker| format!("worker {worker}")),
             OpenStore::Fenced(_) => None,
         })
+    }
+
+    /// What will commit more of the run with no one asking, in words (`driven by process
+    /// 1234`, `waiting in the queue for a worker`); `None` when nothing will until a person
+    /// acts (it ended, paused, or was interrupted). `seen` is the run's summary as far as
+    /// its log was read.
+    pub fn going_on(&self, run_id: &str, seen: &RunSummary) -> Result<Option<String>, Failure> {
+        Ok(match self {
+            OpenStore::Dir(store) => store
+                .driver(run_id)
+                .map(|pid| format!("driven by process {pid}")),
+            OpenStore::Postgres(store) => match store.queue_state(run_id)? {
+                Some(QueueState::Runnable) => Some("waiting in the queue for a worker".into()),
+                Some(QueueState::Running) => Some(match store.lease_holder(run_id)? {
+                    Some(worker) => format!("driven by worker {worker}"),
+                    None => "driven by a worker whose lease ran out, until another takes it \
+                             over"
+                        .into(),
+                }),
+                Some(QueueState::Paused | QueueState::Ended) => None,
+                // Not queued: an `agent` process drives it while its log says it has not
+                // stopped (this store cannot tell whether that process is still there).
+                None => (seen.status == "running").then(|| "driven by a process".into()),
+            },
+            OpenStore::Fenced(_) => None,
+        })
+    }
+
+    /// How long a follower waits for a commit before it looks again at what drives the
+    /// run: a directory's owner answers as soon as it commits or lets go, a database is
+    /// looked at every [`agent_store::FOLLOW_POLL`] and its queue every second.
+    pub fn follow_wait(&self) -> std::time::Duration {
+        match self {
+            OpenStore::Dir(_) => std::time::Duration::from_secs(30),
+            OpenStore::Postgres(_) | OpenStore::Fenced(_) => std::time::Duration::from_secs(1),
+        }
     }
 
     /// The store that may be written: a damaged one is refused before anything happens.

@@ -151,6 +151,36 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Reads lines from `reader` until one that contains `needle`; the lines read, each with
+/// its line break. Panics if the output ends first.
+fn lines_until(reader: &mut impl BufRead, needle: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the output ended before {needle:?}: {lines:?}"
+        );
+        let found = line.contains(needle);
+        lines.push(line);
+        if found {
+            return lines;
+        }
+    }
+}
+
+/// `agent show --follow RUN` (with `extra` options) of the store `store` names, its
+/// output piped.
+fn follower(env: &Env, store: &str, id: &str, extra: &[&str]) -> std::process::Child {
+    env.bare()
+        .args(["--store", store, "show", "--follow", id])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Asserts that `events` (as `agent show --json` prints them) are versions 1, 2, … n:
 /// no event lost, repeated or out of order.
 fn assert_contiguous(events: &[Value], what: &str) {

@@ -702,3 +702,43 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
     assert_eq!(flaky.received().len(), 1, "one attempt, as submitted");
     assert_eq!(flaky.received()[0].body["max_completion_tokens"], 77);
 }
+
+/// A queued run is followed from before a worker takes it until the worker ends it: each
+/// event once, as `agent show` prints them, and `agent run`'s exit code.
+#[test]
+fn a_queued_run_is_followed_until_its_worker_ends_it() {
+    let q = Queue::new();
+    let gate = q.ws.join("gate");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
+            {"final": "followed"}
+        ]),
+    );
+    let id = q.submit(&model, &["--allow", "shell"], "follow me");
+    let mut follow = crate::follower(&q.env, &q.url, &id, &[]);
+    let worker = q.worker(&["--until-empty"], true);
+    let mut out = std::io::BufReader::new(follow.stdout.take().unwrap());
+    let before = crate::lines_until(&mut out, "effect_dispatched");
+    std::fs::write(&gate, "open\n").unwrap();
+    let worked = worker.wait_with_output().unwrap();
+    assert_eq!(worked.status.code(), Some(0), "{}", stderr(&worked));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let followed = follow.wait_with_output().unwrap();
+    let err = stderr(&followed);
+    assert_eq!(followed.status.code(), Some(0), "{err}");
+    let shown = stdout(&q.agent(&["show", &id]));
+    assert_eq!(before.concat() + &rest, shown, "each event once, in order");
+    assert!(err.contains(&format!("following run {id}, ")), "{err}");
+    assert!(
+        err.contains(&format!("run {id} finished (completed)")),
+        "{err}"
+    );
+}

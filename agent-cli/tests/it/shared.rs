@@ -156,6 +156,129 @@ fn a_run_whose_process_was_killed_is_interrupted_not_running() {
     assert_eq!(json_out(&out)["reason"], "outcome_unknown");
 }
 
+/// A run whose first call, `cat gate`, waits until the test writes to the FIFO `gate`,
+/// then goes on with `then`: its process, once that call is dispatched, and its id.
+fn gated_run(env: &Env, then: &[Value]) -> (Child, String) {
+    let gate = env.dir.path().join("gate");
+    if !gate.exists() {
+        let made = std::process::Command::new("mkfifo")
+            .arg(&gate)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    let mut turns = vec![json!(
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]}
+    )];
+    turns.extend_from_slice(then);
+    let model = env.script(Value::Array(turns));
+    let mut child = env
+        .cmd()
+        .args(["run", "--json", "--events", "--allow", "shell"])
+        .args(["--model", &model, "a goal"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = events_until(&mut child, "effect_dispatched");
+    let id = seen[0]["run_id"].as_str().unwrap().to_owned();
+    (child, id)
+}
+
+/// `agent show --follow` from another process prints what the run committed, then each
+/// entry as it is committed, and ends when the run does, with `agent run`'s exit code
+/// and words; a run that ended is printed at once, with --json one event a line and then
+/// the outcome `run --json` prints.
+#[test]
+fn a_run_is_followed_from_another_process_as_it_commits_until_it_ends() {
+    let env = Env::new();
+    let store = env.store().display().to_string();
+    let (runner, id) = gated_run(&env, &[json!({"final": "done"})]);
+    let by = format!("driven by process {}", runner.id());
+    let mut follow = super::follower(&env, &store, &id, &[]);
+    let mut out = BufReader::new(follow.stdout.take().unwrap());
+    // What the run committed before the follower started (it waits in the call)...
+    let before = super::lines_until(&mut out, "effect_dispatched");
+    assert_eq!(before.len(), 3, "{before:?}");
+    // ...then what it commits after.
+    std::fs::write(env.dir.path().join("gate"), "open\n").unwrap();
+    let ran = runner.wait_with_output().unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let followed = follow.wait_with_output().unwrap();
+    let err = stderr(&followed);
+    assert_eq!(followed.status.code(), Some(0), "{err}");
+    assert!(
+        rest.contains("tool_finished") && rest.contains("run_ended"),
+        "{rest}"
+    );
+    let shown = super::stdout(&env.run(&["show", &id]));
+    assert_eq!(before.concat() + &rest, shown, "each event once, in order");
+    assert!(err.contains(&format!("following run {id}, {by}")), "{err}");
+    assert!(
+        err.contains(&format!("run {id} finished (completed)")),
+        "{err}"
+    );
+
+    let ended = env.run(&["show", "--follow", "--json", &id]);
+    assert_eq!(ended.status.code(), Some(0), "{}", stderr(&ended));
+    let lines: Vec<Value> = super::stdout(&ended)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (outcome, events) = lines.split_last().unwrap();
+    assert_eq!(outcome["reason"], "completed");
+    assert_eq!(outcome["answer"], "done");
+    assert_eq!(
+        events,
+        json_out(&env.run(&["show", "--json", &id]))["events"]
+            .as_array()
+            .unwrap()
+            .as_slice()
+    );
+}
+
+/// A followed run that pauses for a person ends the following with exit 3 and what to do;
+/// so does one whose process is killed, said to be interrupted.
+#[test]
+fn following_ends_when_the_run_pauses_or_its_process_dies() {
+    let env = Env::new();
+    let store = env.store().display().to_string();
+    let write = json!({"tool_calls": [{"id": "w1", "name": "write_file",
+        "arguments": {"path": "out.txt", "content": "x"}}]});
+    let (runner, id) = gated_run(&env, &[write]);
+    let mut follow = super::follower(&env, &store, &id, &[]);
+    let mut out = BufReader::new(follow.stdout.take().unwrap());
+    super::lines_until(&mut out, "effect_dispatched");
+    std::fs::write(env.dir.path().join("gate"), "open\n").unwrap();
+    assert_eq!(runner.wait_with_output().unwrap().status.code(), Some(3));
+    let rest = super::lines_until(&mut out, "approval_requested");
+    assert!(rest.concat().contains("w1 write_file"), "{rest:?}");
+    let followed = follow.wait_with_output().unwrap();
+    let err = stderr(&followed);
+    assert_eq!(followed.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("run {id} paused (approval_required)")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("agent approve {id}")), "{err}");
+
+    let (mut runner, id) = gated_run(&env, &[json!({"final": "done"})]);
+    let mut follow = super::follower(&env, &store, &id, &["--json"]);
+    let mut out = BufReader::new(follow.stdout.take().unwrap());
+    super::lines_until(&mut out, "effect_dispatched");
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let followed = follow.wait_with_output().unwrap();
+    assert_eq!(followed.status.code(), Some(3), "{}", stderr(&followed));
+    let last: Value = serde_json::from_str(rest.trim()).unwrap();
+    assert_eq!(last["status"], "interrupted", "{rest}");
+    assert_eq!(last["run_id"], id.as_str());
+}
+
 const PROCESSES: usize = 20;
 const TURNS: usize = 50;
 

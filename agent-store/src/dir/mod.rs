@@ -628,10 +628,12 @@ impl Store for DirStore {
         {
             return Ok(found);
         }
-        // An owner that is there but did not answer the wait (an earlier `agent`, which
-        // does not know it): looked at again after a pause, not over and over.
-        if owner.is_some_and(|o| o.alive()) {
+        // An owner that is there but did not answer the wait: an earlier `agent`, which
+        // does not know it, or one that is stopped (it holds the database all the same).
+        // Asked plainly after a pause, not over and over.
+        if let Some(owner) = owner.filter(OwnerFile::alive) {
             std::thread::sleep(crate::FOLLOW_POLL.min(wait));
+            return Ok(owner::load_from(&owner.socket, from).unwrap_or_default());
         }
         self.load_from(run_id, from)
     }
