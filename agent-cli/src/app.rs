@@ -67,6 +67,11 @@ pub fn main(cli: Cli) -> ExitCode {
         tell(format_args!("agent: {message}\n"));
         return ExitCode::from(crate::exit::EXIT_USAGE);
     }
+    // The commands a run starts run as the person does: they must not read this
+    // process's environment (the keys withheld from them) nor its terminal through /proc.
+    if let Err(message) = agent_tools::keep_from_commands() {
+        tell(format_args!("agent: {message}\n"));
+    }
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

@@ -51,7 +51,9 @@ pub use hooks::CommandHook;
 pub use hooks::{DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
 pub use policy::{Action, Policy, Rule, RuleError, Subject};
 #[cfg(feature = "process")]
-pub use process::{PID_NAMESPACE_ENV, check_pid_namespace_env, watch_if_asked, watch_with};
+pub use process::{
+    PID_NAMESPACE_ENV, check_pid_namespace_env, keep_from_commands, watch_if_asked, watch_with,
+};
 pub use replay::ToolReplay;
 pub use tool::{Tool, ToolContext, Typed, TypedTool, Unavailable};
 pub use workspace::{INLINE_READ_BYTES, Resolved, Seen, Workspace, is_local_file_system};

@@ -123,6 +123,24 @@ pub fn watch_with(program: std::path::PathBuf) {
     let _ = program;
 }
 
+/// Keeps this process's environment, memory and open files from the programs it starts
+/// (commands, hooks, MCP servers) when they run as the same user: Linux's dumpable flag
+/// off (`PR_SET_DUMPABLE`), so that `/proc/PID/environ`, `/proc/PID/mem` and
+/// `/proc/PID/fd` of this process are root's alone, and no process of the user attaches
+/// to it. Without it, what a `shell` call withholds from a command's environment (the API
+/// keys and the other variables named like secrets) is one `cat /proc/*/environ` away
+/// wherever a command does not run in a user namespace of its own (a system that allows
+/// none, `AGENT_LOOP_PID_NAMESPACE=off`), and the person's terminal one `/proc/PID/fd/0`.
+/// No core dump is written either: it would hold the same keys. Root is not kept out.
+/// Call it in `main` after [`watch_if_asked`] (a watcher, started again from this binary,
+/// holds none of it). Elsewhere than on Linux, does nothing.
+pub fn keep_from_commands() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|e| format!("cannot keep this process from the commands it runs: {e}"))?;
+    Ok(())
+}
+
 /// Serves as a watcher if this process was started as one (by a `shell` call, a hook or
 /// an MCP server's start, see [`watch_with`]: its environment says so and its link is a
 /// socket), and then exits; otherwise returns at once. Call it first thing in `main`.

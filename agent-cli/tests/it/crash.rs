@@ -776,6 +776,64 @@ fn a_command_that_kills_its_watcher_dies_with_its_group() {
     the_process_in_dies(&env, "pid.txt", "a call whose command killed its watcher");
 }
 
+/// Prints, for each process whose command line holds the goal `go-canary-goal` (the run's
+/// `agent`), how many `CANARY_API_KEY` lines its environment shows and how many open files
+/// its `fd` directory lists, to whoever may read them. (The marker is put together when the
+/// command runs, so that the command's own processes do not hold it.)
+const READS_AGENT_THROUGH_PROC: &str = r#"m=go-; m=${m}canary-goal
+for p in /proc/[0-9]*; do
+  tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q -- "$m" || continue
+  e=$(tr '\0' '\n' < $p/environ 2>/dev/null | grep -c '^CANARY_API_KEY=')
+  f=$(ls $p/fd 2>/dev/null | wc -l)
+  echo "agent environ=$e fd=$f"
+done"#;
+
+/// A command cannot read through `/proc` what `agent` keeps from it: the environment it
+/// was not given (a key's value, which the command could send anywhere, encoded past the
+/// redaction), nor `agent`'s open files (the person's terminal among them). So even where
+/// it runs as the same user in no user namespace of its own (`AGENT_LOOP_PID_NAMESPACE=off`,
+/// as on a system that allows none). Run as a user who is not root when the tests run as
+/// root (root reads every process's files).
+#[test]
+fn a_command_cannot_read_agents_environment_or_open_files_through_proc() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    // The user `agent` runs as works in the test's directory.
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let model = one_shell_call(&env, READS_AGENT_THROUGH_PROC);
+    for namespace in ["off", ""] {
+        let mut cmd = if nix::unistd::geteuid().is_root() {
+            let mut cmd = std::process::Command::new("setpriv");
+            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(env!("CARGO_BIN_EXE_agent"))
+                .args(env.bare().get_args())
+                .envs(env.bare().get_envs().filter_map(|(k, v)| Some((k, v?))))
+                .env_remove("AGENT_STORE")
+                .current_dir(env.dir.path());
+            cmd
+        } else {
+            env.bare()
+        };
+        let out = cmd
+            .arg("--store")
+            .arg(env.store())
+            .env("AGENT_LOOP_PID_NAMESPACE", namespace)
+            .env("CANARY_API_KEY", "canary-value-5417")
+            .args(["run", "--json", "--allow", "shell", "--model", &model])
+            .arg("go-canary-goal")
+            .output()
+            .unwrap();
+        let result = call_results(&env, &out)("call-1");
+        let stdout = result["output"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{result}"));
+        assert!(
+            stdout.contains("--- stdout ---\nagent environ=0 fd=0\n--- stderr"),
+            "namespace {namespace:?}: {stdout}"
+        );
+    }
+}
+
 /// A command runs as the second process of a PID namespace of its own, under its watcher,
 /// the namespace's first (directly as root; through a user namespace that maps the user to
 /// itself otherwise, `AGENT_LOOP_PID_NAMESPACE=user` as an unprivileged user's): it can
