@@ -334,6 +334,7 @@ impl DirStore {
             db,
             watch: Mutex::default(),
             moved: std::sync::Condvar::new(),
+            readers: 0.into(),
         });
         let socket = owner::socket_path(&dir);
         let server = Server::start(socket.clone(), run_id, Arc::clone(&served))?;
@@ -696,6 +697,7 @@ impl Store for DirStore {
 mod tests {
     use super::*;
     use crate::conformance::{filler, started};
+    use std::sync::atomic::Ordering;
 
     /// Another process's reader of a run this one drives, waiting for the entry after the
     /// last: what it got, sent once it returns.
@@ -731,6 +733,44 @@ mod tests {
             .expect("answered at the commit")
             .unwrap();
         assert_eq!(got.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
+    }
+
+    /// A process of the same user (a command the run started, say) that opens connection
+    /// after connection to a run's owner gets a thread for each of the first
+    /// [`owner::MAX_READERS`] only; past those, an answer that says the owner is there and
+    /// busy: the run is not taken for interrupted, and a reader is served again once
+    /// they are gone.
+    #[test]
+    fn an_owner_serves_a_bounded_number_of_readers_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = DirStore::open(dir.path()).unwrap();
+        owner.append("r", 0, &[started("r", 1)]).unwrap();
+        let served = Arc::clone(&owner.lookup("r").unwrap().served);
+        let socket = owner::socket_path(&owner.run_dir("r"));
+        // Connections that never ask: each holds a reader's thread until it closes.
+        let held: Vec<std::os::unix::net::UnixStream> = (0..owner::MAX_READERS)
+            .map(|_| std::os::unix::net::UnixStream::connect(&socket).unwrap())
+            .collect();
+        while served.readers.load(Ordering::SeqCst) < owner::MAX_READERS {
+            std::thread::yield_now();
+        }
+        let reader = DirStore::open(dir.path()).unwrap();
+        assert_eq!(
+            reader.driver("r"),
+            Some(std::process::id()),
+            "busy, not gone"
+        );
+        assert!(
+            owner::summary(&socket).is_none(),
+            "no summary from a busy owner"
+        );
+        assert!(owner::load_from(&socket, 1).is_none(), "nor entries");
+        assert_eq!(served.readers.load(Ordering::SeqCst), owner::MAX_READERS);
+        drop(held);
+        while served.readers.load(Ordering::SeqCst) > 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(owner::summary(&socket).map(|s| s.version), Some(1));
     }
 
     /// ... and by the run being let go, which no commit follows.

@@ -22,6 +22,13 @@ const MAX_REQUEST: u64 = 4096;
 const MAX_SOCKET_PATH: usize = 100;
 /// The longest an owner keeps a reader waiting for a commit, whatever it asked.
 const MAX_WAIT: Duration = Duration::from_secs(60);
+/// Readers an owner serves at once, each on a thread of its own. The socket is the user's
+/// alone, but so are the commands a run starts: one that opens thousands of connections
+/// gets [`BUSY`] past these, not as many threads in the process driving the run.
+pub(super) const MAX_READERS: usize = 64;
+/// The answer to a reader past [`MAX_READERS`]: the owner is there (so the run is not taken
+/// for interrupted), and it serves neither a summary nor entries now.
+const BUSY: &[u8] = b"{\"busy\":true}\n";
 
 /// Who drives a run: written by the owner when it takes the run, removed when it lets go.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -122,6 +129,8 @@ pub(super) struct Served {
     pub(super) watch: Mutex<Watch>,
     /// Signalled at each commit and when the run is let go.
     pub(super) moved: Condvar,
+    /// Readers being served now, at most [`MAX_READERS`].
+    pub(super) readers: std::sync::atomic::AtomicUsize,
 }
 
 /// What readers waiting for a commit share with the owner.
@@ -211,13 +220,24 @@ impl Server {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
+                    if serving.readers.fetch_add(1, Ordering::SeqCst) >= MAX_READERS {
+                        serving.readers.fetch_sub(1, Ordering::SeqCst);
+                        // A fresh connection's buffer takes the line at once; no read.
+                        let _ = stream.set_nonblocking(true);
+                        let _ = (&stream).write_all(BUSY);
+                        continue;
+                    }
                     let served = Arc::clone(&serving);
                     // One reader's slowness never holds up another.
-                    let _ = std::thread::Builder::new()
+                    let spawned = std::thread::Builder::new()
                         .name("agent-store-reader".to_owned())
                         .spawn(move || {
                             let _ = serve(stream, &served);
+                            served.readers.fetch_sub(1, Ordering::SeqCst);
                         });
+                    if spawned.is_err() {
+                        serving.readers.fetch_sub(1, Ordering::SeqCst);
+                    }
                 }
             })
             .map_err(|e| StoreError::Engine(format!("cannot start the run's listener: {e}")))?;
