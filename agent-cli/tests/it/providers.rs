@@ -100,6 +100,74 @@ async fn openai_run_end_to_end_with_tool_results_paired() {
     assert!(log.contains("\"provider\":\"openai\""));
 }
 
+/// A local server that gives its tool calls no id (as builds of llama.cpp's server and LM
+/// Studio do): the run goes on, each call under an id of its own, and the result goes
+/// back to the server paired with the call by that id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_gives_calls_no_ids_is_answered_call_by_call() {
+    let no_ids = [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"","type":"function","function":{"name":"list_dir","arguments":"{}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"type":"function","function":{"name":"read_file","arguments":"{\"path\":\"hello.txt\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect::<String>()
+        + "data: [DONE]\n\n";
+    let server = Server::start(vec![
+        Reply::stream(no_ids),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("hello.txt"), "hi there").unwrap();
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "openai-compat:local-model",
+            "--base-url",
+            &server.url,
+            "what is here?",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["tool_calls"], 2, "{v}");
+    let got = server.received();
+    assert_eq!(got.len(), 2);
+    let messages = got[1].body["messages"].as_array().unwrap();
+    let asked: Vec<&str> =
+        messages.iter().find(|m| m["role"] == "assistant").unwrap()["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+    let answered: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(asked.len(), 2);
+    assert!(
+        asked.iter().all(|id| !id.is_empty()) && asked[0] != asked[1],
+        "{asked:?}"
+    );
+    assert_eq!(answered, asked, "each result paired with its call");
+    let read = messages
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == asked[1])
+        .unwrap();
+    assert!(
+        read["content"].as_str().unwrap().contains("hi there"),
+        "{read}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_run_and_a_rejected_key() {
     let server = Server::start(vec![

@@ -79,6 +79,21 @@ pub struct WireCall {
     pub arguments: String,
 }
 
+/// A call's id: the one the server gave, or, from a server that gives none (builds of
+/// llama.cpp's server, LM Studio and Gemini's OpenAI-compatible endpoint send `""` or no
+/// `id`), one made from the call and its place in the reply. The same reply always gets
+/// the same ids, two calls of one reply never share one, and the id goes back to the
+/// server with the call's result like any other. Without it every call of such a server
+/// was an invalid decision (an empty call id), and the run failed on its first tool call.
+fn call_id(call: &WireCall, index: usize) -> String {
+    if !call.id.is_empty() {
+        return call.id.clone();
+    }
+    let hash =
+        agent_core::sha256_hex(format!("{index}\n{}\n{}", call.name, call.arguments).as_bytes());
+    format!("call_{}", &hash[..16])
+}
+
 /// Everything a reply said, assembled from a response or a stream.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Assembled {
@@ -130,7 +145,8 @@ impl Assembled {
                 );
             }
             let mut calls = Vec::with_capacity(self.calls.len());
-            for c in &self.calls {
+            for (index, c) in self.calls.iter().enumerate() {
+                let id = call_id(c, index);
                 let arguments = if c.arguments.trim().is_empty() {
                     Value::Object(serde_json::Map::new())
                 } else {
@@ -139,20 +155,20 @@ impl Assembled {
                         Ok(_) => {
                             return ModelReply::invalid(
                                 raw(),
-                                format!("the arguments of call {} are not a JSON object", c.id),
+                                format!("the arguments of call {id} are not a JSON object"),
                                 usage,
                             );
                         }
                         Err(e) => {
                             return ModelReply::invalid(
                                 raw(),
-                                format!("the arguments of call {} are not valid JSON: {e}", c.id),
+                                format!("the arguments of call {id} are not valid JSON: {e}"),
                                 usage,
                             );
                         }
                     }
                 };
-                calls.push(ToolCall::new(c.id.clone(), c.name.clone(), arguments));
+                calls.push(ToolCall::new(id, c.name.clone(), arguments));
             }
             return ModelReply::decision(Decision::ToolCalls { calls }, usage);
         }

@@ -220,6 +220,45 @@ fn openai_compatible_quirks() {
     assert_eq!(s.finish().decide().usage, Usage::tokens(12, 3));
 }
 
+/// Servers that give tool calls no id (builds of llama.cpp's server, LM Studio, Gemini's
+/// OpenAI-compatible endpoint: `""`, or no `id` at all): each call gets one made from it
+/// and its place in the reply, the same for the same reply, streamed or whole, and never
+/// shared by two calls of one reply; an id the server gave is kept.
+#[test]
+fn calls_without_ids_get_ids_of_their_own() {
+    let ids = |reply: ModelReply| -> Vec<String> {
+        let Ok(Decision::ToolCalls { calls }) = reply.decision else {
+            panic!("{:?}", reply.decision)
+        };
+        calls.iter().map(|c| c.id.as_str().to_owned()).collect()
+    };
+    let body = json!({"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[
+        {"id":"","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}},
+        {"type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}},
+        {"id":"call_given","type":"function","function":{"name":"list_dir","arguments":"{}"}}
+    ]},"finish_reason":"tool_calls"}]});
+    let whole = ids(openai::parse_response(&body).decide());
+    assert_eq!(whole, ids(openai::parse_response(&body).decide()));
+    assert!(
+        whole[0].starts_with("call_") && whole[0].len() == 21,
+        "{whole:?}"
+    );
+    assert_ne!(whole[0], whole[1], "two equal calls, two ids");
+    assert_eq!(whole[2], "call_given");
+
+    let mut s = openai::Stream::default();
+    for chunk in [
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"type":"function","function":{"name":"read_file","arguments":"{\"path\":"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a.txt\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        "[DONE]",
+    ] {
+        s.push(chunk).unwrap();
+    }
+    assert_eq!(ids(s.finish().decide()), whole[..2], "streamed as whole");
+}
+
 #[test]
 fn a_refusal_is_cannot_continue() {
     let reply = openai::parse_response(&json!({
