@@ -194,7 +194,9 @@ impl Stream {
             for call in delta["tool_calls"].as_array().into_iter().flatten() {
                 let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
                 let entry = self.calls.entry(index).or_default();
-                if let Some(id) = call["id"].as_str() {
+                // A later piece of the call may carry `"id": ""` (as some proxies send):
+                // the id its first piece gave stands.
+                if let Some(id) = call["id"].as_str().filter(|id| !id.is_empty()) {
                     entry.id = id.to_owned();
                 }
                 if let Some(name) = call["function"]["name"].as_str() {

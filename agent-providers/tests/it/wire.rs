@@ -257,6 +257,17 @@ fn calls_without_ids_get_ids_of_their_own() {
         s.push(chunk).unwrap();
     }
     assert_eq!(ids(s.finish().decide()), whole[..2], "streamed as whole");
+
+    // An id given in a call's first piece stands when a later piece says `"id": ""`.
+    let mut s = openai::Stream::default();
+    for chunk in [
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_first","type":"function","function":{"name":"list_dir","arguments":""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"","function":{"arguments":"{}"}}]}}]}"#,
+        "[DONE]",
+    ] {
+        s.push(chunk).unwrap();
+    }
+    assert_eq!(ids(s.finish().decide()), ["call_first"]);
 }
 
 #[test]
