@@ -19,7 +19,7 @@ use crate::exit::{EXIT_OK, exit_code};
 use crate::failure::{Failure, failed, usage};
 use crate::render;
 use crate::settings::{ConfigFile, Env, ModelChoice, Settings};
-use crate::stores::{OpenStore, StoreLocation};
+use crate::stores::{Follower, OpenStore, StoreLocation};
 use crate::trust;
 use crate::worker::{self, QueuedAnswer};
 
@@ -744,11 +744,14 @@ fn report(
 }
 
 /// A sub-agent's run: the version of the entry that says it finished, its id, its log.
-type Child = (u64, String, Vec<agent_core::Entry>);
+pub(crate) type Child = (u64, String, Vec<agent_core::Entry>);
 
 /// The sub-agents' runs that `entries` say finished, each folded into one line under the
 /// call it answered.
-fn children_of(store: &dyn agent_store::Store, entries: &[agent_core::Entry]) -> Vec<Child> {
+pub(crate) fn children_of(
+    store: &dyn agent_store::Store,
+    entries: &[agent_core::Entry],
+) -> Vec<Child> {
     entries
         .iter()
         .filter_map(|e| match &e.event {
@@ -763,7 +766,11 @@ fn children_of(store: &dyn agent_store::Store, entries: &[agent_core::Entry]) ->
 }
 
 /// `entries` as `agent show` prints them: a line each, a sub-agent's under its call.
-fn timeline_text(run_id: &str, entries: &[agent_core::Entry], children: &[Child]) -> String {
+pub(crate) fn timeline_text(
+    run_id: &str,
+    entries: &[agent_core::Entry],
+    children: &[Child],
+) -> String {
     let mut text = String::new();
     for line in render::timeline(run_id, entries).lines() {
         text.push_str(line);
@@ -782,25 +789,9 @@ fn timeline_text(run_id: &str, entries: &[agent_core::Entry], children: &[Child]
 /// as `agent run` says it, and its exit code.
 fn follow(location: &StoreLocation, json: bool, run_id: &str) -> Result<u8, Failure> {
     let store = OpenStore::must_exist(location)?;
-    let mut seen = agent_store::RunSummary::new(run_id);
-    let mut next = 1;
+    let mut follower = Follower::new(run_id);
     let mut first = true;
-    loop {
-        let going = store.going_on(run_id, &seen)?;
-        let new = match &going {
-            Some(_) => match store
-                .as_store()
-                .wait_from(run_id, next, store.follow_wait())
-            {
-                // Queued, not yet started by a worker: no entry yet.
-                Err(agent_store::StoreError::RunNotFound(_)) => {
-                    std::thread::sleep(agent_store::FOLLOW_POLL);
-                    Vec::new()
-                }
-                found => found?,
-            },
-            None => store.as_store().load_from(run_id, next)?,
-        };
+    while let Some((new, going)) = follower.next(&store)? {
         if let (true, Some(how)) = (first, &going) {
             tell(format_args!(
                 "agent: following run {run_id}, {how}; Ctrl-C stops following, not the run\n"
@@ -822,15 +813,6 @@ fn follow(location: &StoreLocation, json: bool, run_id: &str) -> Result<u8, Fail
         if !written {
             // The reader went away (`agent show -f RUN | head`).
             return Ok(EXIT_OK);
-        }
-        for entry in &new {
-            seen.apply(entry);
-        }
-        if let Some(last) = new.last() {
-            next = last.version + 1;
-        }
-        if new.is_empty() && going.is_none() {
-            break;
         }
     }
     if let Some(damage) = store.damage() {

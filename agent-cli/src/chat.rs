@@ -221,6 +221,12 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         ));
     }
     let location = &settings.store;
+    if let (Some(id), crate::stores::StoreLocation::Postgres(_)) = (&run, location) {
+        let queue = crate::stores::queue(location, "chat")?;
+        if queue.queue_state(id)?.is_some() {
+            return chat_queued(settings, queue, id);
+        }
+    }
     let store = OpenStore::create(location)?.writable()?;
     if let Some(id) = &run {
         store.take(id)?;
@@ -294,18 +300,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             "/exit" | "/quit" => break,
             "/cost" => {
                 match &current {
-                    Some(r) => tell(format_args!(
-                        "  {} model calls, {} tool calls, {} input and {} output tokens{}\n",
-                        r.state.steps,
-                        r.state.tool_calls,
-                        r.state.usage.input_tokens,
-                        r.state.usage.output_tokens,
-                        if r.state.usage.cost_usd > 0.0 {
-                            format!(", ${:.4}", r.state.usage.cost_usd)
-                        } else {
-                            String::new()
-                        }
-                    )),
+                    Some(r) => tell(format_args!("  {}\n", cost_line(r))),
                     None => tell(format_args!("  nothing spent yet\n")),
                 }
                 continue;
@@ -354,6 +349,131 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         }
     }
     Ok(EXIT_OK)
+}
+
+/// `agent chat RUN` of a run in a database's queue. Workers drive it, on their machines and
+/// in their workspaces, so nothing runs here: the terminal shows each event as a worker
+/// commits it; when the run waits for the person, it asks their approvals, or their
+/// answer or next message, records it as `agent approve`, `agent deny` or
+/// `agent resume RUN MESSAGE` would, and queues the run again for a worker.
+fn chat_queued(
+    settings: &Settings,
+    queue: agent_store::PostgresStore,
+    run_id: &str,
+) -> Result<u8, Failure> {
+    let queue = Arc::new(queue);
+    let shared: Arc<dyn agent_store::Store> = Arc::clone(&queue) as _;
+    let ws = agent_tools::Workspace::new(".")
+        .map_err(|e| usage(format!("the current directory: {e}")))?;
+    let runtime = Runtime::without_model(Arc::new(agent_tools::Gateway::new(ws)), shared)
+        .with_redactor(agent_runtime::Redactor::from_env());
+    let watched = OpenStore::create(&settings.store)?;
+    let rt = tokio()?;
+    let mut editor =
+        DefaultEditor::new().map_err(|e| failed(format!("cannot read the terminal: {e}")))?;
+    let mut always: BTreeSet<String> = BTreeSet::new();
+    // What the run did before is `agent show`'s; from here on, what it does.
+    let log = match agent_store::Store::load(&*queue, run_id) {
+        // Queued, not yet started by a worker.
+        Err(agent_store::StoreError::RunNotFound(_)) => Vec::new(),
+        log => log?,
+    };
+    let mut follower = crate::stores::Follower::after(run_id, &log);
+    drop(log);
+    tell(format_args!(
+        "agent chat: run {run_id} is in the queue: workers drive it, and its events show \
+         here as they are committed. Type a message when it waits for you; /cost, /exit.\n"
+    ));
+    loop {
+        while let Some((new, _)) = follower.next(&watched)? {
+            if !new.is_empty() {
+                let children = crate::app::children_of(&*queue, &new);
+                tell(crate::app::timeline_text(run_id, &new, &children));
+            }
+        }
+        let Some(report) = rt.block_on(runtime.standing(run_id))? else {
+            tell(format_args!(
+                "agent: run {run_id} was interrupted; a worker goes on with it once it is \
+                 queued again (`agent resume {run_id} MESSAGE`)\n"
+            ));
+            return Ok(EXIT_OK);
+        };
+        STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
+        show_outcome(&report);
+        if report.outcome.reason == TerminalReason::OutcomeUnknown {
+            // Settled with `agent resolve` (its advice was shown), not by a message.
+            return Ok(EXIT_OK);
+        }
+        if report.outcome.reason == TerminalReason::ApprovalRequired {
+            let Some(answers) = ask_pending(&mut editor, &report, &mut always) else {
+                return Ok(EXIT_OK);
+            };
+            for answer in answers {
+                let input = match answer {
+                    Answer::Approve(call_ids) => agent_core::Input::ApprovalGranted { call_ids },
+                    Answer::Deny(call_ids, reason) => agent_core::Input::ApprovalDenied {
+                        call_ids,
+                        reason: if reason.is_empty() {
+                            "a person said no".to_owned()
+                        } else {
+                            reason
+                        },
+                    },
+                };
+                rt.block_on(runtime.record_answer(run_id, input))?;
+            }
+        } else {
+            let Some(text) = read_message(&mut editor, &report)? else {
+                return Ok(EXIT_OK);
+            };
+            let log = agent_store::Store::load(&*queue, run_id)?;
+            let budget = crate::app::new_budget(settings, run_id, &log)?;
+            drop(log);
+            rt.block_on(runtime.record_reply(run_id, &text, budget))?;
+        }
+        queue.wake(run_id)?;
+    }
+}
+
+/// The person's next message to a queued run; `None` when they leave (`/exit`, Ctrl-D,
+/// Ctrl-C at the prompt).
+fn read_message(editor: &mut DefaultEditor, report: &Report) -> Result<Option<String>, Failure> {
+    loop {
+        let line = match editor.readline("> ") {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted | ReadlineError::Eof) => return Ok(None),
+            Err(e) => return Err(failed(format!("cannot read the terminal: {e}"))),
+        };
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        let _ = editor.add_history_entry(text);
+        match text {
+            "/exit" | "/quit" => return Ok(None),
+            "/cost" => tell(format_args!("  {}\n", cost_line(report))),
+            command if command.starts_with('/') => {
+                tell(format_args!("  unknown command {command}: /cost, /exit\n"));
+            }
+            _ => return Ok(Some(text.to_owned())),
+        }
+    }
+}
+
+/// What a run used so far, for `/cost`.
+fn cost_line(r: &Report) -> String {
+    format!(
+        "{} model calls, {} tool calls, {} input and {} output tokens{}",
+        r.state.steps,
+        r.state.tool_calls,
+        r.state.usage.input_tokens,
+        r.state.usage.output_tokens,
+        if r.state.usage.cost_usd > 0.0 {
+            format!(", ${:.4}", r.state.usage.cost_usd)
+        } else {
+            String::new()
+        }
+    )
 }
 
 /// Shows what an exchange came to and, while the run waits for approvals, asks them and

@@ -222,3 +222,71 @@ fn connect(url: &str, location: &StoreLocation) -> Result<PostgresStore, Failure
         other => Failure::from(other),
     })
 }
+
+/// What [`Follower::next`] hands out: the entries committed since the last call, and in
+/// words what drives the run, if anything does.
+pub(crate) type Followed = (Vec<agent_core::Entry>, Option<String>);
+
+/// A reader following a run as it is committed (`agent show --follow`, `agent chat` on a
+/// queued run): each call of [`Follower::next`] hands out the entries committed since the
+/// last.
+pub(crate) struct Follower {
+    run_id: String,
+    /// The first version not handed out yet.
+    next: u64,
+    /// The run's summary as far as its log was handed out.
+    seen: RunSummary,
+}
+
+impl Follower {
+    /// From the run's first entry on.
+    pub(crate) fn new(run_id: &str) -> Follower {
+        Follower::after(run_id, &[])
+    }
+
+    /// After `log`, the run's log as read already.
+    pub(crate) fn after(run_id: &str, log: &[agent_core::Entry]) -> Follower {
+        let mut seen = RunSummary::new(run_id);
+        for entry in log {
+            seen.apply(entry);
+        }
+        Follower {
+            run_id: run_id.to_owned(),
+            next: log.last().map_or(1, |e| e.version + 1),
+            seen,
+        }
+    }
+
+    /// The entries committed since the last call, and in words what drives the run
+    /// ([`OpenStore::going_on`]): at once when there are some, else the first committed
+    /// within [`OpenStore::follow_wait`] while something drives it (possibly none).
+    /// `None` once nothing drives the run and every entry was handed out.
+    pub(crate) fn next(&mut self, store: &OpenStore) -> Result<Option<Followed>, Failure> {
+        let run_id = self.run_id.as_str();
+        let going = store.going_on(run_id, &self.seen)?;
+        let new = match &going {
+            Some(_) => match store
+                .as_store()
+                .wait_from(run_id, self.next, store.follow_wait())
+            {
+                // Queued, not yet started by a worker: no entry yet.
+                Err(StoreError::RunNotFound(_)) => {
+                    std::thread::sleep(agent_store::FOLLOW_POLL);
+                    Vec::new()
+                }
+                found => found?,
+            },
+            None => store.as_store().load_from(run_id, self.next)?,
+        };
+        if new.is_empty() && going.is_none() {
+            return Ok(None);
+        }
+        for entry in &new {
+            self.seen.apply(entry);
+        }
+        if let Some(last) = new.last() {
+            self.next = last.version + 1;
+        }
+        Ok(Some((new, going)))
+    }
+}

@@ -573,3 +573,67 @@ fn a_run_on_a_terminal_shows_its_steps_tools_and_tokens_and_nothing_when_piped()
         "{err}"
     );
 }
+
+/// `agent chat` on a run in the database's queue: a worker on its own machine drives it,
+/// the terminal shows what the worker commits, asks the person's approval, then their
+/// answer to its question and their next message when it waits for them, each recorded
+/// and the run queued again; nothing runs in the chat's own process.
+#[test]
+fn chat_on_a_queued_run_asks_the_person_while_a_worker_drives_it() {
+    let q = crate::postgres::Queue::new();
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "w1", "name": "write_file",
+                "arguments": {"path": "out.txt", "content": "approved"}}]},
+            {"clarification": "Which heading?"},
+            {"final": "Written under Notes."},
+            {"final": "Nothing else to do."}
+        ]),
+    );
+    let id = q.submit(&model, &[], "write it");
+    let mut worker = q.worker(&[], false);
+    let mut chat = q.env.bare();
+    chat.arg("--store").arg(&q.url).args(["chat", &id]);
+    let mut t = Terminal::start(chat);
+    t.expect("is in the queue");
+    // The worker runs the run until it waits for the approval; its events show here.
+    t.expect("approval_requested");
+    let asked = t.expect("[a]lways write_file > ");
+    assert!(asked.contains("w1 write_file"), "{asked}");
+    assert!(!q.ws.join("out.txt").exists());
+    t.type_line("y");
+    // Approved and queued again: the worker writes, then asks its question.
+    t.expect("approval_granted");
+    t.expect("tool_finished");
+    t.expect("? Which heading?");
+    t.expect("> ");
+    t.type_line("Notes");
+    t.expect("Written under Notes.");
+    t.expect("> ");
+    t.type_line("anything else?");
+    t.expect("Nothing else to do.");
+    t.expect("> ");
+    let screen = t.exit();
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+
+    assert_eq!(
+        std::fs::read_to_string(q.ws.join("out.txt")).unwrap(),
+        "approved",
+        "{screen}"
+    );
+    let log = q.events(&id);
+    let said: Vec<&str> = log
+        .iter()
+        .filter(|e| e["type"] == "user_message")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ["Notes", "anything else?"]);
+    let ended: Vec<&str> = log
+        .iter()
+        .filter(|e| e["type"] == "run_ended")
+        .map(|e| e["outcome"]["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(ended, ["clarification_required", "completed", "completed"]);
+}

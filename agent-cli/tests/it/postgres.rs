@@ -109,15 +109,15 @@ fn a_database_that_is_not_there_is_a_failure_that_hides_the_password() {
 
 /// A queue on a throwaway cluster, a working directory and a workspace in it, and the
 /// `agent` binary pointed at the queue.
-struct Queue {
-    env: Env,
-    url: String,
-    ws: PathBuf,
+pub(crate) struct Queue {
+    pub(crate) env: Env,
+    pub(crate) url: String,
+    pub(crate) ws: PathBuf,
     _cluster: Cluster,
 }
 
 impl Queue {
-    fn new() -> Queue {
+    pub(crate) fn new() -> Queue {
         let cluster = Cluster::start();
         let env = Env::new();
         let ws = env.dir.path().join("ws");
@@ -141,14 +141,14 @@ impl Queue {
     }
 
     /// Writes `name`'s script (`turns`) and returns its `--model` value.
-    fn script(&self, name: &str, turns: Value) -> String {
+    pub(crate) fn script(&self, name: &str, turns: Value) -> String {
         let path = self.env.dir.path().join(format!("{name}.json"));
         std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
         format!("script:{}", path.display())
     }
 
     /// Queues a run of `model` in the workspace (with `extra` options); its id.
-    fn submit(&self, model: &str, extra: &[&str], goal: &str) -> String {
+    pub(crate) fn submit(&self, model: &str, extra: &[&str], goal: &str) -> String {
         let mut args = vec!["submit", "--json", "--model", model, "--workspace"];
         args.push(self.ws.to_str().unwrap());
         args.extend_from_slice(extra);
@@ -161,7 +161,7 @@ impl Queue {
     }
 
     /// A worker process with `args`; its standard error piped when `watched`.
-    fn worker(&self, args: &[&str], watched: bool) -> Child {
+    pub(crate) fn worker(&self, args: &[&str], watched: bool) -> Child {
         self.env
             .bare()
             .arg("--store")
@@ -185,7 +185,7 @@ impl Queue {
     }
 
     /// The run's entries (none while no worker has started it).
-    fn events(&self, id: &str) -> Vec<Value> {
+    pub(crate) fn events(&self, id: &str) -> Vec<Value> {
         let out = self.agent(&["show", "--json", id]);
         if !out.status.success() {
             return Vec::new();
