@@ -84,6 +84,8 @@ pub fn main(cli: Cli) -> ExitCode {
 fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let json = cli.json;
     let file = ConfigFile::load(cli.config.as_deref())?;
+    // How the models are called and priced, for an evaluation's trials.
+    let model_calls = file.as_ref().map(|f| f.config.model_calls());
     let store_flag = cli.store.clone();
     let resolve = move |setup: &Setup, limits: &Limits| -> Result<Settings, Failure> {
         Ok(Settings::resolve(
@@ -136,8 +138,17 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             junit,
             compare,
             keep,
+            max_tokens,
+            max_cost,
         } => {
+            let model_calls = model_calls
+                .transpose()
+                .map_err(|e| usage(format!("agent.toml: {e}")))?
+                .unwrap_or_default();
             return crate::eval::eval(&crate::eval::EvalOptions {
+                model_calls,
+                max_tokens,
+                max_cost,
                 paths,
                 model,
                 base_url,

@@ -185,6 +185,14 @@ pub enum Commands {
         /// to look at a failed trial with `agent --store DIR/CASE-K/store show RUN`.
         #[arg(long, value_name = "DIR")]
         keep: Option<PathBuf>,
+        /// Tokens the whole evaluation may use: each trial gets a share of what is left as
+        /// its run's budget, and no trial starts once it is spent.
+        #[arg(long, value_name = "N")]
+        max_tokens: Option<u64>,
+        /// Dollars the whole evaluation may spend (needs the models' prices in
+        /// agent.toml), shared out as --max-tokens is.
+        #[arg(long, value_name = "USD")]
+        max_cost: Option<f64>,
     },
     /// Fork a run: a new run whose log begins with RUN's committed events before its model
     /// call N, then goes on with the options given (another model, budget, policy, tools).

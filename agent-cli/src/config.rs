@@ -83,7 +83,7 @@ pub struct Config {
 }
 
 /// `[retry]`: how model calls are retried (408, 409, 429, 5xx, cut streams).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetryConfig {
     /// Attempts in all (default 4).
@@ -263,6 +263,53 @@ pub fn check_seconds(key: &str, value: f64, max: f64) -> Result<f64, String> {
 }
 
 impl Config {
+    /// The keys that say how a model is called and what its tokens cost, as a settings file
+    /// of their own: `stream`, the timeouts, `thinking`, `effort`, `max_output_tokens`,
+    /// `prompt_cache`, `context_window`, `[retry]` and `[prices]`. What an evaluation's
+    /// trials take from the settings it was started with: facts about the models, not about
+    /// the cases (whose policy, budgets and tools are their own).
+    pub fn model_calls(&self) -> Result<String, String> {
+        let mut table = toml::Table::new();
+        let mut put = |key: &str, value: Result<toml::Value, toml::ser::Error>| match value {
+            Ok(value) => {
+                table.insert(key.to_owned(), value);
+                Ok(())
+            }
+            Err(e) => Err(format!("{key}: {e}")),
+        };
+        if let Some(v) = self.stream {
+            put("stream", Ok(v.into()))?;
+        }
+        if let Some(v) = self.answer_timeout_secs {
+            put("answer_timeout_secs", Ok(v.into()))?;
+        }
+        if let Some(v) = self.idle_timeout_secs {
+            put("idle_timeout_secs", Ok(v.into()))?;
+        }
+        if let Some(v) = &self.thinking {
+            put("thinking", toml::Value::try_from(v))?;
+        }
+        if let Some(v) = &self.effort {
+            put("effort", toml::Value::try_from(v))?;
+        }
+        if let Some(v) = self.max_output_tokens {
+            put("max_output_tokens", Ok(i64::from(v).into()))?;
+        }
+        if let Some(v) = self.prompt_cache {
+            put("prompt_cache", Ok(v.into()))?;
+        }
+        if let Some(v) = self.context_window {
+            put("context_window", toml::Value::try_from(v))?;
+        }
+        if let Some(v) = &self.retry {
+            put("retry", toml::Value::try_from(v))?;
+        }
+        if !self.prices.is_empty() {
+            put("prices", toml::Value::try_from(&self.prices))?;
+        }
+        toml::to_string(&table).map_err(|e| e.to_string())
+    }
+
     /// Every number checked: a value that makes no sense is an error naming its key.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_steps == Some(0) {
@@ -356,5 +403,41 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An evaluation's trials get what says how models are called and priced, whole and
+    /// as written, and nothing of the policy, budgets or tools the file also holds.
+    #[test]
+    fn the_model_calls_are_the_files_model_keys_alone() {
+        let file = parse(
+            "max_steps = 3\nstream = false\nanswer_timeout_secs = 900.5\nthinking = \"adaptive\"\n\
+             effort = \"low\"\nmax_output_tokens = 77\nprompt_cache = false\ncontext_window = 32000\n\
+             max_cost_usd = 1.5\nshell_env = [\"GH_TOKEN\"]\n\
+             [retry]\nmax_attempts = 2\n\
+             [prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\ncache_read = 1.25\n\
+             [policy]\nallow = [\"shell\"]\n",
+        )
+        .unwrap();
+        let calls = parse(&file.model_calls().unwrap()).unwrap();
+        assert_eq!(calls.stream, Some(false));
+        assert_eq!(calls.answer_timeout_secs, Some(900.5));
+        assert_eq!(calls.thinking, file.thinking);
+        assert_eq!(calls.effort, file.effort);
+        assert_eq!(calls.max_output_tokens, Some(77));
+        assert_eq!(calls.prompt_cache, Some(false));
+        assert_eq!(calls.context_window, Some(32000));
+        assert_eq!(calls.retry.and_then(|r| r.max_attempts), Some(2));
+        assert_eq!(calls.prices, file.prices);
+        assert_eq!(
+            (calls.max_steps, calls.max_cost_usd, calls.shell_env.len()),
+            (None, None, 0)
+        );
+        assert!(calls.policy.allow.is_empty());
+        assert_eq!(parse("").unwrap().model_calls().unwrap(), "");
     }
 }

@@ -228,7 +228,11 @@ impl Case {
                 )
             })?
         };
-        let dir = file.parent().unwrap_or(Path::new("."));
+        // `case.toml` alone has an empty parent: the current directory.
+        let dir = file
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         let dir = std::path::absolute(dir).map_err(|e| at(e.to_string()))?;
         Case::check(raw, file, &dir).map_err(at)
     }

@@ -25,6 +25,14 @@ pub const EXIT_EVAL_FAILED: u8 = 1;
 /// What `agent eval` was asked.
 #[derive(Debug)]
 pub struct EvalOptions {
+    /// The settings every trial's `agent` reads: how the models are called and priced
+    /// ([`crate::config::Config::model_calls`] of the settings `agent eval` was started
+    /// with), as a settings file.
+    pub model_calls: String,
+    /// Tokens the whole evaluation may use.
+    pub max_tokens: Option<u64>,
+    /// Dollars the whole evaluation may spend.
+    pub max_cost: Option<f64>,
     /// Case files and directories.
     pub paths: Vec<PathBuf>,
     /// The model every case runs with instead of its own.
@@ -52,6 +60,16 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
     }
     if options.jobs == 0 {
         return Err(usage("--jobs 0 runs nothing; give at least 1"));
+    }
+    if options.max_tokens == Some(0) {
+        return Err(usage("--max-tokens 0 runs nothing; give at least 1"));
+    }
+    if let Some(usd) = options.max_cost
+        && !(usd.is_finite() && usd > 0.0)
+    {
+        return Err(usage(format!(
+            "--max-cost {usd}: give a positive number of dollars"
+        )));
     }
     // Every case is read and checked before anything runs.
     let files = case::find(&options.paths).map_err(usage)?;
@@ -86,6 +104,7 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
         std::env::current_exe().map_err(|e| failed(format!("cannot find agent itself: {e}")))?;
     let invocation = Invocation {
         exe,
+        settings: options.model_calls.clone(),
         model: options.model.clone(),
         base_url: options.base_url.clone(),
         // The trials' processes run in their workspaces: paths given to them are absolute.
@@ -96,7 +115,8 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
             .transpose()
             .map_err(|e| usage(format!("--keep: {e}")))?,
     };
-    let trials = run_all(&invocation, &cases, options.repeat, options.jobs);
+    let purse = Purse::new(options.max_tokens, options.max_cost);
+    let trials = run_all(&invocation, &cases, options.repeat, options.jobs, &purse);
     let result = EvalReport::new(&cases, trials, options.repeat);
     if let Some(path) = &options.junit {
         write_file(path, &result.junit())?;
@@ -120,8 +140,98 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
     }
 }
 
-/// Every trial of every case, `jobs` at a time; results by case, in trial order.
-fn run_all(invocation: &Invocation, cases: &[Case], repeat: u32, jobs: usize) -> Vec<Vec<Trial>> {
+/// What the whole evaluation may use (`--max-tokens`, `--max-cost`), shared out among the
+/// trials as they start: each gets, as its run's budget, what is left (less what the
+/// trials running have been given) divided among the slots not running one, and gives
+/// back what it did not use when it ends. So what the trials are given never adds up to
+/// more than the limit; a run may pass its own budget by its first model call (which
+/// nothing counted yet), so the evaluation by one call of each trial at most.
+struct Purse {
+    tokens: Option<u64>,
+    cost: Option<f64>,
+    state: Mutex<Spending>,
+}
+
+#[derive(Default)]
+struct Spending {
+    spent_tokens: u64,
+    spent_cost: f64,
+    given_tokens: u64,
+    given_cost: f64,
+    running: usize,
+}
+
+/// A trial's share of the evaluation's budget.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Allowance {
+    /// Tokens, under `--max-tokens`.
+    pub tokens: Option<u64>,
+    /// Dollars, under `--max-cost`.
+    pub cost: Option<f64>,
+}
+
+impl Purse {
+    fn new(tokens: Option<u64>, cost: Option<f64>) -> Purse {
+        Purse {
+            tokens,
+            cost,
+            state: Mutex::default(),
+        }
+    }
+
+    /// A share for a trial about to start, `slots` trials running at most; why not, once
+    /// the budget is spent.
+    fn give(&self, slots: usize) -> Result<Allowance, String> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let free = slots.saturating_sub(s.running).max(1);
+        let mut allowance = Allowance::default();
+        if let Some(limit) = self.tokens {
+            let left = limit.saturating_sub(s.spent_tokens + s.given_tokens);
+            if left == 0 {
+                return Err(format!(
+                    "not run: the evaluation's --max-tokens {limit} was spent ({} used)",
+                    s.spent_tokens
+                ));
+            }
+            allowance.tokens = Some((left / free as u64).max(1));
+        }
+        if let Some(limit) = self.cost {
+            let left = limit - s.spent_cost - s.given_cost;
+            // Less than a hundredth of a cent buys no model call.
+            if left < 0.000_01 {
+                return Err(format!(
+                    "not run: the evaluation's --max-cost ${limit} was spent (${:.4} used)",
+                    s.spent_cost
+                ));
+            }
+            allowance.cost = Some(left / free as f64);
+        }
+        s.given_tokens += allowance.tokens.unwrap_or(0);
+        s.given_cost += allowance.cost.unwrap_or(0.0);
+        s.running += 1;
+        Ok(allowance)
+    }
+
+    /// A trial given `allowance` ended, having used `trial`'s tokens and cost.
+    fn settle(&self, allowance: Allowance, trial: &Trial) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.given_tokens = s.given_tokens.saturating_sub(allowance.tokens.unwrap_or(0));
+        s.given_cost -= allowance.cost.unwrap_or(0.0);
+        s.spent_tokens = s.spent_tokens.saturating_add(trial.tokens);
+        s.spent_cost += trial.cost_usd;
+        s.running = s.running.saturating_sub(1);
+    }
+}
+
+/// Every trial of every case, `jobs` at a time, within `purse`; results by case, in trial
+/// order.
+fn run_all(
+    invocation: &Invocation,
+    cases: &[Case],
+    repeat: u32,
+    jobs: usize,
+    purse: &Purse,
+) -> Vec<Vec<Trial>> {
     let queue: Mutex<VecDeque<(usize, u32)>> = Mutex::new(
         (0..cases.len())
             .flat_map(|c| (0..repeat).map(move |k| (c, k)))
@@ -136,7 +246,14 @@ fn run_all(invocation: &Invocation, cases: &[Case], repeat: u32, jobs: usize) ->
                 loop {
                     let next = queue.lock().map(|mut q| q.pop_front()).ok().flatten();
                     let Some((c, k)) = next else { break };
-                    let trial = invocation.trial(&cases[c], k);
+                    let trial = match purse.give(workers) {
+                        Ok(allowance) => {
+                            let trial = invocation.trial(&cases[c], k, allowance);
+                            purse.settle(allowance, &trial);
+                            trial
+                        }
+                        Err(why) => Trial::not_run(why),
+                    };
                     if let Ok(mut done) = done.lock() {
                         done[c][k as usize] = Some(trial);
                     }

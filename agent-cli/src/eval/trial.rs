@@ -49,6 +49,8 @@ pub struct Trial {
 pub struct Invocation {
     /// The `agent` binary.
     pub exe: PathBuf,
+    /// The trials' agent.toml: how the models are called and priced.
+    pub settings: String,
     /// `--model`, replacing the cases'.
     pub model: Option<String>,
     /// `--base-url`.
@@ -60,12 +62,12 @@ pub struct Invocation {
 impl Invocation {
     /// Runs trial `k` (0-based) of `case` in a fresh directory: a temporary one, or
     /// `KEEP/CASE-K` with `--keep`.
-    pub fn trial(&self, case: &Case, k: u32) -> Trial {
+    pub fn trial(&self, case: &Case, k: u32, allowance: super::Allowance) -> Trial {
         let kept = self
             .keep
             .as_ref()
             .map(|keep| keep.join(format!("{}-{}", case.name, k + 1)));
-        let mut trial = match self.try_trial(case, kept.as_deref()) {
+        let mut trial = match self.try_trial(case, kept.as_deref(), allowance) {
             Ok(trial) => trial,
             Err(problem) => Trial::broken(problem),
         };
@@ -73,7 +75,12 @@ impl Invocation {
         trial
     }
 
-    fn try_trial(&self, case: &Case, kept: Option<&Path>) -> Result<Trial, String> {
+    fn try_trial(
+        &self,
+        case: &Case,
+        kept: Option<&Path>,
+        allowance: super::Allowance,
+    ) -> Result<Trial, String> {
         let made = |e: std::io::Error| format!("cannot make a directory: {e}");
         let temporary;
         let dir = match kept {
@@ -94,7 +101,7 @@ impl Invocation {
         }
         let before = snapshot(&ws);
         let config = dir.join("agent.toml");
-        std::fs::write(&config, "").map_err(|e| e.to_string())?;
+        std::fs::write(&config, &self.settings).map_err(|e| e.to_string())?;
         let model = self
             .model
             .clone()
@@ -108,6 +115,7 @@ impl Invocation {
             model: &model,
             base_url: self.base_url.as_deref(),
             case,
+            allowance,
         };
         let mut seconds = 0.0;
         let mut outcome = world.start(&mut seconds)?;
@@ -151,9 +159,14 @@ impl Invocation {
 
 impl Trial {
     fn broken(problem: String) -> Trial {
+        Trial::not_run(format!("the trial could not run: {problem}"))
+    }
+
+    /// A trial that did not run, failed with `why`.
+    pub(super) fn not_run(why: String) -> Trial {
         Trial {
             pass: false,
-            failures: vec![format!("the trial could not run: {problem}")],
+            failures: vec![why],
             run_id: None,
             reason: None,
             steps: 0,
@@ -178,6 +191,7 @@ struct World<'a> {
     model: &'a str,
     base_url: Option<&'a str>,
     case: &'a Case,
+    allowance: super::Allowance,
 }
 
 /// What one `agent` process ended with.
@@ -244,6 +258,13 @@ impl World<'_> {
         }
         if let Some(t) = case.timeout {
             cmd.arg("--timeout").arg(t.to_string());
+        }
+        // Its share of the evaluation's budget, for the whole run.
+        if let Some(tokens) = self.allowance.tokens {
+            cmd.arg("--max-tokens").arg(tokens.to_string());
+        }
+        if let Some(usd) = self.allowance.cost {
+            cmd.arg("--max-cost").arg(usd.to_string());
         }
         if let Some(schema) = &case.answer_schema {
             cmd.arg("--answer-schema").arg(schema);

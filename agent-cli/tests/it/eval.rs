@@ -289,3 +289,109 @@ fn a_kept_trial_can_be_looked_at_afterwards() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("is not empty"), "{}", stderr(&out));
 }
+
+/// `--max-tokens` holds for the whole evaluation: each trial's run gets what is left as its
+/// budget, the run that would pass it stops `cost_budget_exceeded`, and no trial starts
+/// once it is spent (each saying so).
+#[test]
+fn an_evaluation_s_token_budget_is_shared_out_among_its_trials() {
+    let env = Env::new();
+    let dir = env.dir.path();
+    let used = serde_json::json!({"input_tokens": 100, "output_tokens": 10});
+    let script = serde_json::json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {}}], "usage": used},
+        {"final": "done", "usage": used}
+    ]});
+    std::fs::write(dir.join("s.json"), script.to_string()).unwrap();
+    let case = serde_json::json!({
+        "goal": "look around", "model": "script:s.json",
+        "expect": {"reason": "completed"}
+    });
+    std::fs::write(dir.join("case.json"), case.to_string()).unwrap();
+    let file = dir.join("case.json").display().to_string();
+    let args = ["--json", "eval", &file, "--repeat", "4", "--jobs", "1"];
+    let out = env.run(&[&args[..], &["--max-tokens", "500"]].concat());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = json_of(&out);
+    let trials = v["cases"][0]["trials"].as_array().unwrap();
+    let reasons: Vec<Value> = trials.iter().map(|t| t["reason"].clone()).collect();
+    // 220 tokens a trial: 500, then 280 left, then 60 (its first call, 110, is made:
+    // nothing counted it before), then nothing.
+    assert_eq!(
+        reasons,
+        [
+            "completed".into(),
+            "completed".into(),
+            "cost_budget_exceeded".into(),
+            Value::Null
+        ],
+        "{v:#}"
+    );
+    let tokens: Vec<u64> = trials
+        .iter()
+        .map(|t| t["tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tokens, [220, 220, 110, 0]);
+    assert_eq!(
+        trials[3]["failures"][0],
+        "not run: the evaluation's --max-tokens 500 was spent (550 used)"
+    );
+    // Without the budget, every trial runs whole.
+    let out = env.run(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bad = env.run(&[&args[..], &["--max-cost", "0"]].concat());
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("--max-cost 0: give a positive number"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
+/// The trials of an evaluation call and price the models as the agent.toml `agent eval`
+/// was started with says (here: whole responses, and a price, so that the cost a case
+/// expects is the real one); the cases' own policy and budgets stay theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trials_call_and_price_the_model_as_agent_toml_says() {
+    use agent_providers::testing::{Reply, Server};
+    let answer = serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "hello"}}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 100}
+    })
+    .to_string();
+    let server = Server::start(vec![Reply::status(200, answer)])
+        .await
+        .unwrap();
+    let env = Env::new();
+    let dir = env.dir.path();
+    std::fs::write(
+        dir.join("agent.toml"),
+        "stream = false\nmax_steps = 7\n[prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
+    )
+    .unwrap();
+    let case = serde_json::json!({
+        "goal": "say hello", "model": "openai:gpt-4o",
+        "expect": {"reason": "completed", "max_cost_usd": 0.001}
+    });
+    std::fs::write(dir.join("case.json"), case.to_string()).unwrap();
+    let out = env
+        .cmd()
+        .env("OPENAI_API_KEY", "test-key-1")
+        .args(["--json", "eval", "case.json", "--base-url", &server.url])
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    let trial = &v["cases"][0]["trials"][0];
+    // 1,000 tokens in at $2.50 a million, 100 out at $10.
+    assert_eq!(trial["cost_usd"], 0.0035, "{v:#}");
+    assert_eq!(
+        trial["failures"][0], "expect.max_cost_usd: at most 0.001, got 0.0035",
+        "{v:#}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let asked = server.received();
+    assert_eq!(asked.len(), 1);
+    assert_ne!(asked[0].body["stream"], true, "{}", asked[0].body);
+}
