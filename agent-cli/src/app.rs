@@ -743,15 +743,24 @@ fn report(
             dir.display()
         )));
     }
-    let written = tempfile::NamedTempFile::new_in(&dir)
-        .and_then(|mut file| {
-            std::io::Write::write_all(&mut file, html.as_bytes())?;
-            file.persist(&out).map_err(|e| e.error)
-        })
+    write_whole(&dir, &out, html.as_bytes())
         .map_err(|e| usage(format!("cannot write {}: {e}", out.display())))?;
-    drop(written);
     say(format_args!("{}\n", out.display()));
     report_damage(&store)
+}
+
+/// Writes `path` (in `dir`) whole: through a temporary file beside it, renamed over it, so
+/// that a reader never meets half of it. The file gets the mode a new file of the person's
+/// gets (0644 under the usual umask), not a temporary file's 0600: a report or a JUnit file
+/// is read by other programs and people.
+pub(crate) fn write_whole(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut file = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    std::io::Write::write_all(&mut file, bytes)?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// A sub-agent's run: the version of the entry that says it finished, its id, its log.

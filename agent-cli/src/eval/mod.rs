@@ -274,11 +274,6 @@ fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .map_err(|e| usage(format!("{}: cannot write there ({e})", path.display())))?;
-    std::io::Write::write_all(&mut file, text.as_bytes())
-        .map_err(|e| failed(format!("{}: {e}", path.display())))?;
-    file.persist(path)
-        .map_err(|e| failed(format!("{}: {e}", path.display())))?;
-    Ok(())
+    crate::app::write_whole(dir, path, text.as_bytes())
+        .map_err(|e| usage(format!("{}: cannot write there ({e})", path.display())))
 }

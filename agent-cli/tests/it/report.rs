@@ -179,3 +179,47 @@ fn a_report_for_a_directory_that_is_not_there_is_refused_plainly() {
     assert!(!env.dir.path().join("missing").exists());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
 }
+
+/// What `agent report` and `agent eval --junit` write is a file like any the person makes
+/// (its mode from their umask, 0644 under the usual 022), for a browser, a web server or
+/// a CI system to read: not a temporary file's 0600.
+#[test]
+fn reports_and_junit_files_get_the_mode_of_a_new_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let mode = |name: &str| {
+        std::fs::metadata(env.dir.path().join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    // `agent` under the usual umask, whatever the test runs with.
+    let with_umask = |args: &[&str]| {
+        let agent = env.cmd();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "umask 022 && exec \"$0\" \"$@\""])
+            .arg(agent.get_program())
+            .args(agent.get_args())
+            .args(args)
+            .current_dir(env.dir.path());
+        for (name, value) in agent.get_envs() {
+            match value {
+                Some(value) => cmd.env(name, value),
+                None => cmd.env_remove(name),
+            };
+        }
+        cmd.output().unwrap()
+    };
+    let model = env.script(json!([{"final": "done"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = with_umask(&["report", run["run_id"].as_str().unwrap(), "-o", "page.html"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(mode("page.html"), 0o644);
+    let case = json!({"goal": "g", "model": model, "expect": {"reason": "completed"}});
+    std::fs::write(env.dir.path().join("case.json"), case.to_string()).unwrap();
+    let out = with_umask(&["eval", "case.json", "--junit", "junit.xml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(mode("junit.xml"), 0o644);
+}
