@@ -57,6 +57,9 @@ pub fn model(
         ModelChoice::Http(http) => http,
     };
     let (url, key) = http.ready().map_err(usage)?;
+    if let Some(warning) = http.clear_text_key() {
+        crate::app::tell(format_args!("agent: warning: {warning}\n"));
+    }
     let mut model = HttpModel::new(
         http.dialect,
         http.provider,

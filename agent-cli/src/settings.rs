@@ -183,6 +183,30 @@ impl HttpChoice {
         }
         Ok((url, self.api_key.as_deref()))
     }
+
+    /// A warning when the key would cross a network in clear text: sent over `http://` to
+    /// a host that is not this machine (a server on it, `localhost`, `127.0.0.1` or `::1`,
+    /// is the usual reason for `http://`). `None` when no key is sent, or it goes safely.
+    pub fn clear_text_key(&self) -> Option<String> {
+        self.api_key.as_ref()?;
+        let url = reqwest::Url::parse(self.base_url.as_deref()?).ok()?;
+        if url.scheme() != "http" {
+            return None;
+        }
+        let host = url.host_str()?;
+        let local = host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        (!local).then(|| {
+            format!(
+                "the API key goes to {host} over http://, in clear text for anyone on the way \
+                 to read; use https:// (or a server on this machine)"
+            )
+        })
+    }
 }
 
 /// Where the MCP servers come from.
@@ -822,4 +846,53 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
         brings.push(format!("base_url {url} (where your API key is sent)"));
     }
     brings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choice(url: &str, key: Option<&str>) -> HttpChoice {
+        HttpChoice {
+            dialect: Dialect::OpenAi,
+            provider: "openai-compat",
+            model: "m".into(),
+            base_url: Some(url.into()),
+            api_key: key.map(str::to_owned),
+            key_var: None,
+        }
+    }
+
+    /// A key sent over http:// to another machine is warned about; to this machine (a
+    /// local server), over https://, or with no key at all, nothing is said.
+    #[test]
+    fn a_key_in_clear_text_to_another_machine_is_warned_about() {
+        let warned = |url: &str| choice(url, Some("k")).clear_text_key();
+        for url in [
+            "http://proxy.corp:8080/v1",
+            "http://10.0.0.5/v1",
+            "http://127.0.0.1.example.com/v1",
+            "HTTP://Gpu-Box:11434/v1",
+        ] {
+            let warning = warned(url).unwrap_or_else(|| panic!("{url}: no warning"));
+            assert!(warning.contains("over http://"), "{warning}");
+        }
+        assert!(
+            warned("http://proxy.corp/v1")
+                .unwrap()
+                .contains("proxy.corp")
+        );
+        for url in [
+            "http://localhost:11434/v1",
+            "http://LOCALHOST/v1",
+            "http://127.0.0.1:8080/v1",
+            "http://127.8.9.10/v1",
+            "http://[::1]:8000/v1",
+            "https://api.openai.com/v1",
+            "https://10.0.0.5/v1",
+        ] {
+            assert_eq!(warned(url), None, "{url}");
+        }
+        assert_eq!(choice("http://proxy.corp/v1", None).clear_text_key(), None);
+    }
 }
