@@ -441,7 +441,9 @@ pub(crate) fn recorded_model(
 fn newest_run(location: &StoreLocation) -> Result<String, Failure> {
     let store = OpenStore::must_exist(location)?;
     let runs = store.as_store().runs()?;
+    // A sub-agent's run starts after its parent's, and is not a run the person started.
     runs.into_iter()
+        .filter(|r| r.parent.is_none())
         .max_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)))
         .map(|r| r.run_id)
         .ok_or_else(|| usage(format!("no runs in {location} yet")))

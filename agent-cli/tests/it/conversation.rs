@@ -111,6 +111,30 @@ fn last_picks_the_newest_run() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// A run's sub-agents are runs of their own, started after it: `--last` is still the run
+/// the person started, never one of its children (a follow-up went into the child's log).
+#[test]
+fn last_is_never_a_sub_agent_s_run() {
+    let env = Env::new();
+    let script = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate_read", "arguments": {"goal": "look"}}]},
+            {"final": "parent done"},
+            {"final": "parent again"}
+        ],
+        "agents": {"look": {"turns": [{"final": "child done"}]}}
+    });
+    std::fs::write(env.dir.path().join("s.json"), script.to_string()).unwrap();
+    let model = format!("script:{}", env.dir.path().join("s.json").display());
+    let parent = object(&env.run(&["run", "--json", "--sub-agents", "--model", &model, "go"]));
+    assert_eq!(parent["answer"], "parent done");
+    let out = env.run(&["resume", "--json", "--last", "and then?"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = object(&out);
+    assert_eq!(v["run_id"], parent["run_id"]);
+    assert_eq!(v["answer"], "parent again");
+}
+
 #[test]
 fn limits_count_per_exchange_and_a_message_can_raise_them() {
     let env = Env::new();
