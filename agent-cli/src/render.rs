@@ -156,27 +156,60 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
     if runs.is_empty() {
         return "no runs yet; start one with `agent run`".to_owned();
     }
-    let mut out = format!(
-        "{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {:<16}  {}",
-        "RUN", "STATUS", "REASON", "STEPS", "STARTED", "DRIVEN BY", "FROM"
-    );
-    for r in runs {
-        let reason = r.reason.map_or("-", TerminalReason::as_str);
-        let _ = write!(
-            out,
-            "\n{:<26}  {:<11}  {:<22}  {:>5}  {:<19}  {:<16}  {}",
-            r.run_id,
-            shown_status(r),
-            reason,
-            r.steps,
-            time(r.started_at_ms),
-            r.live.as_deref().unwrap_or("-"),
-            match (&r.forked_from, &r.parent) {
-                (Some(f), _) => format!("fork of {f}"),
-                (None, Some(p)) => format!("sub-agent of {p}"),
-                (None, None) => "-".to_owned(),
-            },
-        );
+    let rows: Vec<[String; 7]> = runs
+        .iter()
+        .map(|r| {
+            [
+                r.run_id.clone(),
+                shown_status(r).to_owned(),
+                r.reason.map_or("-", TerminalReason::as_str).to_owned(),
+                r.steps.to_string(),
+                time(r.started_at_ms),
+                r.live.clone().unwrap_or_else(|| "-".to_owned()),
+                match (&r.forked_from, &r.parent) {
+                    (Some(f), _) => format!("fork of {f}"),
+                    (None, Some(p)) => format!("sub-agent of {p}"),
+                    (None, None) => "-".to_owned(),
+                },
+            ]
+        })
+        .collect();
+    let header = [
+        "RUN",
+        "STATUS",
+        "REASON",
+        "STEPS",
+        "STARTED",
+        "DRIVEN BY",
+        "FROM",
+    ];
+    // Each column as wide as its widest cell (a sub-agent's id is longer than a run's).
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .map(|row| row[c].chars().count())
+                .chain([header[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: [&str; 7]| {
+        let mut text = String::new();
+        for (c, cell) in cells.iter().enumerate() {
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            match c {
+                // Counts line up on the right; the last column is not padded.
+                3 => text.push_str(&format!("{}{cell}  ", " ".repeat(pad))),
+                6 => text.push_str(cell),
+                _ => text.push_str(&format!("{cell}{}  ", " ".repeat(pad))),
+            }
+        }
+        text
+    };
+    let mut out = line(header);
+    for row in &rows {
+        out.push('\n');
+        out.push_str(&line(row.each_ref().map(String::as_str)));
     }
     out
 }
@@ -648,6 +681,39 @@ pub fn time(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table's columns line up whatever their cells hold: a sub-agent's long id, the
+    /// time with its milliseconds, who drives a run.
+    #[test]
+    fn the_runs_table_lines_up_its_columns() {
+        let mut run = RunSummary::new("01M8ZRP000FJTBGQ4M13QX6DG0");
+        run.status = "finished".into();
+        run.reason = Some(TerminalReason::Completed);
+        run.started_at_ms = 1_796_361_203_842;
+        let mut child = RunSummary::new("01M8ZRP000FJTBGQ4M13QX6DG0.1aac68bc4087");
+        child.status = "running".into();
+        child.live = Some("process 4242".into());
+        child.steps = 12;
+        child.parent = Some("01M8ZRP000FJTBGQ4M13QX6DG0/d1".into());
+        let table = runs_table(&[run, child]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        for (column, cells) in [
+            ("STATUS", ["finished", "running"]),
+            ("REASON", ["completed", "-"]),
+            ("STARTED", ["2026-12-04", "1970-01-01"]),
+            ("DRIVEN BY", ["-", "process 4242"]),
+            ("FROM", ["-", "sub-agent of"]),
+        ] {
+            let at = lines[0].find(column).unwrap();
+            for (line, cell) in lines[1..].iter().zip(cells) {
+                assert_eq!(line[at..].find(cell), Some(0), "{column}: {table}");
+            }
+        }
+        // Counts end where their header ends.
+        let end = lines[0].find("STEPS").unwrap() + "STEPS".len();
+        assert_eq!(&lines[2][end - 2..end], "12", "{table}");
+    }
 
     #[test]
     fn a_refused_thinking_budget_is_answered_with_adaptive_thinking() {
