@@ -41,25 +41,8 @@ fn events_until(child: &mut Child, kind: &str) -> Vec<Value> {
 fn a_live_run_is_listed_and_shown_as_it_goes_and_no_second_process_takes_it() {
     let env = Env::new();
     let gate = env.dir.path().join("gate");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&gate)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let model = env.script(json!([
-        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
-        {"final": "done"}
-    ]));
-    let mut child = env
-        .cmd()
-        .args(["run", "--json", "--events", "--allow", "shell"])
-        .args(["--model", &model, "a goal"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // The shell call is dispatched: the run waits in `cat gate` until the test writes.
-    let seen = events_until(&mut child, "effect_dispatched");
+    let (child, seen) = gated_run(&env, &[json!({"final": "done"})]);
     let by = format!("process {}", child.id());
 
     let runs = json_out(&env.run(&["runs", "--json"]));
@@ -120,28 +103,8 @@ fn a_live_run_is_listed_and_shown_as_it_goes_and_no_second_process_takes_it() {
 #[test]
 fn a_run_whose_process_was_killed_is_interrupted_not_running() {
     let env = Env::new();
-    let gate = env.dir.path().join("gate");
-    assert!(
-        std::process::Command::new("mkfifo")
-            .arg(&gate)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let model = env.script(json!([
-        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
-        {"final": "done"}
-    ]));
-    let mut child = env
-        .cmd()
-        .args([
-            "run", "--json", "--events", "--allow", "shell", "--model", &model, "g",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
     // The call is dispatched; the command waits on the empty pipe.
-    events_until(&mut child, "effect_dispatched");
+    let (mut child, _) = gated_run(&env, &[json!({"final": "done"})]);
     child.kill().unwrap();
     child.wait().unwrap();
     let runs = json_out(&env.run(&["runs", "--json"]));
@@ -157,8 +120,9 @@ fn a_run_whose_process_was_killed_is_interrupted_not_running() {
 }
 
 /// A run whose first call, `cat gate`, waits until the test writes to the FIFO `gate`,
-/// then goes on with `then`: its process, once that call is dispatched, and its id.
-fn gated_run(env: &Env, then: &[Value]) -> (Child, String) {
+/// then goes on with `then`: its process, once that call is dispatched, and the events it
+/// committed until then (the first names the run).
+fn gated_run(env: &Env, then: &[Value]) -> (Child, Vec<Value>) {
     let gate = env.dir.path().join("gate");
     if !gate.exists() {
         let made = std::process::Command::new("mkfifo")
@@ -181,8 +145,12 @@ fn gated_run(env: &Env, then: &[Value]) -> (Child, String) {
         .spawn()
         .unwrap();
     let seen = events_until(&mut child, "effect_dispatched");
-    let id = seen[0]["run_id"].as_str().unwrap().to_owned();
-    (child, id)
+    (child, seen)
+}
+
+/// The run id the first of a run's events names.
+fn run_of(seen: &[Value]) -> String {
+    seen[0]["run_id"].as_str().unwrap().to_owned()
 }
 
 /// `agent show --follow` from another process prints what the run committed, then each
@@ -193,7 +161,8 @@ fn gated_run(env: &Env, then: &[Value]) -> (Child, String) {
 fn a_run_is_followed_from_another_process_as_it_commits_until_it_ends() {
     let env = Env::new();
     let store = env.store().display().to_string();
-    let (runner, id) = gated_run(&env, &[json!({"final": "done"})]);
+    let (runner, seen) = gated_run(&env, &[json!({"final": "done"})]);
+    let id = run_of(&seen);
     let by = format!("driven by process {}", runner.id());
     let mut follow = super::follower(&env, &store, &id, &[]);
     let mut out = BufReader::new(follow.stdout.take().unwrap());
@@ -247,7 +216,8 @@ fn following_ends_when_the_run_pauses_or_its_process_dies() {
     let store = env.store().display().to_string();
     let write = json!({"tool_calls": [{"id": "w1", "name": "write_file",
         "arguments": {"path": "out.txt", "content": "x"}}]});
-    let (runner, id) = gated_run(&env, &[write]);
+    let (runner, seen) = gated_run(&env, &[write]);
+    let id = run_of(&seen);
     let mut follow = super::follower(&env, &store, &id, &[]);
     let mut out = BufReader::new(follow.stdout.take().unwrap());
     super::lines_until(&mut out, "effect_dispatched");
@@ -264,7 +234,8 @@ fn following_ends_when_the_run_pauses_or_its_process_dies() {
     );
     assert!(err.contains(&format!("agent approve {id}")), "{err}");
 
-    let (mut runner, id) = gated_run(&env, &[json!({"final": "done"})]);
+    let (mut runner, seen) = gated_run(&env, &[json!({"final": "done"})]);
+    let id = run_of(&seen);
     let mut follow = super::follower(&env, &store, &id, &["--json"]);
     let mut out = BufReader::new(follow.stdout.take().unwrap());
     super::lines_until(&mut out, "effect_dispatched");
