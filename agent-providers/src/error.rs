@@ -69,6 +69,10 @@ pub enum ProviderError {
         /// What the last attempt may have cost: one the provider accepted before it failed
         /// is estimated as a retried one is ([`Retry::usage`]); nothing otherwise.
         spent: agent_core::Usage,
+        /// No further attempt was made because it could pass the run's token or cost budget
+        /// ([`crate::ModelRequest::with_spend_limit`]): the budget stopped the run, not the
+        /// provider's failures alone.
+        by_budget: bool,
     },
 }
 
@@ -113,6 +117,17 @@ impl ProviderError {
             ProviderError::GaveUp { retries, .. } => retries,
             _ => &[],
         }
+    }
+
+    /// Whether the retries were stopped by the run's budget (see [`ProviderError::GaveUp`]).
+    pub fn stopped_by_budget(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::GaveUp {
+                by_budget: true,
+                ..
+            }
+        )
     }
 
     /// What the last attempt may have cost (see [`ProviderError::GaveUp`]).

@@ -816,6 +816,7 @@ impl Model for HttpModel {
                             ),
                             retries,
                             spent,
+                            by_budget: false,
                         }
                     });
                 }
@@ -829,6 +830,7 @@ impl Model for HttpModel {
                             ),
                             retries,
                             spent: self.spent_on(&spent, text.len()),
+                            by_budget: false,
                         });
                     }
                     let spent = self.spent_on(&spent, text.len());
@@ -848,6 +850,7 @@ impl Model for HttpModel {
                                 ),
                                 retries,
                                 spent,
+                                by_budget: true,
                             });
                         }
                     }
@@ -864,6 +867,7 @@ impl Model for HttpModel {
                             ),
                             retries,
                             spent,
+                            by_budget: false,
                         });
                     }
                     tokio::time::sleep(wait).await;

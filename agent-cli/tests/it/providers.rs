@@ -100,6 +100,41 @@ async fn openai_run_end_to_end_with_tool_results_paired() {
     assert!(log.contains("\"provider\":\"openai\""));
 }
 
+/// A call whose retry the run's budget cannot pay for ends the run on its budget, exit 4
+/// and `cost_budget_exceeded` as before a call, not as the provider's failure (exit 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_the_budget_cannot_pay_for_stops_the_run_on_its_budget() {
+    let full = fixture("openai/text_only.sse");
+    let cut: String = full.chars().take(full.len() / 2).collect();
+    let server = Server::start(vec![Reply::stream(cut), Reply::stream(full)])
+        .await
+        .unwrap();
+    let env = Env::new();
+    let (code, v, err) = run_json(
+        &env,
+        &[
+            "run",
+            "--json",
+            "--model",
+            "openai:gpt-4o",
+            "--base-url",
+            &server.url,
+            "--max-tokens",
+            "50",
+            "hi",
+        ],
+        Some(("OPENAI_API_KEY", "test-key-1")),
+    );
+    assert_eq!(code, Some(4), "{err}");
+    assert_eq!(v["reason"], "cost_budget_exceeded", "{v}");
+    assert_eq!(v["error_kind"], "transport", "{v}");
+    assert!(
+        v["advice"].as_str().unwrap().contains("raise --max-tokens"),
+        "{v}"
+    );
+    assert_eq!(server.received().len(), 1, "no second attempt");
+}
+
 /// A local server that gives its tool calls no id (as builds of llama.cpp's server and LM
 /// Studio do): the run goes on, each call under an id of its own, and the result goes
 /// back to the server paired with the call by that id.

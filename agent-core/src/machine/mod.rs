@@ -357,6 +357,7 @@ impl Machine {
                     kind,
                     retries,
                     usage,
+                    by_budget,
                 },
             ) => {
                 for retry in retries {
@@ -368,10 +369,22 @@ impl Machine {
                     kind,
                     usage,
                 });
-                let mut outcome = Outcome::stop(
-                    TerminalReason::ModelError,
-                    format!("the model provider failed: {message}"),
-                );
+                // Retries the budget could not pay for stop the run as the budget does
+                // before a call; the provider's failure is in the log and the message.
+                let mut outcome = if by_budget {
+                    Outcome::stop(
+                        TerminalReason::CostBudgetExceeded,
+                        format!(
+                            "the token or cost budget left could not pay for another attempt \
+                             after the model provider failed: {message}"
+                        ),
+                    )
+                } else {
+                    Outcome::stop(
+                        TerminalReason::ModelError,
+                        format!("the model provider failed: {message}"),
+                    )
+                };
                 outcome.model_error = Some(kind);
                 self.end(outcome);
             }

@@ -55,6 +55,9 @@ pub enum Input {
         /// What the last attempt may have cost (an estimate; nothing for one the provider
         /// refused or never answered).
         usage: Usage,
+        /// The retries were stopped because another attempt could pass the run's token or
+        /// cost budget: the run ends `cost_budget_exceeded`, the failure recorded.
+        by_budget: bool,
     },
     /// The gateway's verdicts for the outstanding `CheckCalls`.
     CallsChecked {

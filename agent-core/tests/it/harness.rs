@@ -258,6 +258,7 @@ fn model_reply(turn: &Turn) -> Input {
                 message: (*msg).into(),
                 kind: agent_core::ModelErrorKind::Server,
                 usage: Usage::default(),
+                by_budget: false,
             };
         }
     };

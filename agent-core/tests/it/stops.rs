@@ -635,17 +635,61 @@ fn what_a_retried_attempt_may_have_cost_counts() {
             estimated: true,
             ..Usage::tokens(900, 20)
         },
+        by_budget: false,
     })
     .unwrap();
     let events = next_commit(&mut m);
     assert_eq!(events[0].name(), "model_retried");
     assert_eq!(events[1].name(), "model_failed");
+    let ended = events.last().unwrap();
+    assert!(
+        matches!(ended, Event::RunEnded { outcome } if outcome.reason == TerminalReason::ModelError),
+        "{ended:?}"
+    );
     m.handle(Input::Committed {
         version: 1 + events.len() as u64,
     })
     .unwrap();
     assert_eq!(m.state().usage.total_tokens(), 1_920);
     assert!(m.state().usage.estimated);
+}
+
+/// A provider's failure whose retries the run's budget could not pay for (the provider
+/// says so: `by_budget`) stops the run as the budget does before a call,
+/// `cost_budget_exceeded`, with the failure in the log and the message; the provider's
+/// kind of failure is kept beside it.
+#[test]
+fn retries_the_budget_could_not_pay_for_stop_the_run_on_its_budget() {
+    let mut m = asking(Budget {
+        max_tokens: Some(2_000),
+        ..Budget::default()
+    });
+    m.handle(Input::ModelFailed {
+        message: "the stream broke (gave up after 1 attempt: another could pass the run's \
+                  budget)"
+            .into(),
+        kind: ModelErrorKind::Transport,
+        retries: Vec::new(),
+        usage: Usage {
+            estimated: true,
+            ..Usage::tokens(1_500, 20)
+        },
+        by_budget: true,
+    })
+    .unwrap();
+    let events = next_commit(&mut m);
+    let names: Vec<&str> = events.iter().map(|e| e.name()).collect();
+    assert_eq!(names, ["model_failed", "run_ended"]);
+    let Event::RunEnded { outcome } = &events[1] else {
+        unreachable!()
+    };
+    assert_eq!(outcome.reason, TerminalReason::CostBudgetExceeded);
+    assert_eq!(outcome.model_error, Some(ModelErrorKind::Transport));
+    assert!(
+        outcome.message.contains("the stream broke"),
+        "{}",
+        outcome.message
+    );
 }
 
 /// A machine rebuilt from its log may ask for a model call before any commit could take

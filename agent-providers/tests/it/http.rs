@@ -212,6 +212,7 @@ async fn a_retry_that_could_pass_the_budget_is_not_made() {
                         .contains("another could pass the run's budget"),
                     "{e}"
                 );
+                assert!(e.stopped_by_budget(), "{e:?}");
                 assert_eq!(e.spent().total_tokens(), spent, "what the cut attempt cost");
             }
         }

@@ -233,6 +233,7 @@ impl Runtime {
                                 kind: e.kind(),
                                 retries,
                                 usage: e.spent(),
+                                by_budget: e.stopped_by_budget(),
                             })?
                         }
                         None if cancel.is_cancelled() => machine.handle(Input::Cancel)?,
