@@ -37,6 +37,8 @@ pub struct AnswerChecker {
     checks: Vec<String>,
     cwd: PathBuf,
     timeout: Duration,
+    /// Variables named like secrets that check commands are given all the same.
+    passed: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for AnswerChecker {
@@ -72,7 +74,17 @@ impl AnswerChecker {
             checks: spec.checks.clone(),
             cwd: cwd.into(),
             timeout: DEFAULT_CHECK_TIMEOUT,
+            passed: std::collections::BTreeSet::new(),
         })
+    }
+
+    /// Gives check commands these variables named like secrets, which they are not
+    /// otherwise: a check runs what the model left in the workspace (its tests, its build
+    /// scripts), and must not hand them the keys a `shell` command is not given either
+    /// ([`crate::builtin::Shell::passing`]).
+    pub fn passing(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> AnswerChecker {
+        self.passed = names.into_iter().map(Into::into).collect();
+        self
     }
 
     /// Gives each check command `timeout` (default [`DEFAULT_CHECK_TIMEOUT`]).
@@ -125,8 +137,12 @@ impl AnswerChecker {
     async fn run_check(&self, command: &str, run_id: &str, answer: &str) -> Option<String> {
         use crate::command_hook::{Answer, run_command};
         let env = [("AGENT_RUN_ID", run_id)];
+        let withheld =
+            crate::process::withheld_secrets(std::env::vars_os().map(|(name, _)| name), |name| {
+                self.passed.contains(name)
+            });
         let input = answer.as_bytes().to_vec();
-        match run_command(command, &self.cwd, &env, input, self.timeout).await {
+        match run_command(command, &self.cwd, &env, &withheld, input, self.timeout).await {
             Answer::Exited { code: Some(0), .. } => None,
             Answer::Exited {
                 code,

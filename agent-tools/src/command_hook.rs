@@ -67,9 +67,12 @@ impl CommandHook {
     /// Runs the hook: its input written, its answer read and its exit awaited, all within
     /// its timeout. On timeout the hook and every process it started are killed.
     async fn ask(&self, input: Value) -> Answer {
+        // A hook is the person's own command, given their whole environment (as Claude
+        // Code's hooks are).
         run_command(
             &self.command,
             &self.cwd,
+            &[],
             &[],
             input.to_string().into_bytes(),
             self.timeout,
@@ -93,7 +96,8 @@ impl CommandHook {
     }
 }
 
-/// Runs `bash -c command` in `cwd` with `env` added, `input` on its stdin: its answer read
+/// Runs `bash -c command` in `cwd` with `env` added and the variables `withheld` removed,
+/// `input` on its stdin: its answer read
 /// and its exit awaited, all within `timeout`. However this ends (answered, timed out, or
 /// this process killed), the command and every process it started that stayed in its
 /// process group are killed ([`Watcher`]); on Linux, under this binary as its watcher
@@ -102,12 +106,13 @@ pub(crate) async fn run_command(
     command: &str,
     cwd: &std::path::Path,
     env: &[(&str, &str)],
+    withheld: &[std::ffi::OsString],
     input: Vec<u8>,
     timeout: Duration,
 ) -> Answer {
     #[cfg(target_os = "linux")]
     if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
-        match run_watched(program, command, cwd, env, &input, timeout).await {
+        match run_watched(program, command, cwd, env, withheld, &input, timeout).await {
             Ok(answer) => return answer,
             // A binary that cannot be started again (a file system mounted `noexec`, say):
             // the group's watcher serves.
@@ -122,8 +127,8 @@ pub(crate) async fn run_command(
         Ok(watcher) => watcher,
         Err(why) => return Answer::Failed(format!("could not start: {why}")),
     };
-    let mut child = match tokio::process::Command::new("bash")
-        .arg("-c")
+    let mut bash = tokio::process::Command::new("bash");
+    bash.arg("-c")
         .arg(command)
         .current_dir(cwd)
         .envs(env.iter().copied())
@@ -132,9 +137,11 @@ pub(crate) async fn run_command(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         // The watcher's process group, so that what it started dies with it.
-        .process_group(watcher.group())
-        .spawn()
-    {
+        .process_group(watcher.group());
+    for name in withheld {
+        bash.env_remove(name);
+    }
+    let mut child = match bash.spawn() {
         Ok(child) => child,
         Err(e) => return Answer::Failed(format!("could not start: {e}")),
     };
@@ -179,6 +186,7 @@ async fn run_watched(
     command: &str,
     cwd: &std::path::Path,
     env: &[(&str, &str)],
+    withheld: &[std::ffi::OsString],
     input: &[u8],
     timeout: Duration,
 ) -> std::io::Result<Answer> {
@@ -189,7 +197,7 @@ async fn run_watched(
         "bash",
         ["-c", command],
         env.iter().copied(),
-        &[],
+        withheld,
         cwd,
     )?;
     let (mut watched, stdout, stderr) = match spawned {

@@ -106,6 +106,50 @@ fn a_check_command_rejects_with_its_output_and_accepts_on_exit_zero() {
     );
 }
 
+/// A check command runs what the model left in the workspace (its tests, its build
+/// scripts): it is not given the variables named like secrets, the key the run is paid
+/// with among them, unless passed by name as for `shell` (`--shell-env`). Both with the
+/// watcher `agent` starts and without a PID namespace.
+#[test]
+fn a_check_command_is_not_given_the_keys_unless_passed() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "first"}, {"final": "second"}]));
+    let check = r#"echo "key=[${CANARY_API_KEY:-none}] other=[${CANARY_PLAIN:-none}]"; exit 1"#;
+    let problem = |extra: &[&str], namespace: &str| {
+        let out = env
+            .cmd()
+            .env("CANARY_API_KEY", "canary-value-8812")
+            .env("CANARY_PLAIN", "plain-value")
+            .env("AGENT_LOOP_PID_NAMESPACE", namespace)
+            .args(["run", "--json", "--model", &model, "--check", check])
+            .args(extra)
+            .arg("decide")
+            .output()
+            .unwrap();
+        let run_id = json_out(&out)["run_id"].as_str().unwrap().to_owned();
+        events(&env, &run_id)
+            .into_iter()
+            .find(|e| e["type"] == "answer_rejected")
+            .unwrap()["problem"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for namespace in ["", "off"] {
+        let withheld = problem(&[], namespace);
+        assert!(
+            withheld.contains("key=[none] other=[plain-value]"),
+            "{namespace:?}: {withheld}"
+        );
+    }
+    // Passed by name, it is there (and what the check prints of it is redacted).
+    let passed = problem(&["--shell-env", "CANARY_API_KEY"], "");
+    assert!(
+        passed.contains("key=[[REDACTED:CANARY_API_KEY]]"),
+        "{passed}"
+    );
+}
+
 #[test]
 fn rejections_past_the_repair_limit_fail_the_run_with_invalid_decision() {
     let env = Env::new();

@@ -162,6 +162,7 @@ impl Runtime {
             answer: None,
             check_dir: self.check_dir.clone(),
             check_timeout: self.check_timeout,
+            check_passing: self.check_passing.clone(),
             only_tools: Some(tools),
             parent: Some(parent),
             asks_denied: read_only,

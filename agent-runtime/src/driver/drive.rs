@@ -391,7 +391,9 @@ impl Runtime {
         let spec = machine.state().manifest.as_ref()?.answer.as_ref()?;
         let span = tracing::info_span!("check_answer", agent.checks = spec.checks.len());
         let checker = match agent_tools::AnswerChecker::new(spec, &self.check_dir) {
-            Ok(checker) => checker.with_timeout(self.check_timeout),
+            Ok(checker) => checker
+                .with_timeout(self.check_timeout)
+                .passing(self.check_passing.iter().cloned()),
             Err(e) => return Some(format!("the answer cannot be validated: {e}")),
         };
         checker.check(run_id, answer).instrument(span).await

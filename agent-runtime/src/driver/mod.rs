@@ -155,6 +155,8 @@ pub struct Runtime {
     /// Where check commands run, and for how long at most.
     check_dir: std::path::PathBuf,
     check_timeout: std::time::Duration,
+    /// Variables named like secrets that check commands are given all the same.
+    check_passing: Vec<String>,
     /// The only tools of the gateway this runtime's runs may use (a sub-agent's).
     only_tools: Option<std::collections::BTreeSet<String>>,
     /// The call a sub-agent's run answers, recorded in the manifest of the run it starts.
@@ -200,6 +202,7 @@ impl Runtime {
             answer: None,
             check_dir: std::path::PathBuf::from("."),
             check_timeout: agent_tools::DEFAULT_CHECK_TIMEOUT,
+            check_passing: Vec::new(),
             only_tools: None,
             parent: None,
             asks_denied: false,
@@ -292,6 +295,14 @@ impl Runtime {
     ) -> Runtime {
         self.check_dir = dir.into();
         self.check_timeout = timeout;
+        self
+    }
+
+    /// Gives check commands these variables named like secrets, which they are not given
+    /// otherwise ([`agent_tools::AnswerChecker::passing`]): a check runs what the model left
+    /// in the workspace.
+    pub fn with_checks_passing(mut self, names: impl IntoIterator<Item = String>) -> Runtime {
+        self.check_passing = names.into_iter().collect();
         self
     }
 
