@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 
+/// What a store that keys runs by any text takes as a run id.
+#[cfg(any(feature = "sled", feature = "postgres"))]
+pub(crate) const ANY_RUN_ID: &str = "ids are non-empty and contain no NUL byte";
+
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -29,8 +33,13 @@ pub enum StoreError {
     #[error("no run {0:?} in this store")]
     RunNotFound(String),
     /// A run id that cannot be stored.
-    #[error("invalid run id {0:?}: ids are non-empty and contain no NUL byte")]
-    InvalidRunId(String),
+    #[error("invalid run id {id:?}: {rule}")]
+    InvalidRunId {
+        /// The id given.
+        id: String,
+        /// What this store takes as a run id.
+        rule: &'static str,
+    },
     /// The directory exists but is something else.
     #[error("{} is not an agent store (it holds other files)", .0.display())]
     NotAStore(PathBuf),

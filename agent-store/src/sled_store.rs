@@ -450,7 +450,10 @@ fn set_aside_snapshots(path: &Path) -> Result<bool, StoreError> {
 
 fn run_key(run_id: &str) -> Result<Vec<u8>, StoreError> {
     if run_id.is_empty() || run_id.contains('\0') {
-        return Err(StoreError::InvalidRunId(run_id.to_owned()));
+        return Err(StoreError::InvalidRunId {
+            id: run_id.to_owned(),
+            rule: crate::error::ANY_RUN_ID,
+        });
     }
     Ok(run_id.as_bytes().to_vec())
 }

@@ -459,7 +459,11 @@ fn check_run_id(run_id: &str) -> Result<(), StoreError> {
     if fits {
         Ok(())
     } else {
-        Err(StoreError::InvalidRunId(run_id.to_owned()))
+        Err(StoreError::InvalidRunId {
+            id: run_id.to_owned(),
+            rule: "a run id names a file here: 1 to 100 letters, digits, '-', '_' and '.', \
+                   the first not a '.' (as the ids `agent run` makes are)",
+        })
     }
 }
 

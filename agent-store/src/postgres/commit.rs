@@ -158,7 +158,10 @@ impl PostgresStore {
         fence: Option<i64>,
     ) -> Result<u64, StoreError> {
         if run_id.is_empty() || run_id.contains('\0') {
-            return Err(StoreError::InvalidRunId(run_id.to_owned()));
+            return Err(StoreError::InvalidRunId {
+                id: run_id.to_owned(),
+                rule: crate::error::ANY_RUN_ID,
+            });
         }
         check_batch(run_id, expected_version, expected_version, entries)?;
         let mut summary = self.summary_at(run_id, expected_version)?;

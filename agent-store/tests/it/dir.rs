@@ -194,11 +194,16 @@ fn hostile_run_ids_name_no_file_outside_the_store() {
         assert!(
             matches!(
                 store.append(id, 0, &[started(id, 1)]),
-                Err(StoreError::InvalidRunId(_))
+                Err(StoreError::InvalidRunId { .. })
             ),
             "{id:?}"
         );
-        assert!(matches!(store.load(id), Err(StoreError::InvalidRunId(_))));
+        let refused = store.load(id).unwrap_err();
+        assert!(
+            matches!(refused, StoreError::InvalidRunId { .. })
+                && refused.to_string().contains("letters, digits"),
+            "{refused}"
+        );
     }
     assert!(!dir.path().join("x").exists());
 }

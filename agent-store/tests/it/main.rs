@@ -117,7 +117,7 @@ fn run_ids_with_a_common_prefix_do_not_mix() {
     assert_eq!(store.load("run1").unwrap().len(), 2);
     assert!(matches!(
         store.append("", 0, &[started("", 1)]),
-        Err(StoreError::InvalidRunId(_))
+        Err(StoreError::InvalidRunId { .. })
     ));
 }
 
