@@ -102,12 +102,14 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
     // The commands that continue an existing run differ only in what they do first.
     let (run_id, settings, what) = match cli.command {
         Commands::Run(args) => {
+            let goal = text_arg(args.goal, "goal")?;
             let settings = resolve(&args.setup, &args.limits)?.with_answer(&args.answer)?;
-            return run(&settings, json, &args.goal);
+            return run(&settings, json, &goal);
         }
         Commands::Submit(args) => {
+            let goal = text_arg(args.goal, "goal")?;
             let settings = resolve(&args.setup, &args.limits)?.with_answer(&args.answer)?;
-            return worker::submit(&settings, json, &args.goal);
+            return worker::submit(&settings, json, &goal);
         }
         Commands::Worker {
             concurrency,
@@ -196,6 +198,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             limits,
             setup,
         } => {
+            let message = message.map(|m| text_arg(m, "message")).transpose()?;
             let settings = resolve(&setup, &limits)?;
             let (run, message) = match (last, run, message) {
                 (false, Some(run), message) => (run, message),
@@ -332,6 +335,35 @@ fn trust_command(settings: &Settings, json: bool, path: Option<&Path>) -> Result
         }
     }
     Ok(EXIT_OK)
+}
+
+/// The longest goal or message read from standard input.
+const MAX_STDIN_TEXT: u64 = 1 << 20;
+
+/// A goal or message as given on the command line, where `-` reads it from standard input
+/// (a task longer than a command line takes, or written by another program): at most
+/// 1 MiB of UTF-8 text, or a one-line error before anything is written.
+fn text_arg(given: String, what: &str) -> Result<String, Failure> {
+    if given != "-" {
+        return Ok(given);
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::io::stdin().lock(), MAX_STDIN_TEXT + 1),
+        &mut bytes,
+    )
+    .map_err(|e| usage(format!("cannot read the {what} from standard input: {e}")))?;
+    if bytes.len() as u64 > MAX_STDIN_TEXT {
+        return Err(usage(format!(
+            "the {what} on standard input is longer than 1 MiB; give a shorter one"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        usage(format!(
+            "the {what} on standard input is not UTF-8 text (byte {}); save it as UTF-8",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 fn run(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {

@@ -52,7 +52,8 @@ pub enum Commands {
     Resume {
         /// The run id (omit with --last).
         run: Option<String>,
-        /// What the person says: the answer to the run's question, or a follow-up.
+        /// What the person says: the answer to the run's question, or a follow-up (`-`: read
+        /// it from standard input).
         message: Option<String>,
         /// The newest run (then the one argument, if any, is the message).
         #[arg(long)]
@@ -276,7 +277,7 @@ pub struct Setup {
 /// Options of `agent run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// What the agent should achieve.
+    /// What the agent should achieve (`-`: read it from standard input).
     pub goal: String,
     /// Model, tools and policy.
     #[command(flatten)]
