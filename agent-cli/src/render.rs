@@ -285,13 +285,21 @@ fn one_line(text: String) -> String {
 /// when no call reported any.
 pub fn usage_total(entries: &[Entry]) -> Option<String> {
     let mut total = agent_core::Usage::default();
+    // What each sub-agent had used when it last reported: its whole usage so far.
+    let mut children: std::collections::BTreeMap<&str, agent_core::Usage> = Default::default();
     for e in entries {
         match &e.event {
             Event::DecisionProposed { usage, .. }
             | Event::DecisionRejected { usage, .. }
+            | Event::ModelFailed { usage, .. }
             | Event::ContextCompacted { usage, .. }
             | Event::CompactionDeclined { usage, .. } => total.add(usage),
             Event::ModelRetried { retry, .. } => total.add(&retry.usage),
+            // Counted as the run counts it: what was not counted yet.
+            Event::SubAgentFinished { run_id, usage, .. } => {
+                let counted = children.insert(run_id, *usage).unwrap_or_default();
+                total.add(&usage.since(&counted));
+            }
             _ => {}
         }
     }

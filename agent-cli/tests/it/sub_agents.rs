@@ -161,3 +161,33 @@ fn agent_approve_parent_lists_and_answers_a_childs_approval() {
         "hi\n"
     );
 }
+
+/// The usage `agent show` totals under a timeline is the run's as `--json` reports it:
+/// its sub-agents' model calls included, as its budgets count them.
+#[test]
+fn the_usage_shown_under_a_timeline_counts_the_sub_agents() {
+    let env = Env::new();
+    let used = |input: u64, output: u64| json!({"input_tokens": input, "output_tokens": output});
+    let turns = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate_read", "arguments": {"goal": "look"}}],
+             "usage": used(100, 10)},
+            {"final": "parent done", "usage": used(200, 20)}
+        ],
+        "agents": {"look": {"turns": [{"final": "child done", "usage": used(1000, 100)}]}}
+    });
+    let path = env.dir.path().join("parent.json");
+    std::fs::write(&path, turns.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let v = json_of(&env.run(&["run", "--json", "--sub-agents", "--model", &model, "go"]));
+    assert_eq!(
+        (&v["usage"]["input_tokens"], &v["usage"]["output_tokens"]),
+        (&json!(1300), &json!(130))
+    );
+    let shown = env.run(&["show", v["run_id"].as_str().unwrap()]);
+    assert!(
+        stderr(&shown).contains("usage: 1300 in, 130 out"),
+        "{}",
+        stderr(&shown)
+    );
+}
