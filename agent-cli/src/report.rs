@@ -71,6 +71,8 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
         effects: Vec::new(),
     };
     let mut total = Usage::default();
+    // What each sub-agent had used when it last reported (its whole usage so far).
+    let mut children: std::collections::BTreeMap<&str, Usage> = Default::default();
     // When the work in progress began: the commit before a model call, the decision (or
     // the dispatch records) before its tools.
     let mut last_ms = d.started_ms;
@@ -127,14 +129,33 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                 total.add(usage);
                 d.points.push(point(*turn, e.at_ms, &total));
             }
-            Event::ModelFailed { turn, kind, .. } => d.bars.push(Bar {
-                kind: "model",
-                turn: *turn,
-                label: format!("failed: {kind}"),
-                start_ms: last_ms,
-                end_ms: e.at_ms,
-                status: kind.to_string(),
-            }),
+            Event::ModelFailed {
+                turn, kind, usage, ..
+            } => {
+                d.bars.push(Bar {
+                    kind: "model",
+                    turn: *turn,
+                    label: format!("failed: {kind}"),
+                    start_ms: last_ms,
+                    end_ms: e.at_ms,
+                    status: kind.to_string(),
+                });
+                // An attempt the provider accepted before it failed may be billed.
+                total.add(usage);
+                d.points.push(point(*turn, e.at_ms, &total));
+            }
+            Event::ModelRetried { retry, .. } => total.add(&retry.usage),
+            // A sub-agent's model calls are the run's, as its budgets count them.
+            Event::SubAgentFinished {
+                turn,
+                run_id,
+                usage,
+                ..
+            } => {
+                let counted = children.insert(run_id, *usage).unwrap_or_default();
+                total.add(&usage.since(&counted));
+                d.points.push(point(*turn, e.at_ms, &total));
+            }
             Event::EffectDispatched {
                 call_id,
                 effect_key,
@@ -359,6 +380,61 @@ mod tests {
         assert_eq!((last.input_tokens, last.output_tokens), (3_500, 305));
         assert_eq!(d.compactions.len(), 2);
         assert!(d.compactions[0].what.starts_with("summary not used"));
+    }
+
+    /// The curve counts what the run's budgets count: retried and failed attempts that may
+    /// be billed, and its sub-agents' calls (each report of a child its usage so far).
+    #[test]
+    fn retries_failures_and_sub_agents_count_in_the_usage() {
+        let log = [
+            started(),
+            entry(
+                2,
+                1_100,
+                Event::ModelRetried {
+                    turn: 1,
+                    retry: agent_core::Retry {
+                        attempt: 1,
+                        reason: "cut".into(),
+                        wait_ms: 10,
+                        usage: Usage::tokens(100, 1),
+                    },
+                },
+            ),
+            entry(
+                3,
+                1_200,
+                Event::ModelFailed {
+                    turn: 1,
+                    message: "gave up".into(),
+                    kind: agent_core::ModelErrorKind::Transport,
+                    usage: Usage::tokens(100, 2),
+                },
+            ),
+            entry(
+                4,
+                1_300,
+                Event::SubAgentFinished {
+                    turn: 2,
+                    call_id: "d1".into(),
+                    run_id: "r.child".into(),
+                    usage: Usage::tokens(1_000, 10),
+                },
+            ),
+            entry(
+                5,
+                1_400,
+                Event::SubAgentFinished {
+                    turn: 3,
+                    call_id: "d1".into(),
+                    run_id: "r.child".into(),
+                    usage: Usage::tokens(1_500, 15),
+                },
+            ),
+        ];
+        let d = data("r", &log);
+        let last = d.points.last().expect("points");
+        assert_eq!((last.input_tokens, last.output_tokens), (1_700, 18));
     }
 
     #[test]
