@@ -284,26 +284,44 @@ fn one_line(text: String) -> String {
 /// What the model calls of a log used in all, for the line after its timeline; `None`
 /// when no call reported any.
 pub fn usage_total(entries: &[Entry]) -> Option<String> {
-    let mut total = agent_core::Usage::default();
-    // What each sub-agent had used when it last reported: its whole usage so far.
-    let mut children: std::collections::BTreeMap<&str, agent_core::Usage> = Default::default();
+    let mut tally = UsageTally::default();
     for e in entries {
-        match &e.event {
+        tally.count(&e.event);
+    }
+    let total = tally.total;
+    (total.total_tokens() > 0).then(|| format!("usage: {}", usage_text(&total)))
+}
+
+/// What a run's model calls used, counted event by event as its budgets count them (the
+/// fold of `agent_core::RunState`): decisions, rejected and failed calls, retried attempts
+/// that may be billed, summaries, and its sub-agents' calls.
+#[derive(Default)]
+pub struct UsageTally<'a> {
+    /// The usage so far.
+    pub total: agent_core::Usage,
+    /// What each sub-agent had used when it last reported (its whole usage so far).
+    children: std::collections::BTreeMap<&'a str, agent_core::Usage>,
+}
+
+impl<'a> UsageTally<'a> {
+    /// Counts what `event` used; whether it says it used anything.
+    pub fn count(&mut self, event: &'a Event) -> bool {
+        match event {
             Event::DecisionProposed { usage, .. }
             | Event::DecisionRejected { usage, .. }
             | Event::ModelFailed { usage, .. }
             | Event::ContextCompacted { usage, .. }
-            | Event::CompactionDeclined { usage, .. } => total.add(usage),
-            Event::ModelRetried { retry, .. } => total.add(&retry.usage),
-            // Counted as the run counts it: what was not counted yet.
+            | Event::CompactionDeclined { usage, .. } => self.total.add(usage),
+            Event::ModelRetried { retry, .. } => self.total.add(&retry.usage),
+            // What was not counted yet.
             Event::SubAgentFinished { run_id, usage, .. } => {
-                let counted = children.insert(run_id, *usage).unwrap_or_default();
-                total.add(&usage.since(&counted));
+                let counted = self.children.insert(run_id, *usage).unwrap_or_default();
+                self.total.add(&usage.since(&counted));
             }
-            _ => {}
+            _ => return false,
         }
+        true
     }
-    (total.total_tokens() > 0).then(|| format!("usage: {}", usage_text(&total)))
 }
 
 /// Tokens (and cost, when known) of a call or a run: `1200 in (1000 cache read), 80 out,

@@ -70,25 +70,20 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
         denials: Vec::new(),
         effects: Vec::new(),
     };
-    let mut total = Usage::default();
-    // What each sub-agent had used when it last reported (its whole usage so far).
-    let mut children: std::collections::BTreeMap<&str, Usage> = Default::default();
+    let mut tally = crate::render::UsageTally::default();
     // When the work in progress began: the commit before a model call, the decision (or
     // the dispatch records) before its tools.
     let mut last_ms = d.started_ms;
     let mut tools_from = d.started_ms;
     for e in entries {
+        tally.count(&e.event);
+        let total = &tally.total;
         match &e.event {
             Event::RunStarted { goal, manifest, .. } => {
                 d.goal.clone_from(goal);
                 d.model = format!("{}:{}", manifest.provider, manifest.model);
             }
-            Event::DecisionProposed {
-                turn,
-                decision,
-                usage,
-                ..
-            } => {
+            Event::DecisionProposed { turn, decision, .. } => {
                 let label = match decision {
                     agent_core::Decision::ToolCalls { calls } => format!(
                         "{} tool call{}",
@@ -108,16 +103,10 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                     end_ms: e.at_ms,
                     status: "ok".to_owned(),
                 });
-                total.add(usage);
-                d.points.push(point(*turn, e.at_ms, &total));
+                d.points.push(point(*turn, e.at_ms, total));
                 tools_from = e.at_ms;
             }
-            Event::DecisionRejected {
-                turn,
-                problem,
-                usage,
-                ..
-            } => {
+            Event::DecisionRejected { turn, problem, .. } => {
                 d.bars.push(Bar {
                     kind: "model",
                     turn: *turn,
@@ -126,12 +115,9 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                     end_ms: e.at_ms,
                     status: "invalid_decision".to_owned(),
                 });
-                total.add(usage);
-                d.points.push(point(*turn, e.at_ms, &total));
+                d.points.push(point(*turn, e.at_ms, total));
             }
-            Event::ModelFailed {
-                turn, kind, usage, ..
-            } => {
+            Event::ModelFailed { turn, kind, .. } => {
                 d.bars.push(Bar {
                     kind: "model",
                     turn: *turn,
@@ -141,21 +127,10 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                     status: kind.to_string(),
                 });
                 // An attempt the provider accepted before it failed may be billed.
-                total.add(usage);
-                d.points.push(point(*turn, e.at_ms, &total));
+                d.points.push(point(*turn, e.at_ms, total));
             }
-            Event::ModelRetried { retry, .. } => total.add(&retry.usage),
             // A sub-agent's model calls are the run's, as its budgets count them.
-            Event::SubAgentFinished {
-                turn,
-                run_id,
-                usage,
-                ..
-            } => {
-                let counted = children.insert(run_id, *usage).unwrap_or_default();
-                total.add(&usage.since(&counted));
-                d.points.push(point(*turn, e.at_ms, &total));
-            }
+            Event::SubAgentFinished { turn, .. } => d.points.push(point(*turn, e.at_ms, total)),
             Event::EffectDispatched {
                 call_id,
                 effect_key,
@@ -217,7 +192,6 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                 tokens_before,
                 tokens_after,
                 through_version,
-                usage,
                 ..
             } => {
                 d.compactions.push(Mark {
@@ -226,19 +200,16 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                         "history through v{through_version} summarized: {tokens_before} → {tokens_after} tokens"
                     ),
                 });
-                // The summary's model call is paid for like the others.
-                total.add(usage);
             }
             Event::CompactionDeclined {
                 tokens_before,
                 tokens_after,
-                usage,
+                ..
             } => {
                 d.compactions.push(Mark {
                     at_ms: e.at_ms,
                     what: format!("summary not used: {tokens_before} → {tokens_after} tokens"),
                 });
-                total.add(usage);
             }
             Event::ApprovalRequested { turn, pending, .. } => d.approvals.push(Mark {
                 at_ms: e.at_ms,
