@@ -117,8 +117,15 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             until_empty,
         } => return worker::worker(&resolve(&plain, &none)?, concurrency, lease, until_empty),
         Commands::Cancel { run } => return cancel(&resolve(&plain, &none)?, json, &run),
-        Commands::Context { run, at, setup } => {
-            return context(&resolve(&setup, &none)?, json, &run, at);
+        Commands::Context {
+            run,
+            last,
+            at,
+            setup,
+        } => {
+            let settings = resolve(&setup, &none)?;
+            let run = named_or_newest(&settings.store, run, last)?;
+            return context(&settings, json, &run, at);
         }
         Commands::Runs => return runs(&resolve(&plain, &none)?.store, json),
         Commands::Fork {
@@ -179,16 +186,24 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 None => trust_command(&settings, json, path.as_deref()),
             };
         }
-        Commands::Report { run, out } => {
-            return report(&resolve(&plain, &none)?.store, &run, out);
+        Commands::Report { run, last, out } => {
+            let store = resolve(&plain, &none)?.store;
+            let run = named_or_newest(&store, run, last)?;
+            return report(&store, &run, out);
         }
         Commands::Show {
             run,
-            call: _,
-            follow: true,
-        } => return follow(&resolve(&plain, &none)?.store, json, &run),
-        Commands::Show { run, call, .. } => {
-            return show(&resolve(&plain, &none)?.store, json, &run, call.as_deref());
+            last,
+            call,
+            follow,
+        } => {
+            let store = resolve(&plain, &none)?.store;
+            let run = named_or_newest(&store, run, last)?;
+            return if follow {
+                self::follow(&store, json, &run)
+            } else {
+                show(&store, json, &run, call.as_deref())
+            };
         }
         Commands::Chat { run, setup } => return chat::chat(&resolve(&setup, &none)?, run),
         Commands::Resume {
@@ -470,6 +485,19 @@ pub(crate) fn recorded_model(
 }
 
 /// The id of the run started last in the store.
+/// The run named, or with `--last` the newest one (clap has made sure there is exactly one
+/// of them).
+fn named_or_newest(
+    location: &StoreLocation,
+    run: Option<String>,
+    last: bool,
+) -> Result<String, Failure> {
+    match run {
+        Some(run) if !last => Ok(run),
+        _ => newest_run(location),
+    }
+}
+
 fn newest_run(location: &StoreLocation) -> Result<String, Failure> {
     let store = OpenStore::must_exist(location)?;
     let runs = store.as_store().runs()?;

@@ -121,8 +121,12 @@ pub enum Commands {
     },
     /// Print the exact prompt the run's next model call would get, with its token estimate.
     Context {
-        /// The run id.
-        run: String,
+        /// The run id (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
         /// The prompt model call N was sent instead (N as `agent show` numbers turns).
         #[arg(long, value_name = "N")]
         at: Option<u32>,
@@ -149,8 +153,12 @@ pub enum Commands {
     /// Write a run's report: one self-contained HTML file (timeline, tokens and cost,
     /// compactions, approvals, effects, how it ended) to open in a browser.
     Report {
-        /// The run id.
-        run: String,
+        /// The run id (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
         /// Where to write it (default: agent-report-RUN.html here).
         #[arg(long = "out", short = 'o', value_name = "FILE")]
         out: Option<PathBuf>,
@@ -216,8 +224,13 @@ pub enum Commands {
     },
     /// Show a run's timeline, one line per event.
     Show {
-        /// The run id.
-        run: String,
+        /// The run id (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's): `agent show --last -f` follows the run just
+        /// started elsewhere.
+        #[arg(long)]
+        last: bool,
         /// Print this call whole (its arguments as JSON) instead of the timeline.
         #[arg(long = "call", value_name = "ID")]
         call: Option<String>,

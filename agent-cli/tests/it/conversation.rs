@@ -133,6 +133,17 @@ fn last_is_never_a_sub_agent_s_run() {
     let v = object(&out);
     assert_eq!(v["run_id"], parent["run_id"]);
     assert_eq!(v["answer"], "parent again");
+    // The commands that only read take --last the same way.
+    let shown = object(&env.run(&["show", "--json", "--last"]));
+    assert_eq!(shown["run_id"], parent["run_id"]);
+    let context = object(&env.run(&["context", "--json", "--last"]));
+    assert_eq!(context["run_id"], parent["run_id"], "{context}");
+    let out = env.run(&["report", "--last", "-o", "last.html"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(env.dir.path().join("last.html")).unwrap();
+    assert!(page.contains(parent["run_id"].as_str().unwrap()));
+    let both = env.run(&["show", "--last", parent["run_id"].as_str().unwrap()]);
+    assert_eq!(both.status.code(), Some(2));
 }
 
 #[test]
