@@ -767,6 +767,10 @@ fn runs(location: &StoreLocation, json: bool) -> Result<u8, Failure> {
         None => Vec::new(),
     };
     runs.sort_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)));
+    for run in &mut runs {
+        // The store's bookkeeping, not the run's.
+        run.sub_agent_usage.clear();
+    }
     if json {
         say(format_args!(
             "{}\n",

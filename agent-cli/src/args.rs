@@ -134,7 +134,7 @@ pub enum Commands {
         #[command(flatten)]
         setup: Setup,
     },
-    /// List runs: id, status, reason, steps, started.
+    /// List runs: id, status, reason, steps, tokens, cost, started.
     Runs,
     /// Trust the project's agent.toml / .mcp.json as they are now, so the commands, hooks
     /// and allow rules they bring are used (a changed file must be trusted again).

@@ -156,14 +156,28 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
     if runs.is_empty() {
         return "no runs yet; start one with `agent run`".to_owned();
     }
-    let rows: Vec<[String; 7]> = runs
+    let rows: Vec<[String; 9]> = runs
         .iter()
         .map(|r| {
+            // Unknown for a summary written before usage was kept.
+            let (tokens, cost) = match &r.usage {
+                Some(u) => (
+                    u.total_tokens().to_string(),
+                    if u.cost_usd > 0.0 {
+                        format!("${:.4}", u.cost_usd)
+                    } else {
+                        "-".to_owned()
+                    },
+                ),
+                None => ("?".to_owned(), "?".to_owned()),
+            };
             [
                 r.run_id.clone(),
                 shown_status(r).to_owned(),
                 r.reason.map_or("-", TerminalReason::as_str).to_owned(),
                 r.steps.to_string(),
+                tokens,
+                cost,
                 time(r.started_at_ms),
                 r.live.clone().unwrap_or_else(|| "-".to_owned()),
                 match (&r.forked_from, &r.parent) {
@@ -179,6 +193,8 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
         "STATUS",
         "REASON",
         "STEPS",
+        "TOKENS",
+        "COST",
         "STARTED",
         "DRIVEN BY",
         "FROM",
@@ -193,15 +209,16 @@ pub fn runs_table(runs: &[RunSummary]) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    let line = |cells: [&str; 7]| {
+    let last = header.len() - 1;
+    let line = |cells: [&str; 9]| {
         let mut text = String::new();
         for (c, cell) in cells.iter().enumerate() {
-            let pad = widths[c].saturating_sub(cell.chars().count());
+            let pad = " ".repeat(widths[c].saturating_sub(cell.chars().count()));
             match c {
-                // Counts line up on the right; the last column is not padded.
-                3 => text.push_str(&format!("{}{cell}  ", " ".repeat(pad))),
-                6 => text.push_str(cell),
-                _ => text.push_str(&format!("{cell}{}  ", " ".repeat(pad))),
+                // Numbers line up on the right; the last column is not padded.
+                3..=5 => text.push_str(&format!("{pad}{cell}  ")),
+                c if c == last => text.push_str(cell),
+                _ => text.push_str(&format!("{cell}{pad}  ")),
             }
         }
         text
@@ -721,24 +738,42 @@ mod tests {
         child.live = Some("process 4242".into());
         child.steps = 12;
         child.parent = Some("01M8ZRP000FJTBGQ4M13QX6DG0/d1".into());
-        let table = runs_table(&[run, child]);
+        child.usage = Some(agent_core::Usage {
+            cost_usd: 0.0123,
+            ..agent_core::Usage::tokens(1_000, 234)
+        });
+        let mut old = RunSummary::new("01OLD");
+        old.usage = None;
+        let table = runs_table(&[run, child, old]);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 3, "{table}");
+        assert_eq!(lines.len(), 4, "{table}");
         for (column, cells) in [
-            ("STATUS", ["finished", "running"]),
-            ("REASON", ["completed", "-"]),
-            ("STARTED", ["2026-12-04", "1970-01-01"]),
-            ("DRIVEN BY", ["-", "process 4242"]),
-            ("FROM", ["-", "sub-agent of"]),
+            ("STATUS", ["finished", "running", "interrupted"]),
+            ("REASON", ["completed", "-", "-"]),
+            ("STARTED", ["2026-12-04", "1970-01-01", "1970-01-01"]),
+            ("DRIVEN BY", ["-", "process 4242", "-"]),
+            ("FROM", ["-", "sub-agent of", "-"]),
         ] {
             let at = lines[0].find(column).unwrap();
             for (line, cell) in lines[1..].iter().zip(cells) {
                 assert_eq!(line[at..].find(cell), Some(0), "{column}: {table}");
             }
         }
-        // Counts end where their header ends.
-        let end = lines[0].find("STEPS").unwrap() + "STEPS".len();
-        assert_eq!(&lines[2][end - 2..end], "12", "{table}");
+        // Numbers end where their header ends; a usage not kept is unknown, not zero.
+        let end = |column: &str| lines[0].find(column).unwrap() + column.len();
+        assert_eq!(&lines[2][end("STEPS") - 2..end("STEPS")], "12", "{table}");
+        assert_eq!(&lines[1][end("TOKENS") - 1..end("TOKENS")], "0", "{table}");
+        assert_eq!(
+            &lines[2][end("TOKENS") - 4..end("TOKENS")],
+            "1234",
+            "{table}"
+        );
+        assert_eq!(
+            &lines[2][end("COST") - 7..end("COST")],
+            "$0.0123",
+            "{table}"
+        );
+        assert_eq!(&lines[3][end("COST") - 1..end("COST")], "?", "{table}");
     }
 
     #[test]

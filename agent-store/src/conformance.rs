@@ -259,14 +259,43 @@ fn the_index_follows_the_log(store: &dyn Store) {
     let run = "conf-index";
     must("append", store.append(run, 0, &[started(run, 7)]));
     must("append", store.append(run, 1, &[filler(2, 1)]));
+    // A sub-agent reports its whole usage so far each time: the second report adds only
+    // what is new. A retried attempt may be billed.
+    let child = |version: u64, input: u64| Entry {
+        version,
+        at_ms: 50 + version,
+        event: Event::SubAgentFinished {
+            turn: 1,
+            call_id: "d1".into(),
+            run_id: format!("{run}.child"),
+            usage: agent_core::Usage::tokens(input, input / 10),
+        },
+    };
+    let retried = Entry {
+        version: 5,
+        at_ms: 60,
+        event: Event::ModelRetried {
+            turn: 2,
+            retry: agent_core::Retry {
+                attempt: 1,
+                reason: "cut".into(),
+                wait_ms: 1,
+                usage: agent_core::Usage::tokens(7, 0),
+            },
+        },
+    };
+    must(
+        "append usage",
+        store.append(run, 2, &[child(3, 1_000), child(4, 1_500), retried]),
+    );
     let end = Entry {
-        version: 3,
+        version: 6,
         at_ms: 99,
         event: Event::RunEnded {
             outcome: Outcome::stop(TerminalReason::MaxSteps, "spent"),
         },
     };
-    must("append the end", store.append(run, 2, &[end]));
+    must("append the end", store.append(run, 5, &[end]));
     let runs = must("runs", store.runs());
     let summary = runs.iter().find(|s| s.run_id == run).cloned();
     let summary = summary.unwrap_or_else(|| panic!("run {run} is listed"));
@@ -275,6 +304,8 @@ fn the_index_follows_the_log(store: &dyn Store) {
         (summary.status.as_str(), summary.reason),
         ("stopped", Some(TerminalReason::MaxSteps))
     );
-    assert_eq!((summary.steps, summary.version), (1, 3));
+    assert_eq!((summary.steps, summary.version), (1, 6));
     assert_eq!((summary.started_at_ms, summary.ended_at_ms), (7, Some(99)));
+    let used = summary.usage.map(|u| (u.input_tokens, u.output_tokens));
+    assert_eq!(used, Some((1_507, 150)), "a new run's usage is kept");
 }

@@ -1,11 +1,13 @@
 //! The run index: one small record per run, kept up to date by each commit, so listing
 //! runs never reads their logs.
 
-use agent_core::{Entry, Event, TerminalReason};
+use std::collections::BTreeMap;
+
+use agent_core::{Entry, Event, TerminalReason, Usage};
 use serde::{Deserialize, Serialize};
 
 /// What `agent runs` shows of a run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
     /// The run id.
     pub run_id: String,
@@ -36,6 +38,14 @@ pub struct RunSummary {
     /// The run whose sub-agent this is (`RUN/call ID`), when it is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// What the run's model calls used, its sub-agents' included, as its budgets count
+    /// them; `None` in a summary written before the usage was kept (unknown, not zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// What each of its sub-agents had used when it last reported (a report says the
+    /// child's whole usage so far: only what was not counted yet counts).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sub_agent_usage: BTreeMap<String, Usage>,
 }
 
 impl RunSummary {
@@ -54,6 +64,8 @@ impl RunSummary {
             live: None,
             forked_from: None,
             parent: None,
+            usage: Some(Usage::default()),
+            sub_agent_usage: BTreeMap::new(),
         }
     }
 
@@ -75,9 +87,34 @@ impl RunSummary {
         })
     }
 
+    /// Adds what `event` says the run used, as the run's own fold counts it
+    /// (`agent_core::RunState`): nothing when the usage before is unknown.
+    fn count_usage(&mut self, event: &Event) {
+        let Some(total) = &mut self.usage else {
+            return;
+        };
+        match event {
+            Event::DecisionProposed { usage, .. }
+            | Event::DecisionRejected { usage, .. }
+            | Event::ModelFailed { usage, .. }
+            | Event::ContextCompacted { usage, .. }
+            | Event::CompactionDeclined { usage, .. } => total.add(usage),
+            Event::ModelRetried { retry, .. } => total.add(&retry.usage),
+            Event::SubAgentFinished { run_id, usage, .. } => {
+                let counted = self
+                    .sub_agent_usage
+                    .insert(run_id.clone(), *usage)
+                    .unwrap_or_default();
+                total.add(&usage.since(&counted));
+            }
+            _ => {}
+        }
+    }
+
     /// Updates the summary with one committed entry.
     pub fn apply(&mut self, entry: &Entry) {
         self.version = entry.version;
+        self.count_usage(&entry.event);
         match &entry.event {
             Event::RunStarted { goal, manifest, .. } => {
                 self.forked_from = manifest

@@ -190,4 +190,28 @@ fn the_usage_shown_under_a_timeline_counts_the_sub_agents() {
         "{}",
         stderr(&shown)
     );
+    // `agent runs` says the same of each run: the parent's whole, the child's its own.
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    let used: Vec<(Value, Value)> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["usage"]["input_tokens"].clone(),
+                r["usage"]["output_tokens"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        used,
+        [(json!(1300), json!(130)), (json!(1000), json!(100))],
+        "{runs}"
+    );
+    assert!(!runs.to_string().contains("sub_agent_usage"), "{runs}");
+    let table = stdout(&env.run(&["runs"]));
+    assert!(
+        table.contains("TOKENS") && table.contains(" 1430 "),
+        "{table}"
+    );
 }
