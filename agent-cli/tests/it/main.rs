@@ -361,35 +361,41 @@ fn budgets_from_flags_stop_with_exit_4() {
     assert_eq!(v["tool_calls"], 1);
 }
 
+/// `agent ARGS` in `env` with `input` on its standard input.
+fn with_input(env: &Env, args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write as _;
+    let mut child = env
+        .cmd()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // A command that refuses early may not read it all.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
 /// `-` as the goal (or a message) reads it from standard input: a task longer than a
 /// command line takes, or written by another program. Past 1 MiB, or not UTF-8, it is a
 /// one-line error and nothing is written.
 #[test]
 fn a_goal_or_message_of_a_dash_is_read_from_standard_input() {
-    use std::io::Write as _;
     let env = Env::new();
     let model = env.script(json!([{"final": "one"}, {"final": "two"}]));
-    let with_input = |args: &[&str], input: &[u8]| {
-        let mut child = env
-            .cmd()
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        // A command that refuses early may not read it all.
-        let _ = stdin.write_all(input);
-        drop(stdin);
-        child.wait_with_output().unwrap()
-    };
     let task = format!(
         "Summarize the notes.\n\n{}\n",
         "A line of the spec. ".repeat(8_000)
     );
     assert!(task.len() > 128 * 1024, "longer than one argument may be");
-    let out = with_input(&["run", "--json", "--model", &model, "-"], task.as_bytes());
+    let out = with_input(
+        &env,
+        &["run", "--json", "--model", &model, "-"],
+        task.as_bytes(),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
         .as_str()
@@ -402,7 +408,11 @@ fn a_goal_or_message_of_a_dash_is_read_from_standard_input() {
         "the goal is what came in, whole: {:?}",
         goal.get(..80)
     );
-    let out = with_input(&["resume", "--json", &id, "-"], "and then?\n".as_bytes());
+    let out = with_input(
+        &env,
+        &["resume", "--json", &id, "-"],
+        "and then?\n".as_bytes(),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", &id]).stdout).unwrap();
     let said = shown["events"]
@@ -419,18 +429,7 @@ fn a_goal_or_message_of_a_dash_is_read_from_standard_input() {
         (b"caf\xe9".to_vec(), "is not UTF-8 text (byte 3)"),
         (b" \n".to_vec(), "the goal is empty"),
     ] {
-        let mut child = other
-            .cmd()
-            .args(["run", "--model", &model, "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let _ = stdin.write_all(&input);
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
+        let out = with_input(&other, &["run", "--model", &model, "-"], &input);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(problem), "{err}");
