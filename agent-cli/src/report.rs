@@ -78,6 +78,15 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
     for e in entries {
         tally.count(&e.event);
         let total = &tally.total;
+        // A model call, from the commit before it to what it came to.
+        let model_bar = |turn: u32, label: String, status: String| Bar {
+            kind: "model",
+            turn,
+            label,
+            start_ms: last_ms,
+            end_ms: e.at_ms,
+            status,
+        };
         match &e.event {
             Event::RunStarted { goal, manifest, .. } => {
                 d.goal.clone_from(goal);
@@ -95,37 +104,24 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
                     agent_core::Decision::Clarification { .. } => "asks a question".to_owned(),
                     agent_core::Decision::CannotContinue { .. } => "cannot continue".to_owned(),
                 };
-                d.bars.push(Bar {
-                    kind: "model",
-                    turn: *turn,
-                    label,
-                    start_ms: last_ms,
-                    end_ms: e.at_ms,
-                    status: "ok".to_owned(),
-                });
+                d.bars.push(model_bar(*turn, label, "ok".to_owned()));
                 d.points.push(point(*turn, e.at_ms, total));
                 tools_from = e.at_ms;
             }
             Event::DecisionRejected { turn, problem, .. } => {
-                d.bars.push(Bar {
-                    kind: "model",
-                    turn: *turn,
-                    label: format!("invalid: {problem}"),
-                    start_ms: last_ms,
-                    end_ms: e.at_ms,
-                    status: "invalid_decision".to_owned(),
-                });
+                d.bars.push(model_bar(
+                    *turn,
+                    format!("invalid: {problem}"),
+                    "invalid_decision".to_owned(),
+                ));
                 d.points.push(point(*turn, e.at_ms, total));
             }
             Event::ModelFailed { turn, kind, .. } => {
-                d.bars.push(Bar {
-                    kind: "model",
-                    turn: *turn,
-                    label: format!("failed: {kind}"),
-                    start_ms: last_ms,
-                    end_ms: e.at_ms,
-                    status: kind.to_string(),
-                });
+                d.bars.push(model_bar(
+                    *turn,
+                    format!("failed: {kind}"),
+                    kind.to_string(),
+                ));
                 // An attempt the provider accepted before it failed may be billed.
                 d.points.push(point(*turn, e.at_ms, total));
             }
