@@ -313,31 +313,17 @@ pub fn usage_total(entries: &[Entry]) -> Option<String> {
 /// fold of `agent_core::RunState`): decisions, rejected and failed calls, retried attempts
 /// that may be billed, summaries, and its sub-agents' calls.
 #[derive(Default)]
-pub struct UsageTally<'a> {
+pub struct UsageTally {
     /// The usage so far.
     pub total: agent_core::Usage,
     /// What each sub-agent had used when it last reported (its whole usage so far).
-    children: std::collections::BTreeMap<&'a str, agent_core::Usage>,
+    children: std::collections::BTreeMap<String, agent_core::Usage>,
 }
 
-impl<'a> UsageTally<'a> {
-    /// Counts what `event` used; whether it says it used anything.
-    pub fn count(&mut self, event: &'a Event) -> bool {
-        match event {
-            Event::DecisionProposed { usage, .. }
-            | Event::DecisionRejected { usage, .. }
-            | Event::ModelFailed { usage, .. }
-            | Event::ContextCompacted { usage, .. }
-            | Event::CompactionDeclined { usage, .. } => self.total.add(usage),
-            Event::ModelRetried { retry, .. } => self.total.add(&retry.usage),
-            // What was not counted yet.
-            Event::SubAgentFinished { run_id, usage, .. } => {
-                let counted = self.children.insert(run_id, *usage).unwrap_or_default();
-                self.total.add(&usage.since(&counted));
-            }
-            _ => return false,
-        }
-        true
+impl UsageTally {
+    /// Counts what `event` used ([`Event::count_usage`]).
+    pub fn count(&mut self, event: &Event) {
+        event.count_usage(&mut self.total, &mut self.children);
     }
 }
 

@@ -350,6 +350,31 @@ pub enum Event {
 }
 
 impl Event {
+    /// Adds to `total` what this event says the run's model calls used, as the run's
+    /// budgets count it: decisions, rejected and failed calls, retried attempts that may be
+    /// billed, summaries, and its sub-agents' calls. A sub-agent reports its whole usage so
+    /// far, so only what `sub_agents` (each child's last report, kept here) had not counted
+    /// counts. Whether the event says it used anything. For readers that total a log
+    /// (`agent show`, a report, a store's run index); [`crate::RunState`] folds the same.
+    pub fn count_usage(&self, total: &mut Usage, sub_agents: &mut BTreeMap<String, Usage>) -> bool {
+        match self {
+            Event::DecisionProposed { usage, .. }
+            | Event::DecisionRejected { usage, .. }
+            | Event::ModelFailed { usage, .. }
+            | Event::ContextCompacted { usage, .. }
+            | Event::CompactionDeclined { usage, .. } => total.add(usage),
+            Event::ModelRetried { retry, .. } => total.add(&retry.usage),
+            Event::SubAgentFinished { run_id, usage, .. } => {
+                let counted = sub_agents
+                    .insert(run_id.clone(), *usage)
+                    .unwrap_or_default();
+                total.add(&usage.since(&counted));
+            }
+            _ => return false,
+        }
+        true
+    }
+
     /// The event's snake_case name, as in its JSON `type`.
     pub fn name(&self) -> &'static str {
         match self {

@@ -90,24 +90,8 @@ impl RunSummary {
     /// Adds what `event` says the run used, as the run's own fold counts it
     /// (`agent_core::RunState`): nothing when the usage before is unknown.
     fn count_usage(&mut self, event: &Event) {
-        let Some(total) = &mut self.usage else {
-            return;
-        };
-        match event {
-            Event::DecisionProposed { usage, .. }
-            | Event::DecisionRejected { usage, .. }
-            | Event::ModelFailed { usage, .. }
-            | Event::ContextCompacted { usage, .. }
-            | Event::CompactionDeclined { usage, .. } => total.add(usage),
-            Event::ModelRetried { retry, .. } => total.add(&retry.usage),
-            Event::SubAgentFinished { run_id, usage, .. } => {
-                let counted = self
-                    .sub_agent_usage
-                    .insert(run_id.clone(), *usage)
-                    .unwrap_or_default();
-                total.add(&usage.since(&counted));
-            }
-            _ => {}
+        if let Some(total) = &mut self.usage {
+            event.count_usage(total, &mut self.sub_agent_usage);
         }
     }
 
