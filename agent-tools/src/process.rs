@@ -417,6 +417,13 @@ mod watching {
 
     use super::{Ended, Link, PID_NAMESPACE_ENV, WATCH_ENV};
 
+    /// Set by a watcher for the init it starts when it gave the namespace mounts of its
+    /// own ([`own_mounts`]), so that the init may put this PID namespace's `/proc` in
+    /// place of the system's ([`own_proc`]); never set otherwise, whatever the
+    /// environment `agent` was started with, since over the system's mounts that would
+    /// replace every process's `/proc`.
+    const OWN_MOUNTS_ENV: &str = "AGENT_LOOP_OWN_MOUNTS";
+
     pub(super) fn serve(which: Link) {
         // A session of its own, led by this watcher, whose id is its group's: the one
         // `agent` kills should the watcher die without a report, and for the init of a
@@ -444,7 +451,7 @@ mod watching {
         let init = std::process::id() == 1;
         if !init {
             match enter_pid_namespace() {
-                Namespace::Entered => return start_init(which),
+                Namespace::Entered { own_mounts } => return start_init(which, own_mounts),
                 Namespace::NotAllowed => {}
                 Namespace::Broken(why) => {
                     if let Some(link) = link_of(which) {
@@ -462,6 +469,15 @@ mod watching {
             let name = name.as_encoded_bytes();
             if let Ok(name) = std::ffi::CString::new(&name[..name.len().min(15)]) {
                 let _ = nix::sys::prctl::set_name(&name);
+            }
+            if std::env::var_os(OWN_MOUNTS_ENV).is_some_and(|own| own == "1") {
+                own_proc();
+            }
+            if let Err(why) = drop_capabilities() {
+                if let Some(link) = link_of(which) {
+                    let _ = (&link).write_all(Ended::NotStarted(why).line().as_bytes());
+                }
+                return;
             }
         } else {
             // Without it, a process that left the group still escapes; the rest holds.
@@ -488,6 +504,7 @@ mod watching {
         command
             .args(args)
             .env_remove(WATCH_ENV)
+            .env_remove(OWN_MOUNTS_ENV)
             // This watcher's own group, whose id is the watcher's pid, which `agent` knows:
             // should the program kill this watcher (`kill -9 $PPID`, possible outside a
             // PID namespace), `agent` kills the group itself.
@@ -578,8 +595,9 @@ mod watching {
     /// Whether this watcher's children go into a PID namespace of their own
     /// ([`enter_pid_namespace`]).
     enum Namespace {
-        /// They do: the next one is the namespace's init.
-        Entered,
+        /// They do: the next one is the namespace's init. `own_mounts`: with mounts of
+        /// their own ([`own_mounts`]).
+        Entered { own_mounts: bool },
         /// The system does not allow it, or the person said not to ([`PID_NAMESPACE_ENV`]):
         /// the watcher watches as a subreaper.
         NotAllowed,
@@ -600,8 +618,15 @@ mod watching {
         if asked == "off" {
             return Namespace::NotAllowed;
         }
-        if asked != "user" && unshare(CloneFlags::CLONE_NEWPID).is_ok() {
-            return Namespace::Entered;
+        if asked != "user" {
+            if unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS).is_ok() {
+                return Namespace::Entered {
+                    own_mounts: own_mounts(),
+                };
+            }
+            if unshare(CloneFlags::CLONE_NEWPID).is_ok() {
+                return Namespace::Entered { own_mounts: false };
+            }
         }
         let restriction =
             std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
@@ -609,21 +634,106 @@ mod watching {
             return Namespace::NotAllowed;
         }
         let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
-        if unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).is_err() {
+        let namespaces = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID;
+        let with_mounts = if unshare(namespaces | CloneFlags::CLONE_NEWNS).is_ok() {
+            true
+        } else if unshare(namespaces).is_ok() {
+            false
+        } else {
             return Namespace::NotAllowed;
-        }
+        };
         // In a new user namespace a user is no one until mapped; an unprivileged process
         // may map only its own ids, and its groups only once it gave up `setgroups`.
         let mapped = std::fs::write("/proc/self/setgroups", "deny")
             .and_then(|()| std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1\n")))
             .and_then(|()| std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1\n")));
         match mapped {
-            Ok(()) => Namespace::Entered,
+            // The init needs `CAP_SYS_ADMIN` in this namespace to mount its `/proc`: a
+            // process of a user other than the namespace's root loses its capabilities when
+            // it starts a program, save those it holds as ambient ones, which the init
+            // drops before it starts its own ([`drop_capabilities`]).
+            Ok(()) => Namespace::Entered {
+                own_mounts: with_mounts && own_mounts() && keep_for_init(),
+            },
             Err(e) => Namespace::Broken(format!(
                 "cannot map its user into the user namespace of its watcher: {e} \
                  (set {PID_NAMESPACE_ENV}=off to run commands without one)"
             )),
         }
+    }
+
+    /// Makes the mount namespace this watcher just entered its own (every mount private,
+    /// so that nothing mounted here reaches the system's), then puts a devpts instance of
+    /// its own on `/dev/pts`: the terminals open on the system (the person's, those of
+    /// their other shells, which the user may open by name, `/dev/pts/N`) are not there
+    /// to open, and a program that makes a terminal makes it in this instance. `false`
+    /// (and nothing mounted) if the mounts could not be made private; a devpts that could
+    /// not be mounted leaves the system's in place.
+    fn own_mounts() -> bool {
+        use nix::mount::{MsFlags, mount};
+        let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+        if mount(None::<&str>, "/", None::<&str>, private, None::<&str>).is_err() {
+            return false;
+        }
+        let _ = mount(
+            Some("devpts"),
+            "/dev/pts",
+            Some("devpts"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+            Some("newinstance,ptmxmode=0666,mode=0620"),
+        );
+        true
+    }
+
+    /// Keeps `CAP_SYS_ADMIN` in this user namespace for the init this watcher starts
+    /// next, as an ambient capability; `false` if it cannot.
+    fn keep_for_init() -> bool {
+        use caps::{CapSet, Capability};
+        if nix::unistd::geteuid().is_root() {
+            // The namespace's root keeps its capabilities when it starts a program.
+            return true;
+        }
+        caps::raise(None, CapSet::Inheritable, Capability::CAP_SYS_ADMIN).is_ok()
+            && caps::raise(None, CapSet::Ambient, Capability::CAP_SYS_ADMIN).is_ok()
+    }
+
+    /// In the init of a namespace whose watcher gave it mounts of its own: a `/proc` of
+    /// this PID namespace's over the system's, so that a program sees the processes of
+    /// its call alone, and cannot read another's environment (the person's shell's, with
+    /// the keys `agent` withholds from commands, an MCP server's) or open files. Where it
+    /// cannot be mounted (a container whose `/proc` is partly covered), the system's stays.
+    fn own_proc() {
+        use nix::mount::{MsFlags, mount};
+        let _ = mount(
+            Some("proc"),
+            "/proc",
+            Some("proc"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None::<&str>,
+        );
+    }
+
+    /// In the init of a namespace, before it starts the program: every capability the
+    /// init holds dropped, unless it is root (the program then runs as root, as `agent`
+    /// does). The program must not inherit what let the init mount its `/proc`, with
+    /// which it could take the namespace's mounts away.
+    fn drop_capabilities() -> Result<(), String> {
+        use caps::CapSet;
+        let sets: &[CapSet] = if nix::unistd::geteuid().is_root() {
+            &[CapSet::Ambient]
+        } else {
+            &[
+                CapSet::Ambient,
+                CapSet::Inheritable,
+                CapSet::Effective,
+                CapSet::Permitted,
+            ]
+        };
+        for &set in sets {
+            caps::clear(None, set)
+                .map_err(|e| format!("cannot drop the capabilities of its watcher: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Whether the system lets an unprivileged process make a user namespace but not use
@@ -641,10 +751,17 @@ mod watching {
     /// outside, and everything inside dies when the init exits. Then lets go of the
     /// streams, so that they close when the init and the program close theirs, and waits
     /// for the init.
-    fn start_init(which: Link) {
+    fn start_init(which: Link, own_mounts: bool) {
         let mut args = std::env::args_os();
         let arg0 = args.next().unwrap_or_default();
-        let spawned = Command::new("/proc/self/exe").arg0(arg0).args(args).spawn();
+        let mut init = Command::new("/proc/self/exe");
+        init.arg0(arg0).args(args);
+        if own_mounts {
+            init.env(OWN_MOUNTS_ENV, "1");
+        } else {
+            init.env_remove(OWN_MOUNTS_ENV);
+        }
+        let spawned = init.spawn();
         let link = link_of(which);
         let mut init = match spawned {
             Ok(init) => init,

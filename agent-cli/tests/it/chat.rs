@@ -342,14 +342,22 @@ fn ctrl_c_at_the_terminal_stops_a_command_and_leaves_mcp_servers_running() {
 /// controlling terminal, so `/dev/tty` does not open; what it writes there is never shown
 /// (past the escaping of what `agent` shows), and it can neither read what the person types
 /// nor push keystrokes in to answer `agent`'s questions. In a PID namespace and without.
+/// In a namespace (made directly, or through a user namespace), the terminal is not there
+/// to be opened by its name (`/dev/pts/N`) either: the namespace has terminals of its own.
 #[test]
 fn a_command_cannot_reach_the_persons_terminal() {
-    for namespace in ["", "off"] {
+    for namespace in ["", "user", "off"] {
         let env = Env::new();
+        let by_name = if namespace == "off" {
+            ""
+        } else {
+            "for p in /dev/pts/[0-9]*; do [ -e $p ] && printf 'ma%s\\n' rker >$p && echo wrote $p; \
+             done; echo pts: $(ls /dev/pts); "
+        };
         let model = env.script(json!([
             {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
-                "command": "printf 'ma%s\\n' rker >/dev/tty; echo tty=$?; \
-                            read -r -t 1 line </dev/tty; echo read=$?"}}]},
+                "command": format!("{by_name}printf 'ma%s\\n' rker >/dev/tty; echo tty=$?; \
+                                    read -r -t 1 line </dev/tty; echo read=$?")}}]},
             {"final": "done"}
         ]));
         let mut agent = env.cmd();
@@ -367,8 +375,15 @@ fn a_command_cannot_reach_the_persons_terminal() {
             .find(|e| e["type"] == "tool_finished")
             .unwrap();
         let output = finished["result"]["output"].as_str().unwrap().to_owned();
+        let listed = if namespace == "off" {
+            ""
+        } else {
+            "pts: ptmx\n"
+        };
         assert!(
-            output.starts_with("exit code: 0\n--- stdout ---\ntty=1\nread=1\n"),
+            output.starts_with(&format!(
+                "exit code: 0\n--- stdout ---\n{listed}tty=1\nread=1\n"
+            )),
             "{namespace:?}: {output}"
         );
         assert!(

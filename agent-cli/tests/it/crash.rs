@@ -580,6 +580,24 @@ fn a_write_dispatched_but_not_run_is_reconciled_as_not_applied_and_run() {
     check_log(&env, &id);
 }
 
+/// The system's pid of the process that `pid` names in the PID namespace it runs in (where
+/// a command runs, and sees a `/proc` of its namespace's alone), working in `dir`: the
+/// process whose last `NSpid` is `pid`, the same as its pid outside any namespace. `None`
+/// once no such process is left.
+fn system_pid(dir: &std::path::Path, pid: &str) -> Option<String> {
+    let dir = dir.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+            let inside = nspid.split_whitespace().last()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            (inside == pid && cwd == dir).then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+}
+
 /// Whether process `pid` still runs (a zombie does not: it did all it will do).
 fn running(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -617,8 +635,9 @@ fn killed_mid_call(env: &Env, args: &[&str], pid_file: &str) {
     });
     assert!(started, "the call never started");
     let pid = std::fs::read_to_string(&path).unwrap();
+    let pid = system_pid(env.dir.path(), pid.trim());
     assert!(
-        running(pid.trim()),
+        pid.is_some_and(|pid| running(&pid)),
         "the call's process runs while the run does"
     );
     child.kill().unwrap();
@@ -698,10 +717,13 @@ fn the_process_in_dies(env: &Env, file: &str, after: &str) {
         .unwrap()
         .trim()
         .to_owned();
-    assert!(
-        eventually(Duration::from_secs(20), || !running(&pid)),
-        "process {pid} outlived {after}"
-    );
+    // Found once: a process gone before is gone.
+    if let Some(pid) = system_pid(env.dir.path(), &pid) {
+        assert!(
+            eventually(Duration::from_secs(20), || !running(&pid)),
+            "process {pid} outlived {after}"
+        );
+    }
     assert!(!env.dir.path().join("effects.txt").exists());
 }
 
@@ -786,35 +808,22 @@ for p in /proc/[0-9]*; do
   e=$(tr '\0' '\n' < $p/environ 2>/dev/null | grep -c '^CANARY_API_KEY=')
   f=$(ls $p/fd 2>/dev/null | wc -l)
   echo "agent environ=$e fd=$f"
-done"#;
+done
+echo end"#;
 
 /// A command cannot read through `/proc` what `agent` keeps from it: the environment it
 /// was not given (a key's value, which the command could send anywhere, encoded past the
 /// redaction), nor `agent`'s open files (the person's terminal among them). So even where
 /// it runs as the same user in no user namespace of its own (`AGENT_LOOP_PID_NAMESPACE=off`,
-/// as on a system that allows none). Run as a user who is not root when the tests run as
-/// root (root reads every process's files).
+/// as on a system that allows none). In a namespace of its own, `agent` is not even there
+/// to be seen. Run as a user who is not root when the tests run as root (root reads every
+/// process's files).
 #[test]
 fn a_command_cannot_read_agents_environment_or_open_files_through_proc() {
-    use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
-    // The user `agent` runs as works in the test's directory.
-    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let model = one_shell_call(&env, READS_AGENT_THROUGH_PROC);
-    for namespace in ["off", ""] {
-        let mut cmd = if nix::unistd::geteuid().is_root() {
-            let mut cmd = std::process::Command::new("setpriv");
-            cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(env!("CARGO_BIN_EXE_agent"))
-                .args(env.bare().get_args())
-                .envs(env.bare().get_envs().filter_map(|(k, v)| Some((k, v?))))
-                .env_remove("AGENT_STORE")
-                .current_dir(env.dir.path());
-            cmd
-        } else {
-            env.bare()
-        };
-        let out = cmd
+    for (namespace, seen) in [("off", "agent environ=0 fd=0\n"), ("", "")] {
+        let out = not_root(&env)
             .arg("--store")
             .arg(env.store())
             .env("AGENT_LOOP_PID_NAMESPACE", namespace)
@@ -828,8 +837,99 @@ fn a_command_cannot_read_agents_environment_or_open_files_through_proc() {
             .as_str()
             .unwrap_or_else(|| panic!("{result}"));
         assert!(
-            stdout.contains("--- stdout ---\nagent environ=0 fd=0\n--- stderr"),
+            stdout.contains(&format!("--- stdout ---\n{seen}end\n")),
             "namespace {namespace:?}: {stdout}"
+        );
+    }
+}
+
+/// `agent` run as a user who is not root (`nobody`, through `setpriv`) when the tests run
+/// as root, in the test's directory (made writable by all); else as [`Env::bare`] does.
+fn not_root(env: &Env) -> std::process::Command {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        return env.bare();
+    }
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(NOBODY)
+        .arg(env!("CARGO_BIN_EXE_agent"))
+        .args(env.bare().get_args())
+        .envs(env.bare().get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .env_remove("AGENT_STORE")
+        .current_dir(env.dir.path());
+    cmd
+}
+
+/// `setpriv`'s arguments that run a program as `nobody`.
+const NOBODY: [&str; 4] = ["--reuid=65534", "--regid=65534", "--clear-groups", "--"];
+
+/// A command in a PID namespace of its own sees a `/proc` of that namespace: the processes
+/// of its call and no other, so it cannot read the environment of another process of the
+/// user it runs as (the person's shell, where the keys `agent` withholds from commands are
+/// often exported; here a `sleep` given one) nor its files. As root (the namespace made
+/// directly) and as another user (through a user namespace: the namespace's first process
+/// is given what it needs to mount it, then drops it; the command holds no capability).
+#[test]
+fn a_command_sees_only_the_processes_of_its_own_call() {
+    let as_root = nix::unistd::geteuid().is_root();
+    for not_root_too in [false, true] {
+        if not_root_too && !as_root {
+            continue;
+        }
+        let env = Env::new();
+        let mut person = if not_root_too {
+            let mut person = std::process::Command::new("setpriv");
+            person.args(NOBODY).arg("sleep");
+            person
+        } else {
+            std::process::Command::new("sleep")
+        };
+        let mut person = person
+            .arg("600")
+            .env("CANARY_TOKEN", "canary-value-5418")
+            .spawn()
+            .unwrap();
+        let model = one_shell_call(
+            &env,
+            &format!(
+                "tr '\\0' '\\n' < /proc/{}/environ | grep -c CANARY; \
+                 ls /proc | grep -c '^[0-9]'; grep CapEff /proc/self/status",
+                person.id()
+            ),
+        );
+        let mut agent = if not_root_too {
+            not_root(&env)
+        } else {
+            env.bare()
+        };
+        let out = agent
+            .arg("--store")
+            .arg(env.store())
+            .args(["run", "--json", "--allow", "shell", "--model", &model, "go"])
+            .output()
+            .unwrap();
+        person.kill().unwrap();
+        person.wait().unwrap();
+        let result = call_results(&env, &out)("call-1");
+        let output = result["output"].as_str().unwrap();
+        // `bash -c`, the pipeline's `ls` and `grep`: a handful, where the system has
+        // dozens of processes.
+        let listed: usize = output.lines().nth(3).unwrap().parse().unwrap();
+        assert_eq!(
+            (output.lines().nth(2), listed < 8),
+            (Some("0"), true),
+            "not root: {not_root_too}: {output}"
+        );
+        // What let the namespace's first process mount its `/proc` is not the command's.
+        let capabilities = output.lines().nth(4).unwrap();
+        assert!(
+            !not_root_too || capabilities == "CapEff:\t0000000000000000",
+            "{output}"
+        );
+        assert!(
+            output.contains(&format!("/proc/{}/environ: No such file", person.id())),
+            "{output}"
         );
     }
 }
@@ -1085,14 +1185,9 @@ fn an_mcp_server_runs_in_a_pid_namespace_its_env_cannot_turn_off() {
             .unwrap_or_default()
             .to_owned()
     };
-    // Its pid in the system's namespace, then 2 in its own.
-    let nspid = text("ns");
-    let pids: Vec<&str> = nspid
-        .split_once("NSpid:")
-        .map(|(_, pids)| pids.split_whitespace().collect())
-        .unwrap_or_default();
-    assert_eq!(pids.len(), 2, "{nspid}");
-    assert_eq!(pids[1], "2", "{nspid}");
+    // 2 in its own namespace, whose `/proc` it sees (and no other): in the system's, 2 is
+    // the kernel's thread daemon, never a program's.
+    assert_eq!(text("ns"), "NSpid:\t2");
     assert_eq!(text("var"), "AGENT_LOOP_PID_NAMESPACE=");
 }
 

@@ -80,9 +80,8 @@ impl Env {
 /// server the `agent` binary starts itself: `env` prints one of its environment variables,
 /// `die` kills the server in the middle of the call, and `slow` writes its pid to
 /// `server.pid`, then a line to `effects.txt` a minute later; `env` of `NSpid` prints that
-/// line of its `/proc/self/status`. The pids written are as the
-/// system's `/proc` sees them, not `getpid()`: the server runs in a PID namespace of its
-/// own, where its number is another.
+/// line of its `/proc/self/status`. The pids written are those of
+/// the server's PID namespace, whose `/proc` it sees.
 const PY_MCP_SERVER: &str = r#"
 import json, os, subprocess, sys, time
 if os.environ.get("LEAVE_A_DAEMON"):
