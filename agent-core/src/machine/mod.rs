@@ -225,6 +225,21 @@ impl Machine {
         &self.budget
     }
 
+    /// What is left of the wall-clock budget at `now_ms`, as an [`Input::Tick`] then would
+    /// judge it: the time worked on the run so far (every exchange, not the waits for a
+    /// person between them) taken from it. `None` when the run has no such budget. A
+    /// deadline the caller sleeps until is this far from now; one that says `Some(0)` is
+    /// passed, and the next tick ends the run.
+    pub fn wall_time_left(&self, now_ms: u64) -> Option<u64> {
+        let max = self.budget.max_wall_time_ms?;
+        let worked = if self.working.version == 0 {
+            0
+        } else {
+            self.working.worked_by(self.now_ms.max(now_ms))
+        };
+        Some(max.saturating_sub(worked))
+    }
+
     /// Time passes, without the wall-clock budget being judged: for the caller holding an
     /// answer to the outstanding command (a model's reply, a summary, a check's verdict),
     /// which hands it next, to be recorded at this time and judged with it. An

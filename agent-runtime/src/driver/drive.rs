@@ -571,15 +571,16 @@ impl Runtime {
             .collect()
     }
 
-    /// Resolves when the run's wall-clock budget is spent; never if it has none.
+    /// Resolves when the run's wall-clock budget is spent, as the machine counts it (the
+    /// time worked, not the waits for a person between exchanges): a tick then ends the
+    /// run. Never if it has no such budget.
     pub(super) async fn deadline(&self, machine: &Machine) {
-        match machine.budget().max_wall_time_ms {
-            Some(max) => {
-                let end = machine.state().started_at_ms.saturating_add(max);
-                let left = end.saturating_sub(self.clock.now_ms());
-                tokio::time::sleep(Duration::from_millis(left)).await;
+        loop {
+            match machine.wall_time_left(self.clock.now_ms()) {
+                None => std::future::pending().await,
+                Some(0) => return,
+                Some(left) => tokio::time::sleep(Duration::from_millis(left)).await,
             }
-            None => std::future::pending().await,
         }
     }
 

@@ -405,6 +405,49 @@ async fn the_wall_clock_budget_interrupts_a_slow_model() {
     );
 }
 
+/// The wall-clock budget counts the time worked, not the time since the run began: a
+/// follow-up an hour after the first exchange ended gets what the first left of it (here
+/// nearly all), and its slow model is waited for, not cut off at once.
+#[tokio::test(start_paused = true)]
+async fn a_follow_up_long_after_the_first_exchange_has_what_is_left_of_the_wall_clock_budget() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"final": "first"},
+        {"final": "second", "delay_ms": 3000}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s
+        .runtime(script, Arc::clone(&store), vec![])
+        .with_clock(Arc::new(TokioClock(tokio::time::Instant::now())));
+    let budget = Budget {
+        max_wall_time_ms: Some(10_000),
+        ..Budget::default()
+    };
+    let first = rt
+        .start(
+            RunRequest::new("run-later", "g", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.outcome.reason, TerminalReason::Completed);
+    tokio::time::advance(std::time::Duration::from_secs(3_600)).await;
+    let before = tokio::time::Instant::now();
+    let second = rt
+        .reply("run-later", "and then?", None, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        (second.outcome.reason, second.outcome.answer.as_deref()),
+        (TerminalReason::Completed, Some("second"))
+    );
+    assert_eq!(
+        before.elapsed().as_millis(),
+        3_000,
+        "the model was waited for"
+    );
+}
+
 /// A write tool, which asks by default.
 struct Save;
 
