@@ -100,6 +100,11 @@ pub struct ForkOrigin {
     pub version: u64,
     /// The model call the fork makes first (its prefix is what came before that call).
     pub at: u32,
+    /// When the fork was made (ms since the epoch): its wall-clock budget counts from then,
+    /// and it is the fork's start as runs are listed (its first events keep the parent's
+    /// times). `None` in a fork made before this was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made_at_ms: Option<u64>,
 }
 
 /// The validators of a run's final answer, recorded at its start so that every

@@ -55,14 +55,15 @@ pub enum ForkError {
 }
 
 /// The log of run `run_id`, forked from `parent` (a whole committed log) before its model
-/// call `at`: the parent's entries before that call, with the first (`run_started`) made
-/// the fork's own: its run id, and `manifest` (what shapes the fork from then on) with
-/// the origin recorded. The goal stays the parent's.
+/// call `at` at `now_ms`: the parent's entries before that call, with the first
+/// (`run_started`) made the fork's own: its run id, and `manifest` (what shapes the fork
+/// from then on) with the origin recorded. The goal stays the parent's.
 pub fn fork_log(
     parent: &[Entry],
     at: u32,
     run_id: &str,
     mut manifest: Manifest,
+    now_ms: u64,
 ) -> Result<Vec<Entry>, ForkError> {
     let state = RunState::fold(parent)?;
     // Calls are numbered from 1: there is no call 0 to cut before.
@@ -76,6 +77,7 @@ pub fn fork_log(
         run_id: state.run_id.clone(),
         version,
         at,
+        made_at_ms: Some(now_ms),
     }));
     if let Some(Entry {
         event:

@@ -147,8 +147,13 @@ pub struct RunState {
     /// Wall-clock time worked before the current exchange began (ms); the time a run
     /// waited for a person between exchanges does not count.
     pub worked_ms: u64,
-    /// When the current exchange began (ms since the epoch).
+    /// When the current exchange began (ms since the epoch); for a fork, not before the
+    /// fork was made.
     pub exchange_started_at_ms: u64,
+    /// For a fork, when it was made: the time before it (in the parent, and between the
+    /// parent's last inherited event and the fork) is not time the fork worked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_at_ms: Option<u64>,
     /// The budget a person set with a user message, replacing the one the run started with.
     pub budget: Option<crate::budget::Budget>,
     /// Each sub-agent run's usage as last recorded (already counted in `usage`).
@@ -194,6 +199,7 @@ impl Default for RunState {
             exchange_tool_calls: 0,
             worked_ms: 0,
             exchange_started_at_ms: 0,
+            forked_at_ms: None,
             budget: None,
             sub_agents: BTreeMap::new(),
             last_results_turn: 0,
@@ -282,6 +288,12 @@ impl RunState {
     /// Tool calls started in the current exchange.
     pub fn exchange_tool_calls_used(&self) -> u32 {
         self.tool_calls.saturating_sub(self.exchange_tool_calls)
+    }
+
+    /// When work that began at `at_ms` counts from: then, or for a fork when it was made
+    /// if that is later (an exchange begun in the parent counts in the fork from there).
+    fn worked_from(&self, at_ms: u64) -> u64 {
+        self.forked_at_ms.map_or(at_ms, |made| at_ms.max(made))
     }
 
     /// Wall-clock time worked on the run by `now_ms`: every exchange so far, not the time
@@ -375,7 +387,8 @@ impl RunState {
                 self.goal.clone_from(goal);
                 self.manifest = Some(manifest.clone());
                 self.started_at_ms = entry.at_ms;
-                self.exchange_started_at_ms = entry.at_ms;
+                self.forked_at_ms = manifest.forked_from.as_ref().and_then(|f| f.made_at_ms);
+                self.exchange_started_at_ms = self.worked_from(entry.at_ms);
                 self.status = Status::Running;
             }
             Event::UserMessage { budget, .. } => {
@@ -383,7 +396,7 @@ impl RunState {
                     self.updated_at_ms
                         .saturating_sub(self.exchange_started_at_ms),
                 );
-                self.exchange_started_at_ms = entry.at_ms;
+                self.exchange_started_at_ms = self.worked_from(entry.at_ms);
                 self.exchange = self.exchange.saturating_add(1);
                 self.exchange_steps = self.steps;
                 self.exchange_tool_calls = self.tool_calls;

@@ -19,7 +19,7 @@ pub struct RunSummary {
     pub reason: Option<TerminalReason>,
     /// Model calls made.
     pub steps: u32,
-    /// When the run started (ms since the epoch).
+    /// When the run started (ms since the epoch): for a fork, when it was made.
     pub started_at_ms: u64,
     /// When it ended, if it has.
     pub ended_at_ms: Option<u64>,
@@ -110,7 +110,12 @@ impl RunSummary {
                     .as_ref()
                     .map(|p| format!("{}/{}", p.run_id, p.call_id));
                 self.goal.clone_from(goal);
-                self.started_at_ms = entry.at_ms;
+                // A fork starts when it is made; its first events keep its parent's times.
+                self.started_at_ms = manifest
+                    .forked_from
+                    .as_ref()
+                    .and_then(|o| o.made_at_ms)
+                    .unwrap_or(entry.at_ms);
             }
             Event::DecisionProposed { .. }
             | Event::DecisionRejected { .. }

@@ -23,6 +23,20 @@ fn a_fork_goes_on_from_the_same_prompt_and_shows_its_lineage() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let parent_id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    // A run started after the parent, before the fork.
+    let between = env.dir.path().join("between.json");
+    std::fs::write(
+        &between,
+        json!({"turns": [{"final": "between"}]}).to_string(),
+    )
+    .unwrap();
+    let out = env.run(&[
+        "run",
+        "--model",
+        &format!("script:{}", between.display()),
+        "b",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
     let other = env.dir.path().join("other.json");
     let turns = json!({"turns": [
@@ -41,6 +55,9 @@ fn a_fork_goes_on_from_the_same_prompt_and_shows_its_lineage() {
     assert_eq!(v["answer"], "fork done");
     let fork_id = v["run_id"].as_str().unwrap().to_owned();
     assert_ne!(fork_id, parent_id);
+    // The newest run is the fork just made, though its log begins with its parent's.
+    let last = json_of(&env.run(&["show", "--json", "--last"]));
+    assert_eq!(last["events"][0]["run_id"], fork_id.as_str());
     // The inherited shell call did not run again; the fork's own did, once.
     let effects = std::fs::read_to_string(env.dir.path().join("effects.txt")).unwrap();
     assert_eq!(effects, "parent\nfork\n");

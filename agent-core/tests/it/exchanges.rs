@@ -146,6 +146,40 @@ fn wall_time_counts_the_exchanges_not_the_waits_between() {
     assert_eq!(two.outcome.reason, TerminalReason::Completed);
 }
 
+/// What a driver waits for before it ticks the run to its end: the budget less the time
+/// worked, counted as the machine counts it. A follow-up an hour later has what the first
+/// exchange left; a fork made an hour later has it all, its inherited prefix and the hour
+/// since not being its own work.
+#[test]
+fn what_is_left_of_the_wall_clock_budget_is_the_time_not_yet_worked() {
+    let mut w = world(vec![Final("a"), Final("b")]);
+    for t in &mut w.script {
+        t.delay_ms = 300;
+    }
+    w.budget.max_wall_time_ms = Some(1_000);
+    let one = check(w.clone(), TerminalReason::Completed);
+    let (first, last) = (one.log[0].at_ms, one.log[one.log.len() - 1].at_ms);
+    assert!(
+        last - first >= 300,
+        "the first exchange took its model's time"
+    );
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let later = last + 3_600_000;
+    let follow_up = Machine::reply(specs.clone(), &one.log, "more".into(), None, later).unwrap();
+    assert_eq!(
+        follow_up.wall_time_left(later + 100),
+        Some(1_000 - (last - first) - 100)
+    );
+    assert_eq!(follow_up.wall_time_left(later + 5_000), Some(0));
+
+    let mut manifest = state(&one).manifest.unwrap();
+    manifest.budget.max_wall_time_ms = Some(1_000);
+    let forked = fork_log(&one.log, 1, "fork", manifest, later).unwrap();
+    let fork = Machine::resume(specs, &forked, later).unwrap();
+    assert_eq!(fork.wall_time_left(later + 200), Some(800));
+    assert_eq!(fork.state().forked_at_ms, Some(later));
+}
+
 #[test]
 fn streaks_and_repeats_start_again_with_a_message() {
     let mut w = world(vec![

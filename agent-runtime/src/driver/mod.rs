@@ -479,14 +479,16 @@ impl Runtime {
         if log.is_empty() {
             return Err(RuntimeError::Refused(format!("there is no run {parent}")));
         }
-        let entries =
-            agent_core::fork_log(&log, at, run_id, self.manifest(budget)).map_err(|e| match e {
+        let made = self.clock.now_ms();
+        let entries = agent_core::fork_log(&log, at, run_id, self.manifest(budget), made).map_err(
+            |e| match e {
                 agent_core::ForkError::Fold(e) => RuntimeError::Damaged {
                     run_id: parent.to_owned(),
                     message: e.to_string(),
                 },
                 other => RuntimeError::Refused(other.to_string()),
-            })?;
+            },
+        )?;
         let id = run_id.to_owned();
         self.store_work(move |store| store.append(&id, 0, &entries))
             .await??;

@@ -183,3 +183,49 @@ async fn a_fork_the_run_did_not_reach_is_refused_and_nothing_is_written() {
             .is_err()
     );
 }
+
+/// A fork's wall-clock budget counts from when it is made: a fork of a run that began an
+/// hour ago, given 10 s, waits 3 s for its model and completes; its summary says it
+/// started then (so the newest run is the fork just made).
+#[tokio::test(start_paused = true)]
+async fn a_fork_made_long_after_its_parent_has_its_whole_wall_clock_budget() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let parent = runtime(&s, parent_script(), Arc::clone(&store)).with_clock(clock.clone());
+    parent
+        .start(
+            RunRequest::new("parent", "write things", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    tokio::time::advance(std::time::Duration::from_secs(3_600)).await;
+    let made_at = clock.now_ms();
+    let script = json!({"turns": [
+        {"final": "never asked: inherited"},
+        {"final": "fork done", "delay_ms": 3000}
+    ]});
+    let forker = runtime(&s, script, Arc::clone(&store)).with_clock(clock.clone());
+    let budget = Budget {
+        max_wall_time_ms: Some(10_000),
+        ..Budget::default()
+    };
+    let report = forker
+        .fork("parent", 2, "fork", budget, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.outcome.reason, report.outcome.answer.as_deref()),
+        (TerminalReason::Completed, Some("fork done")),
+        "{}",
+        report.outcome.message
+    );
+    let summary = store
+        .runs()
+        .unwrap()
+        .into_iter()
+        .find(|r| r.run_id == "fork")
+        .unwrap();
+    assert_eq!(summary.started_at_ms, made_at);
+}
