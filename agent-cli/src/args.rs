@@ -327,8 +327,8 @@ pub struct Limits {
     /// Tool calls allowed per exchange (default 128).
     #[arg(long, value_name = "N")]
     pub max_tool_calls: Option<u32>,
-    /// Wall-clock budget of the run in seconds (time spent waiting for a person between
-    /// exchanges does not count).
+    /// Wall-clock budget of the run in seconds (time spent waiting for a person, for an
+    /// approval or between exchanges, does not count).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
     /// Tokens the run may use in all (input and output, summaries and sub-agents included).

@@ -144,12 +144,17 @@ pub struct RunState {
     pub exchange_steps: u32,
     /// Tool calls started before the current exchange began.
     pub exchange_tool_calls: u32,
-    /// Wall-clock time worked before the current exchange began (ms); the time a run
-    /// waited for a person between exchanges does not count.
+    /// Wall-clock time worked before the current stretch of work began (ms): the time a
+    /// run waited for a person (between exchanges, for an approval, for a call in doubt to
+    /// be resolved) does not count.
     pub worked_ms: u64,
-    /// When the current exchange began (ms since the epoch); for a fork, not before the
-    /// fork was made.
+    /// When the current stretch of work began (ms since the epoch): the current exchange's
+    /// start, or the answer that let a run paused for a person go on; for a fork, not
+    /// before the fork was made.
     pub exchange_started_at_ms: u64,
+    /// When the run paused for a person's approval or resolution, while it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at_ms: Option<u64>,
     /// For a fork, when it was made: the time before it (in the parent, and between the
     /// parent's last inherited event and the fork) is not time the fork worked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,6 +205,7 @@ impl Default for RunState {
             worked_ms: 0,
             exchange_started_at_ms: 0,
             forked_at_ms: None,
+            paused_at_ms: None,
             budget: None,
             sub_agents: BTreeMap::new(),
             last_results_turn: 0,
@@ -297,10 +303,31 @@ impl RunState {
     }
 
     /// Wall-clock time worked on the run by `now_ms`: every exchange so far, not the time
-    /// it waited for a person in between.
+    /// it waited for a person in between or within one.
     pub fn worked_by(&self, now_ms: u64) -> u64 {
+        let until = self
+            .paused_at_ms
+            .map_or(now_ms, |paused| paused.min(now_ms));
         self.worked_ms
-            .saturating_add(now_ms.saturating_sub(self.exchange_started_at_ms))
+            .saturating_add(until.saturating_sub(self.exchange_started_at_ms))
+    }
+
+    /// The run paused for a person at `at_ms`: its work stops counting.
+    fn pause(&mut self, at_ms: u64) {
+        if self.paused_at_ms.is_none() {
+            self.paused_at_ms = Some(at_ms);
+        }
+    }
+
+    /// The person answered at `at_ms` and the run goes on: the time worked before the pause
+    /// is kept, and work counts again from the answer.
+    fn go_on(&mut self, at_ms: u64) {
+        if let Some(paused) = self.paused_at_ms.take() {
+            self.worked_ms = self
+                .worked_ms
+                .saturating_add(paused.saturating_sub(self.exchange_started_at_ms));
+            self.exchange_started_at_ms = self.worked_from(at_ms);
+        }
     }
 
     /// Whether the latest turn still has calls without an answer while the run is running:
@@ -392,10 +419,12 @@ impl RunState {
                 self.status = Status::Running;
             }
             Event::UserMessage { budget, .. } => {
-                self.worked_ms = self.worked_ms.saturating_add(
-                    self.updated_at_ms
-                        .saturating_sub(self.exchange_started_at_ms),
-                );
+                // Work stopped with the exchange's last event, or when it paused for a
+                // person who then ended it (`agent cancel`).
+                let until = self.paused_at_ms.take().unwrap_or(self.updated_at_ms);
+                self.worked_ms = self
+                    .worked_ms
+                    .saturating_add(until.saturating_sub(self.exchange_started_at_ms));
                 self.exchange_started_at_ms = self.worked_from(entry.at_ms);
                 self.exchange = self.exchange.saturating_add(1);
                 self.exchange_steps = self.steps;
@@ -491,6 +520,7 @@ impl RunState {
                 }
             }
             Event::ResolutionRequested { turn, pending } => {
+                self.pause(entry.at_ms);
                 self.status = Status::AwaitingResolution {
                     turn: *turn,
                     pending: pending.clone(),
@@ -516,6 +546,7 @@ impl RunState {
                 }
                 if pending.is_empty() {
                     self.status = Status::Running;
+                    self.go_on(entry.at_ms);
                 }
             }
             Event::ApprovalRequested {
@@ -530,6 +561,7 @@ impl RunState {
                     .filter_map(|p| Some((p.call_id.clone(), p.path.clone()?)))
                     .chain(allowed_paths.iter().map(|(id, p)| (id.clone(), p.clone())));
                 self.judged_paths.extend(paths);
+                self.pause(entry.at_ms);
                 self.status = Status::AwaitingApproval(Approval {
                     turn: *turn,
                     summary: summary.clone(),
@@ -555,6 +587,7 @@ impl RunState {
                 }
                 if approval.pending.is_empty() {
                     self.status = Status::Running;
+                    self.go_on(entry.at_ms);
                 }
             }
             Event::ToolFinished {

@@ -180,6 +180,50 @@ fn what_is_left_of_the_wall_clock_budget_is_the_time_not_yet_worked() {
     assert_eq!(fork.state().forked_at_ms, Some(later));
 }
 
+/// The time a run waits for a person within an exchange (an approval, a call in doubt to
+/// be settled) is not worked either: a write approved an hour after it was asked for runs,
+/// and the run goes on with what its budget had left; one that works past it still stops.
+#[test]
+fn wall_time_does_not_count_the_wait_for_an_approval() {
+    use crate::harness::{Person, resume};
+    for (model_ms, expected) in [
+        (300, TerminalReason::Completed),
+        (600, TerminalReason::DeadlineExceeded),
+    ] {
+        let mut w = world(vec![
+            Calls(vec![("w1", "write", json!({"path": "a"}))]),
+            Final("done"),
+        ]);
+        for t in &mut w.script {
+            t.delay_ms = model_ms;
+        }
+        w.budget.max_wall_time_ms = Some(1_000);
+        w.asks_for("write");
+        w.person.push_back(Person::Away);
+        let paused = check(w.clone(), TerminalReason::ApprovalRequired);
+        let waiting = state(&paused);
+        assert!(waiting.paused_at_ms.is_some());
+        assert_eq!(
+            waiting.worked_by(waiting.updated_at_ms + 3_600_000),
+            model_ms
+        );
+        let mut later = w;
+        later.person = [Person::Approve].into();
+        let mut at = paused.boundaries.last().unwrap().clone();
+        at.clock += 3_600_000;
+        let approved = resume(later, &paused.log, &at);
+        assert_eq!(approved.outcome.reason, expected, "{model_ms} ms a call");
+        assert_eq!(
+            approved.executed_names(),
+            ["write"],
+            "the approved write ran"
+        );
+        let done = state(&approved);
+        assert_eq!(done.paused_at_ms, None);
+        assert!(done.worked_by(done.updated_at_ms) < 2 * model_ms + 100);
+    }
+}
+
 #[test]
 fn streaks_and_repeats_start_again_with_a_message() {
     let mut w = world(vec![
