@@ -299,13 +299,31 @@ fn one_line(text: String) -> String {
 }
 
 /// What the model calls of a log used in all, for the line after its timeline; `None`
-/// when no call reported any.
+/// when no call reported any. For a fork, what it used itself, then what the calls it
+/// inherited had used (its parent's spending, which its budgets do not count).
 pub fn usage_total(entries: &[Entry]) -> Option<String> {
+    let inherited_until = match entries.first().map(|e| &e.event) {
+        Some(Event::RunStarted { manifest, .. }) => {
+            manifest.forked_from.as_ref().map(|f| f.version)
+        }
+        _ => None,
+    };
     let mut tally = UsageTally::default();
+    let mut inherited = agent_core::Usage::default();
     for e in entries {
         tally.count(&e.event);
+        if Some(e.version) == inherited_until {
+            inherited = tally.total;
+        }
     }
     let total = tally.total;
+    if inherited.total_tokens() > 0 {
+        return Some(format!(
+            "usage: {} (the fork's own; before it, its parent's calls used {})",
+            usage_text(&total.since(&inherited)),
+            usage_text(&inherited)
+        ));
+    }
     (total.total_tokens() > 0).then(|| format!("usage: {}", usage_text(&total)))
 }
 

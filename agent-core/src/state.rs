@@ -109,10 +109,15 @@ pub struct RunState {
     pub steps: u32,
     /// Tool calls started.
     pub tool_calls: u32,
-    /// `write`/`external` calls started.
+    /// `write`/`external` calls started (by a fork, since it was made: the budget's count).
     pub write_actions: u32,
-    /// Tokens and money over all model calls.
+    /// Tokens and money over all model calls of the log (a fork's inherited ones included:
+    /// what its budgets count is [`RunState::budget_usage`]).
     pub usage: Usage,
+    /// For a fork: what its inherited prefix used, the parent's spending, which the fork's
+    /// budgets do not count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited_usage: Option<Usage>,
     /// Where the run stands.
     pub status: Status,
     /// The latest model call's turn number.
@@ -155,6 +160,11 @@ pub struct RunState {
     /// When the run paused for a person's approval or resolution, while it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_at_ms: Option<u64>,
+    /// For a fork, the last version of its log inherited from its parent: once folded,
+    /// the fork's own budgets start ([`RunState::budget_usage`], the step, tool-call and
+    /// write-action counts).
+    #[serde(skip)]
+    fork_version: Option<u64>,
     /// For a fork, when it was made: the time before it (in the parent, and between the
     /// parent's last inherited event and the fork) is not time the fork worked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -189,6 +199,7 @@ impl Default for RunState {
             tool_calls: 0,
             write_actions: 0,
             usage: Usage::default(),
+            inherited_usage: None,
             status: Status::New,
             turn: 0,
             turn_calls: Vec::new(),
@@ -206,6 +217,7 @@ impl Default for RunState {
             exchange_started_at_ms: 0,
             forked_at_ms: None,
             paused_at_ms: None,
+            fork_version: None,
             budget: None,
             sub_agents: BTreeMap::new(),
             last_results_turn: 0,
@@ -312,6 +324,23 @@ impl RunState {
             .saturating_add(until.saturating_sub(self.exchange_started_at_ms))
     }
 
+    /// What the run's token and cost budgets count: every model call of the log, or for a
+    /// fork those it made itself (what it inherited was its parent's spending).
+    pub fn budget_usage(&self) -> Usage {
+        self.inherited_usage
+            .map_or(self.usage, |inherited| self.usage.since(&inherited))
+    }
+
+    /// A fork's inherited prefix is folded: what follows is the fork's own work, which its
+    /// budgets count from here, as for a new exchange (the same exchange goes on: its
+    /// streaks and repeats are the prefix's).
+    fn begin_own_work(&mut self) {
+        self.inherited_usage = Some(self.usage);
+        self.exchange_steps = self.steps;
+        self.exchange_tool_calls = self.tool_calls;
+        self.write_actions = 0;
+    }
+
     /// The run paused for a person at `at_ms`: its work stops counting.
     fn pause(&mut self, at_ms: u64) {
         if self.paused_at_ms.is_none() {
@@ -415,6 +444,7 @@ impl RunState {
                 self.manifest = Some(manifest.clone());
                 self.started_at_ms = entry.at_ms;
                 self.forked_at_ms = manifest.forked_from.as_ref().and_then(|f| f.made_at_ms);
+                self.fork_version = manifest.forked_from.as_ref().map(|f| f.version);
                 self.exchange_started_at_ms = self.worked_from(entry.at_ms);
                 self.status = Status::Running;
             }
@@ -626,6 +656,9 @@ impl RunState {
         }
         self.version = entry.version;
         self.updated_at_ms = entry.at_ms;
+        if self.fork_version == Some(entry.version) {
+            self.begin_own_work();
+        }
         Ok(())
     }
 

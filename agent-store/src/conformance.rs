@@ -21,6 +21,7 @@ pub fn check_all(store: &dyn Store) {
     a_batch_must_continue_the_log(store);
     unknown_runs_are_not_found(store);
     the_index_follows_the_log(store);
+    a_fork_is_listed_with_its_own_start_and_usage(store);
     blobs_are_stored_once_by_content(store);
     a_log_reads_from_any_version(store);
     a_wait_answers_with_what_is_committed(store);
@@ -253,6 +254,43 @@ fn unknown_runs_are_not_found(store: &dyn Store) {
         store.load("conf-missing"),
         Err(StoreError::RunNotFound(_))
     ));
+}
+
+/// A fork is written whole up to where it was made (its parent's entries, with their times
+/// and usage), then goes on: it is listed as started when it was made, with the usage of
+/// its own calls, not its parent's.
+fn a_fork_is_listed_with_its_own_start_and_usage(store: &dyn Store) {
+    let run = "conf-fork";
+    let mut first = started(run, 7);
+    if let Event::RunStarted { manifest, .. } = &mut first.event {
+        manifest.forked_from = Some(Box::new(agent_core::ForkOrigin {
+            run_id: "conf-parent".into(),
+            version: 2,
+            at: 2,
+            made_at_ms: Some(500),
+        }));
+    }
+    let used = |version: u64, input: u64| Entry {
+        version,
+        at_ms: 500 + version,
+        event: Event::ModelFailed {
+            turn: 1,
+            message: "cut".into(),
+            kind: agent_core::ModelErrorKind::Other,
+            usage: agent_core::Usage::tokens(input, 0),
+        },
+    };
+    must(
+        "append the prefix",
+        store.append(run, 0, &[first, used(2, 1_000)]),
+    );
+    must("append its own", store.append(run, 2, &[used(3, 30)]));
+    let runs = must("runs", store.runs());
+    let summary = runs.iter().find(|s| s.run_id == run).cloned();
+    let summary = summary.unwrap_or_else(|| panic!("run {run} is listed"));
+    assert_eq!(summary.started_at_ms, 500, "a fork starts when it is made");
+    let used = summary.usage.map(|u| u.input_tokens);
+    assert_eq!(used, Some(30), "a fork's usage is its own");
 }
 
 fn the_index_follows_the_log(store: &dyn Store) {

@@ -39,9 +39,14 @@ pub struct RunSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
     /// What the run's model calls used, its sub-agents' included, as its budgets count
-    /// them; `None` in a summary written before the usage was kept (unknown, not zero).
+    /// them (a fork's own, not what it inherited from its parent); `None` in a summary
+    /// written before the usage was kept (unknown, not zero).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// For a fork, the last version of its log inherited from its parent: the usage counts
+    /// what comes after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherited_until: Option<u64>,
     /// What each of its sub-agents had used when it last reported (a report says the
     /// child's whole usage so far: only what was not counted yet counts).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -65,6 +70,7 @@ impl RunSummary {
             forked_from: None,
             parent: None,
             usage: Some(Usage::default()),
+            inherited_until: None,
             sub_agent_usage: BTreeMap::new(),
         }
     }
@@ -105,6 +111,7 @@ impl RunSummary {
                     .forked_from
                     .as_ref()
                     .map(|o| format!("{}@{}", o.run_id, o.at));
+                self.inherited_until = manifest.forked_from.as_ref().map(|o| o.version);
                 self.parent = manifest
                     .parent
                     .as_ref()
@@ -165,6 +172,10 @@ impl RunSummary {
             | Event::CompactionDeclined { .. }
             | Event::ModelRetried { .. }
             | Event::ToolFinished { .. } => {}
+        }
+        // A fork's inherited prefix is folded: its usage was the parent's spending.
+        if self.inherited_until == Some(entry.version) && self.usage.is_some() {
+            self.usage = Some(Usage::default());
         }
     }
 }

@@ -109,3 +109,56 @@ fn a_fork_where_the_run_never_was_is_refused_with_nothing_written() {
     let runs = json_of(&env.run(&["runs", "--json"]));
     assert_eq!(runs.as_array().unwrap().len(), 1);
 }
+
+/// A fork's token budget and its line in `agent runs` count the calls it made itself: its
+/// inherited calls were its parent's spending. `agent show` says both.
+#[test]
+fn a_fork_s_budget_and_listing_count_its_own_calls() {
+    let env = Env::new();
+    let list = |id: &str, input: u64| {
+        json!({"tool_calls": [{"id": id, "name": "list_dir", "arguments": {}}],
+               "usage": {"input_tokens": input, "output_tokens": 1000}})
+    };
+    let script = env.script(json!([
+        list("c1", 40_000),
+        list("c2", 41_000),
+        {"final": "three", "usage": {"input_tokens": 42_000, "output_tokens": 100}}
+    ]));
+    let out = env.run(&["run", "--json", "--model", &script, "go"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let parent = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let out = env.run(&[
+        "fork",
+        &parent,
+        "--at",
+        "3",
+        "--json",
+        "--max-tokens",
+        "50000",
+        "--model",
+        &script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let fork = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    let listed = |id: &str| {
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == id)
+            .map(|r| r["usage"]["input_tokens"].clone())
+    };
+    assert_eq!(
+        (listed(&parent), listed(&fork)),
+        (Some(json!(123_000)), Some(json!(42_000)))
+    );
+    // The usage line goes to standard error, after the timeline.
+    let shown = stderr(&env.run(&["show", &fork]));
+    assert!(
+        shown.ends_with(
+            "usage: 42000 in, 100 out (the fork's own; before it, its parent's calls used \
+             81000 in, 2000 out)\n"
+        ),
+        "{shown}"
+    );
+}

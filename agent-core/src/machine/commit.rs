@@ -75,7 +75,7 @@ impl Machine {
             ));
         }
         if let Some(max) = self.budget.max_tokens {
-            let used = state.usage.total_tokens();
+            let used = state.budget_usage().total_tokens();
             let least = next_call.input_tokens;
             if used >= max {
                 return self.end(Outcome::stop(
@@ -94,7 +94,7 @@ impl Machine {
             }
         }
         if let Some(max) = self.budget.max_cost_usd {
-            let used = state.usage.cost_usd;
+            let used = state.budget_usage().cost_usd;
             let least = next_call.cost_usd;
             if used >= max {
                 return self.end(Outcome::stop(

@@ -213,11 +213,12 @@ impl Machine {
         self.committed
     }
 
-    /// What the run's model calls have used, the turn being worked on included: its reply
-    /// is committed with its calls' results, once they have run, so [`Machine::state`] does
-    /// not hold it yet while they run (sub-agents among them, whose budget is what is left).
-    pub fn spent(&self) -> &Usage {
-        &self.working.usage
+    /// What the run's model calls have used as its budgets count it
+    /// ([`RunState::budget_usage`]), the turn being worked on included: its reply is
+    /// committed with its calls' results, once they have run, so [`Machine::state`] does not
+    /// hold it yet while they run (sub-agents among them, whose budget is what is left).
+    pub fn spent(&self) -> Usage {
+        self.working.budget_usage()
     }
 
     /// The run's budget.

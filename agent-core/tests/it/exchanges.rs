@@ -224,6 +224,59 @@ fn wall_time_does_not_count_the_wait_for_an_approval() {
     }
 }
 
+/// A fork's budgets count what it does itself: its inherited calls were its parent's
+/// spending and steps. A fork at call 3, given 300 tokens and 2 steps, makes its two calls
+/// (240 tokens) and completes, though its log's calls used 480 and made 4.
+#[test]
+fn a_fork_s_budgets_count_from_the_fork() {
+    use crate::harness::{Boundary, resume};
+    let w = world(vec![
+        Calls(vec![read("a")]),
+        Calls(vec![read("b")]),
+        Calls(vec![read("c")]),
+        Final("done"),
+    ]);
+    let parent = check(w.clone(), TerminalReason::Completed);
+    let budget = Budget {
+        max_tokens: Some(300),
+        max_steps: 2,
+        ..Budget::default()
+    };
+    let made = parent.log[parent.log.len() - 1].at_ms + 1_000;
+    let forked = fork_log(
+        &parent.log,
+        3,
+        "fork",
+        crate::harness::manifest(budget),
+        made,
+    )
+    .unwrap();
+    let at = Boundary {
+        log_len: forked.len(),
+        script_pos: 2,
+        clock: made,
+        model_calls: 2,
+        ..Boundary::default()
+    };
+    let fork = resume(w, &forked, &at);
+    assert_eq!(
+        fork.outcome.reason,
+        TerminalReason::Completed,
+        "{}",
+        fork.outcome.message
+    );
+    let s = state(&fork);
+    assert_eq!(
+        (
+            s.steps,
+            s.usage.total_tokens(),
+            s.budget_usage().total_tokens()
+        ),
+        (4, 480, 240)
+    );
+    assert_eq!(s.inherited_usage.map(|u| u.total_tokens()), Some(240));
+}
+
 #[test]
 fn streaks_and_repeats_start_again_with_a_message() {
     let mut w = world(vec![

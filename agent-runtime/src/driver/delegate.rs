@@ -183,7 +183,7 @@ impl Runtime {
     ) -> (Vec<ToolResult>, Vec<(CallId, String, Usage)>) {
         let budget = machine.budget();
         let spend = Arc::new(Spend {
-            used: Mutex::new(*machine.spent()),
+            used: Mutex::new(machine.spent()),
             max_tokens: budget.max_tokens,
             max_cost_usd: budget.max_cost_usd,
         });
@@ -270,7 +270,7 @@ impl Runtime {
         };
         let child = self.child(model, summarizer, tools, parent, read_only);
         let worked = machine.state().worked_by(self.clock.now_ms());
-        let budget = sub_agent_budget(machine.budget(), machine.spent(), worked, args.max_steps);
+        let budget = sub_agent_budget(machine.budget(), &machine.spent(), worked, args.max_steps);
         let report = match child
             .sub_agent_report(&child_id, &args.goal, budget, stop)
             .await

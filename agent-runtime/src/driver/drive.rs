@@ -594,7 +594,7 @@ impl Runtime {
     /// passes the run's token or cost budget, all its attempts together.
     fn spend_limit(&self, machine: &Machine, least: u64) -> SpendLimit {
         let budget = machine.budget();
-        let used = &machine.state().usage;
+        let used = machine.state().budget_usage();
         SpendLimit {
             tokens: budget
                 .max_tokens
