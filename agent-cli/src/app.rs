@@ -641,6 +641,15 @@ pub(crate) fn new_budget(
 
 fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> {
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
+    // A run another process drives is stopped by that process, asked through the store.
+    if let Some(by) = store.driver(run_id)?
+        && store.as_store().ask_to_stop(run_id)?
+    {
+        // `None`: its process died meanwhile, and the run is cancelled from here.
+        if let Some(report) = stopped_by_its_driver(&store, &settings.store, run_id, &by)? {
+            return Ok(finish(&report, json));
+        }
+    }
     store.take(run_id)?;
     let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
     // Cancelling asks no model and starts nothing.
@@ -649,6 +658,36 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
     let rt = tokio_one_run()?;
     let report = rt.block_on(runtime.cancel(run_id))?;
     Ok(finish(&report, json))
+}
+
+/// How long `agent cancel` waits for the process driving a run to stop it.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until the process driving `run_id` (`by`), asked to stop it, lets the run go; then
+/// where the run stands (`cancelled`, or how it ended first). `None` when it stands nowhere
+/// (its process died before it stopped the run: it is interrupted).
+fn stopped_by_its_driver(
+    store: &OpenStore,
+    location: &StoreLocation,
+    run_id: &str,
+    by: &str,
+) -> Result<Option<Report>, Failure> {
+    let deadline = std::time::Instant::now() + STOP_WAIT;
+    let log = store.as_store().load(run_id)?;
+    let mut follower = Follower::after(run_id, &log);
+    while follower.next(store)?.is_some() {
+        if std::time::Instant::now() >= deadline {
+            return Err(failed(format!(
+                "run {run_id}: {by} was asked to stop it, and still drives it after {} s \
+                 (a chat keeps its run between messages: leave it with /exit)",
+                STOP_WAIT.as_secs()
+            )));
+        }
+    }
+    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+    let reader = OpenStore::must_exist(location)?;
+    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), reader.into_shared());
+    Ok(tokio_one_run()?.block_on(runtime.standing(run_id))?)
 }
 
 fn finish(report: &Report, json: bool) -> u8 {

@@ -114,7 +114,8 @@ pub enum Commands {
         #[command(flatten)]
         setup: Setup,
     },
-    /// Cancel a paused or interrupted run: it ends `cancelled`, nothing more runs.
+    /// Cancel a run: it ends `cancelled`, nothing more runs. A live one is stopped by the
+    /// process or worker driving it, as a Ctrl-C there would; this waits for it.
     Cancel {
         /// The run id.
         run: String,

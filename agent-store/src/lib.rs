@@ -103,6 +103,23 @@ pub trait Store: Send + Sync {
         }
     }
 
+    /// Asks whoever drives run `run_id` now to stop it, as a Ctrl-C at its terminal would
+    /// (`agent cancel` of a live run): `Ok(true)` when the request reached it, `Ok(false)`
+    /// when nothing drives the run or this store carries no such requests (the default).
+    fn ask_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
+        let _ = run_id;
+        Ok(false)
+    }
+
+    /// For the process driving run `run_id`: whether someone asked it to stop
+    /// ([`Store::ask_to_stop`]) since it last looked (a request is seen once). `None` when
+    /// this store carries no such requests (the default), so that a driver need not keep
+    /// asking.
+    fn stop_asked(&self, run_id: &str) -> Option<bool> {
+        let _ = run_id;
+        None
+    }
+
     /// Every run's summary, by run id.
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
 

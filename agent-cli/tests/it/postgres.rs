@@ -703,6 +703,47 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
     assert_eq!(flaky.received()[0].body["max_completion_tokens"], 77);
 }
 
+/// `agent cancel` of a run a worker drives asks that worker to stop it, through the
+/// queue: the command it was running is stopped, nothing more starts, the run ends
+/// `cancelled` (exit 130) and the worker goes on with the queue.
+#[test]
+fn a_queued_run_is_cancelled_while_its_worker_drives_it() {
+    let q = Queue::new();
+    let gate = q.ws.join("gate");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
+            {"final": "never asked"}
+        ]),
+    );
+    let id = q.submit(&model, &["--allow", "shell"], "stop me");
+    let mut follow = crate::follower(&q.env, &q.url, &id, &[]);
+    let worker = q.worker(&["--until-empty"], true);
+    let mut out = std::io::BufReader::new(follow.stdout.take().unwrap());
+    crate::lines_until(&mut out, "effect_dispatched");
+    let cancelled = q.agent(&["cancel", "--json", &id]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    let outcome: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(outcome["reason"], "cancelled");
+    let worked = worker.wait_with_output().unwrap();
+    assert_eq!(worked.status.code(), Some(0), "{}", stderr(&worked));
+    let followed = follow.wait_with_output().unwrap();
+    assert_eq!(followed.status.code(), Some(130), "{}", stderr(&followed));
+    let shown: Value = serde_json::from_slice(&q.agent(&["show", "--json", &id]).stdout).unwrap();
+    let events = shown["events"].as_array().unwrap();
+    assert_eq!(
+        events[events.len() - 2]["result"]["error"]["kind"],
+        "cancelled"
+    );
+    assert_eq!(events[events.len() - 1]["type"], "run_ended");
+}
+
 /// A queued run is followed from before a worker takes it until the worker ends it: each
 /// event once, as `agent show` prints them, and `agent run`'s exit code.
 #[test]

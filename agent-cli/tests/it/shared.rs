@@ -72,10 +72,11 @@ fn a_live_run_is_listed_and_shown_as_it_goes_and_no_second_process_takes_it() {
     assert_eq!(context.status.code(), Some(0), "{}", stderr(&context));
     assert_eq!(json_out(&context)["live"], by.as_str());
 
-    // Nobody else may drive it meanwhile.
+    // Nobody else may drive it meanwhile (`agent cancel` asks its process to stop it:
+    // `a_live_run_is_cancelled_from_another_process`).
     for args in [
         vec!["resume", id.as_str()],
-        vec!["cancel", id.as_str()],
+        vec!["approve", id.as_str()],
         vec!["resume", id.as_str(), "a message"],
     ] {
         let out = env.run(&args);
@@ -117,6 +118,47 @@ fn a_run_whose_process_was_killed_is_interrupted_not_running() {
     let out = env.run(&["resume", "--json", id]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(json_out(&out)["reason"], "outcome_unknown");
+}
+
+/// `agent cancel` of a run another process drives asks that process to stop it, as a
+/// Ctrl-C at its terminal would: the command it was running is stopped, nothing more
+/// starts, both commands say `cancelled` (exit 130), and the log ends so. A run nobody
+/// drives is cancelled as before; a cancelled run is not cancelled again.
+#[test]
+fn a_live_run_is_cancelled_from_another_process() {
+    let env = Env::new();
+    let (child, seen) = gated_run(&env, &[json!({"final": "never asked"})]);
+    let id = run_of(&seen);
+    let out = env.run(&["cancel", "--json", &id]);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(json_out(&out)["reason"], "cancelled");
+    let driver = child.wait_with_output().unwrap();
+    assert_eq!(driver.status.code(), Some(130), "{}", stderr(&driver));
+    let shown = json_out(&env.run(&["show", "--json", &id]));
+    let kinds: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_started",
+            "decision_proposed",
+            "effect_dispatched",
+            "tool_finished",
+            "run_ended"
+        ]
+    );
+    assert_eq!(shown["events"][3]["result"]["error"]["kind"], "cancelled");
+    let again = env.run(&["cancel", &id]);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("already ended"),
+        "{}",
+        stderr(&again)
+    );
 }
 
 /// A run whose first call, `cat gate`, waits until the test writes to the FIFO `gate`,

@@ -1,6 +1,7 @@
 //! The drive loop: each command of the machine carried out (model calls, checks, tools,
 //! commits, waits), each answer handed back, until the run ends or pauses.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_context::{Projector, Summarized};
@@ -39,6 +40,10 @@ impl Runtime {
             agent.terminal_reason = tracing::field::Empty,
         );
         let inside = span.clone();
+        // A person may ask from elsewhere that the run stop (`agent cancel`): as a Ctrl-C
+        // here would, no new action starts after that.
+        let cancel = cancel.child_token();
+        let _watch = self.watch_stop_requests(&run_id, &cancel);
         async move {
             let report = match self.drive_in_span(run_id, machine, log, cancel).await {
                 Ok(report) => Ok(self.surface_children(report).await),
@@ -571,6 +576,36 @@ impl Runtime {
             .collect()
     }
 
+    /// Cancels `cancel` once someone asks the store that the run stop
+    /// ([`agent_store::Store::ask_to_stop`]), looking every [`STOP_POLL`] until dropped;
+    /// nothing when the store carries no such requests. A request made before this drive
+    /// began (while the run waited between two) is not this drive's: it is let go first.
+    fn watch_stop_requests(&self, run_id: &str, cancel: &CancellationToken) -> Watch {
+        let store = Arc::clone(&self.store);
+        let run_id = run_id.to_owned();
+        let cancel = cancel.clone();
+        // The store may block (a database's round trip): asked off the async threads.
+        let asked = move || {
+            let store = Arc::clone(&store);
+            let run_id = run_id.clone();
+            tokio::task::spawn_blocking(move || store.stop_asked(&run_id))
+        };
+        let task = tokio::spawn(async move {
+            // The first look lets go of an earlier request, and says whether to look at all.
+            if !matches!(asked().await, Ok(Some(_))) {
+                return;
+            }
+            loop {
+                tokio::time::sleep(STOP_POLL).await;
+                if matches!(asked().await, Ok(Some(true))) {
+                    cancel.cancel();
+                    return;
+                }
+            }
+        });
+        Watch(task)
+    }
+
     /// Resolves when the run's wall-clock budget is spent, as the machine counts it (the
     /// time worked, not the waits for a person between exchanges): a tick then ends the
     /// run. Never if it has no such budget.
@@ -707,5 +742,17 @@ fn record_chat(
             wait_ms = retry.wait_ms,
             "retry"
         );
+    }
+}
+
+/// How often a run's driver looks whether someone asked it to stop.
+const STOP_POLL: Duration = Duration::from_millis(200);
+
+/// A task that ends when this is dropped.
+struct Watch(tokio::task::JoinHandle<()>);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

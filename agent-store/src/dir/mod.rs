@@ -22,6 +22,7 @@ mod owner;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -335,6 +336,7 @@ impl DirStore {
             watch: Mutex::default(),
             moved: std::sync::Condvar::new(),
             readers: 0.into(),
+            stop_asked: false.into(),
         });
         let socket = owner::socket_path(&dir);
         let server = Server::start(socket.clone(), run_id, Arc::clone(&served))?;
@@ -643,6 +645,24 @@ impl Store for DirStore {
         self.load_from(run_id, from)
     }
 
+    /// Tells the process that drives the run, over its socket (or this one, directly).
+    fn ask_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
+        check_run_id(run_id)?;
+        if let Some(run) = self.lookup(run_id) {
+            run.served.stop_asked.store(true, Ordering::SeqCst);
+            return Ok(true);
+        }
+        Ok(OwnerFile::read(&self.owner_path(run_id))
+            .is_some_and(|owner| owner::ask_to_stop(&owner.socket)))
+    }
+
+    fn stop_asked(&self, run_id: &str) -> Option<bool> {
+        Some(
+            self.lookup(run_id)
+                .is_some_and(|run| run.served.stop_asked.swap(false, Ordering::SeqCst)),
+        )
+    }
+
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
         let listing = std::fs::read_dir(&self.runs).map_err(|e| files::io_error(&self.runs, &e))?;
         let mut ids = std::collections::BTreeSet::new();
@@ -737,6 +757,24 @@ mod tests {
             .expect("answered at the commit")
             .unwrap();
         assert_eq!(got.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
+    }
+
+    /// Another process asks the one driving a run to stop it (`agent cancel`): the request
+    /// reaches the owner over the run's socket, which sees it once. A run nobody drives
+    /// cannot be asked.
+    #[test]
+    fn the_process_driving_a_run_is_asked_to_stop_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = DirStore::open(dir.path()).unwrap();
+        owner.append("r", 0, &[started("r", 1)]).unwrap();
+        let other = DirStore::open(dir.path()).unwrap();
+        assert_eq!(owner.stop_asked("r"), Some(false));
+        assert!(other.ask_to_stop("r").unwrap());
+        assert_eq!(owner.stop_asked("r"), Some(true));
+        assert_eq!(owner.stop_asked("r"), Some(false), "a request is seen once");
+        owner.release("r");
+        assert!(!other.ask_to_stop("r").unwrap(), "nothing drives it");
+        assert_eq!(other.stop_asked("r"), Some(false));
     }
 
     /// A process of the same user (a command the run started, say) that opens connection

@@ -111,7 +111,12 @@ enum Request {
     WaitFrom { from: u64, wait_ms: u64 },
     /// The run's summary.
     Summary,
+    /// Stop driving the run (`agent cancel`): answered [`STOPPING`].
+    Stop,
 }
+
+/// The answer to [`Request::Stop`]: the process driving the run was told.
+const STOPPING: &[u8] = b"{\"stopping\":true}\n";
 
 #[derive(Serialize, Deserialize)]
 struct End {
@@ -133,6 +138,8 @@ pub(super) struct Served {
     pub(super) moved: Condvar,
     /// Readers being served now, at most [`MAX_READERS`].
     pub(super) readers: std::sync::atomic::AtomicUsize,
+    /// Someone asked the process driving the run to stop it ([`Request::Stop`]).
+    pub(super) stop_asked: AtomicBool,
 }
 
 /// What readers waiting for a commit share with the owner.
@@ -276,6 +283,10 @@ fn serve(stream: UnixStream, served: &Served) -> std::io::Result<()> {
             served.wait_past(from, Duration::from_millis(wait_ms));
             from
         }
+        Ok(Request::Stop) => {
+            served.stop_asked.store(true, Ordering::SeqCst);
+            return (&stream).write_all(STOPPING);
+        }
         Ok(Request::Summary) => {
             let summary = served
                 .summary
@@ -342,6 +353,24 @@ fn entries(socket: &Path, asked: &Request, read_timeout: Duration) -> Option<Vec
         entries.push(serde_json::from_str::<Entry>(&line).ok()?);
     }
     None
+}
+
+/// Asks the owner to stop driving its run; whether it said it was told.
+pub(super) fn ask_to_stop(socket: &Path) -> bool {
+    let asked = || -> Option<String> {
+        let stream = UnixStream::connect(socket).ok()?;
+        stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+        stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+        let mut request = serde_json::to_vec(&Request::Stop).ok()?;
+        request.push(b'\n');
+        (&stream).write_all(&request).ok()?;
+        let mut line = String::new();
+        BufReader::new((&stream).take(64))
+            .read_line(&mut line)
+            .ok()?;
+        Some(line)
+    };
+    asked().is_some_and(|line| line.as_bytes() == STOPPING)
 }
 
 /// The run's summary from its owner, or `None` if it did not answer.

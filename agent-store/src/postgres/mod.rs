@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS agent_queue (
     updated_at       TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS agent_queue_claimable ON agent_queue (state, created_at);
+ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS stop_asked BOOLEAN NOT NULL DEFAULT false;
 ";
 
 /// Connections a store opens to its database, at most.
@@ -285,6 +286,13 @@ impl Store for PostgresStore {
             });
         }
         Ok(entries)
+    }
+
+    /// Asks the worker holding the run, through its queue row: the worker looks every
+    /// second or so. A run no worker holds (not queued, or driven by an `agent run`
+    /// process) cannot be asked.
+    fn ask_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
+        self.ask_worker_to_stop(run_id)
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {

@@ -124,6 +124,7 @@ impl PostgresStore {
             .query_opt(
                 "UPDATE agent_queue SET
                      state = 'running',
+                     stop_asked = false,
                      lease_owner = $1,
                      lease_token = nextval('agent_lease_tokens'),
                      lease_expires_at = now() + $2 * interval '1 millisecond',
@@ -237,12 +238,51 @@ impl PostgresStore {
 pub struct FencedStore {
     store: Arc<PostgresStore>,
     lease: Lease,
+    /// When the database was last asked whether someone asked to stop the run.
+    stop_looked: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a worker asks the database whether someone asked to stop its run, at most.
+const STOP_LOOK: Duration = Duration::from_secs(1);
 
 impl FencedStore {
     /// The store of `lease`'s holder.
     pub fn new(store: Arc<PostgresStore>, lease: Lease) -> FencedStore {
-        FencedStore { store, lease }
+        FencedStore {
+            store,
+            lease,
+            stop_looked: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Asks the worker holding run `run_id` to stop it (`agent cancel`); `false` when no
+    /// worker holds it.
+    pub(super) fn ask_worker_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
+        let asked = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue SET stop_asked = true
+                 WHERE run_id = $1 AND state = 'running' AND lease_expires_at > now()",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(asked == 1)
+    }
+
+    /// Whether the holder of `lease` was asked to stop its run since it last looked.
+    fn stop_asked_of(&self, lease: &Lease) -> Result<bool, StoreError> {
+        let row = self
+            .client()?
+            .query_opt(
+                "UPDATE agent_queue SET stop_asked = false
+                 WHERE run_id = $1 AND lease_token = $2 AND stop_asked
+                 RETURNING run_id",
+                &[&lease.run_id, &lease.token],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(row.is_some())
     }
 }
 
@@ -264,6 +304,27 @@ impl Store for FencedStore {
 
     fn load_from(&self, run_id: &str, from: u64) -> Result<Vec<Entry>, StoreError> {
         self.store.load_from(run_id, from)
+    }
+
+    fn ask_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
+        self.store.ask_worker_to_stop(run_id)
+    }
+
+    /// Asks the database at most every second (the driver looks more often).
+    fn stop_asked(&self, run_id: &str) -> Option<bool> {
+        if run_id != self.lease.run_id {
+            return Some(false);
+        }
+        {
+            let mut looked = self.stop_looked.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            if looked.is_some_and(|at| now.duration_since(at) < STOP_LOOK) {
+                return Some(false);
+            }
+            *looked = Some(now);
+        }
+        // A database that does not answer now is asked again later.
+        Some(self.store.stop_asked_of(&self.lease).unwrap_or(false))
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {
