@@ -640,6 +640,9 @@ pub(crate) fn new_budget(
 }
 
 fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> {
+    if let Some(code) = worker::cancel_queued(settings, json, run_id)? {
+        return Ok(code);
+    }
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
     // A run another process drives is stopped by that process, asked through the store.
     if let Some(by) = store.driver(run_id)?

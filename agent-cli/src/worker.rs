@@ -528,6 +528,37 @@ pub enum QueuedAnswer {
     Message(String),
 }
 
+/// `agent cancel` of a run waiting in a database's queue for a worker: it is taken off the
+/// queue, so that no worker starts it. One no worker ever started has no log: that is said
+/// here (`Ok(Some(code))`); one that waits to go on (re-queued after an answer) is cancelled
+/// by the caller as any other (`Ok(None)`, as for a run this does not apply to).
+pub fn cancel_queued(settings: &Settings, json: bool, run_id: &str) -> Result<Option<u8>, Failure> {
+    let crate::stores::StoreLocation::Postgres(_) = &settings.store else {
+        return Ok(None);
+    };
+    let store = stores::queue(&settings.store, "cancel")?;
+    if !store.dequeue(run_id)? {
+        return Ok(None);
+    }
+    match store.load(run_id) {
+        Err(agent_store::StoreError::RunNotFound(_)) => {}
+        Ok(_) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let message = "taken off the queue before a worker started it; nothing ran";
+    if json {
+        let value = serde_json::json!({
+            "run_id": run_id, "status": "stopped", "reason": "cancelled", "message": message,
+        });
+        say(format_args!("{value}\n"));
+    } else {
+        tell(format_args!("agent: run {run_id} cancelled: {message}\n"));
+    }
+    Ok(Some(crate::exit::exit_code(
+        agent_core::TerminalReason::Cancelled,
+    )))
+}
+
 /// `approve`, `deny`, `resolve` and `resume` of a run in a database's queue: the answer or
 /// message is recorded and the run queued again for a worker (`Ok(Some(code))`), since the
 /// run's workspace is on the workers' machines. `Ok(None)` for a run this does not apply

@@ -744,6 +744,25 @@ fn a_queued_run_is_cancelled_while_its_worker_drives_it() {
     assert_eq!(events[events.len() - 1]["type"], "run_ended");
 }
 
+/// A queued run no worker has taken yet is taken off the queue: no worker ever starts it
+/// (before, `agent cancel` said there was no such run, and a worker ran it later).
+#[test]
+fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
+    let q = Queue::new();
+    let model = q.script("job", json!([{"final": "never asked"}]));
+    let id = q.submit(&model, &[], "never mind");
+    let cancelled = q.agent(&["cancel", "--json", &id]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    let outcome: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(outcome["reason"], "cancelled");
+    let worker = q.worker(&["--until-empty"], true);
+    let worked = worker.wait_with_output().unwrap();
+    assert_eq!(worked.status.code(), Some(0), "{}", stderr(&worked));
+    assert!(q.events(&id).is_empty(), "no worker started it");
+    let again = q.agent(&["cancel", &id]);
+    assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
+}
+
 /// A queued run is followed from before a worker takes it until the worker ends it: each
 /// event once, as `agent show` prints them, and `agent run`'s exit code.
 #[test]
