@@ -808,6 +808,9 @@ fn runs(location: &StoreLocation, json: bool) -> Result<u8, Failure> {
         Some(store) => store.as_store().runs()?,
         None => Vec::new(),
     };
+    if let Some(OpenStore::Postgres(queue)) = &store {
+        runs.extend(worker::never_started_runs(queue)?);
+    }
     runs.sort_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)));
     for run in &mut runs {
         // The store's bookkeeping, not the run's.

@@ -18,7 +18,9 @@ use std::time::Duration;
 use agent_core::{Budget, Input, ReasonClass};
 use agent_providers::RetryPolicy;
 use agent_runtime::{CancellationToken, Redactor, RunRequest, Runtime};
-use agent_store::{FencedStore, Lease, PostgresStore, QueueState, Store as _, StoreError};
+use agent_store::{
+    FencedStore, Lease, PostgresStore, QueueState, RunSummary, Store as _, StoreError,
+};
 use agent_tools::{Gateway, Workspace};
 use serde::{Deserialize, Serialize};
 
@@ -526,6 +528,30 @@ pub enum QueuedAnswer {
     Input(Input),
     /// A message (an answer to its question, or a follow-up after its end).
     Message(String),
+}
+
+/// The runs of a database's queue no worker started, as `agent runs` lists them, with the
+/// goal submitted and started when submitted: `queued`, or, taken off the queue by
+/// `agent cancel`, `stopped` (`cancelled`).
+pub fn never_started_runs(store: &PostgresStore) -> Result<Vec<RunSummary>, Failure> {
+    Ok(store
+        .never_started()?
+        .into_iter()
+        .map(|queued| {
+            let mut run = RunSummary::new(&queued.run_id);
+            run.started_at_ms = queued.queued_at_ms;
+            run.goal = serde_json::from_str::<RunSpec>(&queued.spec)
+                .map(|spec| spec.goal)
+                .unwrap_or_default();
+            if queued.taken_off {
+                run.status = "stopped".to_owned();
+                run.reason = Some(agent_core::TerminalReason::Cancelled);
+            } else {
+                run.status = "queued".to_owned();
+            }
+            run
+        })
+        .collect())
 }
 
 /// `agent cancel` of a run waiting in a database's queue for a worker: it is taken off the

@@ -751,6 +751,15 @@ fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
     let q = Queue::new();
     let model = q.script("job", json!([{"final": "never asked"}]));
     let id = q.submit(&model, &[], "never mind");
+    let listed = |runs: Vec<Value>| {
+        let run = runs.into_iter().find(|r| r["run_id"] == id.as_str());
+        run.map(|r| (r["status"].clone(), r["reason"].clone(), r["goal"].clone()))
+    };
+    // Listed as queued, though no worker started it (it has no log yet).
+    assert_eq!(
+        listed(q.runs()),
+        Some((json!("queued"), Value::Null, json!("never mind")))
+    );
     let cancelled = q.agent(&["cancel", "--json", &id]);
     assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
     let outcome: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
@@ -759,6 +768,12 @@ fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
     let worked = worker.wait_with_output().unwrap();
     assert_eq!(worked.status.code(), Some(0), "{}", stderr(&worked));
     assert!(q.events(&id).is_empty(), "no worker started it");
+    assert_eq!(
+        listed(q.runs()),
+        Some((json!("stopped"), json!("cancelled"), json!("never mind")))
+    );
+    let table = stdout(&q.agent(&["runs"]));
+    assert!(table.contains("cancelled"), "{table}");
     let again = q.agent(&["cancel", &id]);
     assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
 }

@@ -28,7 +28,7 @@ mod commit;
 mod queue;
 
 pub use commit::CommitStats;
-pub use queue::{FencedStore, Lease, Listener, QueueState};
+pub use queue::{FencedStore, Lease, Listener, NeverStarted, QueueState};
 
 /// The schema, created when missing.
 const SCHEMA: &str = "

@@ -39,6 +39,19 @@ impl QueueState {
     }
 }
 
+/// A queued run no worker started ([`PostgresStore::never_started`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NeverStarted {
+    /// The run.
+    pub run_id: String,
+    /// What was submitted (its format is the caller's).
+    pub spec: String,
+    /// Taken off the queue before any worker started it.
+    pub taken_off: bool,
+    /// When it was submitted (ms since the epoch).
+    pub queued_at_ms: u64,
+}
+
 /// A run taken by a worker: what to drive and the token its commits carry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
@@ -208,6 +221,37 @@ impl PostgresStore {
             )
             .map_err(|e| engine(&e))?;
         Ok(taken_off == 1)
+    }
+
+    /// The queued runs no worker started (they have no log, so [`Store::runs`] does not
+    /// list them): waiting for one, or taken off the queue first ([`PostgresStore::dequeue`],
+    /// then [`QueueState::Ended`]). Each with what was submitted and when (ms since the
+    /// epoch), oldest first.
+    pub fn never_started(&self) -> Result<Vec<NeverStarted>, StoreError> {
+        let rows = self
+            .client()?
+            .query(
+                "SELECT q.run_id, q.spec, q.state,
+                        (extract(epoch FROM q.created_at) * 1000)::BIGINT
+                 FROM agent_queue q
+                 WHERE NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.run_id = q.run_id)
+                 ORDER BY q.created_at, q.run_id",
+                &[],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let state: String = row.get(2);
+                let at: i64 = row.get(3);
+                NeverStarted {
+                    run_id: row.get(0),
+                    spec: row.get(1),
+                    taken_off: state == QueueState::Ended.as_str(),
+                    queued_at_ms: u64::try_from(at).unwrap_or(0),
+                }
+            })
+            .collect())
     }
 
     /// The worker holding an unexpired lease on the run, if one does.
