@@ -985,7 +985,21 @@ fn show(
     call: Option<&str>,
 ) -> Result<u8, Failure> {
     let store = OpenStore::must_exist(location)?;
-    let entries = store.as_store().load(run_id)?;
+    let entries = match store.as_store().load(run_id) {
+        // Queued, and no worker started it: it has no log, and says so.
+        Err(agent_store::StoreError::RunNotFound(_))
+            if let Some(how) = store.never_started(run_id)? =>
+        {
+            if json {
+                let value = serde_json::json!({"run_id": run_id, "events": [], "queue": how});
+                say(format_args!("{value}\n"));
+            } else {
+                tell(format_args!("agent: run {run_id} {how}: nothing ran\n"));
+            }
+            return Ok(EXIT_OK);
+        }
+        loaded => loaded?,
+    };
     let live = store.driver(run_id)?;
     if let Some(id) = call {
         // Every proposal of that call id (a model may reuse ids across turns).

@@ -127,6 +127,22 @@ impl OpenStore {
         }
     }
 
+    /// For a queued run no worker started (it has no log), where it stands in words:
+    /// `waits in the queue for a worker`, or `was taken off the queue`. `None` for any
+    /// other run.
+    pub fn never_started(&self, run_id: &str) -> Result<Option<&'static str>, Failure> {
+        let OpenStore::Postgres(store) = self else {
+            return Ok(None);
+        };
+        Ok(match store.queue_state(run_id)? {
+            Some(QueueState::Runnable | QueueState::Running) => {
+                Some("waits in the queue for a worker")
+            }
+            Some(QueueState::Ended) => Some("was taken off the queue before a worker started it"),
+            Some(QueueState::Paused) | None => None,
+        })
+    }
+
     /// Who drives the run right now, if anyone does (`process 1234`, `worker host:42/0`).
     pub fn driver(&self, run_id: &str) -> Result<Option<String>, Failure> {
         Ok(match self {

@@ -760,6 +760,13 @@ fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
         listed(q.runs()),
         Some((json!("queued"), Value::Null, json!("never mind")))
     );
+    let shown = q.agent(&["show", &id]);
+    assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
+    assert!(
+        stderr(&shown).contains("waits in the queue for a worker: nothing ran"),
+        "{}",
+        stderr(&shown)
+    );
     let cancelled = q.agent(&["cancel", "--json", &id]);
     assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
     let outcome: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
@@ -774,6 +781,11 @@ fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
     );
     let table = stdout(&q.agent(&["runs"]));
     assert!(table.contains("cancelled"), "{table}");
+    let shown: Value = serde_json::from_slice(&q.agent(&["show", "--json", &id]).stdout).unwrap();
+    assert_eq!(
+        shown["queue"],
+        "was taken off the queue before a worker started it"
+    );
     let again = q.agent(&["cancel", &id]);
     assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));
 }
