@@ -703,15 +703,21 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
     assert_eq!(flaky.received()[0].body["max_completion_tokens"], 77);
 }
 
-/// `agent cancel` of a run a worker drives asks that worker to stop it, through the
-/// queue: the command it was running is stopped, nothing more starts, the run ends
-/// `cancelled` (exit 130) and the worker goes on with the queue.
-#[test]
-fn a_queued_run_is_cancelled_while_its_worker_drives_it() {
-    let q = Queue::new();
-    let gate = q.ws.join("gate");
+/// A queued run whose first call, `cat gate`, waits until the test writes to the FIFO
+/// `gate` in the workspace, then answers `last`; followed (`agent show --follow`) from
+/// before a worker (`--until-empty`) takes it: its id, the follower, the worker and the
+/// follower's output.
+fn gated_queued_run(
+    q: &Queue,
+    last: &str,
+) -> (
+    String,
+    Child,
+    Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     let made = std::process::Command::new("mkfifo")
-        .arg(&gate)
+        .arg(q.ws.join("gate"))
         .status()
         .unwrap();
     assert!(made.success());
@@ -719,13 +725,23 @@ fn a_queued_run_is_cancelled_while_its_worker_drives_it() {
         "job",
         json!([
             {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
-            {"final": "never asked"}
+            {"final": last}
         ]),
     );
-    let id = q.submit(&model, &["--allow", "shell"], "stop me");
+    let id = q.submit(&model, &["--allow", "shell"], "a gated job");
     let mut follow = crate::follower(&q.env, &q.url, &id, &[]);
     let worker = q.worker(&["--until-empty"], true);
-    let mut out = std::io::BufReader::new(follow.stdout.take().unwrap());
+    let out = std::io::BufReader::new(follow.stdout.take().unwrap());
+    (id, follow, worker, out)
+}
+
+/// `agent cancel` of a run a worker drives asks that worker to stop it, through the
+/// queue: the command it was running is stopped, nothing more starts, the run ends
+/// `cancelled` (exit 130) and the worker goes on with the queue.
+#[test]
+fn a_queued_run_is_cancelled_while_its_worker_drives_it() {
+    let q = Queue::new();
+    let (id, follow, worker, mut out) = gated_queued_run(&q, "never asked");
     crate::lines_until(&mut out, "effect_dispatched");
     let cancelled = q.agent(&["cancel", "--json", &id]);
     assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
@@ -795,25 +811,9 @@ fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
 #[test]
 fn a_queued_run_is_followed_until_its_worker_ends_it() {
     let q = Queue::new();
-    let gate = q.ws.join("gate");
-    let made = std::process::Command::new("mkfifo")
-        .arg(&gate)
-        .status()
-        .unwrap();
-    assert!(made.success());
-    let model = q.script(
-        "job",
-        json!([
-            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": "cat gate"}}]},
-            {"final": "followed"}
-        ]),
-    );
-    let id = q.submit(&model, &["--allow", "shell"], "follow me");
-    let mut follow = crate::follower(&q.env, &q.url, &id, &[]);
-    let worker = q.worker(&["--until-empty"], true);
-    let mut out = std::io::BufReader::new(follow.stdout.take().unwrap());
+    let (id, follow, worker, mut out) = gated_queued_run(&q, "followed");
     let before = crate::lines_until(&mut out, "effect_dispatched");
-    std::fs::write(&gate, "open\n").unwrap();
+    std::fs::write(q.ws.join("gate"), "open\n").unwrap();
     let worked = worker.wait_with_output().unwrap();
     assert_eq!(worked.status.code(), Some(0), "{}", stderr(&worked));
     let mut rest = String::new();

@@ -357,20 +357,23 @@ fn entries(socket: &Path, asked: &Request, read_timeout: Duration) -> Option<Vec
 
 /// Asks the owner to stop driving its run; whether it said it was told.
 pub(super) fn ask_to_stop(socket: &Path) -> bool {
-    let asked = || -> Option<String> {
-        let stream = UnixStream::connect(socket).ok()?;
-        stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-        stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-        let mut request = serde_json::to_vec(&Request::Stop).ok()?;
-        request.push(b'\n');
-        (&stream).write_all(&request).ok()?;
-        let mut line = String::new();
-        BufReader::new((&stream).take(64))
-            .read_line(&mut line)
-            .ok()?;
-        Some(line)
-    };
-    asked().is_some_and(|line| line.as_bytes() == STOPPING)
+    one_line_answer(socket, &Request::Stop, 64).is_some_and(|line| line.as_bytes() == STOPPING)
+}
+
+/// Sends `request` to the owner and reads its one-line answer, at most `max` bytes of it;
+/// `None` if it did not answer.
+fn one_line_answer(socket: &Path, request: &Request, max: u64) -> Option<String> {
+    let stream = UnixStream::connect(socket).ok()?;
+    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
+    let mut bytes = serde_json::to_vec(request).ok()?;
+    bytes.push(b'\n');
+    (&stream).write_all(&bytes).ok()?;
+    let mut line = String::new();
+    BufReader::new((&stream).take(max))
+        .read_line(&mut line)
+        .ok()?;
+    Some(line)
 }
 
 /// The run's summary from its owner, or `None` if it did not answer.
@@ -384,17 +387,7 @@ const MAX_SUMMARY: u64 = 1 << 20;
 
 /// [`summary`], reading at most `max` bytes of the answer.
 fn summary_within(socket: &Path, max: u64) -> Option<crate::RunSummary> {
-    let stream = UnixStream::connect(socket).ok()?;
-    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-    stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-    let mut request = serde_json::to_vec(&Request::Summary).ok()?;
-    request.push(b'\n');
-    (&stream).write_all(&request).ok()?;
-    let mut line = String::new();
-    BufReader::new((&stream).take(max))
-        .read_line(&mut line)
-        .ok()?;
-    serde_json::from_str(&line).ok()
+    serde_json::from_str(&one_line_answer(socket, &Request::Summary, max)?).ok()
 }
 
 #[cfg(test)]
