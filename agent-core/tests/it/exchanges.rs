@@ -277,6 +277,37 @@ fn a_fork_s_budgets_count_from_the_fork() {
     assert_eq!(s.inherited_usage.map(|u| u.total_tokens()), Some(240));
 }
 
+/// Nor is the wait for a person to settle a call whose outcome is unknown: settled an hour
+/// later, the run goes on with what its budget had left.
+#[test]
+fn wall_time_does_not_count_the_wait_for_a_settlement() {
+    use crate::harness::{Person, resume, tool};
+    let mut w = world(vec![
+        Calls(vec![("c1", "write", json!({"path": "f0"}))]),
+        Final("done"),
+    ]);
+    for t in &mut w.script {
+        t.delay_ms = 300;
+    }
+    w.tools[1] = tool("write", Risk::Write).fails(ErrorKind::OutcomeUnknown, "reset");
+    w.budget.max_wall_time_ms = Some(1_000);
+    w.person.push_back(Person::Away);
+    let paused = check(w.clone(), TerminalReason::OutcomeUnknown);
+    assert!(state(&paused).paused_at_ms.is_some());
+    let mut later = w;
+    later.person = [Person::Settle(Resolution::Committed)].into();
+    let mut at = paused.boundaries.last().unwrap().clone();
+    at.clock += 3_600_000;
+    let settled = resume(later, &paused.log, &at);
+    assert_eq!(
+        settled.outcome.reason,
+        TerminalReason::Completed,
+        "{}",
+        settled.outcome.message
+    );
+    assert_eq!(state(&settled).paused_at_ms, None);
+}
+
 #[test]
 fn streaks_and_repeats_start_again_with_a_message() {
     let mut w = world(vec![
