@@ -645,12 +645,27 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
     }
     let store = OpenStore::must_exist(&settings.store)?.writable()?;
     // A run another process drives is stopped by that process, asked through the store.
-    if let Some(by) = store.driver(run_id)?
-        && store.as_store().ask_to_stop(run_id)?
-    {
-        // `None`: its process died meanwhile, and the run is cancelled from here.
-        if let Some(report) = stopped_by_its_driver(&store, &settings.store, run_id, &by)? {
-            return Ok(finish(&report, json));
+    if let Some(by) = store.driver(run_id)? {
+        let log = store.as_store().load(run_id)?;
+        match RunState::fold(&log).map(|state| state.status) {
+            // Held between two exchanges (an `agent chat` waiting for its next message).
+            Ok(agent_core::Status::Ended(outcome)) => {
+                return Err(usage(format!(
+                    "run {run_id} already ended: {} ({}); {by} holds it",
+                    outcome.reason.class().as_str(),
+                    outcome.reason
+                )));
+            }
+            Ok(agent_core::Status::Running) if store.as_store().ask_to_stop(run_id)? => {
+                // `None`: its process died meanwhile, and the run is cancelled from here.
+                let stopped = stopped_by_its_driver(&store, &settings.store, run_id, &log, &by)?;
+                if let Some(report) = stopped {
+                    return Ok(finish(&report, json));
+                }
+            }
+            // Paused (its process asks the person), or a log that does not fold: taking
+            // it below says who holds it.
+            _ => {}
         }
     }
     store.take(run_id)?;
@@ -666,23 +681,22 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
 /// How long `agent cancel` waits for the process driving a run to stop it.
 const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Waits until the process driving `run_id` (`by`), asked to stop it, lets the run go; then
-/// where the run stands (`cancelled`, or how it ended first). `None` when it stands nowhere
-/// (its process died before it stopped the run: it is interrupted).
+/// Waits until the process driving `run_id` (`by`; `log`, its log as read first), asked to
+/// stop it, lets the run go; then where the run stands (`cancelled`, or how it ended first). `None` when it
+/// stands nowhere (its process died before it stopped the run: it is interrupted).
 fn stopped_by_its_driver(
     store: &OpenStore,
     location: &StoreLocation,
     run_id: &str,
+    log: &[agent_core::Entry],
     by: &str,
 ) -> Result<Option<Report>, Failure> {
     let deadline = std::time::Instant::now() + STOP_WAIT;
-    let log = store.as_store().load(run_id)?;
-    let mut follower = Follower::after(run_id, &log);
+    let mut follower = Follower::after(run_id, log);
     while follower.next(store)?.is_some() {
         if std::time::Instant::now() >= deadline {
             return Err(failed(format!(
-                "run {run_id}: {by} was asked to stop it, and still drives it after {} s \
-                 (a chat keeps its run between messages: leave it with /exit)",
+                "run {run_id}: {by} was asked to stop it, and still drives it after {} s",
                 STOP_WAIT.as_secs()
             )));
         }

@@ -429,6 +429,31 @@ fn chat_continues_a_run_and_leaves_on_ctrl_d() {
     assert_eq!(events(&env, &run).len(), 6, "leaving writes nothing");
 }
 
+/// A chat holds its run between messages: `agent cancel` from elsewhere says at once that
+/// the run already ended (it is not asked to stop a drive that is not going on).
+#[test]
+fn a_run_a_chat_holds_between_messages_is_not_cancelled_from_elsewhere() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "first"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "one"]);
+    let run = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut t = Terminal::spawn(&env, &["chat", &run]);
+    t.expect("> ");
+    let cancelled = env.run(&["cancel", &run]);
+    let err = String::from_utf8_lossy(&cancelled.stderr).into_owned();
+    assert_eq!(cancelled.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "run {run} already ended: finished (completed); process "
+        )),
+        "{err}"
+    );
+    t.exit();
+}
+
 #[test]
 fn chat_needs_a_terminal() {
     let env = Env::new();
