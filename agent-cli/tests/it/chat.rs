@@ -393,15 +393,21 @@ fn a_command_cannot_reach_the_persons_terminal() {
     }
 }
 
+/// A run of the script `turns` (goal `one`), run to its first answer; its id.
+fn finished_run(env: &Env, turns: Value) -> String {
+    let model = env.script(turns);
+    let out = env.run(&["run", "--json", "--model", &model, "one"]);
+    assert_eq!(out.status.code(), Some(0));
+    serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 #[test]
 fn chat_continues_a_run_and_leaves_on_ctrl_d() {
     let env = Env::new();
-    let model = env.script(json!([{"final": "first"}, {"final": "second"}]));
-    let out = env.run(&["run", "--json", "--model", &model, "one"]);
-    let run = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run = finished_run(&env, json!([{"final": "first"}, {"final": "second"}]));
     let mut t = Terminal::spawn(&env, &["chat", &run]);
     t.expect("finished (completed)");
     t.expect("> ");
@@ -434,12 +440,7 @@ fn chat_continues_a_run_and_leaves_on_ctrl_d() {
 #[test]
 fn a_run_a_chat_holds_between_messages_is_not_cancelled_from_elsewhere() {
     let env = Env::new();
-    let model = env.script(json!([{"final": "first"}]));
-    let out = env.run(&["run", "--json", "--model", &model, "one"]);
-    let run = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run = finished_run(&env, json!([{"final": "first"}]));
     let mut t = Terminal::spawn(&env, &["chat", &run]);
     t.expect("> ");
     let cancelled = env.run(&["cancel", &run]);

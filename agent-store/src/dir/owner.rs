@@ -336,14 +336,21 @@ pub(super) fn wait_from(socket: &Path, from: u64, wait: Duration) -> Option<Vec<
     )
 }
 
-/// Asks the owner for entries and reads its answer, each read within `read_timeout`.
-fn entries(socket: &Path, asked: &Request, read_timeout: Duration) -> Option<Vec<Entry>> {
+/// Sends `request` to the owner, on a connection whose reads wait `read_timeout` at most;
+/// `None` if it cannot be sent.
+fn ask(socket: &Path, request: &Request, read_timeout: Duration) -> Option<UnixStream> {
     let stream = UnixStream::connect(socket).ok()?;
     stream.set_read_timeout(Some(read_timeout)).ok()?;
     stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-    let mut request = serde_json::to_vec(asked).ok()?;
-    request.push(b'\n');
-    (&stream).write_all(&request).ok()?;
+    let mut bytes = serde_json::to_vec(request).ok()?;
+    bytes.push(b'\n');
+    (&stream).write_all(&bytes).ok()?;
+    Some(stream)
+}
+
+/// Asks the owner for entries and reads its answer, each read within `read_timeout`.
+fn entries(socket: &Path, asked: &Request, read_timeout: Duration) -> Option<Vec<Entry>> {
+    let stream = ask(socket, asked, read_timeout)?;
     let mut entries = Vec::new();
     for line in BufReader::new(&stream).lines() {
         let line = line.ok()?;
@@ -363,12 +370,7 @@ pub(super) fn ask_to_stop(socket: &Path) -> bool {
 /// Sends `request` to the owner and reads its one-line answer, at most `max` bytes of it;
 /// `None` if it did not answer.
 fn one_line_answer(socket: &Path, request: &Request, max: u64) -> Option<String> {
-    let stream = UnixStream::connect(socket).ok()?;
-    stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-    stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).ok()?;
-    let mut bytes = serde_json::to_vec(request).ok()?;
-    bytes.push(b'\n');
-    (&stream).write_all(&bytes).ok()?;
+    let stream = ask(socket, request, EXCHANGE_TIMEOUT)?;
     let mut line = String::new();
     BufReader::new((&stream).take(max))
         .read_line(&mut line)
