@@ -336,6 +336,11 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Usage::is_zero")]
         usage: Usage,
     },
+    /// Fact: a process took the run up again after none had driven it since the event
+    /// before: the one that drove it crashed, was killed, or let it go (as a worker of the
+    /// queue does when it loses its lease). The time in between is not worked time: the
+    /// wall-clock budget counts again from here.
+    RunResumed {},
     /// Fact: a person spoke to the run after its start: the answer to its clarifying
     /// question, or a follow-up after it ended. It opens a new *exchange*: step, tool-call,
     /// retry and repeat limits count again from here; tokens, cost and wall time count over
@@ -402,6 +407,7 @@ impl Event {
             Event::ToolFinished { .. } => "tool_finished",
             Event::ContextCompacted { .. } => "context_compacted",
             Event::CompactionDeclined { .. } => "compaction_declined",
+            Event::RunResumed {} => "run_resumed",
             Event::UserMessage { .. } => "user_message",
             Event::RunEnded { .. } => "run_ended",
         }

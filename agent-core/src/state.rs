@@ -341,6 +341,15 @@ impl RunState {
         self.write_actions = 0;
     }
 
+    /// Whether the run was being worked on when its log stopped: running, and for a fork,
+    /// past what it inherited (a fork just made has not been worked on).
+    pub(crate) fn was_worked_on(&self) -> bool {
+        matches!(self.status, Status::Running)
+            && self
+                .fork_version
+                .is_none_or(|inherited| self.version > inherited)
+    }
+
     /// The run paused for a person at `at_ms`: its work stops counting.
     fn pause(&mut self, at_ms: u64) {
         if self.paused_at_ms.is_none() {
@@ -431,6 +440,14 @@ impl RunState {
                 return Err(fail("a user message while the run had not ended".into()));
             }
             (Status::Ended(_), _) => return Err(fail("event after run_ended".into())),
+            // Only a run that was being worked on is taken up again: one waiting for a
+            // person is taken up by the person's answer.
+            (
+                Status::AwaitingApproval(_) | Status::AwaitingResolution { .. },
+                Event::RunResumed {},
+            ) => {
+                return Err(fail("run_resumed while the run waited for a person".into()));
+            }
             _ => {}
         }
         match &entry.event {
@@ -447,6 +464,15 @@ impl RunState {
                 self.fork_version = manifest.forked_from.as_ref().map(|f| f.version);
                 self.exchange_started_at_ms = self.worked_from(entry.at_ms);
                 self.status = Status::Running;
+            }
+            Event::RunResumed {} => {
+                // Work stopped with the last event before it (what the process did after
+                // that was lost with it).
+                self.worked_ms = self.worked_ms.saturating_add(
+                    self.updated_at_ms
+                        .saturating_sub(self.exchange_started_at_ms),
+                );
+                self.exchange_started_at_ms = self.worked_from(entry.at_ms);
             }
             Event::UserMessage { budget, .. } => {
                 // Work stopped with the exchange's last event, or when it paused for a

@@ -171,6 +171,7 @@ impl RunSummary {
             | Event::ContextCompacted { .. }
             | Event::CompactionDeclined { .. }
             | Event::ModelRetried { .. }
+            | Event::RunResumed {}
             | Event::ToolFinished { .. } => {}
         }
         // A fork's inherited prefix is folded: its usage was the parent's spending.

@@ -358,6 +358,54 @@ fn kill_9_after_each_kind_of_commit_loses_nothing_and_repeats_no_effect() {
     );
 }
 
+/// A run killed in its first turn is taken up by `agent resume` with a `run_resumed` event
+/// (the time it lay dead is not worked time), shown as such, once.
+#[test]
+fn a_killed_run_is_taken_up_with_run_resumed() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {"path": "."}}]},
+        {"final": "listed"}
+    ]));
+    let kind = attempt_after_event(&env, &["run", "--json", "--model", &model, "list"], 2)
+        .expect("killed after its second event");
+    assert_eq!(kind, "decision_proposed");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let out = env.run(&["resume", "--json", &run]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", &run]).stdout).unwrap();
+    let kinds: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    let at = kinds.iter().position(|k| *k == "run_resumed").unwrap();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "run_resumed").count(),
+        1,
+        "{kinds:?}"
+    );
+    // After what the killed process committed (its call's result, if it got that far).
+    assert!(
+        at == 2 || (at == 3 && kinds[2] == "tool_finished"),
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last(), Some(&"run_ended"));
+    let text = String::from_utf8(env.run(&["show", &run]).stdout).unwrap();
+    let line = text.lines().find(|l| l.contains("run_resumed")).unwrap();
+    assert!(
+        line.contains("not count against its wall-clock budget"),
+        "{line}"
+    );
+}
+
 /// Runs with a crash point armed, then recovers without it.
 fn crash_at(point: &str, turns: Value, allow: &str) -> (Env, String, Output) {
     let env = Env::new();

@@ -463,6 +463,7 @@ impl Projector {
             | Event::ModelRetried { .. }
             | Event::ApprovalRequested { .. }
             | Event::ApprovalGranted { .. }
+            | Event::RunResumed {}
             | Event::RunEnded { .. } => {}
         }
     }

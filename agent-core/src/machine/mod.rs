@@ -135,6 +135,35 @@ impl Machine {
         entries: &[Entry],
         now_ms: u64,
     ) -> Result<Machine, FoldError> {
+        let mut machine = Machine::rebuilt(tools, entries, now_ms)?;
+        machine.after_commit(Usage::default());
+        Ok(machine)
+    }
+
+    /// A run rebuilt from its committed log to be driven on by this process, as
+    /// [`Machine::resume`] rebuilds it. A run that was being worked on when its last
+    /// process stopped (crashed, killed, or let it go) is taken up again: the first command
+    /// commits `run_resumed`, so that the time nothing drove it is not counted as worked, and
+    /// the run goes on once it is committed. A run waiting for a person, ended, or a fork
+    /// that has done nothing of its own yet goes on as [`Machine::resume`] has it.
+    pub fn take_up(
+        tools: Vec<ToolSpec>,
+        entries: &[Entry],
+        now_ms: u64,
+    ) -> Result<Machine, FoldError> {
+        let mut machine = Machine::rebuilt(tools, entries, now_ms)?;
+        if machine.committed.was_worked_on() {
+            machine.stage(Event::RunResumed {});
+            machine.commit();
+        } else {
+            machine.after_commit(Usage::default());
+        }
+        Ok(machine)
+    }
+
+    /// The machine of a committed log, under the budget in force at its end, before it is
+    /// told what to do next.
+    fn rebuilt(tools: Vec<ToolSpec>, entries: &[Entry], now_ms: u64) -> Result<Machine, FoldError> {
         let state = RunState::fold(entries)?;
         let Some(budget) = state.budget_in_force() else {
             return Err(FoldError {
@@ -143,9 +172,7 @@ impl Machine {
                 problem: "the log is empty".into(),
             });
         };
-        let mut machine = Machine::empty(tools, budget, state, now_ms);
-        machine.after_commit(Usage::default());
-        Ok(machine)
+        Ok(Machine::empty(tools, budget, state, now_ms))
     }
 
     /// A run that had ended, or paused on a question, given a person's message: the answer

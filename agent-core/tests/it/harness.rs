@@ -319,6 +319,18 @@ pub fn resume(world: World, log: &[Entry], at: &Boundary) -> Report {
     drive(world, machine, prefix, at)
 }
 
+/// Goes on with `world` from a boundary of an earlier invocation as [`resume`] does, but
+/// `down_ms` later and through [`Machine::take_up`], as a process that takes a run up
+/// again after it was left: an interrupted run commits `run_resumed` first.
+pub fn take_up(world: World, log: &[Entry], at: &Boundary, down_ms: u64) -> Report {
+    let specs: Vec<ToolSpec> = world.tools.iter().map(|t| t.spec.clone()).collect();
+    let prefix = log[..at.log_len].to_vec();
+    let mut at = at.clone();
+    at.clock += down_ms;
+    let machine = Machine::take_up(specs, &prefix, at.clock).expect("a committed prefix resumes");
+    drive(world, machine, prefix, &at)
+}
+
 /// A person speaks to an ended run at the end of an earlier invocation (`after`): the
 /// same world goes on from where it stood, `gap_ms` later.
 pub fn reply(

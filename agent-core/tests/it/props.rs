@@ -175,6 +175,35 @@ proptest! {
         std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
     ))]
 
+    /// A "crash" right after any commit, then the run taken up again by another process
+    /// hours later: the time nothing drove it is not worked time, so it ends as the
+    /// uninterrupted run did (a wall-clock budget included) with the same events, and one
+    /// `run_resumed` where it was taken up if it was being worked on.
+    #[test]
+    fn a_run_taken_up_after_any_commit_and_any_downtime_ends_as_the_uninterrupted_one(
+        w in any_world(),
+        cut in any::<prop::sample::Index>(),
+        down_ms in 0..36_000_000u64,
+    ) {
+        let mut w = w;
+        // The commit that fails is counted by number: one more commit would move it.
+        w.fail_commit = None;
+        let full = run(w.clone());
+        let at = &full.boundaries[cut.index(full.boundaries.len())];
+        let prefix = &full.log[..at.log_len];
+        prop_assume!(dispatched_without_result(prefix).is_empty());
+        let state = RunState::fold(prefix).unwrap();
+        let taken = crate::harness::take_up(w, &full.log, at, down_ms);
+        prop_assert_eq!(&taken.outcome, &full.outcome);
+        let events = |log: &[Entry]| log.iter().map(|e| e.event.clone()).collect::<Vec<_>>();
+        let mut expected = events(&full.log);
+        if matches!(state.status, Status::Running) {
+            expected.insert(at.log_len, Event::RunResumed {});
+        }
+        prop_assert_eq!(events(&taken.log), expected);
+        prop_assert_eq!(&taken.log[..at.log_len], prefix, "the past is kept");
+    }
+
     /// A person keeps talking to whatever run the world produces: after each end, a
     /// message opens a new exchange (up to three). The harness checks its invariants at
     /// every step; here: the past is never rewritten, every message is in the log once,

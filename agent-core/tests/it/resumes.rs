@@ -492,3 +492,109 @@ fn just_after_the_approval(report: &crate::harness::Report) -> &crate::harness::
         })
         .expect("the person approved")
 }
+
+/// A run left by its process (a crash) after a 300 ms read and taken up an hour later: the
+/// hour is not worked time. It commits `run_resumed` before anything else, has what it had
+/// not used of its one-second budget, and finishes; left and taken up once more, the fold
+/// of its log still leaves both hours out.
+#[test]
+fn the_time_nothing_drove_a_run_is_not_worked_time() {
+    use crate::harness::take_up;
+    const HOUR: u64 = 3_600_000;
+    let mut w = world(vec![
+        Calls(vec![("s1", "slow_read", json!({}))]),
+        Calls(vec![("s2", "slow_read", json!({}))]),
+        Final("done"),
+    ]);
+    w.budget.max_wall_time_ms = Some(1_000);
+    let full = check(w.clone(), TerminalReason::Completed);
+    let after_result = |r: &crate::harness::Report, id: &str| {
+        r.boundaries
+            .iter()
+            .find(|b| {
+                matches!(&r.log[b.log_len - 1].event,
+                    Event::ToolFinished { result, .. } if result.call_id.as_str() == id)
+            })
+            .cloned()
+            .unwrap()
+    };
+    let at = after_result(&full, "s1");
+    let prefix = &full.log[..at.log_len];
+    let worked = prefix.last().unwrap().at_ms - T0;
+    assert!(worked >= 300, "the read took its time: {worked} ms");
+
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut m = Machine::take_up(specs, prefix, at.clock + HOUR).unwrap();
+    let Some(Command::Commit { entries, .. }) = m.poll_command() else {
+        panic!("the run is taken up by a commit first")
+    };
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].event, Event::RunResumed {});
+    assert_eq!(entries[0].at_ms, at.clock + HOUR);
+    assert_eq!(m.wall_time_left(at.clock + HOUR), Some(1_000 - worked));
+    assert_eq!(
+        m.poll_command(),
+        None,
+        "nothing runs before it is committed"
+    );
+
+    let taken = take_up(w.clone(), &full.log, &at, HOUR);
+    assert_eq!(taken.outcome, full.outcome);
+    let again = after_result(&taken, "s2");
+    let twice = take_up(w, &taken.log, &again, HOUR);
+    assert_eq!(twice.outcome, full.outcome);
+    let resumed = twice
+        .events()
+        .iter()
+        .filter(|e| **e == "run_resumed")
+        .count();
+    assert_eq!(resumed, 2);
+    let end = |r: &crate::harness::Report| {
+        let last = r.log.last().unwrap().at_ms;
+        RunState::fold(&r.log).unwrap().worked_by(last)
+    };
+    assert_eq!(end(&twice), end(&full), "the two hours are not worked time");
+    assert!(end(&full) >= 600);
+}
+
+/// A run waiting for a person, an ended run and a fork not yet worked on are not taken up
+/// by a commit: they go on as a rebuilt machine does. And the fold refuses a `run_resumed`
+/// while the run waits for a person (the person's answer takes it up).
+#[test]
+fn only_a_run_that_was_being_worked_on_is_taken_up_by_a_commit() {
+    let mut w = world(vec![
+        Calls(vec![("w1", "write", json!({"n": 1}))]),
+        Final("x"),
+    ]);
+    w.asks_for("write");
+    let paused = check(w.clone(), TerminalReason::ApprovalRequired);
+    let specs: Vec<ToolSpec> = w.tools.iter().map(|t| t.spec.clone()).collect();
+    let mut m = Machine::take_up(specs.clone(), &paused.log, T0 + 60_000).unwrap();
+    assert!(matches!(
+        m.poll_command(),
+        Some(Command::AwaitApproval { .. })
+    ));
+    let done = check(world(vec![Final("x")]), TerminalReason::Completed);
+    let mut m = Machine::take_up(specs.clone(), &done.log, T0 + 60_000).unwrap();
+    assert!(matches!(m.poll_command(), Some(Command::Finish(_))));
+
+    let forked = fork_log(
+        &done.log,
+        1,
+        "fork-1",
+        crate::harness::manifest(Budget::default()),
+        T0 + 5,
+    )
+    .unwrap();
+    let mut m = Machine::take_up(specs, &forked, T0 + 60_000).unwrap();
+    assert!(matches!(m.poll_command(), Some(Command::CallModel { .. })));
+
+    let mut resumed = paused.log.clone();
+    resumed.push(Entry {
+        version: resumed.len() as u64 + 1,
+        at_ms: T0 + 60_000,
+        event: Event::RunResumed {},
+    });
+    let err = RunState::fold(&resumed).unwrap_err();
+    assert!(err.to_string().contains("waited for a person"), "{err}");
+}

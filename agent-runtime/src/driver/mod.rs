@@ -502,7 +502,7 @@ impl Runtime {
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
         self.needs_model()?;
-        let (machine, log) = self.load(run_id).await?;
+        let (machine, log) = self.take_up(run_id).await?;
         self.check_tools(run_id, &log)?;
         self.keeps(machine.budget())?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
@@ -875,8 +875,21 @@ impl Runtime {
     }
 
     async fn load(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
+        self.load_as(run_id, Machine::resume).await
+    }
+
+    /// The run's machine to drive on from here ([`Machine::take_up`]), and its log.
+    async fn take_up(&self, run_id: &str) -> Result<(Machine, Vec<Entry>), RuntimeError> {
+        self.load_as(run_id, Machine::take_up).await
+    }
+
+    async fn load_as(
+        &self,
+        run_id: &str,
+        rebuild: Rebuild,
+    ) -> Result<(Machine, Vec<Entry>), RuntimeError> {
         let log = self.load_log(run_id).await?;
-        let machine = Machine::resume(self.specs(), &log, self.clock.now_ms()).map_err(|e| {
+        let machine = rebuild(self.specs(), &log, self.clock.now_ms()).map_err(|e| {
             RuntimeError::Damaged {
                 run_id: run_id.to_owned(),
                 message: e.to_string(),
@@ -885,6 +898,9 @@ impl Runtime {
         Ok((machine, log))
     }
 }
+
+/// How a run's machine is made from its log: [`Machine::resume`] or [`Machine::take_up`].
+type Rebuild = fn(Vec<ToolSpec>, &[Entry], u64) -> Result<Machine, agent_core::FoldError>;
 
 pub(crate) fn report(run_id: &str, machine: Machine, outcome: Outcome) -> Report {
     Report {

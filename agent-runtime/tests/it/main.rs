@@ -707,6 +707,70 @@ impl Model for AnswersLate {
     }
 }
 
+/// A run whose process died after its first, slow turn, taken up by another process an hour
+/// later: the hour is not worked time. `run_resumed` is committed first, and the slow second
+/// call is waited for with what the first turn left of the budget, not cut off at once.
+#[tokio::test(start_paused = true)]
+async fn a_run_taken_up_an_hour_after_its_process_died_has_what_it_had_left_of_the_budget() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}}],
+         "delay_ms": 3000},
+        {"final": "done", "delay_ms": 3000}
+    ]});
+    let clock = Arc::new(TokioClock(tokio::time::Instant::now()));
+    let budget = Budget {
+        max_wall_time_ms: Some(10_000),
+        ..Budget::default()
+    };
+    let first: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let rt = s
+        .runtime(script.clone(), Arc::clone(&first), vec![])
+        .with_clock(clock.clone());
+    let whole = rt
+        .start(
+            RunRequest::new("run-up", "g", budget),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(whole.outcome.reason, TerminalReason::Completed);
+    // What the process had committed when it died: its first turn, whole.
+    let mut log = first.load("run-up").unwrap();
+    let cut = log
+        .iter()
+        .position(|e| e.event.name() == "tool_finished")
+        .unwrap();
+    log.truncate(cut + 1);
+    let left: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    left.append("run-up", 0, &log).unwrap();
+
+    tokio::time::advance(std::time::Duration::from_secs(3_600)).await;
+    let taken_at = clock.now_ms();
+    let rt = s
+        .runtime(script, Arc::clone(&left), vec![])
+        .with_clock(clock.clone());
+    let report = rt.resume("run-up", CancellationToken::new()).await.unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(report.outcome.answer.as_deref(), Some("done"));
+    let log = left.load("run-up").unwrap();
+    let kinds: Vec<&str> = log.iter().map(|e| e.event.name()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_started",
+            "decision_proposed",
+            "tool_finished",
+            "run_resumed",
+            "decision_proposed",
+            "run_ended"
+        ]
+    );
+    assert_eq!(log[3].at_ms, taken_at);
+    let worked = report.state.worked_by(log.last().unwrap().at_ms);
+    assert_eq!(worked, 6_000, "two slow calls, not the hour between them");
+}
+
 /// An answer that arrives as the wall-clock budget runs out is kept (it was paid for), and
 /// the run stops there, its calls not run: no internal error, whichever came first.
 #[tokio::test]
