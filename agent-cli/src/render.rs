@@ -660,9 +660,9 @@ fn detail(run_id: &str, event: &Event) -> String {
              {tokens_after} tokens{}",
             summary_cost(usage)
         ),
-        Event::RunResumed {} => "taken up again after nothing drove the run: the time since the \
-                                 event before does not count against its wall-clock budget"
-            .to_owned(),
+        Event::RunResumed {} => {
+            "taken up again; the time since the event before is not counted as worked".to_owned()
+        }
         Event::RunEnded { outcome } => format!("{}: {}", outcome.reason, outcome.message),
     }
 }

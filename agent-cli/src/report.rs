@@ -221,6 +221,9 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
             Event::RunEnded { outcome } => {
                 d.outcome = Some(format!("{}: {}", outcome.reason, outcome.message));
             }
+            // Calls the crash left without a result run again from here, not from their
+            // decision before it.
+            Event::RunResumed {} => tools_from = e.at_ms,
             other => {
                 let name = other.name();
                 if name.starts_with("approval") || name.starts_with("call_denied") {
@@ -438,5 +441,43 @@ mod tests {
         assert_eq!((bar.start_ms, bar.end_ms), (1_100, 1_350));
         assert_eq!(bar.label, "answer rejected: expected 42");
         assert_eq!(bar.turn, 1);
+    }
+
+    /// A call that a crash left without a result, run again when the run is taken up an
+    /// hour later, is a bar from then, not from its decision before the crash.
+    #[test]
+    fn a_call_run_again_after_a_crash_is_a_bar_from_when_the_run_was_taken_up() {
+        let call = agent_core::ToolCall::new("c1", "read_file", serde_json::json!({}));
+        let taken_up = 3_601_100;
+        let log = [
+            started(),
+            entry(
+                2,
+                1_100,
+                Event::DecisionProposed {
+                    turn: 1,
+                    decision: Decision::ToolCalls { calls: vec![call] },
+                    usage: Usage::default(),
+                    reasoning: Vec::new(),
+                },
+            ),
+            entry(3, taken_up, Event::RunResumed {}),
+            entry(
+                4,
+                taken_up + 40,
+                Event::ToolFinished {
+                    turn: 1,
+                    result: agent_core::ToolResult::ok("c1".into(), "read_file", "x"),
+                    effect_key: None,
+                },
+            ),
+        ];
+        let d = data("r", &log);
+        let bar = d
+            .bars
+            .iter()
+            .find(|b| b.kind == "tool")
+            .expect("a tool bar");
+        assert_eq!((bar.start_ms, bar.end_ms), (taken_up, taken_up + 40));
     }
 }

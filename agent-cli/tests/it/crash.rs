@@ -401,7 +401,7 @@ fn a_killed_run_is_taken_up_with_run_resumed() {
     let text = String::from_utf8(env.run(&["show", &run]).stdout).unwrap();
     let line = text.lines().find(|l| l.contains("run_resumed")).unwrap();
     assert!(
-        line.contains("not count against its wall-clock budget"),
+        line.contains("taken up again; the time since the event before is not counted"),
         "{line}"
     );
 }
