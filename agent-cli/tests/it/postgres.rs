@@ -593,6 +593,70 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
     }
 }
 
+/// A run an `agent run` process drives on a database, cancelled by `agent cancel` in
+/// another process (on another machine, as far as the database can tell): the cancel is
+/// written at once, and the process that drives the run, whose next commit meets it, says
+/// the run was cancelled (exit 130) instead of failing that commit.
+#[test]
+fn a_run_cancelled_from_elsewhere_is_reported_cancelled_by_the_process_driving_it() {
+    let q = Queue::new();
+    let model = q.script(
+        "blocks",
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "shell",
+                             "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+            {"final": "never"}
+        ]),
+    );
+    let runner = q
+        .env
+        .bare()
+        .arg("--store")
+        .arg(&q.url)
+        .args([
+            "run",
+            "--json",
+            "--allow",
+            "shell",
+            "--model",
+            &model,
+            "--workspace",
+        ])
+        .arg(&q.ws)
+        .arg("wait for go")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    until("the run is listed", || match q.runs().first() {
+        Some(run) => {
+            id = run["run_id"].as_str().unwrap().to_owned();
+            true
+        }
+        None => false,
+    });
+    until("its command is dispatched", || {
+        q.events(&id)
+            .iter()
+            .any(|e| e["type"] == "effect_dispatched")
+    });
+    let cancelled = q.agent(&["cancel", "--json", &id]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    std::fs::write(q.ws.join("go"), "").unwrap();
+    let out = runner.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"], "cancelled", "{v}");
+    let events = q.events(&id);
+    assert_eq!(events.last().unwrap()["type"], "run_ended");
+    assert_eq!(
+        count(&events, "tool_finished"),
+        0,
+        "nothing written after the end"
+    );
+}
+
 /// A queued run carries its answer validators to the worker that drives it.
 #[test]
 fn a_queued_run_s_answer_is_checked_by_the_worker() {

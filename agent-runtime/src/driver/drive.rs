@@ -329,7 +329,7 @@ impl Runtime {
                     expected_version,
                     entries,
                 } => {
-                    let run_id = run_id.clone();
+                    let id = run_id.clone();
                     // Two a turn: at debug level, so that `RUST_LOG=info` does not pay for
                     // them.
                     let commit = tracing::debug_span!(
@@ -349,7 +349,7 @@ impl Runtime {
                                 (entries.clone(), Err(refused))
                             });
                             let result =
-                                store.append_encoded(&run_id, expected_version, &entries, &encoded);
+                                store.append_encoded(&id, expected_version, &entries, &encoded);
                             (entries, result)
                         })
                         .instrument(commit)
@@ -366,6 +366,23 @@ impl Runtime {
                                 machine.observe_next_call(self.least_next_call(&projector));
                             }
                             machine.handle(Input::Committed { version })?;
+                        }
+                        // Another process wrote to the run since this one read it: an
+                        // `agent cancel` from elsewhere, or a process that took the run up.
+                        // (A first commit that meets a run already there is refused as is.)
+                        Err(agent_store::StoreError::Conflict {
+                            expected, actual, ..
+                        }) if expected > 0 => {
+                            if let Some(report) = self.ended_elsewhere(&run_id).await {
+                                return Ok(report);
+                            }
+                            machine.handle(Input::CommitFailed {
+                                message: format!(
+                                    "another process wrote to the run meanwhile (its log is at \
+                                     version {actual}, this process expected {expected}) and \
+                                     drives it now; this process wrote nothing more"
+                                ),
+                            })?;
                         }
                         Err(e) => machine.handle(Input::CommitFailed {
                             message: e.to_string(),
@@ -388,6 +405,14 @@ impl Runtime {
                 Command::Finish(outcome) => return Ok(report(&run_id, machine, outcome)),
             }
         }
+    }
+
+    /// The run as it stands when another process ended it while this one drove it (an
+    /// `agent cancel` from another machine): that end is this invocation's. `None` when the
+    /// run goes on, or its log cannot be read.
+    async fn ended_elsewhere(&self, run_id: &str) -> Option<Report> {
+        let report = self.standing(run_id).await.ok().flatten()?;
+        matches!(report.state.status, agent_core::Status::Ended(_)).then_some(report)
     }
 
     /// Judges a final answer by the validators the run recorded at its start; validators

@@ -771,6 +771,102 @@ async fn a_run_taken_up_an_hour_after_its_process_died_has_what_it_had_left_of_t
     assert_eq!(worked, 6_000, "two slow calls, not the hour between them");
 }
 
+/// A tool that, while it runs, has another process write `event` to the run's log: an
+/// `agent cancel` from another machine, or a process taking the run up.
+struct WrittenMeanwhile {
+    store: Arc<dyn Store>,
+    run_id: &'static str,
+    event: Event,
+}
+
+#[async_trait]
+impl Tool for WrittenMeanwhile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(
+            "slow",
+            "takes its time",
+            json!({"type": "object"}),
+            Risk::Read,
+        )
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        let log = self.store.load(self.run_id).unwrap();
+        let entry = Entry {
+            version: log.len() as u64 + 1,
+            at_ms: log.last().unwrap().at_ms + 1,
+            event: self.event.clone(),
+        };
+        self.store
+            .append(self.run_id, log.len() as u64, &[entry])
+            .unwrap();
+        Ok("done".into())
+    }
+}
+
+/// A run cancelled from elsewhere while this process ran its tool: the result cannot be
+/// committed after the end, and the invocation reports the run as it now stands
+/// (cancelled, with the other's words), not a failed commit; the log is left as the cancel
+/// left it.
+#[tokio::test]
+async fn a_run_ended_by_another_process_meanwhile_is_reported_as_it_ended() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "slow"}]},
+        {"final": "never"}
+    ]});
+    let cases = [
+        (
+            Event::RunEnded {
+                outcome: Outcome::stop(TerminalReason::Cancelled, "cancelled from elsewhere"),
+            },
+            TerminalReason::Cancelled,
+        ),
+        (Event::RunResumed {}, TerminalReason::CheckpointFailed),
+    ];
+    for (event, reason) in cases {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let tool = WrittenMeanwhile {
+            store: Arc::clone(&store),
+            run_id: "run-m",
+            event: event.clone(),
+        };
+        let rt = s.runtime(script.clone(), Arc::clone(&store), vec![Arc::new(tool)]);
+        let report = rt
+            .start(
+                RunRequest::new("run-m", "g", Budget::default()),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(report.outcome.reason, reason, "{}", report.outcome.message);
+        let log = store.load("run-m").unwrap();
+        assert_eq!(log.last().unwrap().event, event, "nothing written after it");
+        if reason == TerminalReason::Cancelled {
+            assert_eq!(report.outcome.message, "cancelled from elsewhere");
+            assert_eq!(report.state.version, log.len() as u64);
+            // A new run under a taken id is refused, not taken for that run.
+            let again = rt
+                .start(
+                    RunRequest::new("run-m", "g", Budget::default()),
+                    CancellationToken::new(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(again.outcome.reason, TerminalReason::CheckpointFailed);
+            assert_eq!(store.load("run-m").unwrap(), log);
+        } else {
+            assert!(
+                report
+                    .outcome
+                    .message
+                    .contains("another process wrote to the run"),
+                "{}",
+                report.outcome.message
+            );
+        }
+    }
+}
+
 /// An answer that arrives as the wall-clock budget runs out is kept (it was paid for), and
 /// the run stops there, its calls not run: no internal error, whichever came first.
 #[tokio::test]
