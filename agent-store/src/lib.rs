@@ -33,8 +33,8 @@ pub use error::StoreError;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::{
-    CommitStats, FencedStore, Lease, Listener, MAX_CONNECTIONS, NeverStarted, PostgresStore,
-    QueueState,
+    CommitStats, FencedStore, Hold, Holder, Lease, Listener, MAX_CONNECTIONS, NeverStarted,
+    PostgresStore, QueueState,
 };
 #[cfg(feature = "sled")]
 pub use sled_store::{FORMAT_VERSION, SledStore};

@@ -28,7 +28,7 @@ mod commit;
 mod queue;
 
 pub use commit::CommitStats;
-pub use queue::{FencedStore, Lease, Listener, NeverStarted, QueueState};
+pub use queue::{FencedStore, Hold, Holder, Lease, Listener, NeverStarted, QueueState};
 
 /// The schema, created when missing.
 const SCHEMA: &str = "
@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS agent_queue (
 );
 CREATE INDEX IF NOT EXISTS agent_queue_claimable ON agent_queue (state, created_at);
 ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS stop_asked BOOLEAN NOT NULL DEFAULT false;
+ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS lease_machine TEXT;
 ";
 
 /// Connections a store opens to its database, at most.
@@ -299,9 +300,9 @@ impl Store for PostgresStore {
         let rows = self
             .client()?
             .query(
-                "SELECT r.run_id, r.summary, q.lease_owner FROM agent_runs r
+                "SELECT r.run_id, r.summary, q.lease_owner, q.state FROM agent_runs r
                  LEFT JOIN agent_queue q ON q.run_id = r.run_id
-                     AND q.state = 'running' AND q.lease_expires_at > now()
+                     AND q.state IN ('running', 'held') AND q.lease_expires_at > now()
                  ORDER BY r.run_id",
                 &[],
             )
@@ -310,8 +311,16 @@ impl Store for PostgresStore {
             .map(|row| {
                 let summary = decode_summary(row.get(0), row.get(1))?;
                 let live: Option<String> = row.get(2);
+                // A worker of the queue, or a process that holds the run (it says who).
+                let held = row.get::<_, Option<String>>(3).as_deref() == Some("held");
                 Ok(RunSummary {
-                    live: live.map(|worker| format!("worker {worker}")),
+                    live: live.map(|owner| {
+                        if held {
+                            owner
+                        } else {
+                            format!("worker {owner}")
+                        }
+                    }),
                     ..summary
                 })
             })

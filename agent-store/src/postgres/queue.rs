@@ -169,7 +169,7 @@ impl PostgresStore {
                 "UPDATE agent_queue SET
                      lease_expires_at = now() + $3 * interval '1 millisecond',
                      updated_at = now()
-                 WHERE run_id = $1 AND lease_token = $2 AND state = 'running'",
+                 WHERE run_id = $1 AND lease_token = $2 AND state IN ('running', 'held')",
                 &[&lease.run_id, &lease.token, &millis(ttl)],
             )
             .map_err(|e| engine(&e))?;
@@ -234,7 +234,8 @@ impl PostgresStore {
                 "SELECT q.run_id, q.spec, q.state,
                         (extract(epoch FROM q.created_at) * 1000)::BIGINT
                  FROM agent_queue q
-                 WHERE NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.run_id = q.run_id)
+                 WHERE q.state <> 'held'
+                   AND NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.run_id = q.run_id)
                  ORDER BY q.created_at, q.run_id",
                 &[],
             )
@@ -290,6 +291,161 @@ impl PostgresStore {
     }
 }
 
+/// The process that holds a run on the database ([`PostgresStore::hold`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Who it is, in words (`process 1234 on builder`).
+    pub owner: String,
+    /// What its holder said of the machine it runs on, to tell later whether it is still
+    /// there (its format is the caller's).
+    pub machine: String,
+    /// Its lease's token.
+    pub token: i64,
+}
+
+/// What [`PostgresStore::hold`] came to.
+#[derive(Debug)]
+pub enum Hold {
+    /// The run is held by this process under this lease.
+    Held(Lease),
+    /// The run is in the queue: workers drive it, and it is not held this way.
+    Queued,
+    /// Another process holds it, and its lease has not run out.
+    By(Holder),
+}
+
+impl PostgresStore {
+    /// Holds run `run_id` (new or not) for a process that drives it without the queue
+    /// (`agent run`, `resume`, `approve`, `chat`), as `owner` (who it is, in words) on
+    /// `machine`, for `ttl`: its commits are then fenced like a worker's
+    /// ([`FencedStore::holding`]), `agent cancel` can ask it to stop the run, and another
+    /// process cannot drive the run meanwhile. A hold whose lease ran out is taken over, and
+    /// so is the one whose token is `over` (a holder the caller knows to be dead). Workers
+    /// never claim a held run.
+    pub fn hold(
+        &self,
+        run_id: &str,
+        owner: &str,
+        machine: &str,
+        ttl: Duration,
+        over: Option<i64>,
+    ) -> Result<Hold, StoreError> {
+        if run_id.is_empty() || run_id.contains('\0') {
+            return Err(StoreError::InvalidRunId {
+                id: run_id.to_owned(),
+                rule: crate::error::ANY_RUN_ID,
+            });
+        }
+        let mut client = self.client()?;
+        // A hold that runs out between the two statements is looked for again.
+        for _ in 0..3 {
+            let row = client
+                .query_opt(
+                    "INSERT INTO agent_queue AS q
+                         (run_id, spec, state, lease_owner, lease_machine, lease_token,
+                          lease_expires_at)
+                     VALUES ($1, '', 'held', $2, $3, nextval('agent_lease_tokens'),
+                             now() + $4 * interval '1 millisecond')
+                     ON CONFLICT (run_id) DO UPDATE SET
+                         lease_owner = EXCLUDED.lease_owner,
+                         lease_machine = EXCLUDED.lease_machine,
+                         lease_token = EXCLUDED.lease_token,
+                         lease_expires_at = EXCLUDED.lease_expires_at,
+                         stop_asked = false,
+                         updated_at = now()
+                     WHERE q.state = 'held'
+                       AND (q.lease_expires_at <= now() OR q.lease_token = $5)
+                     RETURNING lease_token",
+                    &[&run_id, &owner, &machine, &millis(ttl), &over],
+                )
+                .map_err(|e| engine(&e))?;
+            if let Some(row) = row {
+                return Ok(Hold::Held(Lease {
+                    run_id: run_id.to_owned(),
+                    spec: String::new(),
+                    token: row.get(0),
+                }));
+            }
+            let row = client
+                .query_opt(
+                    "SELECT state, lease_owner, lease_machine, lease_token,
+                            lease_expires_at > now()
+                     FROM agent_queue WHERE run_id = $1",
+                    &[&run_id],
+                )
+                .map_err(|e| engine(&e))?;
+            let Some(row) = row else { continue };
+            let state: String = row.get(0);
+            if state != "held" {
+                return Ok(Hold::Queued);
+            }
+            if row.get::<_, Option<bool>>(4) == Some(true) {
+                return Ok(Hold::By(Holder {
+                    owner: row.get::<_, Option<String>>(1).unwrap_or_default(),
+                    machine: row.get::<_, Option<String>>(2).unwrap_or_default(),
+                    token: row.get::<_, Option<i64>>(3).unwrap_or_default(),
+                }));
+            }
+        }
+        Err(StoreError::Engine(format!(
+            "run {run_id}: its hold changed hands three times while it was taken; try again"
+        )))
+    }
+
+    /// The process holding run `run_id` ([`PostgresStore::hold`]), if its lease has not run
+    /// out.
+    pub fn held_by(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .client()?
+            .query_opt(
+                "SELECT lease_owner FROM agent_queue
+                 WHERE run_id = $1 AND state = 'held' AND lease_expires_at > now()",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(row.and_then(|r| r.get(0)))
+    }
+
+    /// Lets go of a run held under `lease`: another process may drive it at once.
+    pub fn let_go(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.client()?
+            .execute(
+                "DELETE FROM agent_queue WHERE run_id = $1 AND lease_token = $2 AND state = 'held'",
+                &[&lease.run_id, &lease.token],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(())
+    }
+}
+
+/// A held run's lease kept alive by a thread, renewed every third of its length, and let go
+/// when dropped.
+struct Renewal {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    store: Arc<PostgresStore>,
+    lease: Lease,
+}
+
+impl std::fmt::Debug for Renewal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renewal")
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        // A database that does not answer lets the lease run out instead.
+        let _ = self.store.let_go(&self.lease);
+    }
+}
+
 /// The store as the worker holding `lease` sees it: every commit of the leased run checks
 /// the lease in its own transaction and fails with [`StoreError::LeaseLost`] once another
 /// worker took the run over. Reads, blobs and other runs pass through.
@@ -299,6 +455,9 @@ pub struct FencedStore {
     lease: Lease,
     /// When the database was last asked whether someone asked to stop the run.
     stop_looked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// For a held run, its lease's renewal, kept for its drop: the lease is let go once the
+    /// store is done.
+    _renewal: Option<Renewal>,
 }
 
 /// How often a worker asks the database whether someone asked to stop its run, at most.
@@ -311,19 +470,51 @@ impl FencedStore {
             store,
             lease,
             stop_looked: std::sync::Mutex::new(None),
+            _renewal: None,
+        }
+    }
+
+    /// The store of a run held by this process ([`PostgresStore::hold`] gave `lease`): a
+    /// thread renews the lease every third of `ttl` for as long as the store lives, and the
+    /// run is let go when it is dropped. (A lease that could not be renewed in time may be
+    /// taken over; this store's commits then fail with [`StoreError::LeaseLost`].)
+    pub fn holding(store: Arc<PostgresStore>, lease: Lease, ttl: Duration) -> FencedStore {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = {
+            let store = Arc::clone(&store);
+            let lease = lease.clone();
+            std::thread::spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(ttl / 3)
+                {
+                    // One that fails is tried again at the next third.
+                    let _ = store.renew(&lease, ttl);
+                }
+            })
+        };
+        let renewal = Renewal {
+            stop: Some(stop),
+            thread: Some(thread),
+            store: Arc::clone(&store),
+            lease: lease.clone(),
+        };
+        FencedStore {
+            _renewal: Some(renewal),
+            ..FencedStore::new(store, lease)
         }
     }
 }
 
 impl PostgresStore {
-    /// Asks the worker holding run `run_id` to stop it (`agent cancel`); `false` when no
-    /// worker holds it.
+    /// Asks the worker or process holding run `run_id` to stop it (`agent cancel`); `false`
+    /// when none holds it.
     pub(super) fn ask_worker_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
         let asked = self
             .client()?
             .execute(
                 "UPDATE agent_queue SET stop_asked = true
-                 WHERE run_id = $1 AND state = 'running' AND lease_expires_at > now()",
+                 WHERE run_id = $1 AND state IN ('running', 'held')
+                   AND lease_expires_at > now()",
                 &[&run_id],
             )
             .map_err(|e| engine(&e))?;

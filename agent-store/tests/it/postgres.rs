@@ -405,3 +405,137 @@ fn a_worker_whose_lease_expired_and_was_taken_over_commits_nothing() {
     // Other runs pass through the fence untouched.
     assert_eq!(new.append("other", 0, &[started("other", 1)]).unwrap(), 1);
 }
+
+/// A run a process drives without the queue is held: another process cannot hold it while
+/// the lease lasts (it learns who does), can ask the holder to stop it, takes it over once
+/// the lease ran out or from a holder it knows to be dead, and the first holder's commits
+/// then fail. Workers never claim a held run, and one let go is gone from the queue.
+#[test]
+fn a_run_held_by_a_process_is_its_alone_until_let_go_or_run_out() {
+    use agent_store::{FencedStore, Hold};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let cluster = Cluster::start();
+    let store = Arc::new(PostgresStore::connect(&cluster.url()).unwrap());
+    let run = "held";
+    let minute = Duration::from_secs(60);
+    let Hold::Held(first) = store
+        .hold(run, "process 1 on a", "a/1", minute, None)
+        .unwrap()
+    else {
+        panic!("a run nobody holds is held")
+    };
+    // Held before its first commit, it is not a queued run no worker started.
+    assert!(store.never_started().unwrap().is_empty());
+    let fenced = FencedStore::holding(Arc::clone(&store), first.clone(), minute);
+    assert_eq!(fenced.append(run, 0, &[started(run, 1)]).unwrap(), 1);
+    assert_eq!(
+        store.runs().unwrap()[0].live.as_deref(),
+        Some("process 1 on a")
+    );
+    assert_eq!(
+        store.held_by(run).unwrap().as_deref(),
+        Some("process 1 on a")
+    );
+    let Hold::By(holder) = store
+        .hold(run, "process 2 on b", "b/2", minute, None)
+        .unwrap()
+    else {
+        panic!("a live hold is not taken")
+    };
+    assert_eq!(
+        (holder.owner.as_str(), holder.machine.as_str(), holder.token),
+        ("process 1 on a", "a/1", first.token)
+    );
+    assert!(
+        store.claim("worker", minute).unwrap().is_none(),
+        "workers leave it"
+    );
+    assert_eq!(store.queue_state(run).unwrap(), None, "not in the queue");
+    // Asked to stop, the holder learns it once.
+    assert!(store.ask_to_stop(run).unwrap());
+    assert_eq!(fenced.stop_asked(run), Some(true));
+    // Taken over from a holder known to be dead: its commits fail from then on.
+    let Hold::Held(second) = store
+        .hold(run, "process 2 on b", "b/2", minute, Some(holder.token))
+        .unwrap()
+    else {
+        panic!("a dead holder's run is taken over")
+    };
+    let refused = fenced.append(run, 1, &[filler(2, 1)]).unwrap_err();
+    assert!(matches!(refused, StoreError::LeaseLost(_)), "{refused:?}");
+    drop(fenced);
+    assert_eq!(
+        store.held_by(run).unwrap().as_deref(),
+        Some("process 2 on b"),
+        "the dead one let nothing go"
+    );
+    // Let go, it is free at once; a lease that ran out is taken over.
+    store.let_go(&second).unwrap();
+    assert_eq!(store.held_by(run).unwrap(), None);
+    assert_eq!(store.runs().unwrap()[0].live, None);
+    let Hold::Held(brief) = store
+        .hold(run, "process 3 on c", "c/3", Duration::ZERO, None)
+        .unwrap()
+    else {
+        panic!("a run let go is held again")
+    };
+    assert_eq!(
+        store.held_by(run).unwrap(),
+        None,
+        "a lease of no length ran out"
+    );
+    assert!(!store.ask_to_stop(run).unwrap(), "nobody to ask");
+    assert!(matches!(
+        store.hold(run, "process 4 on d", "d/4", minute, None).unwrap(),
+        Hold::Held(lease) if lease.token > brief.token
+    ));
+    // A queued run is the workers': it is not held.
+    store.submit("queued", "spec").unwrap();
+    assert!(matches!(
+        store
+            .hold("queued", "process 5 on e", "e/5", minute, None)
+            .unwrap(),
+        Hold::Queued
+    ));
+}
+
+/// A held run's lease is renewed while its store lives (its end moves on), and let go when
+/// the store is dropped.
+#[test]
+fn a_held_runs_lease_is_renewed_while_its_store_lives_and_let_go_after() {
+    use agent_store::{FencedStore, Hold};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let cluster = Cluster::start();
+    let store = Arc::new(PostgresStore::connect(&cluster.url()).unwrap());
+    let mut admin = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
+    let mut ends = || -> f64 {
+        admin
+            .query_one(
+                "SELECT extract(epoch FROM lease_expires_at)::float8 FROM agent_queue
+                 WHERE run_id = 'r'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let ttl = Duration::from_secs(3);
+    let Hold::Held(lease) = store.hold("r", "process 1 on a", "a/1", ttl, None).unwrap() else {
+        panic!("held")
+    };
+    let first = ends();
+    let fenced = FencedStore::holding(Arc::clone(&store), lease, ttl);
+    // Renewed every second: waited for, not timed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ends() <= first {
+        assert!(Instant::now() < deadline, "the lease was never renewed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(fenced);
+    assert_eq!(store.held_by("r").unwrap(), None);
+    assert!(matches!(
+        store.hold("r", "process 2 on b", "b/2", ttl, None).unwrap(),
+        Hold::Held(_)
+    ));
+}
