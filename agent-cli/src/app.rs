@@ -392,8 +392,16 @@ fn run(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {
         usage("no model: pass --model PROVIDER:MODEL (e.g. script:PATH) or set model in agent.toml")
     })?;
     let budget = settings.budget.apply(Budget::default());
-    let one = OneRun::new(settings, choice, StoreSource::At(&settings.store), json)?;
     let run_id = ulid::Ulid::generate().to_string();
+    // A directory store is created once every input is checked; a database holds the run
+    // for this process from here.
+    let store = match &settings.store {
+        location @ StoreLocation::Dir(_) => StoreSource::At(location),
+        location => StoreSource::Open(Box::new(
+            OpenStore::create(location)?.writable()?.take_new(&run_id)?,
+        )),
+    };
+    let one = OneRun::new(settings, choice, store, json)?;
     crate::build::trust_own_checks(&run_id, &settings.answer.checks);
     let request = RunRequest::new(run_id, goal, budget);
     let report = one
@@ -542,8 +550,9 @@ fn drive_existing(
     if let Some(code) = worker::answer_queued(settings, json, run_id, answer)? {
         return Ok(code);
     }
-    let store = OpenStore::must_exist(&settings.store)?.writable()?;
-    store.take(run_id)?;
+    let store = OpenStore::must_exist(&settings.store)?
+        .writable()?
+        .take(run_id)?;
     let log = store.as_store().load(run_id)?;
     crate::build::ensure_checks_trusted(run_id, &log, crate::build::interactive(settings))?;
     // A run started with sub-agents goes on with them.
@@ -615,8 +624,9 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
     let budget = settings
         .budget
         .apply(state.budget_in_force().unwrap_or_default());
-    let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     let run_id = ulid::Ulid::generate().to_string();
+    let store = store.take_new(&run_id)?;
+    let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     crate::build::trust_own_checks(&run_id, &settings.answer.checks);
     let report =
         one.rt.block_on(
@@ -668,7 +678,7 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
             _ => {}
         }
     }
-    store.take(run_id)?;
+    let store = store.take(run_id)?;
     let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
     // Cancelling asks no model and starts nothing.
     let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), store.into_shared())

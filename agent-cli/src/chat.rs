@@ -227,10 +227,13 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             return chat_queued(settings, queue, id);
         }
     }
+    // A new run's id is chosen now: on a database it is held from here.
+    let new_id = ulid::Ulid::generate().to_string();
     let store = OpenStore::create(location)?.writable()?;
-    if let Some(id) = &run {
-        store.take(id)?;
-    }
+    let store = match &run {
+        Some(id) => store.take(id)?,
+        None => store.take_new(&new_id)?,
+    };
     let mut current: Option<Report> = None;
     let choice = match (&run, &settings.model) {
         (_, Some(choice)) => choice.clone(),
@@ -325,10 +328,8 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         let result = rt.block_on(async {
             match &run_id {
                 None => {
-                    let id = ulid::Ulid::generate().to_string();
-                    runtime
-                        .start(RunRequest::new(id, text, budget.clone()), cancel.clone())
-                        .await
+                    let request = RunRequest::new(new_id.clone(), text, budget.clone());
+                    runtime.start(request, cancel.clone()).await
                 }
                 Some(id) => runtime.reply(id, text, None, cancel.clone()).await,
             }

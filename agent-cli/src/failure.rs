@@ -43,8 +43,13 @@ impl From<SettingsError> for Failure {
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Self {
         // The library says what is wrong; the command line adds what to do about it.
+        let busy;
         let advice = match &e {
             StoreError::RunNotFound(_) => "; `agent runs` lists the runs",
+            StoreError::Busy { run_id, .. } => {
+                busy = format!(", or stop it with `agent cancel {run_id}`");
+                busy.as_str()
+            }
             StoreError::NotAStore(_) | StoreError::NotADirectory { .. } => {
                 "; choose another --store directory"
             }

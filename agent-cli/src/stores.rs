@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_store::{
-    DirStore, FencedStore, PostgresStore, QueueState, RunSummary, Store, StoreError,
+    DirStore, FencedStore, Hold, PostgresStore, QueueState, RunSummary, Store, StoreError,
 };
 
 use crate::failure::{Failure, failed, usage};
@@ -78,7 +78,7 @@ pub enum OpenStore {
     /// A directory: a sled database per run, shared by processes.
     Dir(DirStore),
     /// PostgreSQL.
-    Postgres(PostgresStore),
+    Postgres(Arc<PostgresStore>),
     /// PostgreSQL, as the worker holding a run's lease writes it.
     Fenced(FencedStore),
 }
@@ -88,7 +88,7 @@ impl OpenStore {
     pub fn create(location: &StoreLocation) -> Result<OpenStore, Failure> {
         Ok(match location {
             StoreLocation::Dir(dir) => OpenStore::Dir(DirStore::open(dir)?),
-            StoreLocation::Postgres(url) => OpenStore::Postgres(connect(url, location)?),
+            StoreLocation::Postgres(url) => OpenStore::Postgres(Arc::new(connect(url, location)?)),
         })
     }
 
@@ -96,7 +96,9 @@ impl OpenStore {
     pub fn existing(location: &StoreLocation) -> Result<Option<OpenStore>, Failure> {
         Ok(match location {
             StoreLocation::Dir(dir) => DirStore::open_existing(dir)?.map(OpenStore::Dir),
-            StoreLocation::Postgres(url) => Some(OpenStore::Postgres(connect(url, location)?)),
+            StoreLocation::Postgres(url) => {
+                Some(OpenStore::Postgres(Arc::new(connect(url, location)?)))
+            }
         })
     }
 
@@ -118,12 +120,26 @@ impl OpenStore {
     }
 
     /// Takes a run for this process to drive before anything is decided about it: a run
-    /// another process drives is refused, naming that process. (A database store's
-    /// runs are taken by workers under leases.)
-    pub fn take(&self, run_id: &str) -> Result<(), Failure> {
+    /// another process drives is refused, naming that process. On a database the run is
+    /// held under a lease for as long as the store returned lives ([`OpenStore::hold`]); a
+    /// queued run is left to the queue's workers.
+    pub fn take(self, run_id: &str) -> Result<OpenStore, Failure> {
         match self {
-            OpenStore::Dir(store) => Ok(store.take(run_id)?),
-            OpenStore::Postgres(_) | OpenStore::Fenced(_) => Ok(()),
+            OpenStore::Dir(store) => {
+                store.take(run_id)?;
+                Ok(OpenStore::Dir(store))
+            }
+            OpenStore::Postgres(store) => hold(store, run_id),
+            OpenStore::Fenced(_) => Ok(self),
+        }
+    }
+
+    /// Holds a new run, `run_id`, before its first commit, on a database (a directory
+    /// store takes it with that commit).
+    pub fn take_new(self, run_id: &str) -> Result<OpenStore, Failure> {
+        match self {
+            OpenStore::Postgres(store) => hold(store, run_id),
+            other => Ok(other),
         }
     }
 
@@ -147,18 +163,18 @@ impl OpenStore {
     pub fn driver(&self, run_id: &str) -> Result<Option<String>, Failure> {
         Ok(match self {
             OpenStore::Dir(store) => store.driver(run_id).map(|pid| format!("process {pid}")),
-            OpenStore::Postgres(store) => store
-                .lease_holder(run_id)?
-                .map(|worker| format!("worker {worker}")),
+            OpenStore::Postgres(store) => match store.lease_holder(run_id)? {
+                Some(worker) => Some(format!("worker {worker}")),
+                None => store.held_by(run_id)?,
+            },
             OpenStore::Fenced(_) => None,
         })
     }
 
     /// What will commit more of the run with no one asking, in words (`driven by process
     /// 1234`, `waiting in the queue for a worker`); `None` when nothing will until a person
-    /// acts (it ended, paused, or was interrupted). `seen` is the run's summary as far as
-    /// its log was read.
-    pub fn going_on(&self, run_id: &str, seen: &RunSummary) -> Result<Option<String>, Failure> {
+    /// acts (it ended, paused, or was interrupted).
+    pub fn going_on(&self, run_id: &str) -> Result<Option<String>, Failure> {
         Ok(match self {
             OpenStore::Dir(store) => store
                 .driver(run_id)
@@ -172,9 +188,8 @@ impl OpenStore {
                         .into(),
                 }),
                 Some(QueueState::Paused | QueueState::Ended) => None,
-                // Not queued: an `agent` process drives it while its log says it has not
-                // stopped (this store cannot tell whether that process is still there).
-                None => (seen.status == "running").then(|| "driven by a process".into()),
+                // Not queued: the process that holds it, if one does.
+                None => store.held_by(run_id)?.map(|by| format!("driven by {by}")),
             },
             OpenStore::Fenced(_) => None,
         })
@@ -202,7 +217,7 @@ impl OpenStore {
     pub fn as_store(&self) -> &dyn Store {
         match self {
             OpenStore::Dir(store) => store,
-            OpenStore::Postgres(store) => store,
+            OpenStore::Postgres(store) => store.as_ref(),
             OpenStore::Fenced(store) => store,
         }
     }
@@ -211,7 +226,7 @@ impl OpenStore {
     pub fn into_shared(self) -> Arc<dyn Store> {
         match self {
             OpenStore::Dir(store) => Arc::new(store),
-            OpenStore::Postgres(store) => Arc::new(store),
+            OpenStore::Postgres(store) => store,
             OpenStore::Fenced(store) => Arc::new(store),
         }
     }
@@ -225,6 +240,90 @@ pub fn queue(location: &StoreLocation, command: &str) -> Result<PostgresStore, F
             "agent {command} needs a database store: pass --store postgres://… (or set \
              AGENT_STORE); a directory store serves the processes of one machine"
         ))),
+    }
+}
+
+/// How long a process's hold on a run lasts unless renewed (every third of it): after a
+/// crash on another machine, another process takes the run up at most this long after.
+const HOLD_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Holds `run_id` on the database for this process ([`PostgresStore::hold`]): the store of
+/// the held run, or the database's as it was for a queued run (its workers drive it). A run
+/// another live process holds is refused, naming it; one whose holder died on this machine
+/// is taken over at once.
+fn hold(store: Arc<PostgresStore>, run_id: &str) -> Result<OpenStore, Failure> {
+    let me = This::process();
+    let mut over = None;
+    loop {
+        match store.hold(run_id, &me.owner, &me.machine, HOLD_TTL, over)? {
+            Hold::Held(lease) => {
+                return Ok(OpenStore::Fenced(FencedStore::holding(
+                    store, lease, HOLD_TTL,
+                )));
+            }
+            Hold::Queued => return Ok(OpenStore::Postgres(store)),
+            Hold::By(holder) if over.is_none() && me.outlived(&holder.machine) => {
+                over = Some(holder.token);
+            }
+            Hold::By(holder) => {
+                return Err(StoreError::Busy {
+                    run_id: run_id.to_owned(),
+                    by: format!(
+                        "{} (if it died, the run is free {} s after its last sign of life)",
+                        holder.owner,
+                        HOLD_TTL.as_secs()
+                    ),
+                }
+                .into());
+            }
+        }
+    }
+}
+
+/// This process as a hold names it: who, in words, and where, to tell later whether it is
+/// still there (the kernel's boot, the PID namespace and the PID).
+struct This {
+    owner: String,
+    machine: String,
+}
+
+impl This {
+    fn process() -> This {
+        let pid = std::process::id();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default();
+        This {
+            owner: if host.is_empty() {
+                format!("process {pid}")
+            } else {
+                format!("process {pid} on {host}")
+            },
+            machine: format!("{}/{pid}", This::place().unwrap_or_default()),
+        }
+    }
+
+    /// The kernel's boot and this process's PID namespace: a PID means one process only
+    /// within both.
+    fn place() -> Option<String> {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let namespace = std::fs::read_link("/proc/self/ns/pid").ok()?;
+        Some(format!("{}:{}", boot.trim(), namespace.display()))
+    }
+
+    /// Whether the holder `machine` names was a process of this boot and PID namespace that
+    /// is gone: its hold can be taken over without waiting for it to run out.
+    fn outlived(&self, machine: &str) -> bool {
+        let Some(place) = This::place() else {
+            return false;
+        };
+        let Some((there, pid)) = machine.rsplit_once('/') else {
+            return false;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            return false;
+        };
+        there == place && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
     }
 }
 
@@ -279,7 +378,7 @@ impl Follower {
     /// `None` once nothing drives the run and every entry was handed out.
     pub(crate) fn next(&mut self, store: &OpenStore) -> Result<Option<Followed>, Failure> {
         let run_id = self.run_id.as_str();
-        let going = store.going_on(run_id, &self.seen)?;
+        let going = store.going_on(run_id)?;
         let new = match &going {
             Some(_) => match store
                 .as_store()

@@ -593,19 +593,15 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
     }
 }
 
-/// A run an `agent run` process drives on a database, cancelled by `agent cancel` in
-/// another process (on another machine, as far as the database can tell): the cancel is
-/// written at once, and the process that drives the run, whose next commit meets it, says
-/// the run was cancelled (exit 130) instead of failing that commit.
-#[test]
-fn a_run_cancelled_from_elsewhere_is_reported_cancelled_by_the_process_driving_it() {
-    let q = Queue::new();
+/// `agent run` on a database with a command that waits for `go` in the workspace, spawned;
+/// its id once its command was dispatched.
+fn blocked_run(q: &Queue) -> (Child, String) {
     let model = q.script(
         "blocks",
         json!([
             {"tool_calls": [{"id": "c1", "name": "shell",
                              "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
-            {"final": "never"}
+            {"final": "went"}
         ]),
     );
     let runner = q
@@ -641,20 +637,75 @@ fn a_run_cancelled_from_elsewhere_is_reported_cancelled_by_the_process_driving_i
             .iter()
             .any(|e| e["type"] == "effect_dispatched")
     });
+    (runner, id)
+}
+
+/// A run an `agent run` process drives on a database is that process's alone: listed as
+/// driven by it, refused to `agent resume` elsewhere (naming it), and stopped by `agent
+/// cancel` from another process through the database, as a Ctrl-C at its terminal would
+/// stop it: its command is stopped, both say `cancelled` (exit 130), and nothing holds the
+/// run after.
+#[test]
+fn a_run_driven_on_a_database_is_held_and_cancelled_through_it() {
+    let q = Queue::new();
+    let (runner, id) = blocked_run(&q);
+    let pid = runner.id().to_string();
+    let listed = q.runs();
+    let by = listed[0]["live"].as_str().unwrap_or_default().to_owned();
+    assert!(by.starts_with(&format!("process {pid}")), "{listed:?}");
+    let refused = q.agent(&["resume", &id]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&format!("being driven by process {pid}")),
+        "{}",
+        stderr(&refused)
+    );
     let cancelled = q.agent(&["cancel", "--json", &id]);
     assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
-    std::fs::write(q.ws.join("go"), "").unwrap();
+    let said: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(said["reason"], "cancelled", "{said}");
     let out = runner.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["reason"], "cancelled", "{v}");
+    assert!(!q.ws.join("go").exists());
     let events = q.events(&id);
-    assert_eq!(events.last().unwrap()["type"], "run_ended");
-    assert_eq!(
-        count(&events, "tool_finished"),
-        0,
-        "nothing written after the end"
-    );
+    assert_eq!(events.last().unwrap()["outcome"]["reason"], "cancelled");
+    assert_eq!(q.runs()[0]["live"], Value::Null, "let go");
+}
+
+/// The process driving a run on a database dies (`kill -9`): on the same machine, `agent
+/// resume` takes the run over at once (its holder is gone), without waiting for the hold
+/// to run out.
+#[test]
+fn a_run_whose_process_died_here_is_taken_over_at_once() {
+    let q = Queue::new();
+    let (mut runner, id) = blocked_run(&q);
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    std::fs::write(q.ws.join("go"), "").unwrap();
+    let out = q.agent(&["resume", "--json", &id]);
+    // The command it ran is in doubt: a person says whether it took effect.
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["reason"], "outcome_unknown", "{v}");
+    assert_eq!(count(&q.events(&id), "run_resumed"), 1);
+    let ws = q.ws.to_str().unwrap();
+    let settled = q.agent(&[
+        "resolve",
+        "--json",
+        "--allow",
+        "shell",
+        "--workspace",
+        ws,
+        &id,
+        "--call",
+        "c1",
+        "--as",
+        "retry",
+    ]);
+    assert_eq!(settled.status.code(), Some(0), "{}", stderr(&settled));
+    assert_eq!(q.runs()[0]["live"], Value::Null);
 }
 
 /// A queued run carries its answer validators to the worker that drives it.

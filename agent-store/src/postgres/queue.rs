@@ -441,8 +441,12 @@ impl Drop for Renewal {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        // A database that does not answer lets the lease run out instead.
-        let _ = self.store.let_go(&self.lease);
+        // A database that does not answer lets the lease run out instead. On a thread of its
+        // own: the synchronous client cannot be used where an async runtime runs, and the
+        // store may be dropped there.
+        let store = Arc::clone(&self.store);
+        let lease = self.lease.clone();
+        let _ = std::thread::spawn(move || store.let_go(&lease)).join();
     }
 }
 
