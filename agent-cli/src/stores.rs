@@ -323,7 +323,19 @@ impl This {
         let Ok(pid) = pid.parse::<u32>() else {
             return false;
         };
-        there == place && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+        there == place && pid != std::process::id() && !alive(pid)
+    }
+}
+
+/// Whether process `pid` of this PID namespace is running: there, and not a zombie left for
+/// its parent to reap.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's name, which ends with the line's last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
     }
 }
 

@@ -674,17 +674,24 @@ fn a_run_driven_on_a_database_is_held_and_cancelled_through_it() {
     assert_eq!(q.runs()[0]["live"], Value::Null, "let go");
 }
 
-/// The process driving a run on a database dies (`kill -9`): on the same machine, `agent
-/// resume` takes the run over at once (its holder is gone), without waiting for the hold
-/// to run out.
+/// The process driving a run on a database dies (`kill -9`; a zombie not yet reaped): on
+/// the same machine, `agent resume` takes the run over at once (its holder is gone),
+/// without waiting for the hold to run out.
 #[test]
 fn a_run_whose_process_died_here_is_taken_over_at_once() {
     let q = Queue::new();
     let (mut runner, id) = blocked_run(&q);
     runner.kill().unwrap();
-    runner.wait().unwrap();
+    // Not reaped yet: a zombie is as dead as a process gets.
+    let stat = format!("/proc/{}/stat", runner.id());
+    until("the killed process is a zombie", || {
+        let stat = std::fs::read_to_string(&stat).unwrap_or_default();
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    });
     std::fs::write(q.ws.join("go"), "").unwrap();
     let out = q.agent(&["resume", "--json", &id]);
+    runner.wait().unwrap();
     // The command it ran is in doubt: a person says whether it took effect.
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
