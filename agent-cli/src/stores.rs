@@ -121,7 +121,7 @@ impl OpenStore {
 
     /// Takes a run for this process to drive before anything is decided about it: a run
     /// another process drives is refused, naming that process. On a database the run is
-    /// held under a lease for as long as the store returned lives ([`OpenStore::hold`]); a
+    /// held under a lease for as long as the store returned lives ([`PostgresStore::hold`]); a
     /// queued run is left to the queue's workers.
     pub fn take(self, run_id: &str) -> Result<OpenStore, Failure> {
         match self {
