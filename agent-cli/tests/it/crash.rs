@@ -379,13 +379,7 @@ fn a_killed_run_is_taken_up_with_run_resumed() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", &run]).stdout).unwrap();
-    let kinds: Vec<&str> = shown["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap())
-        .collect();
+    let kinds = super::event_types(&env, &run);
     let at = kinds.iter().position(|k| *k == "run_resumed").unwrap();
     assert_eq!(
         kinds.iter().filter(|k| **k == "run_resumed").count(),
@@ -397,7 +391,7 @@ fn a_killed_run_is_taken_up_with_run_resumed() {
         at == 2 || (at == 3 && kinds[2] == "tool_finished"),
         "{kinds:?}"
     );
-    assert_eq!(kinds.last(), Some(&"run_ended"));
+    assert_eq!(kinds.last().map(String::as_str), Some("run_ended"));
     let text = String::from_utf8(env.run(&["show", &run]).stdout).unwrap();
     let line = text.lines().find(|l| l.contains("run_resumed")).unwrap();
     assert!(

@@ -182,6 +182,17 @@ fn follower(env: &Env, store: &str, id: &str, extra: &[&str]) -> std::process::C
 
 /// Asserts that `events` (as `agent show --json` prints them) are versions 1, 2, … n:
 /// no event lost, repeated or out of order.
+/// The types of the events of run `id`, in order, as `agent show --json` gives them.
+fn event_types(env: &Env, id: &str) -> Vec<String> {
+    let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", id]).stdout).unwrap();
+    shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn assert_contiguous(events: &[Value], what: &str) {
     for (n, e) in events.iter().enumerate() {
         assert_eq!(e["version"].as_u64(), Some(n as u64 + 1), "{what}: {e}");

@@ -134,15 +134,8 @@ fn a_live_run_is_cancelled_from_another_process() {
     assert_eq!(json_out(&out)["reason"], "cancelled");
     let driver = child.wait_with_output().unwrap();
     assert_eq!(driver.status.code(), Some(130), "{}", stderr(&driver));
-    let shown = json_out(&env.run(&["show", "--json", &id]));
-    let kinds: Vec<&str> = shown["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        kinds,
+        super::event_types(&env, &id),
         [
             "run_started",
             "decision_proposed",
@@ -151,6 +144,7 @@ fn a_live_run_is_cancelled_from_another_process() {
             "run_ended"
         ]
     );
+    let shown = json_out(&env.run(&["show", "--json", &id]));
     assert_eq!(shown["events"][3]["result"]["error"]["kind"], "cancelled");
     let again = env.run(&["cancel", &id]);
     assert_eq!(again.status.code(), Some(2), "{}", stderr(&again));

@@ -257,12 +257,18 @@ impl PostgresStore {
 
     /// The worker holding an unexpired lease on the run, if one does.
     pub fn lease_holder(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        self.live_lease_owner(run_id, "running")
+    }
+
+    /// The owner of an unexpired lease on the run in `state` (`running` for a worker's,
+    /// `held` for a process's).
+    fn live_lease_owner(&self, run_id: &str, state: &str) -> Result<Option<String>, StoreError> {
         let row = self
             .client()?
             .query_opt(
                 "SELECT lease_owner FROM agent_queue
-                 WHERE run_id = $1 AND state = 'running' AND lease_expires_at > now()",
-                &[&run_id],
+                 WHERE run_id = $1 AND state = $2 AND lease_expires_at > now()",
+                &[&run_id, &state],
             )
             .map_err(|e| engine(&e))?;
         Ok(row.and_then(|r| r.get(0)))
@@ -395,15 +401,7 @@ impl PostgresStore {
     /// The process holding run `run_id` ([`PostgresStore::hold`]), if its lease has not run
     /// out.
     pub fn held_by(&self, run_id: &str) -> Result<Option<String>, StoreError> {
-        let row = self
-            .client()?
-            .query_opt(
-                "SELECT lease_owner FROM agent_queue
-                 WHERE run_id = $1 AND state = 'held' AND lease_expires_at > now()",
-                &[&run_id],
-            )
-            .map_err(|e| engine(&e))?;
-        Ok(row.and_then(|r| r.get(0)))
+        self.live_lease_owner(run_id, "held")
     }
 
     /// Lets go of a run held under `lease`: another process may drive it at once.
