@@ -297,6 +297,20 @@ mod tests {
         }
     }
 
+    /// The model's first decision, at 1,100 ms, using nothing.
+    fn first_decision(decision: Decision) -> Entry {
+        entry(
+            2,
+            1_100,
+            Event::DecisionProposed {
+                turn: 1,
+                decision,
+                usage: Usage::default(),
+                reasoning: Vec::new(),
+            },
+        )
+    }
+
     fn started() -> Entry {
         entry(
             1,
@@ -411,18 +425,9 @@ mod tests {
     fn a_rejected_answer_is_a_bar_from_the_decision_to_the_verdict() {
         let log = [
             started(),
-            entry(
-                2,
-                1_100,
-                Event::DecisionProposed {
-                    turn: 1,
-                    decision: Decision::Final {
-                        answer: "41".into(),
-                    },
-                    usage: Usage::default(),
-                    reasoning: Vec::new(),
-                },
-            ),
+            first_decision(Decision::Final {
+                answer: "41".into(),
+            }),
             entry(
                 3,
                 1_350,
@@ -451,16 +456,7 @@ mod tests {
         let taken_up = 3_601_100;
         let log = [
             started(),
-            entry(
-                2,
-                1_100,
-                Event::DecisionProposed {
-                    turn: 1,
-                    decision: Decision::ToolCalls { calls: vec![call] },
-                    usage: Usage::default(),
-                    reasoning: Vec::new(),
-                },
-            ),
+            first_decision(Decision::ToolCalls { calls: vec![call] }),
             entry(3, taken_up, Event::RunResumed {}),
             entry(
                 4,
