@@ -554,6 +554,14 @@ fn drive_existing(
         .writable()?
         .take(run_id)?;
     let log = store.as_store().load(run_id)?;
+    let in_run;
+    let settings = match in_run_workspace(settings, run_id, &log)? {
+        Some(moved) => {
+            in_run = moved;
+            &in_run
+        }
+        None => settings,
+    };
     crate::build::ensure_checks_trusted(run_id, &log, crate::build::interactive(settings))?;
     // A run started with sub-agents goes on with them.
     let recorded = match log.first().map(|e| &e.event) {
@@ -616,6 +624,15 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
             "run {parent} made {calls} model call(s); --at takes 1 to {calls}"
         )));
     }
+    // The fork works where its parent did, unless told otherwise.
+    let in_parent;
+    let settings = match in_run_workspace(settings, parent, &log)? {
+        Some(moved) => {
+            in_parent = moved;
+            &in_parent
+        }
+        None => settings,
+    };
     let choice = match &settings.model {
         Some(choice) => choice.clone(),
         None => recorded_model(settings, &store, parent)?,
@@ -634,6 +651,21 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
                 .fork(parent, at, &run_id, budget, one.cancel.clone()),
         )?;
     one.finish(report)
+}
+
+/// `settings` for taking up run `run_id` in the workspace it was started in
+/// ([`Settings::in_run_workspace`]), said on the terminal; `None` when they stand.
+pub(crate) fn in_run_workspace(
+    settings: &Settings,
+    run_id: &str,
+    log: &[agent_core::Entry],
+) -> Result<Option<Settings>, Failure> {
+    Ok(settings
+        .in_run_workspace(run_id, log)?
+        .map(|(moved, said)| {
+            tell(said);
+            moved
+        }))
 }
 
 /// The limits a message to a run sets, when they differ from those in force.

@@ -294,6 +294,7 @@ mod tests {
             answer: None,
             forked_from: None,
             parent: None,
+            workspace: None,
         }
     }
 

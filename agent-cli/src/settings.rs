@@ -289,6 +289,9 @@ pub struct Settings {
     pub store: StoreLocation,
     /// The workspace the tools are confined to.
     pub workspace: PathBuf,
+    /// Whether the workspace was named (`--workspace` or agent.toml's `workspace`), rather
+    /// than taken to be the current directory.
+    pub workspace_named: bool,
     /// The model named, if any (resuming a script run without one uses its script).
     pub model: Option<ModelChoice>,
     /// As it was named (a script's path made relative to agent.toml's directory).
@@ -363,6 +366,50 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// These settings for taking up run `run_id` (`log`, its log): in the workspace it was
+    /// started in, unless one was named here. `None` when they stand as they are; the
+    /// recorded one, and a line to tell the person, when the run works elsewhere than the
+    /// current directory. A recorded workspace that is not a directory here is refused.
+    pub fn in_run_workspace(
+        &self,
+        run_id: &str,
+        log: &[agent_core::Entry],
+    ) -> Result<Option<(Settings, String)>, SettingsError> {
+        let recorded = match log.first().map(|e| &e.event) {
+            Some(agent_core::Event::RunStarted { manifest, .. }) => manifest.workspace.clone(),
+            _ => None,
+        };
+        let Some(recorded) = recorded.filter(|_| !self.workspace_named) else {
+            return Ok(None);
+        };
+        let recorded = PathBuf::from(recorded);
+        let here =
+            std::fs::canonicalize(&self.workspace).unwrap_or_else(|_| self.workspace.clone());
+        if recorded == here {
+            return Ok(None);
+        }
+        if !recorded.is_dir() {
+            return Err(bad(format!(
+                "run {run_id} works in {}, which is not a directory here; pass --workspace DIR \
+                 to give it another",
+                recorded.display()
+            )));
+        }
+        let said = format!(
+            "agent: run {run_id} works in {}, where it started (--workspace DIR gives it \
+             another)\n",
+            recorded.display()
+        );
+        Ok(Some((
+            Settings {
+                workspace: recorded,
+                workspace_named: true,
+                ..self.clone()
+            },
+            said,
+        )))
+    }
+
     /// These settings with the validators a new run's final answer must pass: agent.toml's
     /// `answer_schema`, unless `--answer-schema` names another, and its `checks`, then the
     /// `--check` flags'. The schema is read and compiled here, so a bad one is refused
@@ -454,6 +501,7 @@ impl Settings {
             (None, None, None) => StoreLocation::Dir(PathBuf::from(".agent")),
         };
         let workspace = pick(setup.workspace.as_deref(), &config.workspace, ".");
+        let workspace_named = setup.workspace.is_some() || config.workspace.is_some();
         let base_url = setup.base_url.clone().or(config.base_url.clone());
         let model_text = match (&setup.model, &config.model) {
             (Some(m), _) => Some(m.clone()),
@@ -571,6 +619,7 @@ impl Settings {
         Ok(Settings {
             store,
             workspace,
+            workspace_named,
             model,
             model_text,
             base_url,

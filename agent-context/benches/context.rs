@@ -40,6 +40,7 @@ fn run_log(turns: u32, size: usize) -> Vec<Entry> {
         answer: None,
         forked_from: None,
         parent: None,
+        workspace: None,
     };
     let mut log = vec![entry(
         1,

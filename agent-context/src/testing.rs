@@ -51,6 +51,7 @@ impl LogBuilder {
             answer: None,
             forked_from: None,
             parent: None,
+            workspace: None,
         };
         LogBuilder {
             entries: Vec::new(),

@@ -32,6 +32,7 @@ fn manifest(max_steps: u32) -> Manifest {
         answer: None,
         forked_from: None,
         parent: None,
+        workspace: None,
     }
 }
 

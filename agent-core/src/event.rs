@@ -78,6 +78,11 @@ pub struct Manifest {
     /// The run and call that started this one, for a sub-agent's run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<Box<ParentCall>>,
+    /// The directory its tools act in, as the process that started it had it (absolute),
+    /// when the runtime knows one: a process that takes the run up elsewhere works there
+    /// too unless told otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 /// The call of another run that a sub-agent's run answers.

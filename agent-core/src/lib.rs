@@ -29,6 +29,7 @@
 //!     answer: None,
 //!     forked_from: None,
 //!     parent: None,
+//!     workspace: None,
 //! };
 //! let config = RunConfig { run_id: "r1".into(), goal: "say hi".into(), manifest, tools: vec![] };
 //! let mut machine = Machine::start(config, 0);

@@ -160,6 +160,7 @@ pub fn started(run_id: &str, at_ms: u64) -> Entry {
                 answer: None,
                 forked_from: None,
                 parent: None,
+                workspace: None,
             },
         },
     }

@@ -241,3 +241,79 @@ fn an_approved_write_is_refused_if_its_path_leads_elsewhere_since_it_was_asked_a
         "{show}"
     );
 }
+
+/// A run started with `--workspace` and approved later from the directory its store is in
+/// (no `--workspace` given) works where it started: the write lands there, and the person
+/// is told. A workspace named when approving wins; one that is gone is refused, with
+/// nothing run.
+#[test]
+fn a_run_is_taken_up_in_the_workspace_it_started_in() {
+    let env = Env::new();
+    let model = write_script(&env);
+    let ws = env.dir.path().join("project");
+    let other = env.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let ws_arg = ws.to_str().unwrap();
+    let paused = |env: &Env| {
+        let out = env.run(&[
+            "run",
+            "--json",
+            "--model",
+            &model,
+            "--workspace",
+            ws_arg,
+            "save",
+        ]);
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["run_id"].as_str().unwrap().to_owned()
+    };
+    let result = |dir: &Path| dir.join("out/result.txt");
+
+    let id = paused(&env);
+    let done = env.run(&["approve", "--json", &id]);
+    assert_eq!(done.status.code(), Some(0), "{}", stderr(&done));
+    assert_eq!(std::fs::read_to_string(result(&ws)).unwrap(), "42\n");
+    assert!(
+        !result(env.dir.path()).exists(),
+        "nothing written where agent was started"
+    );
+    let said = stderr(&done);
+    let canonical = std::fs::canonicalize(&ws).unwrap();
+    assert!(
+        said.contains(&format!(
+            "works in {}, where it started",
+            canonical.display()
+        )),
+        "{said}"
+    );
+
+    let id = paused(&env);
+    let named = env.run(&[
+        "approve",
+        "--json",
+        "--workspace",
+        other.to_str().unwrap(),
+        &id,
+    ]);
+    assert_eq!(named.status.code(), Some(0), "{}", stderr(&named));
+    assert_eq!(std::fs::read_to_string(result(&other)).unwrap(), "42\n");
+    assert!(!stderr(&named).contains("where it started"));
+
+    let id = paused(&env);
+    std::fs::remove_dir_all(&ws).unwrap();
+    let gone = env.run(&["approve", &id]);
+    assert_eq!(gone.status.code(), Some(2), "{}", stderr(&gone));
+    assert!(
+        stderr(&gone).contains("which is not a directory here; pass --workspace DIR"),
+        "{}",
+        stderr(&gone)
+    );
+    let state = env.run(&["show", "--json", &id]);
+    let shown: Value = serde_json::from_slice(&state.stdout).unwrap();
+    assert_eq!(
+        shown["events"].as_array().unwrap().last().unwrap()["type"],
+        "approval_requested"
+    );
+}

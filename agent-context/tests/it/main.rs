@@ -27,6 +27,7 @@ impl Log {
                 answer: None,
                 forked_from: None,
                 parent: None,
+                workspace: None,
             },
         });
         log

@@ -279,6 +279,7 @@ pub fn manifest(budget: Budget) -> Manifest {
         answer: None,
         forked_from: None,
         parent: None,
+        workspace: None,
     }
 }
 

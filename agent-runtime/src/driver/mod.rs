@@ -371,6 +371,7 @@ impl Runtime {
             answer: self.answer.clone().map(Box::new),
             forked_from: None,
             parent: self.parent.clone().map(Box::new),
+            workspace: Some(self.gateway.workspace().root().display().to_string()),
         }
     }
 

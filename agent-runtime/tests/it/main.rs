@@ -624,10 +624,11 @@ impl Store for Threads {
 #[test]
 fn inline_store_work_stays_on_the_driving_thread_and_changes_nothing_else() {
     let mut logs = Vec::new();
+    // One workspace (the run records it), a store each.
+    let s = setup();
     for inline in [true, false] {
-        let s = setup();
         let store = Arc::new(Threads {
-            inner: SledStore::open(s.dir.path().join("store")).unwrap(),
+            inner: SledStore::open(s.dir.path().join(format!("store-{inline}"))).unwrap(),
             seen: Mutex::default(),
         });
         let rt = s
