@@ -554,14 +554,8 @@ fn drive_existing(
         .writable()?
         .take(run_id)?;
     let log = store.as_store().load(run_id)?;
-    let in_run;
-    let settings = match in_run_workspace(settings, run_id, &log)? {
-        Some(moved) => {
-            in_run = moved;
-            &in_run
-        }
-        None => settings,
-    };
+    let in_run = in_run_workspace(settings, run_id, &log)?;
+    let settings: &Settings = &in_run;
     crate::build::ensure_checks_trusted(run_id, &log, crate::build::interactive(settings))?;
     // A run started with sub-agents goes on with them.
     let recorded = match log.first().map(|e| &e.event) {
@@ -625,14 +619,8 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
         )));
     }
     // The fork works where its parent did, unless told otherwise.
-    let in_parent;
-    let settings = match in_run_workspace(settings, parent, &log)? {
-        Some(moved) => {
-            in_parent = moved;
-            &in_parent
-        }
-        None => settings,
-    };
+    let in_parent = in_run_workspace(settings, parent, &log)?;
+    let settings: &Settings = &in_parent;
     let choice = match &settings.model {
         Some(choice) => choice.clone(),
         None => recorded_model(settings, &store, parent)?,
@@ -654,18 +642,19 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
 }
 
 /// `settings` for taking up run `run_id` in the workspace it was started in
-/// ([`Settings::in_run_workspace`]), said on the terminal; `None` when they stand.
-pub(crate) fn in_run_workspace(
-    settings: &Settings,
+/// ([`Settings::in_run_workspace`]), said on the terminal when it is not this directory.
+pub(crate) fn in_run_workspace<'a>(
+    settings: &'a Settings,
     run_id: &str,
     log: &[agent_core::Entry],
-) -> Result<Option<Settings>, Failure> {
-    Ok(settings
-        .in_run_workspace(run_id, log)?
-        .map(|(moved, said)| {
+) -> Result<std::borrow::Cow<'a, Settings>, Failure> {
+    Ok(match settings.in_run_workspace(run_id, log)? {
+        Some((moved, said)) => {
             tell(said);
-            moved
-        }))
+            std::borrow::Cow::Owned(moved)
+        }
+        None => std::borrow::Cow::Borrowed(settings),
+    })
 }
 
 /// The limits a message to a run sets, when they differ from those in force.

@@ -245,7 +245,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             ));
         }
     };
-    let mut in_run = None;
+    let mut in_run = std::borrow::Cow::Borrowed(settings);
     if let Some(id) = &run {
         let log = store.as_store().load(id)?;
         if log.is_empty() {
@@ -254,7 +254,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         in_run = crate::app::in_run_workspace(settings, id, &log)?;
         crate::build::ensure_checks_trusted(id, &log, crate::build::interactive(settings))?;
     }
-    let settings = in_run.as_ref().unwrap_or(settings);
+    let settings: &Settings = &in_run;
     let budget = settings.budget.apply(agent_core::Budget::default());
     let rt = tokio()?;
     let runtime = build(
