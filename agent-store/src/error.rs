@@ -104,9 +104,12 @@ pub enum StoreError {
     /// The storage engine failed.
     #[error("storage error: {0}")]
     Engine(String),
-    /// This process's lease on the run was taken over (it expired): another worker drives
-    /// the run now, and nothing this one wanted to commit was written.
-    #[error("the lease on run {0} was lost to another worker; nothing was written")]
+    /// This process's lease on the run was taken over (it expired): another worker or
+    /// process drives the run now, and nothing this one wanted to commit was written.
+    #[error(
+        "the lease on run {0} ran out and was taken over (another worker or process drives \
+         it now); nothing was written"
+    )]
     LeaseLost(String),
 }
 
