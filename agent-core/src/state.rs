@@ -361,11 +361,17 @@ impl RunState {
     /// is kept, and work counts again from the answer.
     fn go_on(&mut self, at_ms: u64) {
         if let Some(paused) = self.paused_at_ms.take() {
-            self.worked_ms = self
-                .worked_ms
-                .saturating_add(paused.saturating_sub(self.exchange_started_at_ms));
-            self.exchange_started_at_ms = self.worked_from(at_ms);
+            self.work_between(paused, at_ms);
         }
+    }
+
+    /// Work stopped at `until_ms` and counts again from `from_ms`: the stretch before is
+    /// kept as worked, the time between is not.
+    fn work_between(&mut self, until_ms: u64, from_ms: u64) {
+        self.worked_ms = self
+            .worked_ms
+            .saturating_add(until_ms.saturating_sub(self.exchange_started_at_ms));
+        self.exchange_started_at_ms = self.worked_from(from_ms);
     }
 
     /// Whether the latest turn still has calls without an answer while the run is running:
@@ -465,23 +471,14 @@ impl RunState {
                 self.exchange_started_at_ms = self.worked_from(entry.at_ms);
                 self.status = Status::Running;
             }
-            Event::RunResumed {} => {
-                // Work stopped with the last event before it (what the process did after
-                // that was lost with it).
-                self.worked_ms = self.worked_ms.saturating_add(
-                    self.updated_at_ms
-                        .saturating_sub(self.exchange_started_at_ms),
-                );
-                self.exchange_started_at_ms = self.worked_from(entry.at_ms);
-            }
+            // Work stopped with the last event before it (what the process did after that
+            // was lost with it).
+            Event::RunResumed {} => self.work_between(self.updated_at_ms, entry.at_ms),
             Event::UserMessage { budget, .. } => {
                 // Work stopped with the exchange's last event, or when it paused for a
                 // person who then ended it (`agent cancel`).
                 let until = self.paused_at_ms.take().unwrap_or(self.updated_at_ms);
-                self.worked_ms = self
-                    .worked_ms
-                    .saturating_add(until.saturating_sub(self.exchange_started_at_ms));
-                self.exchange_started_at_ms = self.worked_from(entry.at_ms);
+                self.work_between(until, entry.at_ms);
                 self.exchange = self.exchange.saturating_add(1);
                 self.exchange_steps = self.steps;
                 self.exchange_tool_calls = self.tool_calls;
