@@ -388,7 +388,8 @@ impl Settings {
         if recorded == here {
             return Ok(None);
         }
-        if !recorded.is_dir() {
+        // A log written elsewhere may hold anything: only an absolute directory is taken.
+        if !recorded.is_absolute() || !recorded.is_dir() {
             return Err(bad(format!(
                 "run {run_id} works in {}, which is not a directory here; pass --workspace DIR \
                  to give it another",
@@ -910,6 +911,92 @@ mod tests {
             api_key: key.map(str::to_owned),
             key_var: None,
         }
+    }
+
+    /// The log of a run started at `workspace`.
+    fn started_in(workspace: Option<&str>) -> Vec<agent_core::Entry> {
+        let manifest = agent_core::Manifest {
+            runtime_version: "t".into(),
+            provider: "script".into(),
+            model: "m".into(),
+            system_prompt_digest: String::new(),
+            tool_schema_digest: String::new(),
+            budget: agent_core::Budget::default(),
+            tools: Vec::new(),
+            answer: None,
+            forked_from: None,
+            parent: None,
+            workspace: workspace.map(str::to_owned),
+        };
+        let event = agent_core::Event::RunStarted {
+            run_id: "r".into(),
+            goal: "g".into(),
+            manifest,
+        };
+        vec![agent_core::Entry {
+            version: 1,
+            at_ms: 0,
+            event,
+        }]
+    }
+
+    /// A run is taken up where its log says it started only when that is an absolute
+    /// directory here: a relative path, a file, a missing place or one with control
+    /// characters (a log written elsewhere may hold anything) is refused; none recorded, or
+    /// a workspace named here, leaves the settings as they are.
+    #[test]
+    fn a_recorded_workspace_is_taken_only_as_an_absolute_directory() {
+        let settings = Settings::resolve(
+            None,
+            None,
+            &crate::Setup::default(),
+            &crate::Limits::default(),
+            Env::default(),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        let place = dir.path().to_str().unwrap();
+        let (moved, said) = settings
+            .in_run_workspace("r", &started_in(Some(place)))
+            .unwrap()
+            .expect("moved");
+        assert_eq!(moved.workspace, dir.path());
+        assert!(said.contains(&format!("works in {place}")), "{said}");
+        for hostile in [
+            "..",
+            "relative/dir",
+            file.to_str().unwrap(),
+            "/no/such/place",
+            "/tmp/\u{1b}]52;c;aGk=\u{7}",
+            "",
+        ] {
+            let refused = settings
+                .in_run_workspace("r", &started_in(Some(hostile)))
+                .unwrap_err();
+            assert!(
+                refused.0.contains("not a directory here"),
+                "{hostile}: {}",
+                refused.0
+            );
+        }
+        assert!(
+            settings
+                .in_run_workspace("r", &started_in(None))
+                .unwrap()
+                .is_none()
+        );
+        let named = Settings {
+            workspace_named: true,
+            ..settings
+        };
+        assert!(
+            named
+                .in_run_workspace("r", &started_in(Some("..")))
+                .unwrap()
+                .is_none()
+        );
     }
 
     /// A key sent over http:// to another machine is warned about; to this machine (a
