@@ -56,6 +56,7 @@ mod decision;
 mod digest;
 mod effect;
 mod event;
+mod family;
 mod fork;
 mod handle;
 mod machine;
@@ -76,6 +77,7 @@ pub use decision::{
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
 pub use event::{AnswerSpec, Entry, Event, Finding, ForkOrigin, Manifest, ParentCall, Resolution};
+pub use family::{ancestor_run_ids, in_family_of, parent_run_id, sub_agent_run_id};
 pub use fork::{ForkError, before_model_call, fork_log, model_call_of};
 pub use handle::{BLOB_PREFIX, Handle, HandleError};
 pub use machine::{

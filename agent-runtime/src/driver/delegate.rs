@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use agent_context::{Digest, Summarized, Summarizer};
 use agent_core::{
     Budget, CallId, Entry, ErrorKind, Event, Machine, ModelReply, ParentCall, Prompt, Risk,
-    ScheduledCall, TerminalReason, ToolCall, ToolError, ToolResult, Usage, sha256_hex,
+    ScheduledCall, TerminalReason, ToolCall, ToolError, ToolResult, Usage,
 };
 use agent_providers::{Model, ModelRequest, ProviderError};
 use agent_tools::builtin::{DELEGATE_READ, is_delegate};
@@ -28,11 +28,7 @@ use super::{Report, RunRequest, Runtime, RuntimeError};
 /// Model calls a sub-agent may make unless its call says.
 pub const DEFAULT_SUB_AGENT_STEPS: u32 = 16;
 
-/// The run id of the sub-agent that answers `call_id` of `parent`'s model call `turn`.
-pub fn sub_agent_run_id(parent: &str, turn: u32, call_id: &CallId) -> String {
-    let digest = sha256_hex(format!("{turn}/{call_id}").as_bytes());
-    format!("{parent}.{}", &digest[..12])
-}
+pub use agent_core::sub_agent_run_id;
 
 /// What the parent may still spend, shared by the children of one group.
 struct Spend {
