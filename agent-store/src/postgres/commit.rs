@@ -15,7 +15,7 @@ use postgres::error::SqlState;
 use postgres::types::Type;
 use serde::{Deserialize, Serialize};
 
-use super::{PostgresStore, decode_summary, engine, signed, version};
+use super::{Lease, PostgresStore, decode_summary, engine, signed, version};
 use crate::{RunSummary, StoreError, check_batch};
 
 /// The function a batch of commits calls. Each commit: the lease check (when fenced), the
@@ -27,16 +27,31 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     c jsonb;
     current_version bigint;
+    holder text;
     results jsonb := '[]'::jsonb;
 BEGIN
     FOR c IN SELECT value FROM jsonb_array_elements(batch) LOOP
         BEGIN
             IF c->>'token' IS NOT NULL THEN
+                -- A sub-agent's run is fenced by the lease on the run it belongs to, and
+                -- is not written past a lease of its own that another holds.
                 UPDATE agent_queue SET updated_at = now()
-                 WHERE run_id = c->>'run' AND lease_token = (c->>'token')::bigint;
+                 WHERE run_id = COALESCE(c->>'lease_run', c->>'run')
+                   AND lease_token = (c->>'token')::bigint;
                 IF NOT FOUND THEN
                     results := results || jsonb_build_array(jsonb_build_object('lease_lost', true));
                     CONTINUE;
+                END IF;
+                IF c->>'lease_run' IS NOT NULL THEN
+                    SELECT CASE WHEN state = 'held' THEN COALESCE(lease_owner, '')
+                                 ELSE 'worker ' || COALESCE(lease_owner, '') END
+                      INTO holder FROM agent_queue
+                     WHERE run_id = c->>'run' AND lease_expires_at > now()
+                       AND lease_token IS DISTINCT FROM (c->>'token')::bigint;
+                    IF FOUND THEN
+                        results := results || jsonb_build_array(jsonb_build_object('held_by', holder));
+                        CONTINUE;
+                    END IF;
                 END IF;
             END IF;
             SELECT version INTO current_version FROM agent_runs
@@ -81,6 +96,9 @@ struct Commit {
     run: String,
     expected: i64,
     token: Option<i64>,
+    /// The run whose lease `token` is, when not `run` (its sub-agent's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_run: Option<String>,
     entries: Vec<Encoded>,
     summary: String,
     version: i64,
@@ -99,6 +117,8 @@ struct Verdict {
     actual: Option<i64>,
     #[serde(default)]
     lease_lost: bool,
+    /// Who else holds the sub-agent's run the commit was for.
+    held_by: Option<String>,
 }
 
 type Outcome = Result<u64, StoreError>;
@@ -148,14 +168,15 @@ impl PostgresStore {
         }
     }
 
-    /// Appends as [`crate::Store::append`] does; with `fence`, only while the run's lease
-    /// still carries that token (checked in the same transaction).
+    /// Appends as [`crate::Store::append`] does; with `fence`, only while that lease still
+    /// holds (checked in the same transaction): the run's own, or the one on the run it is a
+    /// sub-agent's run of, when no one else holds the sub-agent's run itself.
     pub(super) fn append_fenced(
         &self,
         run_id: &str,
         expected_version: u64,
         entries: &[Entry],
-        fence: Option<i64>,
+        fence: Option<&Lease>,
     ) -> Result<u64, StoreError> {
         if run_id.is_empty() || run_id.contains('\0') {
             return Err(StoreError::InvalidRunId {
@@ -182,7 +203,10 @@ impl PostgresStore {
         let commit = Commit {
             run: run_id.to_owned(),
             expected: signed(expected_version, run_id)?,
-            token: fence,
+            token: fence.map(|lease| lease.token),
+            lease_run: fence
+                .filter(|lease| lease.run_id != run_id)
+                .map(|lease| lease.run_id.clone()),
             entries: encoded,
             summary: String::from_utf8(summary.encode()?)
                 .map_err(|e| StoreError::Engine(e.to_string()))?,
@@ -359,7 +383,22 @@ impl PostgresStore {
 fn judge(commit: &Commit, verdict: &Verdict) -> Outcome {
     let expected = version(commit.expected);
     if verdict.lease_lost {
-        return Err(StoreError::LeaseLost(commit.run.clone()));
+        return Err(StoreError::LeaseLost(
+            commit
+                .lease_run
+                .clone()
+                .unwrap_or_else(|| commit.run.clone()),
+        ));
+    }
+    if let Some(holder) = &verdict.held_by {
+        return Err(StoreError::Busy {
+            run_id: commit.run.clone(),
+            by: if holder.is_empty() {
+                "another process".to_owned()
+            } else {
+                holder.clone()
+            },
+        });
     }
     match (verdict.version, verdict.actual) {
         (Some(v), _) => Ok(version(v)),

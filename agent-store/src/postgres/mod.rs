@@ -17,6 +17,7 @@
 //! carries them all, each in a subtransaction of its own (`commit.rs`), and the server
 //! flushes its log once for them.
 
+use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use agent_core::{Entry, Handle};
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS agent_queue (
 CREATE INDEX IF NOT EXISTS agent_queue_claimable ON agent_queue (state, created_at);
 ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS stop_asked BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS lease_machine TEXT;
+ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS stop_runs TEXT[] NOT NULL DEFAULT '{}';
 ";
 
 /// Connections a store opens to its database, at most.
@@ -307,7 +309,8 @@ impl Store for PostgresStore {
                 &[],
             )
             .map_err(|e| engine(&e))?;
-        rows.iter()
+        let mut runs = rows
+            .iter()
             .map(|row| {
                 let summary = decode_summary(row.get(0), row.get(1))?;
                 let live: Option<String> = row.get(2);
@@ -324,7 +327,19 @@ impl Store for PostgresStore {
                     ..summary
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        // A running sub-agent's run is driven by whoever drives the run it belongs to.
+        let live: HashMap<String, String> = runs
+            .iter()
+            .filter_map(|r| Some((r.run_id.clone(), r.live.clone()?)))
+            .collect();
+        for run in &mut runs {
+            if run.live.is_none() && run.status == "running" {
+                run.live = agent_core::ancestor_run_ids(&run.run_id)
+                    .find_map(|parent| live.get(parent).cloned());
+            }
+        }
+        Ok(runs)
     }
 
     fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_core::{Entry, Handle};
 
-use super::{PostgresStore, engine};
+use super::{PostgresStore, decode_summary, engine};
 use crate::{RunSummary, Store, StoreError};
 
 /// Where a queued run stands.
@@ -138,6 +138,7 @@ impl PostgresStore {
                 "UPDATE agent_queue SET
                      state = 'running',
                      stop_asked = false,
+                     stop_runs = '{}',
                      lease_owner = $1,
                      lease_token = nextval('agent_lease_tokens'),
                      lease_expires_at = now() + $2 * interval '1 millisecond',
@@ -260,18 +261,39 @@ impl PostgresStore {
         self.live_lease_owner(run_id, "running")
     }
 
-    /// The owner of an unexpired lease on the run in `state` (`running` for a worker's,
-    /// `held` for a process's).
+    /// The owner of an unexpired lease in `state` (`running` for a worker's, `held` for a
+    /// process's) on the run, or, while a sub-agent's run is running, on the run it belongs
+    /// to: its holder drives both.
     fn live_lease_owner(&self, run_id: &str, state: &str) -> Result<Option<String>, StoreError> {
+        let mut runs = vec![run_id];
+        if agent_core::parent_run_id(run_id).is_some() && self.is_running(run_id)? {
+            runs.extend(agent_core::ancestor_run_ids(run_id));
+        }
         let row = self
             .client()?
             .query_opt(
                 "SELECT lease_owner FROM agent_queue
-                 WHERE run_id = $1 AND state = $2 AND lease_expires_at > now()",
-                &[&run_id, &state],
+                 WHERE run_id = ANY($1) AND state = $2 AND lease_expires_at > now()
+                 ORDER BY length(run_id) DESC LIMIT 1",
+                &[&runs, &state],
             )
             .map_err(|e| engine(&e))?;
         Ok(row.and_then(|r| r.get(0)))
+    }
+
+    /// Whether the run's log says it is running (it neither ended nor waits for a person).
+    fn is_running(&self, run_id: &str) -> Result<bool, StoreError> {
+        let row = self
+            .client()?
+            .query_opt(
+                "SELECT summary FROM agent_runs WHERE run_id = $1",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(match row {
+            Some(row) => decode_summary(run_id, row.get(0))?.status == "running",
+            None => false,
+        })
     }
 
     /// Where a queued run stands, if it is queued.
@@ -343,6 +365,29 @@ impl PostgresStore {
             });
         }
         let mut client = self.client()?;
+        // A sub-agent's run is driven by whoever holds the run it belongs to.
+        let ancestors: Vec<&str> = agent_core::ancestor_run_ids(run_id).collect();
+        if !ancestors.is_empty() {
+            let row = client
+                .query_opt(
+                    "SELECT CASE WHEN state = 'held' THEN lease_owner
+                                 ELSE 'worker ' || lease_owner END,
+                            lease_machine, lease_token
+                     FROM agent_queue
+                     WHERE run_id = ANY($1) AND state IN ('running', 'held')
+                       AND lease_expires_at > now() AND lease_token IS DISTINCT FROM $2
+                     ORDER BY length(run_id) DESC LIMIT 1",
+                    &[&ancestors, &over],
+                )
+                .map_err(|e| engine(&e))?;
+            if let Some(row) = row {
+                return Ok(Hold::By(Holder {
+                    owner: row.get::<_, Option<String>>(0).unwrap_or_default(),
+                    machine: row.get::<_, Option<String>>(1).unwrap_or_default(),
+                    token: row.get::<_, Option<i64>>(2).unwrap_or_default(),
+                }));
+            }
+        }
         // A hold that runs out between the two statements is looked for again.
         for _ in 0..3 {
             let row = client
@@ -358,6 +403,7 @@ impl PostgresStore {
                          lease_token = EXCLUDED.lease_token,
                          lease_expires_at = EXCLUDED.lease_expires_at,
                          stop_asked = false,
+                         stop_runs = '{}',
                          updated_at = now()
                      WHERE q.state = 'held'
                        AND (q.lease_expires_at <= now() OR q.lease_token = $5)
@@ -455,8 +501,9 @@ impl Drop for Renewal {
 pub struct FencedStore {
     store: Arc<PostgresStore>,
     lease: Lease,
-    /// When the database was last asked whether someone asked to stop the run.
-    stop_looked: std::sync::Mutex<Option<std::time::Instant>>,
+    /// When the database was last asked whether someone asked to stop the run, or one of
+    /// its sub-agents' runs.
+    stop_looked: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
     /// For a held run, its lease's renewal, kept for its drop: the lease is let go once the
     /// store is done.
     _renewal: Option<Renewal>,
@@ -471,7 +518,7 @@ impl FencedStore {
         FencedStore {
             store,
             lease,
-            stop_looked: std::sync::Mutex::new(None),
+            stop_looked: std::sync::Mutex::default(),
             _renewal: None,
         }
     }
@@ -508,30 +555,40 @@ impl FencedStore {
 }
 
 impl PostgresStore {
-    /// Asks the worker or process holding run `run_id` to stop it (`agent cancel`); `false`
-    /// when none holds it.
+    /// Asks the worker or process holding run `run_id` to stop it (`agent cancel`), through
+    /// the run's lease or, for a sub-agent's run, the lease on the run it belongs to (the
+    /// request names it); `false` when none holds it.
     pub(super) fn ask_worker_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
+        let mut runs = vec![run_id];
+        runs.extend(agent_core::ancestor_run_ids(run_id));
         let asked = self
             .client()?
             .execute(
-                "UPDATE agent_queue SET stop_asked = true
-                 WHERE run_id = $1 AND state IN ('running', 'held')
+                "UPDATE agent_queue SET
+                     stop_asked = stop_asked OR run_id = $1,
+                     stop_runs = CASE WHEN run_id = $1 OR $1 = ANY(stop_runs) THEN stop_runs
+                                      ELSE array_append(stop_runs, $1) END
+                 WHERE run_id = ANY($2) AND state IN ('running', 'held')
                    AND lease_expires_at > now()",
-                &[&run_id],
+                &[&run_id, &runs],
             )
             .map_err(|e| engine(&e))?;
-        Ok(asked == 1)
+        Ok(asked >= 1)
     }
 
-    /// Whether the holder of `lease` was asked to stop its run since it last looked.
-    fn stop_asked_of(&self, lease: &Lease) -> Result<bool, StoreError> {
+    /// Whether the holder of `lease` was asked to stop `run_id` (its run, or a sub-agent's
+    /// run of it) since it last looked.
+    fn stop_asked_of(&self, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
         let row = self
             .client()?
             .query_opt(
-                "UPDATE agent_queue SET stop_asked = false
-                 WHERE run_id = $1 AND lease_token = $2 AND stop_asked
+                "UPDATE agent_queue SET
+                     stop_asked = stop_asked AND run_id <> $3,
+                     stop_runs = array_remove(stop_runs, $3)
+                 WHERE run_id = $1 AND lease_token = $2
+                   AND CASE WHEN run_id = $3 THEN stop_asked ELSE $3 = ANY(stop_runs) END
                  RETURNING run_id",
-                &[&lease.run_id, &lease.token],
+                &[&lease.run_id, &lease.token, &run_id],
             )
             .map_err(|e| engine(&e))?;
         Ok(row.is_some())
@@ -545,7 +602,8 @@ impl Store for FencedStore {
         expected_version: u64,
         entries: &[Entry],
     ) -> Result<u64, StoreError> {
-        let fence = (run_id == self.lease.run_id).then_some(self.lease.token);
+        // A sub-agent's run goes with the run it belongs to.
+        let fence = agent_core::in_family_of(&self.lease.run_id, run_id).then_some(&self.lease);
         self.store
             .append_fenced(run_id, expected_version, entries, fence)
     }
@@ -562,21 +620,29 @@ impl Store for FencedStore {
         self.store.ask_worker_to_stop(run_id)
     }
 
-    /// Asks the database at most every second (the driver looks more often).
+    /// Asks the database at most every second for each run (the driver looks more often):
+    /// the leased run and its sub-agents' runs.
     fn stop_asked(&self, run_id: &str) -> Option<bool> {
-        if run_id != self.lease.run_id {
+        if !agent_core::in_family_of(&self.lease.run_id, run_id) {
             return Some(false);
         }
         {
             let mut looked = self.stop_looked.lock().unwrap_or_else(|p| p.into_inner());
             let now = std::time::Instant::now();
-            if looked.is_some_and(|at| now.duration_since(at) < STOP_LOOK) {
+            if looked
+                .get(run_id)
+                .is_some_and(|&at| now.duration_since(at) < STOP_LOOK)
+            {
                 return Some(false);
             }
-            *looked = Some(now);
+            looked.insert(run_id.to_owned(), now);
         }
         // A database that does not answer now is asked again later.
-        Some(self.store.stop_asked_of(&self.lease).unwrap_or(false))
+        Some(
+            self.store
+                .stop_asked_of(&self.lease, run_id)
+                .unwrap_or(false),
+        )
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {

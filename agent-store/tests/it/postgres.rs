@@ -410,6 +410,99 @@ fn a_worker_whose_lease_expired_and_was_taken_over_commits_nothing() {
 /// the lease lasts (it learns who does), can ask the holder to stop it, takes it over once
 /// the lease ran out or from a holder it knows to be dead, and the first holder's commits
 /// then fail. Workers never claim a held run, and one let go is gone from the queue.
+/// A sub-agent's run goes with the run it belongs to: its commits are fenced by that run's
+/// lease, it is driven by that run's holder (and asked to stop through it) while it runs,
+/// no one else takes it meanwhile, and a holder of the sub-agent's run itself is not
+/// written past.
+#[test]
+fn a_sub_agents_run_goes_with_the_run_it_belongs_to() {
+    use agent_core::{CallId, Entry, Event, Outcome, TerminalReason, sub_agent_run_id};
+    use agent_store::{FencedStore, Hold};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let cluster = Cluster::start();
+    let store = Arc::new(PostgresStore::connect(&cluster.url()).unwrap());
+    let minute = Duration::from_secs(60);
+    let parent = "parent";
+    let child = sub_agent_run_id(parent, 1, &CallId::from("d1"));
+    let hold = |run: &str, who: &str, over: Option<i64>| {
+        store
+            .hold(run, &format!("process {who}"), who, minute, over)
+            .unwrap()
+    };
+    let Hold::Held(first) = hold(parent, "1", None) else {
+        panic!("a run nobody holds is held")
+    };
+    let fenced = FencedStore::new(Arc::clone(&store), first.clone());
+    fenced.append(parent, 0, &[started(parent, 1)]).unwrap();
+    fenced.append(&child, 0, &[started(&child, 2)]).unwrap();
+    assert_eq!(store.held_by(&child).unwrap().as_deref(), Some("process 1"));
+    let listed = store.runs().unwrap();
+    let listed_child = listed.iter().find(|r| r.run_id == child).unwrap();
+    assert_eq!(listed_child.live.as_deref(), Some("process 1"));
+    // Nobody else takes it, though it has no hold of its own.
+    let Hold::By(holder) = hold(&child, "2", None) else {
+        panic!("a sub-agent's run is held with its parent")
+    };
+    assert_eq!(
+        (holder.owner.as_str(), holder.token),
+        ("process 1", first.token)
+    );
+    // Asked to stop, the parent's holder learns it for the sub-agent's run alone.
+    assert!(store.ask_to_stop(&child).unwrap());
+    assert_eq!(fenced.stop_asked(parent), Some(false));
+    assert_eq!(fenced.stop_asked(&child), Some(true));
+    assert!(
+        !store.ask_to_stop("stranger.0123456789ab").unwrap(),
+        "nobody holds a run by that name's parent"
+    );
+    // Ended, it is driven by nobody, though its parent still is.
+    let end = Entry {
+        version: 2,
+        at_ms: 3,
+        event: Event::RunEnded {
+            outcome: Outcome::stop(TerminalReason::Cancelled, "asked"),
+        },
+    };
+    fenced.append(&child, 1, &[end]).unwrap();
+    assert_eq!(store.held_by(&child).unwrap(), None);
+    assert_eq!(store.held_by(parent).unwrap().as_deref(), Some("process 1"));
+    let listed = store.runs().unwrap();
+    assert_eq!(
+        listed.iter().find(|r| r.run_id == child).unwrap().live,
+        None
+    );
+    // The parent taken over, its old holder writes neither run.
+    let Hold::Held(second) = hold(parent, "3", Some(first.token)) else {
+        panic!("a dead holder's run is taken over")
+    };
+    let lost = fenced.append(&child, 2, &[filler(3, 2)]).unwrap_err();
+    assert!(
+        matches!(&lost, StoreError::LeaseLost(run) if run == parent),
+        "{lost:?}"
+    );
+    // A sub-agent's run someone else holds itself is not written by its parent's holder.
+    store.let_go(&second).unwrap();
+    let other = sub_agent_run_id(parent, 1, &CallId::from("d2"));
+    let Hold::Held(_) = hold(&other, "4", None) else {
+        panic!("a sub-agent's run whose parent nobody holds is held")
+    };
+    let Hold::Held(third) = hold(parent, "5", None) else {
+        panic!("a run let go is held again")
+    };
+    let busy = FencedStore::new(Arc::clone(&store), third)
+        .append(&other, 0, &[started(&other, 4)])
+        .unwrap_err();
+    assert!(
+        matches!(&busy, StoreError::Busy { run_id, by } if run_id == &other && by == "process 4"),
+        "{busy:?}"
+    );
+    assert!(matches!(
+        store.load(&other),
+        Err(StoreError::RunNotFound(_))
+    ));
+}
+
 #[test]
 fn a_run_held_by_a_process_is_its_alone_until_let_go_or_run_out() {
     use agent_store::{FencedStore, Hold};
