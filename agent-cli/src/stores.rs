@@ -188,8 +188,12 @@ impl OpenStore {
                         .into(),
                 }),
                 Some(QueueState::Paused | QueueState::Ended) => None,
-                // Not queued: the process that holds it, if one does.
-                None => store.held_by(run_id)?.map(|by| format!("driven by {by}")),
+                // Not queued: the process that holds it, if one does; a sub-agent's run,
+                // whoever drives the run it belongs to.
+                None => match store.lease_holder(run_id)? {
+                    Some(worker) => Some(format!("driven by worker {worker}")),
+                    None => store.held_by(run_id)?.map(|by| format!("driven by {by}")),
+                },
             },
             OpenStore::Fenced(_) => None,
         })

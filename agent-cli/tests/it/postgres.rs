@@ -599,31 +599,11 @@ fn blocked_run(q: &Queue) -> (Child, String) {
     let model = q.script(
         "blocks",
         json!([
-            {"tool_calls": [{"id": "c1", "name": "shell",
-                             "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": BLOCKS}}]},
             {"final": "went"}
         ]),
     );
-    let runner = q
-        .env
-        .bare()
-        .arg("--store")
-        .arg(&q.url)
-        .args([
-            "run",
-            "--json",
-            "--allow",
-            "shell",
-            "--model",
-            &model,
-            "--workspace",
-        ])
-        .arg(&q.ws)
-        .arg("wait for go")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let runner = blocked_runner(q, &model, &[]);
     let mut id = String::new();
     until("the run is listed", || match q.runs().first() {
         Some(run) => {
@@ -638,6 +618,94 @@ fn blocked_run(q: &Queue) -> (Child, String) {
             .any(|e| e["type"] == "effect_dispatched")
     });
     (runner, id)
+}
+
+/// A command that runs until the workspace holds `go`.
+const BLOCKS: &str = "while [ ! -e go ]; do sleep 0.05; done";
+
+/// `agent run --json` of `model` in the workspace, allowed `shell` and given `extra`.
+fn blocked_runner(q: &Queue, model: &str, extra: &[&str]) -> Child {
+    q.env
+        .bare()
+        .arg("--store")
+        .arg(&q.url)
+        .args(["run", "--json", "--allow", "shell", "--model", model])
+        .args(extra)
+        .arg("--workspace")
+        .arg(&q.ws)
+        .arg("wait for go")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A sub-agent's run on a database belongs to the process driving its parent: listed as
+/// driven by it while it runs, refused to `agent resume` elsewhere (naming it), and stopped
+/// by `agent cancel CHILD` from another process through the parent's hold, as it would be
+/// on a directory store: its command stops, it ends `cancelled`, and its parent goes on
+/// with that answer and completes.
+#[test]
+fn a_sub_agent_on_a_database_is_held_with_its_parent_and_cancelled_through_it() {
+    let q = Queue::new();
+    let path = q.env.dir.path().join("delegates.json");
+    let script = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "wait"}}]},
+            {"final": "the parent went on"}
+        ],
+        "agents": {"wait": {"turns": [
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": BLOCKS}}]},
+            {"final": "went"}
+        ]}}
+    });
+    std::fs::write(&path, script.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let runner = blocked_runner(&q, &model, &["--allow", "delegate", "--sub-agents"]);
+    let pid = runner.id().to_string();
+    let mut child = String::new();
+    until("the sub-agent's command is dispatched", || {
+        match q.runs().iter().find(|r| r.get("parent").is_some()) {
+            Some(run) => child = run["run_id"].as_str().unwrap().to_owned(),
+            None => return false,
+        }
+        q.events(&child)
+            .iter()
+            .any(|e| e["type"] == "effect_dispatched")
+    });
+    let listed = q.runs();
+    let child_listed = listed
+        .iter()
+        .find(|r| r["run_id"] == child.as_str())
+        .unwrap();
+    let by = child_listed["live"].as_str().unwrap_or_default();
+    assert!(by.starts_with(&format!("process {pid}")), "{listed:?}");
+
+    let refused = q.agent(&["resume", &child]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains(&format!("being driven by process {pid}")),
+        "{}",
+        stderr(&refused)
+    );
+    let cancelled = q.agent(&["cancel", "--json", &child]);
+    if cancelled.status.code() != Some(130) {
+        // Let the runner finish before failing.
+        std::fs::write(q.ws.join("go"), "").unwrap();
+    }
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    let said: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(said["reason"], "cancelled", "{said}");
+    assert_eq!(said["run_id"], child.as_str(), "{said}");
+
+    let out = runner.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["answer"], "the parent went on", "{v}");
+    let events = q.events(&child);
+    assert_eq!(events.last().unwrap()["outcome"]["reason"], "cancelled");
+    assert_eq!(count(&events, "effect_dispatched"), 1);
+    assert!(q.runs().iter().all(|r| r["live"].is_null()), "let go");
 }
 
 /// A run an `agent run` process drives on a database is that process's alone: listed as
