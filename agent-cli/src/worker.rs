@@ -554,10 +554,11 @@ pub fn never_started_runs(store: &PostgresStore) -> Result<Vec<RunSummary>, Fail
         .collect())
 }
 
-/// `agent cancel` of a run waiting in a database's queue for a worker: it is taken off the
-/// queue, so that no worker starts it. One no worker ever started has no log: that is said
-/// here (`Ok(Some(code))`); one that waits to go on (re-queued after an answer) is cancelled
-/// by the caller as any other (`Ok(None)`, as for a run this does not apply to).
+/// `agent cancel` of a run waiting in a database's queue for a worker or for a person: it
+/// is taken off the queue, so that no worker starts it. One no worker ever started has no
+/// log: that is said here (`Ok(Some(code))`); one that waits to go on (re-queued after an
+/// answer) or for an answer is cancelled by the caller as any other (`Ok(None)`, as for a
+/// run this does not apply to).
 pub fn cancel_queued(settings: &Settings, json: bool, run_id: &str) -> Result<Option<u8>, Failure> {
     let crate::stores::StoreLocation::Postgres(_) = &settings.store else {
         return Ok(None);

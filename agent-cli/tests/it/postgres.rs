@@ -410,6 +410,50 @@ fn an_approval_from_anywhere_queues_a_paused_run_again() {
     assert_eq!(late.status.code(), Some(2), "{}", stderr(&late));
 }
 
+/// A queued run cancelled while it waits for a person leaves the queue: it is the
+/// person's, ended `cancelled`, not a run waiting in the queue for an answer, and no
+/// worker takes it up again.
+#[test]
+fn a_queued_run_cancelled_while_it_waits_for_a_person_leaves_the_queue() {
+    let q = Queue::new();
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "w1", "name": "write_file",
+                "arguments": {"path": "out.txt", "content": "approved"}}]},
+            {"final": "written"}
+        ]),
+    );
+    let id = q.submit(&model, &[], "write");
+    let out = q.agent(&["worker", "--until-empty"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(q.runs()[0]["reason"], "approval_required");
+    let cancelled = q.agent(&["cancel", "--json", &id]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    let v: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
+    assert_eq!(v["reason"], "cancelled", "{v}");
+    assert_eq!(
+        agent_store::PostgresStore::connect(&q.url)
+            .unwrap()
+            .queue_state(&id)
+            .unwrap(),
+        Some(agent_store::QueueState::Ended)
+    );
+    // Resumed, it says how it ended, as any ended run.
+    let resumed = q.agent(&["resume", &id]);
+    assert_eq!(resumed.status.code(), Some(130), "{}", stderr(&resumed));
+    assert!(
+        !stderr(&resumed).contains("waits in the queue")
+            && stderr(&resumed).contains("stopped (cancelled)"),
+        "{}",
+        stderr(&resumed)
+    );
+    let approved = q.agent(&["approve", &id]);
+    assert_eq!(approved.status.code(), Some(2), "{}", stderr(&approved));
+    assert_eq!(q.runs()[0]["reason"], "cancelled");
+    assert!(!q.ws.join("out.txt").exists());
+}
+
 #[test]
 fn a_message_to_a_queued_run_is_recorded_and_queued_again_for_a_worker() {
     let q = Queue::new();

@@ -209,15 +209,15 @@ impl PostgresStore {
         Ok(woken == 1)
     }
 
-    /// Takes a run waiting for a worker off the queue (`agent cancel`): no worker takes it
-    /// after this. `false` when it was not waiting (a worker took it first, or it was never
-    /// queued).
+    /// Takes a run waiting for a worker, or for a person's answer, off the queue (`agent
+    /// cancel`): no worker takes it after this. `false` when it was not waiting (a worker
+    /// took it first, or it was never queued).
     pub fn dequeue(&self, run_id: &str) -> Result<bool, StoreError> {
         let taken_off = self
             .client()?
             .execute(
                 "UPDATE agent_queue SET state = 'ended', updated_at = now()
-                 WHERE run_id = $1 AND state = 'runnable'",
+                 WHERE run_id = $1 AND state IN ('runnable', 'paused')",
                 &[&run_id],
             )
             .map_err(|e| engine(&e))?;
