@@ -692,6 +692,38 @@ fn blocked_runner(q: &Queue, model: &str, extra: &[&str]) -> Child {
 #[test]
 fn a_sub_agent_on_a_database_is_held_with_its_parent_and_cancelled_through_it() {
     let q = Queue::new();
+    let model = delegating_script(&q);
+    let runner = blocked_runner(&q, &model, &["--allow", "delegate", "--sub-agents"]);
+    let by = format!("process {}", runner.id());
+    let runner = sub_agent_cancelled_through_its_parent(&q, runner, &by);
+    assert!(
+        stdout(&runner_output(&q, runner)).contains("the parent went on"),
+        "the parent went on with the child's answer"
+    );
+}
+
+/// The same for a sub-agent of a queued run: its worker drives it, and is asked to stop it
+/// through the lease on the parent.
+#[test]
+fn a_sub_agent_of_a_queued_run_is_cancelled_through_its_worker() {
+    let q = Queue::new();
+    let model = delegating_script(&q);
+    let extra = ["--allow", "shell", "--allow", "delegate", "--sub-agents"];
+    let id = q.submit(&model, &extra, "wait for go");
+    let worker = q.worker(&["--until-empty"], true);
+    runner_output(
+        &q,
+        sub_agent_cancelled_through_its_parent(&q, worker, "worker "),
+    );
+    let parent = q.events(&id);
+    assert_eq!(
+        parent.last().unwrap()["outcome"]["answer"],
+        "the parent went on"
+    );
+}
+
+/// A script whose run delegates to a sub-agent that runs [`BLOCKS`]; its `--model` value.
+fn delegating_script(q: &Queue) -> String {
     let path = q.env.dir.path().join("delegates.json");
     let script = json!({
         "turns": [
@@ -704,9 +736,13 @@ fn a_sub_agent_on_a_database_is_held_with_its_parent_and_cancelled_through_it() 
         ]}}
     });
     std::fs::write(&path, script.to_string()).unwrap();
-    let model = format!("script:{}", path.display());
-    let runner = blocked_runner(&q, &model, &["--allow", "delegate", "--sub-agents"]);
-    let pid = runner.id().to_string();
+    format!("script:{}", path.display())
+}
+
+/// Once the sub-agent of the run `driver` drives runs its command: the sub-agent is listed
+/// as driven by `by…`, refused to another process, and cancelled from another; the driver,
+/// to wait for.
+fn sub_agent_cancelled_through_its_parent(q: &Queue, driver: Child, by: &str) -> Child {
     let mut child = String::new();
     until("the sub-agent's command is dispatched", || {
         match q.runs().iter().find(|r| r.get("parent").is_some()) {
@@ -722,34 +758,37 @@ fn a_sub_agent_on_a_database_is_held_with_its_parent_and_cancelled_through_it() 
         .iter()
         .find(|r| r["run_id"] == child.as_str())
         .unwrap();
-    let by = child_listed["live"].as_str().unwrap_or_default();
-    assert!(by.starts_with(&format!("process {pid}")), "{listed:?}");
+    let live = child_listed["live"].as_str().unwrap_or_default();
+    assert!(live.starts_with(by), "{listed:?}");
 
     let refused = q.agent(&["resume", &child]);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(
-        stderr(&refused).contains(&format!("being driven by process {pid}")),
+        stderr(&refused).contains(&format!("being driven by {by}")),
         "{}",
         stderr(&refused)
     );
     let cancelled = q.agent(&["cancel", "--json", &child]);
     if cancelled.status.code() != Some(130) {
-        // Let the runner finish before failing.
+        // Let the driver finish before failing.
         std::fs::write(q.ws.join("go"), "").unwrap();
     }
     assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
     let said: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
     assert_eq!(said["reason"], "cancelled", "{said}");
     assert_eq!(said["run_id"], child.as_str(), "{said}");
-
-    let out = runner.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["answer"], "the parent went on", "{v}");
     let events = q.events(&child);
     assert_eq!(events.last().unwrap()["outcome"]["reason"], "cancelled");
     assert_eq!(count(&events, "effect_dispatched"), 1);
+    driver
+}
+
+/// What `driver` printed once it ended (exit 0), with nothing left driven.
+fn runner_output(q: &Queue, driver: Child) -> Output {
+    let out = driver.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(q.runs().iter().all(|r| r["live"].is_null()), "let go");
+    out
 }
 
 /// A run an `agent run` process drives on a database is that process's alone: listed as
