@@ -724,7 +724,9 @@ fn stopped_by_its_driver(
 ) -> Result<Option<Report>, Failure> {
     let deadline = std::time::Instant::now() + STOP_WAIT;
     let mut follower = Follower::after(run_id, log);
-    while follower.next(store)?.is_some() {
+    // Until the run stops, or its driver lets it go: an `agent chat` keeps its run after
+    // the exchange it stopped, for the person's next message.
+    while follower.next(store)?.is_some() && follower.running() {
         if std::time::Instant::now() >= deadline {
             return Err(failed(format!(
                 "run {run_id}: {by} was asked to stop it, and still drives it after {} s",

@@ -206,10 +206,41 @@ pub(super) fn settle_inline(
     Ok(report)
 }
 
-/// A token cancelled by the next Ctrl-C (outside the line editor, which reads Ctrl-C as a
-/// key), for one exchange.
-fn exchange_token(rt: &tokio::runtime::Runtime) -> CancellationToken {
-    cancel_on_ctrl_c(rt)
+/// The cancellation of one exchange: by the next Ctrl-C (outside the line editor, which
+/// reads Ctrl-C as a key), or by the runtime when someone asks the run to stop from
+/// elsewhere (`agent cancel`).
+struct Exchange {
+    /// Cancelled by Ctrl-C only.
+    pressed: CancellationToken,
+    /// What the runtime is given: cancelled with `pressed`, or on its own.
+    cancel: CancellationToken,
+}
+
+impl Exchange {
+    fn new(rt: &tokio::runtime::Runtime) -> Exchange {
+        let pressed = cancel_on_ctrl_c(rt);
+        Exchange {
+            cancel: pressed.child_token(),
+            pressed,
+        }
+    }
+
+    /// Who stopped the exchange, were it stopped.
+    fn stopped_by(&self) -> StoppedBy {
+        if self.pressed.is_cancelled() {
+            StoppedBy::Person
+        } else {
+            StoppedBy::Elsewhere
+        }
+    }
+}
+
+/// Who stopped an exchange that ended `cancelled`: the person at this terminal (Ctrl-C), or
+/// someone elsewhere (`agent cancel`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StoppedBy {
+    Person,
+    Elsewhere,
 }
 
 /// `agent chat [RUN]`.
@@ -268,11 +299,18 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
     let mut editor =
         DefaultEditor::new().map_err(|e| failed(format!("cannot read the terminal: {e}")))?;
     let mut always: BTreeSet<String> = BTreeSet::new();
+    // The exchange that took an interrupted run up, if one did.
+    let mut first = None;
     if let Some(id) = &run {
         // Where the run stands; an interrupted one goes on first.
         let standing = match rt.block_on(runtime.standing(id))? {
             Some(report) => report,
-            None => rt.block_on(runtime.resume(id, exchange_token(&rt)))?,
+            None => {
+                let exchange = Exchange::new(&rt);
+                let report = rt.block_on(runtime.resume(id, exchange.cancel.clone()))?;
+                first = Some(exchange);
+                report
+            }
         };
         current = Some(standing);
     }
@@ -283,7 +321,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         tell(format_args!("agent: {}\n", render::outcome_text(report)));
     }
     if let Some(report) = current.take() {
-        match follow(&rt, &runtime, &mut editor, report, &mut always) {
+        match follow(&rt, &runtime, &mut editor, report, first, &mut always) {
             Some(report) => current = Some(report),
             None => return Ok(EXIT_OK),
         }
@@ -327,7 +365,8 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             _ => {}
         }
         STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
-        let cancel = exchange_token(&rt);
+        let exchange = Exchange::new(&rt);
+        let cancel = &exchange.cancel;
         let result = rt.block_on(async {
             match &run_id {
                 None => {
@@ -338,7 +377,14 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             }
         });
         match result {
-            Ok(report) => match follow(&rt, &runtime, &mut editor, report, &mut always) {
+            Ok(report) => match follow(
+                &rt,
+                &runtime,
+                &mut editor,
+                report,
+                Some(exchange),
+                &mut always,
+            ) {
                 Some(report) => current = Some(report),
                 // The person left at a question: the run waits for them.
                 None => break,
@@ -403,7 +449,8 @@ fn chat_queued(
             return Ok(EXIT_OK);
         };
         STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
-        show_outcome(&report);
+        // Nothing here stops a queued run: a worker does, when asked from elsewhere.
+        show_outcome(&report, Some(StoppedBy::Elsewhere));
         if report.outcome.reason == TerminalReason::OutcomeUnknown {
             // Settled with `agent resolve` (its advice was shown), not by a message.
             return Ok(EXIT_OK);
@@ -480,24 +527,26 @@ fn cost_line(r: &Report) -> String {
     )
 }
 
-/// Shows what an exchange came to and, while the run waits for approvals, asks them and
-/// goes on. `None` when the person left at a question.
+/// Shows what an exchange came to (`exchange`; `None` for where a run stood when the chat
+/// began) and, while the run waits for approvals, asks them and goes on. `None` when the
+/// person left at a question.
 fn follow(
     rt: &tokio::runtime::Runtime,
     runtime: &Runtime,
     editor: &mut DefaultEditor,
     mut report: Report,
+    mut exchange: Option<Exchange>,
     always: &mut BTreeSet<String>,
 ) -> Option<Report> {
     loop {
-        show_outcome(&report);
+        show_outcome(&report, exchange.as_ref().map(Exchange::stopped_by));
         if report.outcome.reason != TerminalReason::ApprovalRequired {
             return Some(report);
         }
         let answers = ask_pending(editor, &report, always)?;
-        let cancel = exchange_token(rt);
+        let next = Exchange::new(rt);
         for answer in answers {
-            match apply(rt, runtime, &report.run_id, answer, &cancel) {
+            match apply(rt, runtime, &report.run_id, answer, &next.cancel) {
                 Ok(next) => report = next,
                 Err(e) => {
                     tell(format_args!("agent: {}\n", Failure::from(e).message));
@@ -505,6 +554,7 @@ fn follow(
                 }
             }
         }
+        exchange = Some(next);
     }
 }
 
@@ -535,8 +585,9 @@ fn reload(rt: &tokio::runtime::Runtime, runtime: &Runtime, run_id: &str) -> Opti
     rt.block_on(runtime.standing(run_id)).ok().flatten()
 }
 
-/// The answer (unless it was already streamed), or what the run waits for and why.
-fn show_outcome(report: &Report) {
+/// The answer (unless it was already streamed), or what the run waits for and why (and
+/// who stopped it, when it was stopped).
+fn show_outcome(report: &Report, stopped_by: Option<StoppedBy>) {
     let o = &report.outcome;
     match (&o.answer, o.reason) {
         (Some(answer), _) => {
@@ -557,7 +608,11 @@ fn show_outcome(report: &Report) {
         }
         (None, TerminalReason::ApprovalRequired) => {}
         (None, TerminalReason::Cancelled) => tell(format_args!(
-            "agent: stopped; the run is kept — say something to go on, or /exit\n"
+            "agent: stopped{}; the run is kept — say something to go on, or /exit\n",
+            match stopped_by {
+                Some(StoppedBy::Elsewhere) => " from elsewhere (`agent cancel`)",
+                Some(StoppedBy::Person) | None => "",
+            }
         )),
         (None, _) => tell(format_args!("agent: {}\n", render::outcome_text(report))),
     }

@@ -388,6 +388,12 @@ impl Follower {
         }
     }
 
+    /// Whether the run was running as far as its log was handed out (it neither ended nor
+    /// waits for a person).
+    pub(crate) fn running(&self) -> bool {
+        self.seen.status == "running"
+    }
+
     /// The entries committed since the last call, and in words what drives the run
     /// ([`OpenStore::going_on`]): at once when there are some, else the first committed
     /// within [`OpenStore::follow_wait`] while something drives it (possibly none).

@@ -24,6 +24,16 @@ struct Terminal {
     drained: Arc<AtomicBool>,
 }
 
+/// A test that fails leaves no `agent` behind it on the terminal.
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Failure bound for a line that never comes; nothing waits this long when things work.
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -433,6 +443,37 @@ fn chat_continues_a_run_and_leaves_on_ctrl_d() {
     let (code, screen) = t.wait();
     assert_eq!(code, Some(0), "{screen}");
     assert_eq!(events(&env, &run).len(), 6, "leaving writes nothing");
+}
+
+/// An exchange stopped by `agent cancel` from another process says so at the chat (the
+/// person did not press Ctrl-C), and the run is kept to go on with.
+#[test]
+fn a_chat_says_its_exchange_was_stopped_from_elsewhere() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "sleep 600"}}]},
+        {"final": "went on"}
+    ]));
+    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
+    t.expect("> ");
+    t.type_line("wait");
+    t.expect("s1 shell command=\"sleep 600\"");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let cancelled = env.run(&["cancel", &run]);
+    assert_eq!(
+        cancelled.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&cancelled.stderr)
+    );
+    t.expect("✗ s1 shell (cancelled");
+    t.expect("stopped from elsewhere (`agent cancel`); the run is kept");
+    t.expect("> ");
+    t.type_line("go on");
+    t.expect("went on");
+    t.expect("> ");
+    t.exit();
 }
 
 /// A chat holds its run between messages: `agent cancel` from elsewhere says at once that
