@@ -410,6 +410,48 @@ fn an_approval_from_anywhere_queues_a_paused_run_again() {
     assert_eq!(late.status.code(), Some(2), "{}", stderr(&late));
 }
 
+/// A queued run whose sub-agent asks for approval waits in the queue; `agent approve
+/// PARENT` from anywhere answers the sub-agent's call through its parent, as on a directory
+/// store, and the next worker goes on with both.
+#[test]
+fn a_sub_agents_approval_is_answered_through_its_queued_parent() {
+    let q = Queue::new();
+    let path = q.env.dir.path().join("note.json");
+    let script = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
+            {"final": "done"}
+        ],
+        "agents": {"save the note": {"turns": [
+            {"tool_calls": [{"id": "w1", "name": "write_file",
+                             "arguments": {"path": "note.txt", "content": "hi\n"}}]},
+            {"final": "saved"}
+        ]}}
+    });
+    std::fs::write(&path, script.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let id = q.submit(&model, &["--sub-agents", "--allow", "delegate"], "note it");
+    let drain = || {
+        let out = q.agent(&["worker", "--until-empty"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    };
+    drain();
+    assert_eq!(q.runs()[0]["run_id"], id.as_str());
+    assert_eq!(q.runs()[0]["status"], "paused");
+    let approved = q.agent(&["approve", "--json", &id, "--call", "w1"]);
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    let v: Value = serde_json::from_slice(&approved.stdout).unwrap();
+    assert_eq!(v["status"], "queued");
+    assert!(!q.ws.join("note.txt").exists(), "the approver ran nothing");
+    drain();
+    assert_eq!(
+        std::fs::read_to_string(q.ws.join("note.txt")).unwrap(),
+        "hi\n"
+    );
+    let parent = q.events(&id);
+    assert_eq!(parent.last().unwrap()["outcome"]["answer"], "done");
+}
+
 /// A queued run cancelled while it waits for a person leaves the queue: it is the
 /// person's, ended `cancelled`, not a run waiting in the queue for an answer, and no
 /// worker takes it up again.

@@ -441,6 +441,60 @@ impl Runtime {
         denial: Option<&str>,
         cancel: CancellationToken,
     ) -> Result<Option<Report>, RuntimeError> {
+        let Some(mut in_doubt) = self.answer_children(run_id, call_ids, denial).await? else {
+            return Ok(None);
+        };
+        // The last call in doubt runs again as the run goes on; the others are marked first.
+        let last = in_doubt.pop();
+        self.retry_calls(run_id, in_doubt).await?;
+        match last {
+            Some(call_id) => Ok(Some(
+                self.resolve(run_id, call_id, agent_core::Resolution::Retry, cancel)
+                    .await?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`Runtime::settle_children`], without continuing the run: the answers are
+    /// recorded in the children, and each of the run's calls in doubt marked to run again,
+    /// for a run something else drives on (a worker of the queue). `false` when the run
+    /// waits on no such child.
+    pub(super) async fn record_children_answers(
+        &self,
+        run_id: &str,
+        call_ids: &[CallId],
+        denial: Option<&str>,
+    ) -> Result<bool, RuntimeError> {
+        let Some(in_doubt) = self.answer_children(run_id, call_ids, denial).await? else {
+            return Ok(false);
+        };
+        self.retry_calls(run_id, in_doubt).await?;
+        Ok(true)
+    }
+
+    /// Records `run_id`'s calls `call_ids` as to run again (a person's word, not a retry of
+    /// the model's): each finds its child where the answer left it.
+    async fn retry_calls(&self, run_id: &str, call_ids: Vec<CallId>) -> Result<(), RuntimeError> {
+        for call_id in call_ids {
+            let input = agent_core::Input::Resolved {
+                call_id,
+                resolution: agent_core::Resolution::Retry,
+            };
+            self.record_answer_here(run_id, input).await?;
+        }
+        Ok(())
+    }
+
+    /// Records the answers to the approvals a paused run's sub-agents wait for (all their
+    /// pending calls when `call_ids` is empty) in the children; the run's calls in doubt
+    /// that wait on them. `None` when the run waits on no such child.
+    async fn answer_children(
+        &self,
+        run_id: &str,
+        call_ids: &[CallId],
+        denial: Option<&str>,
+    ) -> Result<Option<Vec<CallId>>, RuntimeError> {
         let Some(standing) = self.standing_as_logged(run_id).await? else {
             return Ok(None);
         };
@@ -476,34 +530,13 @@ impl Runtime {
                     reason: reason.to_owned(),
                 },
             };
-            self.record_answer(child, input).await?;
+            self.record_answer_here(child, input).await?;
         }
-        // Each call in doubt runs again (a person's word, not a retry of the model's), and
-        // finds its child where the answer left it.
-        let (last, rest) = waiting
-            .split_last()
-            .map_or((None, &[][..]), |(l, r)| (Some(l), r));
-        for (call, _, _) in rest {
-            self.record_answer(
-                run_id,
-                agent_core::Input::Resolved {
-                    call_id: call.call_id.clone(),
-                    resolution: agent_core::Resolution::Retry,
-                },
-            )
-            .await?;
-        }
-        match last {
-            Some((call, _, _)) => Ok(Some(
-                self.resolve(
-                    run_id,
-                    call.call_id.clone(),
-                    agent_core::Resolution::Retry,
-                    cancel,
-                )
-                .await?,
-            )),
-            None => Ok(None),
-        }
+        Ok(Some(
+            waiting
+                .into_iter()
+                .map(|(call, _, _)| call.call_id)
+                .collect(),
+        ))
     }
 }

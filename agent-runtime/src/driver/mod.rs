@@ -712,8 +712,27 @@ impl Runtime {
 
     /// Records a person's answer to a paused run (`ApprovalGranted`, `ApprovalDenied` or
     /// `Resolved`) and stops there, for a run that something else drives on (a worker of
-    /// the queue). Needs no model; the answer is checked as [`Runtime::approve`] checks it.
+    /// the queue). Needs no model; the answer is checked as [`Runtime::approve`] checks it,
+    /// and an approval a sub-agent waits for is answered through its parent as there.
     pub async fn record_answer(&self, run_id: &str, input: Input) -> Result<(), RuntimeError> {
+        let through_children = match &input {
+            Input::ApprovalGranted { call_ids } => {
+                self.record_children_answers(run_id, call_ids, None).await?
+            }
+            Input::ApprovalDenied { call_ids, reason } => {
+                self.record_children_answers(run_id, call_ids, Some(reason))
+                    .await?
+            }
+            _ => false,
+        };
+        if through_children {
+            return Ok(());
+        }
+        self.record_answer_here(run_id, input).await
+    }
+
+    /// [`Runtime::record_answer`] in the run itself.
+    async fn record_answer_here(&self, run_id: &str, input: Input) -> Result<(), RuntimeError> {
         let (mut machine, log) = self.load(run_id).await?;
         drop(log);
         self.answer(run_id, &mut machine, input)?;

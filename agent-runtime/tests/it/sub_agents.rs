@@ -430,6 +430,56 @@ async fn a_childs_call_denied_through_the_parent_is_told_to_the_child() {
     assert!(denied.unwrap().contains("not now"));
 }
 
+/// An answer recorded for a run something else drives on (a worker of the queue) reaches a
+/// sub-agent's approval through its parent as `deny` would, and drives nothing: the run
+/// goes on from it when it is resumed.
+#[tokio::test]
+async fn a_childs_denial_is_recorded_through_the_parent_without_driving_it() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
+    rt.start(
+        RunRequest::new("parent", "note it", Budget::default()),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let before = store.load("parent").unwrap().len();
+    let nope = Input::ApprovalDenied {
+        call_ids: vec![CallId::from("nope")],
+        reason: "no".into(),
+    };
+    let err = rt.record_answer("parent", nope).await.unwrap_err();
+    assert!(err.to_string().contains("pending: w1"), "{err}");
+    let denial = Input::ApprovalDenied {
+        call_ids: vec![CallId::from("w1")],
+        reason: "not now".into(),
+    };
+    rt.record_answer("parent", denial).await.unwrap();
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = store.load(&child_id).unwrap();
+    assert_eq!(count(&child, "approval_denied"), 1);
+    assert_eq!(count(&child, "decision_proposed"), 1, "the child was not driven");
+    let parent = store.load("parent").unwrap();
+    assert_eq!(parent.len(), before + 1, "the call marked to run again, no more");
+    assert_eq!(count(&parent, "effect_resolved"), 1);
+
+    let report = rt.resume("parent", CancellationToken::new()).await.unwrap();
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::Completed,
+        "{:?}",
+        report.outcome
+    );
+    assert!(!s.dir.path().join("ws/note.txt").exists());
+    let child = store.load(&child_id).unwrap();
+    let told = child.iter().find_map(|e| match &e.event {
+        Event::CallRejected { result, .. } => Some(result.content().to_owned()),
+        _ => None,
+    });
+    assert!(told.unwrap().contains("not now"));
+}
+
 #[tokio::test]
 async fn cancelling_a_parent_paused_on_its_child_cancels_the_child_too() {
     let s = setup();
