@@ -189,7 +189,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Commands::Report { run, last, out } => {
             let store = resolve(&plain, &none)?.store;
             let run = named_or_newest(&store, run, last)?;
-            return report(&store, &run, out);
+            return report(&store, json, &run, out);
         }
         Commands::Show {
             run,
@@ -879,6 +879,7 @@ fn runs(location: &StoreLocation, json: bool) -> Result<u8, Failure> {
 
 fn report(
     location: &StoreLocation,
+    json: bool,
     run_id: &str,
     out: Option<std::path::PathBuf>,
 ) -> Result<u8, Failure> {
@@ -903,7 +904,12 @@ fn report(
     }
     write_whole(&dir, &out, html.as_bytes())
         .map_err(|e| usage(format!("cannot write {}: {e}", out.display())))?;
-    say(format_args!("{}\n", out.display()));
+    if json {
+        let value = serde_json::json!({"run_id": run_id, "path": out.to_string_lossy()});
+        say(format_args!("{value}\n"));
+    } else {
+        say(format_args!("{}\n", out.display()));
+    }
     report_damage(&store)
 }
 

@@ -223,3 +223,19 @@ fn reports_and_junit_files_get_the_mode_of_a_new_file() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(mode("junit.xml"), 0o644);
 }
+
+/// As every command, `agent report --json` says what it did in one JSON object: the run and
+/// the page it wrote.
+#[test]
+fn a_report_says_where_it_wrote_in_json() {
+    let env = Env::new();
+    let model = env.script(json!([{"final": "done"}]));
+    let out = env.run(&["run", "--json", "--model", &model, "g"]);
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = run["run_id"].as_str().unwrap();
+    let out = env.run(&["report", "--json", id, "-o", "page.html"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said, json!({"run_id": id, "path": "page.html"}));
+    assert!(env.dir.path().join("page.html").is_file());
+}

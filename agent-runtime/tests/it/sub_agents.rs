@@ -459,9 +459,17 @@ async fn a_childs_denial_is_recorded_through_the_parent_without_driving_it() {
     let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
     let child = store.load(&child_id).unwrap();
     assert_eq!(count(&child, "approval_denied"), 1);
-    assert_eq!(count(&child, "decision_proposed"), 1, "the child was not driven");
+    assert_eq!(
+        count(&child, "decision_proposed"),
+        1,
+        "the child was not driven"
+    );
     let parent = store.load("parent").unwrap();
-    assert_eq!(parent.len(), before + 1, "the call marked to run again, no more");
+    assert_eq!(
+        parent.len(),
+        before + 1,
+        "the call marked to run again, no more"
+    );
     assert_eq!(count(&parent, "effect_resolved"), 1);
 
     let report = rt.resume("parent", CancellationToken::new()).await.unwrap();
