@@ -115,7 +115,10 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             concurrency,
             lease,
             until_empty,
-        } => return worker::worker(&resolve(&plain, &none)?, concurrency, lease, until_empty),
+        } => {
+            let settings = resolve(&plain, &none)?;
+            return worker::worker(&settings, json, concurrency, lease, until_empty);
+        }
         Commands::Cancel { run } => return cancel(&resolve(&plain, &none)?, json, &run),
         Commands::Context {
             run,

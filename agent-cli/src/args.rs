@@ -35,7 +35,8 @@ pub enum Commands {
     /// `agent worker` takes it, on any machine.
     Submit(RunArgs),
     /// Take queued runs and drive them, one per slot, under leases that other workers
-    /// take over if this one dies.
+    /// take over if this one dies. With --json, a line of JSON on stdout for each run as it
+    /// stops here (the object `agent run --json` prints).
     Worker {
         /// Runs driven at once.
         #[arg(long, value_name = "N", default_value_t = 1)]

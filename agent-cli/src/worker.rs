@@ -313,6 +313,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
 fn drive(
     store: &Arc<PostgresStore>,
     worker: &Settings,
+    json: bool,
     lease: &Lease,
     ttl: Duration,
 ) -> Result<Option<QueueState>, Failure> {
@@ -391,6 +392,9 @@ fn drive(
             .next()
             .unwrap_or_default()
     ));
+    if json {
+        say(format_args!("{}\n", render::outcome_json(&report)));
+    }
     Ok(Some(match report.outcome.reason.class() {
         ReasonClass::Paused => QueueState::Paused,
         _ => QueueState::Ended,
@@ -444,6 +448,7 @@ fn listen(store: &PostgresStore, wakeups: &Wakeups) {
 /// `agent worker`.
 pub fn worker(
     settings: &Settings,
+    json: bool,
     concurrency: usize,
     lease_secs: u64,
     until_empty: bool,
@@ -489,7 +494,7 @@ pub fn worker(
                             wakeups.wait(seen, IDLE_POLL);
                             continue;
                         };
-                        let next = match drive(&store, settings, &lease, ttl) {
+                        let next = match drive(&store, settings, json, &lease, ttl) {
                             Ok(next) => next,
                             Err(failure) => {
                                 // The run cannot be driven here (a spec, a model, a tool
@@ -499,6 +504,13 @@ pub fn worker(
                                     "agent: worker: run {}: {}\n",
                                     lease.run_id, failure.message
                                 ));
+                                if json {
+                                    let value = serde_json::json!({
+                                        "run_id": lease.run_id, "status": "paused",
+                                        "reason": null, "message": failure.message,
+                                    });
+                                    say(format_args!("{value}\n"));
+                                }
                                 Some(QueueState::Paused)
                             }
                         };

@@ -431,19 +431,28 @@ fn a_sub_agents_approval_is_answered_through_its_queued_parent() {
     std::fs::write(&path, script.to_string()).unwrap();
     let model = format!("script:{}", path.display());
     let id = q.submit(&model, &["--sub-agents", "--allow", "delegate"], "note it");
+    // What the worker says of each run it stops, one JSON line each.
     let drain = || {
-        let out = q.agent(&["worker", "--until-empty"]);
+        let out = q.agent(&["worker", "--json", "--until-empty"]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let lines: Vec<Value> = stdout(&out)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["run_id"], id.as_str());
+        lines[0].clone()
     };
-    drain();
-    assert_eq!(q.runs()[0]["run_id"], id.as_str());
+    let paused = drain();
+    assert_eq!(paused["reason"], "approval_required", "{paused}");
+    assert_eq!(paused["pending"][0]["call_id"], "w1", "{paused}");
     assert_eq!(q.runs()[0]["status"], "paused");
     let approved = q.agent(&["approve", "--json", &id, "--call", "w1"]);
     assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
     let v: Value = serde_json::from_slice(&approved.stdout).unwrap();
     assert_eq!(v["status"], "queued");
     assert!(!q.ws.join("note.txt").exists(), "the approver ran nothing");
-    drain();
+    assert_eq!(drain()["answer"], "done");
     assert_eq!(
         std::fs::read_to_string(q.ws.join("note.txt")).unwrap(),
         "hi\n"
