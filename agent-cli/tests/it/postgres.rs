@@ -362,11 +362,8 @@ fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
     super::assert_contiguous(&events, "the run's log");
 }
 
-/// A queued run that asks for approval waits in the queue; an approval from anywhere
-/// records the answer and queues it again, and the next worker goes on with it.
-#[test]
-fn an_approval_from_anywhere_queues_a_paused_run_again() {
-    let q = Queue::new();
+/// Queues a run that writes `out.txt` (`approved`), which asks for approval; its id.
+fn write_job(q: &Queue) -> String {
     let model = q.script(
         "job",
         json!([
@@ -375,7 +372,15 @@ fn an_approval_from_anywhere_queues_a_paused_run_again() {
             {"final": "written"}
         ]),
     );
-    let id = q.submit(&model, &[], "write");
+    q.submit(&model, &[], "write")
+}
+
+/// A queued run that asks for approval waits in the queue; an approval from anywhere
+/// records the answer and queues it again, and the next worker goes on with it.
+#[test]
+fn an_approval_from_anywhere_queues_a_paused_run_again() {
+    let q = Queue::new();
+    let id = write_job(&q);
     let drain = || {
         let out = q.agent(&["worker", "--until-empty"]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -467,15 +472,7 @@ fn a_sub_agents_approval_is_answered_through_its_queued_parent() {
 #[test]
 fn a_queued_run_cancelled_while_it_waits_for_a_person_leaves_the_queue() {
     let q = Queue::new();
-    let model = q.script(
-        "job",
-        json!([
-            {"tool_calls": [{"id": "w1", "name": "write_file",
-                "arguments": {"path": "out.txt", "content": "approved"}}]},
-            {"final": "written"}
-        ]),
-    );
-    let id = q.submit(&model, &[], "write");
+    let id = write_job(&q);
     let out = q.agent(&["worker", "--until-empty"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(q.runs()[0]["reason"], "approval_required");

@@ -326,11 +326,11 @@ fn approval_script() -> Arc<dyn Model> {
     }))
 }
 
-#[tokio::test]
-async fn a_childs_approval_surfaces_on_the_parent_and_is_answered_there() {
+/// Run `parent` of [`approval_script`], which may delegate (writes ask, in the child as
+/// anywhere): its setup, store and runtime, and the report of its start.
+async fn paused_on_its_child() -> (Setup, Arc<dyn Store>, Runtime, agent_runtime::Report) {
     let s = setup();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-    // The parent may delegate; writes ask, in the child as anywhere.
     let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
     let report = rt
         .start(
@@ -339,6 +339,12 @@ async fn a_childs_approval_surfaces_on_the_parent_and_is_answered_there() {
         )
         .await
         .unwrap();
+    (s, store, rt, report)
+}
+
+#[tokio::test]
+async fn a_childs_approval_surfaces_on_the_parent_and_is_answered_there() {
+    let (s, store, rt, report) = paused_on_its_child().await;
     assert_eq!(
         report.outcome.reason,
         TerminalReason::ApprovalRequired,
@@ -400,15 +406,7 @@ async fn a_childs_approval_surfaces_on_the_parent_and_is_answered_there() {
 
 #[tokio::test]
 async fn a_childs_call_denied_through_the_parent_is_told_to_the_child() {
-    let s = setup();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-    let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
-    rt.start(
-        RunRequest::new("parent", "note it", Budget::default()),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let (s, store, rt, _) = paused_on_its_child().await;
     let report = rt
         .deny("parent", vec![], "not now".into(), CancellationToken::new())
         .await
@@ -435,15 +433,7 @@ async fn a_childs_call_denied_through_the_parent_is_told_to_the_child() {
 /// goes on from it when it is resumed.
 #[tokio::test]
 async fn a_childs_denial_is_recorded_through_the_parent_without_driving_it() {
-    let s = setup();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-    let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
-    rt.start(
-        RunRequest::new("parent", "note it", Budget::default()),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let (s, store, rt, _) = paused_on_its_child().await;
     let before = store.load("parent").unwrap().len();
     let nope = Input::ApprovalDenied {
         call_ids: vec![CallId::from("nope")],
@@ -490,15 +480,7 @@ async fn a_childs_denial_is_recorded_through_the_parent_without_driving_it() {
 
 #[tokio::test]
 async fn cancelling_a_parent_paused_on_its_child_cancels_the_child_too() {
-    let s = setup();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-    let rt = runtime(&s, approval_script(), Arc::clone(&store), &["delegate"]);
-    rt.start(
-        RunRequest::new("parent", "note it", Budget::default()),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let (s, store, rt, _) = paused_on_its_child().await;
     let report = rt.cancel("parent").await.unwrap();
     assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
     let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
