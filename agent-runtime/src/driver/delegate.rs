@@ -162,6 +162,7 @@ impl Runtime {
             only_tools: Some(tools),
             parent: Some(parent),
             asks_denied: read_only,
+            drain: None,
         }
     }
 

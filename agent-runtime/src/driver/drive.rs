@@ -60,6 +60,9 @@ impl Runtime {
                         "the run stopped driving"
                     );
                 }
+                Err(e @ RuntimeError::LetGo { .. }) => {
+                    tracing::info!(error = %e, "the run was let go")
+                }
                 Err(e) => tracing::warn!(error = %e, "the run could not be driven"),
             }
             report
@@ -106,6 +109,12 @@ impl Runtime {
                 })?;
                 return Ok(report(&run_id, machine, outcome));
             };
+            // Let go where nothing is in flight: before the model is asked again, all the
+            // run did is committed (a reply's decision is committed with its calls' checks
+            // and dispatch, so the run cannot stop between them).
+            if matches!(command, Command::CallModel { .. }) && self.lets_go() {
+                return Err(RuntimeError::LetGo { run_id });
+            }
             match command {
                 Command::CallModel { .. } => {
                     if projector.should_compact() {

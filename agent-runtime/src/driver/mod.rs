@@ -117,6 +117,16 @@ pub enum RuntimeError {
     /// A blocking store task died.
     #[error("internal error: the store task failed: {0}")]
     Join(String),
+    /// The run was let go at a step where nothing is in flight, as asked
+    /// ([`Runtime::with_drain`]): it stands as committed, and goes on from there when it is
+    /// taken up again.
+    #[error(
+        "run {run_id} was let go at its next step, as asked; it goes on from there when resumed"
+    )]
+    LetGo {
+        /// The run.
+        run_id: String,
+    },
     /// The run's budget caps its cost, and the model cannot say what a call costs
     /// ([`Model::knows_cost`]): its calls would count as free and the cap would never stop
     /// the run. Nothing was committed or asked.
@@ -164,6 +174,8 @@ pub struct Runtime {
     /// Calls that would ask a person are denied instead (a reading sub-agent, which runs
     /// beside other reads and cannot wait for one).
     asks_denied: bool,
+    /// Once cancelled, runs are let go at their next step ([`Runtime::with_drain`]).
+    drain: Option<CancellationToken>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -206,6 +218,7 @@ impl Runtime {
             only_tools: None,
             parent: None,
             asks_denied: false,
+            drain: None,
         }
     }
 
@@ -242,6 +255,25 @@ impl Runtime {
                     .to_owned(),
             ))
         }
+    }
+
+    /// Lets the runs it drives go at their next step once `drain` is cancelled (a worker or
+    /// a process asked to shut down): before a run asks its model again, all it did
+    /// committed; never with a model call or a tool call in flight, whose outcome is
+    /// committed first. The call that drives the run (`start`, `resume`, `approve`, ...) then returns
+    /// [`RuntimeError::LetGo`], the run as committed: interrupted, nothing in doubt, taken up
+    /// from there by the next process that resumes it. A sub-agent is not let go on its
+    /// own: its parent waits for it as for any call in flight.
+    pub fn with_drain(mut self, drain: CancellationToken) -> Runtime {
+        self.drain = Some(drain);
+        self
+    }
+
+    /// Whether the run is to be let go at this step ([`Runtime::with_drain`]).
+    pub(super) fn lets_go(&self) -> bool {
+        self.drain
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Makes commits and log reads on the thread of the task that drives the run, blocking

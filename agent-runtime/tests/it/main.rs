@@ -100,13 +100,30 @@ fn setup() -> Setup {
 
 impl Setup {
     fn runtime(&self, script: Value, store: Arc<dyn Store>, extra: Vec<Arc<dyn Tool>>) -> Runtime {
+        self.runtime_allowing(script, store, extra, &[])
+    }
+
+    /// [`Setup::runtime`] whose policy allows the calls `allow` matches.
+    fn runtime_allowing(
+        &self,
+        script: Value,
+        store: Arc<dyn Store>,
+        extra: Vec<Arc<dyn Tool>>,
+        allow: &[&str],
+    ) -> Runtime {
         let model = Recording {
             inner: ScriptModel::from_json(&script.to_string()).unwrap(),
             trace: Arc::clone(&self.trace),
             prompts: Arc::clone(&self.prompts),
         };
+        let mut policy = agent_tools::Policy::new();
+        for pattern in allow {
+            policy.add(agent_tools::Action::Allow, pattern).unwrap();
+        }
         let mut gateway =
-            Gateway::with_builtins(Workspace::new(self.dir.path().join("ws")).unwrap()).unwrap();
+            Gateway::with_builtins(Workspace::new(self.dir.path().join("ws")).unwrap())
+                .unwrap()
+                .with_policy(policy);
         for tool in extra {
             gateway.register(tool).unwrap();
         }
@@ -770,6 +787,86 @@ async fn a_run_taken_up_an_hour_after_its_process_died_has_what_it_had_left_of_t
     assert_eq!(log[3].at_ms, taken_at);
     let worked = report.state.worked_by(log.last().unwrap().at_ms);
     assert_eq!(worked, 6_000, "two slow calls, not the hour between them");
+}
+
+/// A tool during whose call the process is asked to shut down ([`Runtime::with_drain`]):
+/// it cancels `drain`, then finishes its work.
+struct DrainedMeanwhile {
+    drain: CancellationToken,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Tool for DrainedMeanwhile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("job", "works", json!({"type": "object"}), Risk::Write)
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.drain.cancel();
+        Ok("done".into())
+    }
+}
+
+/// A runtime asked to let its runs go while a call runs finishes that call, commits its
+/// result and stops before the model is asked again: the run is left as committed, not
+/// ended and nothing in doubt, and the process that takes it up goes on from there without
+/// running the call again.
+#[tokio::test]
+async fn a_run_let_go_while_its_call_runs_commits_the_call_and_goes_on_elsewhere() {
+    let s = setup();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "job"}]},
+        {"final": "all done"}
+    ]});
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let drain = CancellationToken::new();
+    let tool = Arc::new(DrainedMeanwhile {
+        drain: drain.clone(),
+        calls: Default::default(),
+    });
+    let rt = s
+        .runtime_allowing(
+            script.clone(),
+            Arc::clone(&store),
+            vec![tool.clone()],
+            &["job"],
+        )
+        .with_drain(drain);
+    let let_go = rt
+        .start(
+            RunRequest::new("run-l", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&let_go, agent_runtime::RuntimeError::LetGo { run_id } if run_id == "run-l"),
+        "{let_go:?}"
+    );
+    let log = store.load("run-l").unwrap();
+    let state = RunState::fold(&log).unwrap();
+    assert_eq!(state.status, Status::Running, "not ended, not paused");
+    assert_eq!((state.steps, state.tool_calls), (1, 1));
+    assert!(matches!(
+        &log.last().unwrap().event,
+        Event::ToolFinished { result, .. } if result.content() == "done"
+    ));
+    assert!(
+        log.iter()
+            .any(|e| matches!(e.event, Event::EffectDispatched { .. })),
+        "a side effect"
+    );
+    assert!(state.in_doubt().is_empty(), "nothing in doubt");
+
+    let elsewhere = s.runtime_allowing(script, Arc::clone(&store), vec![tool.clone()], &["job"]);
+    let report = elsewhere
+        .resume("run-l", CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(report.outcome.answer.as_deref(), Some("all done"));
+    assert_eq!(tool.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 /// A tool that, while it runs, has another process write `event` to the run's log: an
