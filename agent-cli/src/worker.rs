@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use agent_core::{Budget, Input, ReasonClass};
 use agent_providers::RetryPolicy;
-use agent_runtime::{CancellationToken, Redactor, RunRequest, Runtime};
+use agent_runtime::{CancellationToken, Redactor, RunRequest, Runtime, RuntimeError};
 use agent_store::{
     FencedStore, Lease, PostgresStore, QueueState, RunSummary, Store as _, StoreError,
 };
@@ -314,6 +314,7 @@ fn drive(
     store: &Arc<PostgresStore>,
     worker: &Settings,
     json: bool,
+    drain: &CancellationToken,
     lease: &Lease,
     ttl: Duration,
 ) -> Result<Option<QueueState>, Failure> {
@@ -337,7 +338,8 @@ fn drive(
         &rt,
         false,
         false,
-    )?;
+    )?
+    .with_drain(drain.clone());
     let cancel = CancellationToken::new();
     // The lease is renewed every third of its length; once it is lost the run is cancelled
     // here (its commits would fail anyway) and left to the worker that took it.
@@ -384,7 +386,22 @@ fn drive(
         ));
         return Ok(None);
     }
-    let report = report?;
+    let report = match report {
+        // The worker is shutting down: the run goes back to the queue as it stands, for
+        // another worker to take up at once.
+        Err(RuntimeError::LetGo { run_id }) => {
+            let message = "handed back to the queue at its next step: the worker is stopping";
+            tell(format_args!("agent: worker: run {run_id} {message}\n"));
+            if json {
+                let value = serde_json::json!({
+                    "run_id": run_id, "status": "queued", "reason": null, "message": message,
+                });
+                say(format_args!("{value}\n"));
+            }
+            return Ok(Some(QueueState::Runnable));
+        }
+        other => other?,
+    };
     tell(format_args!(
         "agent: worker: {}\n",
         render::outcome_text(&report)
@@ -399,6 +416,52 @@ fn drive(
         ReasonClass::Paused => QueueState::Paused,
         _ => QueueState::Ended,
     }))
+}
+
+/// A token cancelled when the worker is asked to stop (SIGTERM, as a service manager or
+/// an orchestrator asks; or Ctrl-C): it takes no more runs, and hands those it drives back
+/// to the queue at their next step, their calls in flight finished and committed first. A
+/// second signal stops it at once (its runs are then taken over when their leases run
+/// out, as after a crash).
+fn drain_on_signals() -> Result<CancellationToken, Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let drain = CancellationToken::new();
+    let rt = crate::build::tokio_one_run()?;
+    // Both are in place when this returns: a signal a moment later is never the default
+    // one that ends the process.
+    let (mut terminate, mut interrupt) = {
+        let _entered = rt.enter();
+        let listen =
+            |kind| signal(kind).map_err(|e| failed(format!("cannot listen for signals: {e}")));
+        (
+            listen(SignalKind::terminate())?,
+            listen(SignalKind::interrupt())?,
+        )
+    };
+    let token = drain.clone();
+    std::thread::spawn(move || {
+        rt.block_on(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tell(format_args!(
+                "agent: worker: stopping: no more runs are taken, and those driven here go \
+                 back to the queue at their next step (a second signal stops at once)\n"
+            ));
+            token.cancel();
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tell(format_args!(
+                "agent: worker: stopped at once; its runs are taken over when their leases \
+                 run out\n"
+            ));
+            std::process::exit(i32::from(crate::exit::EXIT_CANCELLED));
+        });
+    });
+    Ok(drain)
 }
 
 /// How often an idle worker looks for runs nobody announced (expired leases).
@@ -473,6 +536,7 @@ pub fn worker(
     // Idle slots wait for an announcement of a run made runnable (submit, approve), and
     // look again every second anyway (runs whose lease expired are announced by nobody).
     let wakeups = Arc::new(Wakeups::default());
+    let drain = drain_on_signals()?;
     if !until_empty {
         let (store, wakeups) = (Arc::clone(&store), Arc::clone(&wakeups));
         // It lives as long as the process: a worker without --until-empty never returns.
@@ -484,8 +548,12 @@ pub fn worker(
                 let store = Arc::clone(&store);
                 let wakeups = Arc::clone(&wakeups);
                 let owner = format!("{owner}/{slot}");
+                let drain = &drain;
                 scope.spawn(move || -> Result<(), Failure> {
                     loop {
+                        if drain.is_cancelled() {
+                            return Ok(());
+                        }
                         let seen = wakeups.seen();
                         let Some(lease) = store.claim(&owner, ttl)? else {
                             if until_empty {
@@ -494,7 +562,7 @@ pub fn worker(
                             wakeups.wait(seen, IDLE_POLL);
                             continue;
                         };
-                        let next = match drive(&store, settings, json, &lease, ttl) {
+                        let next = match drive(&store, settings, json, drain, &lease, ttl) {
                             Ok(next) => next,
                             Err(failure) => {
                                 // The run cannot be driven here (a spec, a model, a tool

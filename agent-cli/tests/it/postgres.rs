@@ -375,6 +375,86 @@ fn write_job(q: &Queue) -> String {
     q.submit(&model, &[], "write")
 }
 
+/// A worker asked to stop (SIGTERM, as a deploy or a scale-down asks) takes no more runs
+/// and hands those it drives back to the queue at their next step: the command in flight
+/// finishes and its result is committed, nothing is left in doubt, and the next worker goes
+/// on from there at once, the command not run again.
+#[test]
+fn a_worker_asked_to_stop_hands_its_runs_back_at_their_next_step() {
+    use std::io::BufRead;
+    let q = Queue::new();
+    let model = q.script(
+        "gated",
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
+                "command": "while [ ! -e go ]; do sleep 0.05; done; echo ran >> ran.txt"}}]},
+            {"final": "went"}
+        ]),
+    );
+    let id = q.submit(&model, &["--allow", "shell"], "wait for go");
+    let mut worker = q
+        .env
+        .bare()
+        .arg("--store")
+        .arg(&q.url)
+        .args(["worker", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until("its command is dispatched", || {
+        q.events(&id)
+            .iter()
+            .any(|e| e["type"] == "effect_dispatched")
+    });
+    let pid = nix::unistd::Pid::from_raw(worker.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // The command finishes only once the worker heard it.
+    let mut said = std::io::BufReader::new(worker.stderr.take().unwrap()).lines();
+    let heard = said
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.contains("stopping"));
+    assert!(heard.is_some(), "the worker says it stops");
+    std::fs::write(q.ws.join("go"), "").unwrap();
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{:?}", said.collect::<Vec<_>>());
+    let line: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(
+        (line["run_id"].as_str(), line["status"].as_str()),
+        (Some(id.as_str()), Some("queued"))
+    );
+    let events = q.events(&id);
+    assert_eq!(
+        events.last().unwrap()["type"],
+        "tool_finished",
+        "{events:?}"
+    );
+    assert_eq!(count(&events, "run_ended"), 0);
+    let store = agent_store::PostgresStore::connect(&q.url).unwrap();
+    assert_eq!(
+        store.queue_state(&id).unwrap(),
+        Some(agent_store::QueueState::Runnable)
+    );
+
+    let next = q.agent(&["worker", "--until-empty"]);
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    let events = q.events(&id);
+    assert_eq!(events.last().unwrap()["outcome"]["answer"], "went");
+    assert_eq!(count(&events, "effect_dispatched"), 1);
+    assert_eq!(
+        count(&events, "effect_reconciled"),
+        0,
+        "nothing was in doubt"
+    );
+    assert_eq!(count(&events, "run_resumed"), 1);
+    assert_eq!(
+        std::fs::read_to_string(q.ws.join("ran.txt")).unwrap(),
+        "ran\n",
+        "the command ran once"
+    );
+}
+
 /// A queued run that asks for approval waits in the queue; an approval from anywhere
 /// records the answer and queues it again, and the next worker goes on with it.
 #[test]

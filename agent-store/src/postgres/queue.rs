@@ -178,10 +178,11 @@ impl PostgresStore {
     }
 
     /// Gives the run back in `state` (runnable, paused or ended); `false` when the lease
-    /// was lost meanwhile, and then nothing changes.
+    /// was lost meanwhile, and then nothing changes. A runnable run is announced to idle
+    /// workers, as a new one is.
     pub fn release(&self, lease: &Lease, state: QueueState) -> Result<bool, StoreError> {
-        let released = self
-            .client()?
+        let mut client = self.client()?;
+        let released = client
             .execute(
                 "UPDATE agent_queue SET
                      state = $3, lease_owner = NULL, lease_expires_at = NULL,
@@ -190,6 +191,11 @@ impl PostgresStore {
                 &[&lease.run_id, &lease.token, &state.as_str()],
             )
             .map_err(|e| engine(&e))?;
+        if released == 1 && state == QueueState::Runnable {
+            client
+                .execute("SELECT pg_notify('agent_queue', $1)", &[&lease.run_id])
+                .map_err(|e| engine(&e))?;
+        }
         Ok(released == 1)
     }
 
