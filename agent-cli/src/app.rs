@@ -13,7 +13,9 @@ use agent_runtime::{CancellationToken, Redactor, Report, RunRequest, Runtime};
 use agent_tools::{Gateway, Workspace};
 
 use crate::args::{Cli, Commands, Limits, Setup};
-use crate::build::{StoreSource, build, cancel_on_ctrl_c, interactive, tokio_one_run};
+use crate::build::{
+    StoreSource, build, cancel_on_ctrl_c, drain_on_terminate, interactive, tokio_one_run,
+};
 use crate::chat;
 use crate::exit::{EXIT_OK, exit_code};
 use crate::failure::{Failure, failed, usage};
@@ -432,7 +434,8 @@ impl OneRun {
     ) -> Result<OneRun, Failure> {
         let rt = tokio_one_run()?;
         let asks = interactive(settings);
-        let runtime = build(settings, choice, store, &rt, !json, asks)?;
+        let runtime =
+            build(settings, choice, store, &rt, !json, asks)?.with_drain(drain_on_terminate()?);
         let cancel = cancel_on_ctrl_c(&rt);
         Ok(OneRun {
             rt,

@@ -555,6 +555,63 @@ pub fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
     cancel
 }
 
+/// A token cancelled by SIGTERM (a service manager, `timeout`, `docker stop`), for
+/// [`Runtime::with_drain`]: the run is let go at its next step, what is in flight finished
+/// and committed, and can be resumed with nothing in doubt. A second SIGTERM ends the
+/// process at once (exit 143), the run interrupted as by a crash.
+pub fn drain_on_terminate() -> Result<CancellationToken, Failure> {
+    drain_on_signals(
+        &[tokio::signal::unix::SignalKind::terminate()],
+        "agent: asked to stop: the run stops at its next step, once what is in flight is \
+         done and committed (again to stop at once)\n",
+        143,
+    )
+}
+
+/// A token cancelled by the first of `signals`, saying `stopping`; the next ends the
+/// process at once with `code`. Listened for on a thread of its own, whatever the process
+/// is doing (driving a run, or waiting for a person at the terminal); every handler is in
+/// place when this returns, so a signal a moment later is never the default one that ends
+/// the process.
+pub fn drain_on_signals(
+    signals: &[tokio::signal::unix::SignalKind],
+    stopping: &'static str,
+    code: i32,
+) -> Result<CancellationToken, Failure> {
+    let rt = tokio_one_run()?;
+    let mut listening = Vec::with_capacity(signals.len());
+    {
+        let _entered = rt.enter();
+        for &kind in signals {
+            let signal = tokio::signal::unix::signal(kind)
+                .map_err(|e| failed(format!("cannot listen for signals: {e}")))?;
+            listening.push(signal);
+        }
+    }
+    let drain = CancellationToken::new();
+    let token = drain.clone();
+    std::thread::spawn(move || {
+        rt.block_on(async move {
+            let (came, mut signals) = tokio::sync::mpsc::unbounded_channel();
+            for mut signal in listening {
+                let came = came.clone();
+                tokio::spawn(async move {
+                    while signal.recv().await.is_some() && came.send(()).is_ok() {}
+                });
+            }
+            if signals.recv().await.is_none() {
+                return;
+            }
+            crate::app::tell(format_args!("{stopping}"));
+            token.cancel();
+            if signals.recv().await.is_some() {
+                std::process::exit(code);
+            }
+        });
+    });
+    Ok(drain)
+}
+
 /// Where the run store comes from for [`build`].
 pub enum StoreSource<'a> {
     /// A store to open (or create) once every input is checked.

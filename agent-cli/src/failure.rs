@@ -5,7 +5,7 @@ use agent_core::ReplyError;
 use agent_runtime::RuntimeError;
 use agent_store::StoreError;
 
-use crate::exit::{EXIT_FAILED, EXIT_USAGE};
+use crate::exit::{EXIT_FAILED, EXIT_PAUSED, EXIT_USAGE};
 use crate::settings::SettingsError;
 
 /// A command that could not run, with its exit code.
@@ -103,6 +103,14 @@ impl From<RuntimeError> for Failure {
                  input = and output = in dollars per million tokens",
                 toml_key(&model)
             )),
+            RuntimeError::LetGo { run_id } => Failure {
+                code: EXIT_PAUSED,
+                message: format!(
+                    "run {run_id} was let go at its next step, as the process was asked to \
+                     stop (SIGTERM): all it did is committed, nothing is in doubt; `agent \
+                     resume {run_id}` goes on with it"
+                ),
+            },
             other => failed(other),
         }
     }

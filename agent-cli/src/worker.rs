@@ -424,44 +424,14 @@ fn drive(
 /// second signal stops it at once (its runs are then taken over when their leases run
 /// out, as after a crash).
 fn drain_on_signals() -> Result<CancellationToken, Failure> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let drain = CancellationToken::new();
-    let rt = crate::build::tokio_one_run()?;
-    // Both are in place when this returns: a signal a moment later is never the default
-    // one that ends the process.
-    let (mut terminate, mut interrupt) = {
-        let _entered = rt.enter();
-        let listen =
-            |kind| signal(kind).map_err(|e| failed(format!("cannot listen for signals: {e}")));
-        (
-            listen(SignalKind::terminate())?,
-            listen(SignalKind::interrupt())?,
-        )
-    };
-    let token = drain.clone();
-    std::thread::spawn(move || {
-        rt.block_on(async move {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-            tell(format_args!(
-                "agent: worker: stopping: no more runs are taken, and those driven here go \
-                 back to the queue at their next step (a second signal stops at once)\n"
-            ));
-            token.cancel();
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-            tell(format_args!(
-                "agent: worker: stopped at once; its runs are taken over when their leases \
-                 run out\n"
-            ));
-            std::process::exit(i32::from(crate::exit::EXIT_CANCELLED));
-        });
-    });
-    Ok(drain)
+    use tokio::signal::unix::SignalKind;
+    crate::build::drain_on_signals(
+        &[SignalKind::terminate(), SignalKind::interrupt()],
+        "agent: worker: stopping: no more runs are taken, and those driven here go back to \
+         the queue at their next step (a second signal stops at once; their leases then run \
+         out)\n",
+        i32::from(crate::exit::EXIT_CANCELLED),
+    )
 }
 
 /// How often an idle worker looks for runs nobody announced (expired leases).

@@ -362,16 +362,25 @@ fn kill_9_after_each_kind_of_commit_loses_nothing_and_repeats_no_effect() {
 /// (the time it lay dead is not worked time), shown as such, once.
 #[test]
 fn a_killed_run_is_taken_up_with_run_resumed() {
-    let env = Env::new();
-    let model = env.script(json!([
-        {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {"path": "."}}]},
-        {"final": "listed"}
-    ]));
-    let kind = attempt_after_event(&env, &["run", "--json", "--model", &model, "list"], 2)
-        .expect("killed after its second event");
-    assert_eq!(kind, "decision_proposed");
-    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
-    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    // The run is short: a kill that came after it ended proves nothing, and is made again.
+    let (env, run) = (0..20)
+        .find_map(|_| {
+            let env = Env::new();
+            let model = env.script(json!([
+                {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {"path": "."}}]},
+                {"final": "listed"}
+            ]));
+            let kind = attempt_after_event(&env, &["run", "--json", "--model", &model, "list"], 2)
+                .expect("killed after its second event");
+            assert_eq!(kind, "decision_proposed");
+            let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+            let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+            let ended = super::event_types(&env, &run)
+                .iter()
+                .any(|k| k == "run_ended");
+            (!ended).then_some((env, run))
+        })
+        .expect("a kill came before the run ended");
     let out = env.run(&["resume", "--json", &run]);
     assert_eq!(
         out.status.code(),
@@ -397,6 +406,92 @@ fn a_killed_run_is_taken_up_with_run_resumed() {
     assert!(
         line.contains("taken up again; the time since the event before is not counted"),
         "{line}"
+    );
+}
+
+/// `agent run` asked to stop (SIGTERM: a service manager, `timeout`, `docker stop`) lets
+/// its run go at the next step: the command in flight finishes and is committed, the run
+/// is left interrupted with nothing in doubt (exit 3, saying how to go on), and `agent
+/// resume` takes it up from there without running the command again.
+#[test]
+fn a_run_asked_to_stop_is_let_go_at_its_next_step() {
+    use std::io::BufRead;
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done; echo ran >> ran.txt"}}]},
+        {"final": "went"}
+    ]));
+    let mut child = env
+        .cmd()
+        .args([
+            "run", "--json", "--allow", "shell", "--model", &model, "wait",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = String::new();
+    let dispatched = eventually(Duration::from_secs(60), || {
+        let runs: Value =
+            serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap_or(Value::Null);
+        let Some(id) = runs[0]["run_id"].as_str() else {
+            return false;
+        };
+        run = id.to_owned();
+        super::event_types(&env, &run)
+            .iter()
+            .any(|k| k == "effect_dispatched")
+    });
+    assert!(dispatched, "the command was dispatched");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // The command finishes only once `agent` heard it.
+    let mut said = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let heard = said
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.contains("asked to stop"));
+    assert!(heard.is_some(), "it says it stops");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let rest: Vec<String> = said.map(Result::unwrap).collect();
+    assert_eq!(out.status.code(), Some(3), "{rest:?}");
+    assert!(
+        rest.iter().any(
+            |l| l.contains(&format!("run {run} was let go at its next step"))
+                && l.contains(&format!("`agent resume {run}`"))
+        ),
+        "{rest:?}"
+    );
+    let kinds = super::event_types(&env, &run);
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("tool_finished"),
+        "{kinds:?}"
+    );
+
+    let out = env.run(&["resume", "--json", &run]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["answer"], "went");
+    let kinds = super::event_types(&env, &run);
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(
+        (count("effect_dispatched"), count("run_resumed")),
+        (1, 1),
+        "{kinds:?}"
+    );
+    assert_eq!(count("effect_reconciled"), 0, "nothing was in doubt");
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("ran.txt")).unwrap(),
+        "ran\n",
+        "the command ran once"
     );
 }
 
