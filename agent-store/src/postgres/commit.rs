@@ -1,5 +1,5 @@
 //! Group commit: the commits that arrive while one is on its way go together in the next
-//! round trip, as one statement (`agent_commit_batch`, a function of the schema) that runs
+//! round trip, as one statement (`agent_commit_batch_v2`, a function of the schema) that runs
 //! each commit in a subtransaction of its own. One round trip and one flush of the server's
 //! log serve them all; a commit that fails (a conflict, a lost lease) takes none of the
 //! others with it.
@@ -21,8 +21,11 @@ use crate::{RunSummary, StoreError, check_batch};
 /// The function a batch of commits calls. Each commit: the lease check (when fenced), the
 /// run's row locked and its version compared, the entries inserted (the primary key on run
 /// and version refuses a second writer), the summary written; all or nothing, each alone.
+/// Its name carries its version: a process of an earlier `agent` that connects during an
+/// upgrade creates its own function, and does not replace this one with one that does not
+/// know a sub-agent's run is fenced by its parent's lease (`v2`).
 pub(super) const COMMIT_FUNCTION: &str = "
-CREATE OR REPLACE FUNCTION agent_commit_batch(batch jsonb) RETURNS jsonb
+CREATE OR REPLACE FUNCTION agent_commit_batch_v2(batch jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $fn$
 DECLARE
     c jsonb;
@@ -313,7 +316,7 @@ impl PostgresStore {
         loop {
             attempts += 1;
             let result = self.client()?.query_typed_one(
-                "SELECT agent_commit_batch($1::jsonb)::text",
+                "SELECT agent_commit_batch_v2($1::jsonb)::text",
                 &[(&body, Type::TEXT)],
             );
             match result {
