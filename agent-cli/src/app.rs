@@ -436,6 +436,8 @@ impl OneRun {
         let asks = interactive(settings);
         let runtime =
             build(settings, choice, store, &rt, !json, asks)?.with_drain(drain_on_terminate()?);
+        // Asked to stop at an approval's question, the run stays paused for it.
+        crate::build::stopped_at_prompt_with(crate::exit::EXIT_PAUSED);
         let cancel = cancel_on_ctrl_c(&rt);
         Ok(OneRun {
             rt,

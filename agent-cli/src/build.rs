@@ -602,6 +602,13 @@ pub fn drain_on_signals(
             if signals.recv().await.is_none() {
                 return;
             }
+            // Waiting for a person, nothing is in flight and all is committed.
+            if let Some(code) = at_prompt() {
+                crate::app::tell(format_args!(
+                    "\nagent: asked to stop while waiting for an answer; all is committed\n"
+                ));
+                std::process::exit(i32::from(code));
+            }
             crate::app::tell(format_args!("{stopping}"));
             token.cancel();
             if signals.recv().await.is_some() {
@@ -610,6 +617,42 @@ pub fn drain_on_signals(
         });
     });
     Ok(drain)
+}
+
+/// Whether the command waits for a person at the terminal now ([`prompting`]), and the
+/// exit code it ends with if asked to stop then ([`stopped_at_prompt_with`]).
+static AT_PROMPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static AT_PROMPT_CODE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The exit code of this command when a stop signal comes while it waits for a person
+/// ([`prompting`]): 3 for a run paused for its approval, 0 (the default) for a chat between
+/// exchanges.
+pub fn stopped_at_prompt_with(code: u8) {
+    AT_PROMPT_CODE.store(code, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The command waits for a person at the terminal until this is dropped: a stop signal
+/// (SIGTERM) then ends it at once, as nothing is in flight and all is committed.
+#[must_use]
+pub fn prompting() -> Prompting {
+    AT_PROMPT.store(true, std::sync::atomic::Ordering::SeqCst);
+    Prompting
+}
+
+/// See [`prompting`].
+pub struct Prompting;
+
+impl Drop for Prompting {
+    fn drop(&mut self) {
+        AT_PROMPT.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The exit code to stop with when the command waits for a person now.
+fn at_prompt() -> Option<u8> {
+    AT_PROMPT
+        .load(std::sync::atomic::Ordering::SeqCst)
+        .then(|| AT_PROMPT_CODE.load(std::sync::atomic::Ordering::SeqCst))
 }
 
 /// Where the run store comes from for [`build`].

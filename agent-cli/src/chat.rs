@@ -181,7 +181,14 @@ fn ask_pending_now(
     Some(answers)
 }
 
+/// The person's next line at the chat's prompt.
+fn read_line(editor: &mut DefaultEditor) -> rustyline::Result<String> {
+    let _waiting = crate::build::prompting();
+    editor.readline("> ")
+}
+
 fn read(editor: &mut DefaultEditor, prompt: &str) -> Option<String> {
+    let _waiting = crate::build::prompting();
     editor.readline(prompt).ok()
 }
 
@@ -288,6 +295,9 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
     let settings: &Settings = &in_run;
     let budget = settings.budget.apply(agent_core::Budget::default());
     let rt = tokio()?;
+    // SIGTERM lets an exchange's run go at its next step, and ends a chat that waits for
+    // the person at once.
+    let drain = crate::build::drain_on_terminate()?;
     let runtime = build(
         settings,
         &choice,
@@ -295,7 +305,8 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         &rt,
         true,
         true,
-    )?;
+    )?
+    .with_drain(drain.clone());
     let mut editor =
         DefaultEditor::new().map_err(|e| failed(format!("cannot read the terminal: {e}")))?;
     let mut always: BTreeSet<String> = BTreeSet::new();
@@ -327,7 +338,11 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         }
     }
     loop {
-        let line = match editor.readline("> ") {
+        if drain.is_cancelled() {
+            // What stopped it was said; the run goes on with the next `agent chat RUN`.
+            return Ok(crate::exit::EXIT_PAUSED);
+        }
+        let line = match read_line(&mut editor) {
             Ok(line) => line,
             Err(ReadlineError::Interrupted | ReadlineError::Eof) => break,
             Err(e) => {
@@ -490,7 +505,7 @@ fn chat_queued(
 /// Ctrl-C at the prompt).
 fn read_message(editor: &mut DefaultEditor, report: &Report) -> Result<Option<String>, Failure> {
     loop {
-        let line = match editor.readline("> ") {
+        let line = match read_line(editor) {
             Ok(line) => line,
             Err(ReadlineError::Interrupted | ReadlineError::Eof) => return Ok(None),
             Err(e) => return Err(failed(format!("cannot read the terminal: {e}"))),

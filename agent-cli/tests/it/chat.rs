@@ -177,10 +177,9 @@ impl Terminal {
         screen
     }
 
-    /// Waits for the child to exit and for the terminal to show all it wrote: the reader
-    /// may still be behind when the child is gone.
+    /// Waits for the terminal to show all the child wrote and close (at most `PATIENCE`: a
+    /// child that never ends fails the test, and is killed), then for the child to exit.
     fn wait(mut self) -> (Option<i32>, String) {
-        let status = self.child.wait().unwrap();
         // The reader sets `drained` holding the screen's lock, so it is read under it.
         let shown = self.wait_for(
             || "the terminal never closed".to_owned(),
@@ -190,6 +189,7 @@ impl Terminal {
                     .then(|| shown.to_owned())
             },
         );
+        let status = self.child.wait().unwrap();
         (status.code(), shown)
     }
 }
@@ -474,6 +474,73 @@ fn a_chat_says_its_exchange_was_stopped_from_elsewhere() {
     t.expect("went on");
     t.expect("> ");
     t.exit();
+}
+
+impl Terminal {
+    /// SIGTERM to `agent`, as a service manager or `docker stop` sends it.
+    fn terminate(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    }
+}
+
+/// A chat asked to stop (SIGTERM) in the middle of an exchange lets its run go at the next
+/// step: the command in flight finishes and is committed, and the chat ends (exit 3), the
+/// run going on with the next `agent chat RUN`. Asked to stop while it waits for the
+/// person, it ends at once: nothing is in flight. `agent run` asked to stop at an
+/// approval's question ends at once too, the run paused for it (exit 3).
+#[test]
+fn a_chat_or_a_run_asked_to_stop_ends_with_nothing_in_doubt() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done; echo ran >> ran.txt"}}]},
+        {"final": "went"}
+    ]));
+    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
+    t.expect("> ");
+    t.type_line("wait");
+    t.expect("s1 shell command=");
+    t.terminate();
+    t.expect("asked to stop: the run stops at its next step");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    t.expect("was let go at its next step");
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(3), "{screen}");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let kinds = crate::event_types(&env, &run);
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("tool_finished"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("ran.txt")).unwrap(),
+        "ran\n"
+    );
+
+    // Waiting for the next message: it ends at once, leaving as /exit does.
+    let mut t = Terminal::spawn(&env, &["chat", &run]);
+    t.expect("> ");
+    t.terminate();
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("asked to stop while waiting for an answer"),
+        "{screen}"
+    );
+
+    // `agent run` at an approval's question: the run stays paused for it.
+    let env = Env::new();
+    let model = crate::write_script(&env);
+    let mut t = Terminal::spawn(&env, &["run", "--model", &model, "save it"]);
+    t.expect("[a]lways write_file > ");
+    t.terminate();
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(3), "{screen}");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    assert_eq!(runs[0]["status"], "paused", "{runs}");
 }
 
 /// A chat holds its run between messages: `agent cancel` from elsewhere says at once that
