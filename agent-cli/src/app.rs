@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use agent_context::Projector;
 use agent_core::{Budget, CallId, Event, Input, Resolution, RunState};
-use agent_runtime::{CancellationToken, Redactor, Report, RunRequest, Runtime};
+use agent_runtime::{CancellationToken, Redactor, Report, RunRequest, Runtime, RuntimeError};
 
 use agent_tools::{Gateway, Workspace};
 
@@ -409,10 +409,10 @@ fn run(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure> {
     let one = OneRun::new(settings, choice, store, json)?;
     crate::build::trust_own_checks(&run_id, &settings.answer.checks);
     let request = RunRequest::new(run_id, goal, budget);
-    let report = one
+    let driven = one
         .rt
-        .block_on(one.runtime.start(request, one.cancel.clone()))?;
-    one.finish(report)
+        .block_on(one.runtime.start(request, one.cancel.clone()));
+    one.finish(driven)
 }
 
 /// A command that drives one run: its async runtime, the agent's runtime, whether a person
@@ -448,9 +448,24 @@ impl OneRun {
         })
     }
 
-    /// A pause for approval settled at the terminal when there is one, then the outcome
-    /// printed and its exit code.
-    fn finish(&self, report: Report) -> Result<u8, Failure> {
+    /// What driving the run came to: a pause for approval settled at the terminal when
+    /// there is one, then the outcome printed and its exit code. A run let go at its next
+    /// step (SIGTERM) is interrupted: said as `agent show --follow` says it, exit 3.
+    fn finish(&self, driven: Result<Report, RuntimeError>) -> Result<u8, Failure> {
+        let report = match driven {
+            Err(RuntimeError::LetGo { run_id }) => {
+                if self.json {
+                    let value = serde_json::json!({
+                        "run_id": run_id, "status": "interrupted", "reason": null,
+                    });
+                    say(format_args!("{value}\n"));
+                }
+                let failure = Failure::from(RuntimeError::LetGo { run_id });
+                tell(format_args!("agent: {}\n", failure.message));
+                return Ok(failure.code);
+            }
+            driven => driven?,
+        };
         let report = ask_inline(self.asks, &self.rt, &self.runtime, report, &self.cancel)?;
         Ok(finish(&report, self.json))
     }
@@ -595,7 +610,7 @@ fn drive_existing(
     let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     let runtime = &one.runtime;
     let cancel = one.cancel.clone();
-    let report = one.rt.block_on(async move {
+    let driven = one.rt.block_on(async move {
         if let Some((text, budget)) = reply {
             return runtime.reply(run_id, &text, budget, cancel).await;
         }
@@ -607,8 +622,8 @@ fn drive_existing(
                 runtime.resolve(run_id, call, resolution, cancel).await
             }
         }
-    })?;
-    one.finish(report)
+    });
+    one.finish(driven)
 }
 
 /// `agent fork RUN --at N`: the fork written, then driven like a new run.
@@ -641,12 +656,11 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
     let store = store.take_new(&run_id)?;
     let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     crate::build::trust_own_checks(&run_id, &settings.answer.checks);
-    let report =
-        one.rt.block_on(
-            one.runtime
-                .fork(parent, at, &run_id, budget, one.cancel.clone()),
-        )?;
-    one.finish(report)
+    let driven = one.rt.block_on(
+        one.runtime
+            .fork(parent, at, &run_id, budget, one.cancel.clone()),
+    );
+    one.finish(driven)
 }
 
 /// `settings` for taking up run `run_id` in the workspace it was started in

@@ -464,6 +464,11 @@ fn a_run_asked_to_stop_is_let_go_at_its_next_step() {
         ),
         "{rest:?}"
     );
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        said,
+        json!({"run_id": run, "status": "interrupted", "reason": null})
+    );
     let kinds = super::event_types(&env, &run);
     assert_eq!(
         kinds.last().map(String::as_str),
