@@ -381,13 +381,7 @@ fn a_killed_run_is_taken_up_with_run_resumed() {
             (!ended).then_some((env, run))
         })
         .expect("a kill came before the run ended");
-    let out = env.run(&["resume", "--json", &run]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    resumed(&env, &run);
     let kinds = super::event_types(&env, &run);
     let at = kinds.iter().position(|k| *k == "run_resumed").unwrap();
     assert_eq!(
@@ -476,13 +470,7 @@ fn a_run_asked_to_stop_is_let_go_at_its_next_step() {
         "{kinds:?}"
     );
 
-    let out = env.run(&["resume", "--json", &run]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = resumed(&env, &run);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["answer"], "went");
     let kinds = super::event_types(&env, &run);
@@ -498,6 +486,18 @@ fn a_run_asked_to_stop_is_let_go_at_its_next_step() {
         "ran\n",
         "the command ran once"
     );
+}
+
+/// `agent resume --json RUN`, which must complete the run.
+fn resumed(env: &Env, run: &str) -> Output {
+    let out = env.run(&["resume", "--json", run]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// Runs with a crash point armed, then recovers without it.

@@ -342,6 +342,17 @@ async fn paused_on_its_child() -> (Setup, Arc<dyn Store>, Runtime, agent_runtime
     (s, store, rt, report)
 }
 
+/// The parent of [`approval_script`] completed, and its child's write was not made.
+fn completed_without_the_note(s: &Setup, report: &agent_runtime::Report) {
+    assert_eq!(
+        report.outcome.reason,
+        TerminalReason::Completed,
+        "{:?}",
+        report.outcome
+    );
+    assert!(!s.dir.path().join("ws/note.txt").exists());
+}
+
 #[tokio::test]
 async fn a_childs_approval_surfaces_on_the_parent_and_is_answered_there() {
     let (s, store, rt, report) = paused_on_its_child().await;
@@ -411,13 +422,7 @@ async fn a_childs_call_denied_through_the_parent_is_told_to_the_child() {
         .deny("parent", vec![], "not now".into(), CancellationToken::new())
         .await
         .unwrap();
-    assert_eq!(
-        report.outcome.reason,
-        TerminalReason::Completed,
-        "{:?}",
-        report.outcome
-    );
-    assert!(!s.dir.path().join("ws/note.txt").exists());
+    completed_without_the_note(&s, &report);
     let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
     let child = store.load(&child_id).unwrap();
     assert_eq!(count(&child, "approval_denied"), 1);
@@ -463,13 +468,7 @@ async fn a_childs_denial_is_recorded_through_the_parent_without_driving_it() {
     assert_eq!(count(&parent, "effect_resolved"), 1);
 
     let report = rt.resume("parent", CancellationToken::new()).await.unwrap();
-    assert_eq!(
-        report.outcome.reason,
-        TerminalReason::Completed,
-        "{:?}",
-        report.outcome
-    );
-    assert!(!s.dir.path().join("ws/note.txt").exists());
+    completed_without_the_note(&s, &report);
     let child = store.load(&child_id).unwrap();
     let told = child.iter().find_map(|e| match &e.event {
         Event::CallRejected { result, .. } => Some(result.content().to_owned()),
