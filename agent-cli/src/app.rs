@@ -577,27 +577,9 @@ fn drive_existing(
         .writable()?
         .take(run_id)?;
     let log = store.as_store().load(run_id)?;
-    let in_run = in_run_workspace(settings, run_id, &log)?;
+    let in_run = taken_up(settings, run_id, &log)?;
     let settings: &Settings = &in_run;
     crate::build::ensure_checks_trusted(run_id, &log, crate::build::interactive(settings))?;
-    // A run started with sub-agents goes on with them.
-    let recorded = match log.first().map(|e| &e.event) {
-        Some(Event::RunStarted { manifest, .. }) => manifest
-            .tools
-            .iter()
-            .any(|t| agent_tools::builtin::is_delegate(&t.name)),
-        _ => false,
-    };
-    let with_sub_agents;
-    let settings = if recorded && !settings.sub_agents {
-        with_sub_agents = Settings {
-            sub_agents: true,
-            ..settings.clone()
-        };
-        &with_sub_agents
-    } else {
-        settings
-    };
     let choice = match &settings.model {
         Some(choice) => choice.clone(),
         None => recorded_model(settings, &store, run_id)?,
@@ -641,8 +623,8 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
             "run {parent} made {calls} model call(s); --at takes 1 to {calls}"
         )));
     }
-    // The fork works where its parent did, unless told otherwise.
-    let in_parent = in_run_workspace(settings, parent, &log)?;
+    // The fork works where its parent did, with its sub-agents, unless told otherwise.
+    let in_parent = taken_up(settings, parent, &log)?;
     let settings: &Settings = &in_parent;
     let choice = match &settings.model {
         Some(choice) => choice.clone(),
@@ -663,20 +645,32 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
     one.finish(driven)
 }
 
-/// `settings` for taking up run `run_id` in the workspace it was started in
-/// ([`Settings::in_run_workspace`]), said on the terminal when it is not this directory.
-pub(crate) fn in_run_workspace<'a>(
+/// `settings` for taking up run `run_id` (`log`, its log), or a fork of it: in the
+/// workspace it was started in ([`Settings::in_run_workspace`], said on the terminal when
+/// it is not this directory), and with sub-agents when it was started with them.
+pub(crate) fn taken_up<'a>(
     settings: &'a Settings,
     run_id: &str,
     log: &[agent_core::Entry],
 ) -> Result<std::borrow::Cow<'a, Settings>, Failure> {
-    Ok(match settings.in_run_workspace(run_id, log)? {
+    let mut taken = match settings.in_run_workspace(run_id, log)? {
         Some((moved, said)) => {
             tell(said);
             std::borrow::Cow::Owned(moved)
         }
         None => std::borrow::Cow::Borrowed(settings),
-    })
+    };
+    let had_sub_agents = match log.first().map(|e| &e.event) {
+        Some(Event::RunStarted { manifest, .. }) => manifest
+            .tools
+            .iter()
+            .any(|t| agent_tools::builtin::is_delegate(&t.name)),
+        _ => false,
+    };
+    if had_sub_agents && !taken.sub_agents {
+        taken.to_mut().sub_agents = true;
+    }
+    Ok(taken)
 }
 
 /// The limits a message to a run sets, when they differ from those in force.

@@ -289,7 +289,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         if log.is_empty() {
             return Err(usage(format!("no run {id} in {location}")));
         }
-        in_run = crate::app::in_run_workspace(settings, id, &log)?;
+        in_run = crate::app::taken_up(settings, id, &log)?;
         crate::build::ensure_checks_trusted(id, &log, crate::build::interactive(settings))?;
     }
     let settings: &Settings = &in_run;

@@ -215,3 +215,50 @@ fn the_usage_shown_under_a_timeline_counts_the_sub_agents() {
         "{table}"
     );
 }
+
+/// A fork of a run started with sub-agents has them too, as `agent resume` and `agent chat`
+/// of the run do, without `--sub-agents` again: a delegate call it makes anew starts a
+/// child of its own.
+#[test]
+fn a_fork_of_a_run_with_sub_agents_keeps_them() {
+    let env = Env::new();
+    let turns = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "look"}}]},
+            {"final": "looked"}
+        ],
+        "agents": {"look": {"turns": [{"final": "seen"}]}}
+    });
+    let path = env.dir.path().join("parent.json");
+    std::fs::write(&path, turns.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--sub-agents",
+        "--allow",
+        "delegate",
+        "--model",
+        &model,
+        "look around",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let parent = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+
+    let out = env.run(&[
+        "fork", "--json", &parent, "--at", "1", "--allow", "delegate",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let fork = json_of(&out);
+    assert_eq!(fork["answer"], "looked");
+    assert_eq!(fork["tool_calls"], 1, "{fork}");
+    let fork_id = fork["run_id"].as_str().unwrap();
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    let child = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["parent"] == format!("{fork_id}/d1"))
+        .unwrap_or_else(|| panic!("the fork's own child: {runs}"));
+    assert_eq!(child["reason"], "completed");
+}
