@@ -786,3 +786,43 @@ fn chat_on_a_queued_run_asks_the_person_while_a_worker_drives_it() {
         .collect();
     assert_eq!(ended, ["clarification_required", "completed", "completed"]);
 }
+
+/// `agent chat RUN` of a run started with sub-agents goes on with them, without
+/// `--sub-agents` again (it was refused: "started with tools this invocation does not
+/// have").
+#[test]
+fn a_chat_on_a_run_with_sub_agents_goes_on_with_them() {
+    let env = Env::new();
+    let turns = json!({
+        "turns": [
+            {"final": "first"},
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "look"}}]},
+            {"final": "second"}
+        ],
+        "agents": {"look": {"turns": [{"final": "seen"}]}}
+    });
+    let path = env.dir.path().join("script.json");
+    std::fs::write(&path, turns.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--sub-agents",
+        "--allow",
+        "delegate",
+        "--model",
+        &model,
+        "start",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = run["run_id"].as_str().unwrap().to_owned();
+    let mut t = Terminal::spawn(&env, &["chat", &run, "--allow", "delegate"]);
+    t.expect("> ");
+    t.type_line("more");
+    t.expect("second");
+    t.expect("> ");
+    t.exit();
+    let kinds = crate::event_types(&env, &run);
+    assert!(kinds.iter().any(|k| k == "sub_agent_finished"), "{kinds:?}");
+}
