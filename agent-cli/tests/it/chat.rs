@@ -801,19 +801,7 @@ fn a_chat_on_a_run_with_sub_agents_goes_on_with_them() {
         ],
         "agents": {"look": {"turns": [{"final": "seen"}]}}
     });
-    let path = env.dir.path().join("script.json");
-    std::fs::write(&path, turns.to_string()).unwrap();
-    let model = format!("script:{}", path.display());
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--sub-agents",
-        "--allow",
-        "delegate",
-        "--model",
-        &model,
-        "start",
-    ]);
+    let (out, _) = crate::run_with_sub_agents(&env, &turns, "start");
     assert_eq!(out.status.code(), Some(0));
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
     let run = run["run_id"].as_str().unwrap().to_owned();

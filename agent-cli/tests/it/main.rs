@@ -183,6 +183,26 @@ fn follower(env: &Env, store: &str, id: &str, extra: &[&str]) -> std::process::C
 /// Asserts that `events` (as `agent show --json` prints them) are versions 1, 2, … n:
 /// no event lost, repeated or out of order.
 /// The types of the events of run `id`, in order, as `agent show --json` gives them.
+/// `agent run --json --sub-agents --allow delegate` of `script` (turns and the agents'
+/// scripts by goal, written beside the store) with `goal`: what it printed, and the
+/// `--model` value of the script.
+fn run_with_sub_agents(env: &Env, script: &Value, goal: &str) -> (Output, String) {
+    let path = env.dir.path().join("parent.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let out = env.run(&[
+        "run",
+        "--json",
+        "--sub-agents",
+        "--allow",
+        "delegate",
+        "--model",
+        &model,
+        goal,
+    ]);
+    (out, model)
+}
+
 fn event_types(env: &Env, id: &str) -> Vec<String> {
     let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", id]).stdout).unwrap();
     shown["events"]

@@ -121,19 +121,7 @@ fn agent_approve_parent_lists_and_answers_a_childs_approval() {
             {"final": "saved"}
         ]}}
     });
-    let path = env.dir.path().join("parent.json");
-    std::fs::write(&path, turns.to_string()).unwrap();
-    let model = format!("script:{}", path.display());
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--sub-agents",
-        "--allow",
-        "delegate",
-        "--model",
-        &model,
-        "note it",
-    ]);
+    let (out, model) = super::run_with_sub_agents(&env, &turns, "note it");
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let v = json_of(&out);
     assert_eq!(v["reason"], "approval_required");
@@ -229,19 +217,7 @@ fn a_fork_of_a_run_with_sub_agents_keeps_them() {
         ],
         "agents": {"look": {"turns": [{"final": "seen"}]}}
     });
-    let path = env.dir.path().join("parent.json");
-    std::fs::write(&path, turns.to_string()).unwrap();
-    let model = format!("script:{}", path.display());
-    let out = env.run(&[
-        "run",
-        "--json",
-        "--sub-agents",
-        "--allow",
-        "delegate",
-        "--model",
-        &model,
-        "look around",
-    ]);
+    let (out, _) = super::run_with_sub_agents(&env, &turns, "look around");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let parent = json_of(&out)["run_id"].as_str().unwrap().to_owned();
 
