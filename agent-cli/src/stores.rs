@@ -163,10 +163,7 @@ impl OpenStore {
     pub fn driver(&self, run_id: &str) -> Result<Option<String>, Failure> {
         Ok(match self {
             OpenStore::Dir(store) => store.driver(run_id).map(|pid| format!("process {pid}")),
-            OpenStore::Postgres(store) => match store.lease_holder(run_id)? {
-                Some(worker) => Some(format!("worker {worker}")),
-                None => store.held_by(run_id)?,
-            },
+            OpenStore::Postgres(store) => store.driven_by(run_id)?,
             OpenStore::Fenced(_) => None,
         })
     }
@@ -190,10 +187,7 @@ impl OpenStore {
                 Some(QueueState::Paused | QueueState::Ended) => None,
                 // Not queued: the process that holds it, if one does; a sub-agent's run,
                 // whoever drives the run it belongs to.
-                None => match store.lease_holder(run_id)? {
-                    Some(worker) => Some(format!("driven by worker {worker}")),
-                    None => store.held_by(run_id)?.map(|by| format!("driven by {by}")),
-                },
+                None => store.driven_by(run_id)?.map(|by| format!("driven by {by}")),
             },
             OpenStore::Fenced(_) => None,
         })

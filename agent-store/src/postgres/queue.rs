@@ -264,13 +264,24 @@ impl PostgresStore {
 
     /// The worker holding an unexpired lease on the run, if one does.
     pub fn lease_holder(&self, run_id: &str) -> Result<Option<String>, StoreError> {
-        self.live_lease_owner(run_id, "running")
+        self.live_lease_owner(run_id, &["running"], "lease_owner")
     }
 
-    /// The owner of an unexpired lease in `state` (`running` for a worker's, `held` for a
-    /// process's) on the run, or, while a sub-agent's run is running, on the run it belongs
-    /// to: its holder drives both.
-    fn live_lease_owner(&self, run_id: &str, state: &str) -> Result<Option<String>, StoreError> {
+    /// Who drives run `run_id` now, in words: a worker (`worker HOST:PID/SLOT`) or a process
+    /// that holds it (in its own words, [`PostgresStore::hold`]); `None` when nothing does.
+    pub fn driven_by(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        self.live_lease_owner(run_id, &["running", "held"], DRIVER)
+    }
+
+    /// `what` (a column expression) of an unexpired lease in one of `states` (`running`
+    /// for a worker's, `held` for a process's) on the run, or, while a sub-agent's run is
+    /// running, on the run it belongs to: its holder drives both.
+    fn live_lease_owner(
+        &self,
+        run_id: &str,
+        states: &[&str],
+        what: &str,
+    ) -> Result<Option<String>, StoreError> {
         let mut runs = vec![run_id];
         if agent_core::parent_run_id(run_id).is_some() && self.is_running(run_id)? {
             runs.extend(agent_core::ancestor_run_ids(run_id));
@@ -278,10 +289,12 @@ impl PostgresStore {
         let row = self
             .client()?
             .query_opt(
-                "SELECT lease_owner FROM agent_queue
-                 WHERE run_id = ANY($1) AND state = $2 AND lease_expires_at > now()
-                 ORDER BY length(run_id) DESC LIMIT 1",
-                &[&runs, &state],
+                &format!(
+                    "SELECT {what} FROM agent_queue
+                     WHERE run_id = ANY($1) AND state = ANY($2) AND lease_expires_at > now()
+                     ORDER BY length(run_id) DESC LIMIT 1"
+                ),
+                &[&runs, &states],
             )
             .map_err(|e| engine(&e))?;
         Ok(row.and_then(|r| r.get(0)))
@@ -324,6 +337,10 @@ impl PostgresStore {
         }))
     }
 }
+
+/// Who drives a run, from its lease's row: a process that holds it says who it is, a
+/// worker's name is its host, PID and slot.
+const DRIVER: &str = "CASE WHEN state = 'held' THEN lease_owner ELSE 'worker ' || lease_owner END";
 
 /// The process that holds a run on the database ([`PostgresStore::hold`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -376,13 +393,13 @@ impl PostgresStore {
         if !ancestors.is_empty() {
             let row = client
                 .query_opt(
-                    "SELECT CASE WHEN state = 'held' THEN lease_owner
-                                 ELSE 'worker ' || lease_owner END,
-                            lease_machine, lease_token
-                     FROM agent_queue
-                     WHERE run_id = ANY($1) AND state IN ('running', 'held')
-                       AND lease_expires_at > now() AND lease_token IS DISTINCT FROM $2
-                     ORDER BY length(run_id) DESC LIMIT 1",
+                    &format!(
+                        "SELECT {DRIVER}, lease_machine, lease_token
+                         FROM agent_queue
+                         WHERE run_id = ANY($1) AND state IN ('running', 'held')
+                           AND lease_expires_at > now() AND lease_token IS DISTINCT FROM $2
+                         ORDER BY length(run_id) DESC LIMIT 1"
+                    ),
                     &[&ancestors, &over],
                 )
                 .map_err(|e| engine(&e))?;
@@ -453,7 +470,7 @@ impl PostgresStore {
     /// The process holding run `run_id` ([`PostgresStore::hold`]), if its lease has not run
     /// out.
     pub fn held_by(&self, run_id: &str) -> Result<Option<String>, StoreError> {
-        self.live_lease_owner(run_id, "held")
+        self.live_lease_owner(run_id, &["held"], "lease_owner")
     }
 
     /// Lets go of a run held under `lease`: another process may drive it at once.
