@@ -302,10 +302,14 @@ impl Store for PostgresStore {
         let rows = self
             .client()?
             .query(
-                "SELECT r.run_id, r.summary, q.lease_owner, q.state FROM agent_runs r
-                 LEFT JOIN agent_queue q ON q.run_id = r.run_id
-                     AND q.state IN ('running', 'held') AND q.lease_expires_at > now()
-                 ORDER BY r.run_id",
+                // A worker of the queue, or a process that holds the run (it says who).
+                &format!(
+                    "SELECT r.run_id, r.summary, {} FROM agent_runs r
+                     LEFT JOIN agent_queue q ON q.run_id = r.run_id
+                         AND q.state IN ('running', 'held') AND q.lease_expires_at > now()
+                     ORDER BY r.run_id",
+                    queue::DRIVER
+                ),
                 &[],
             )
             .map_err(|e| engine(&e))?;
@@ -313,17 +317,8 @@ impl Store for PostgresStore {
             .iter()
             .map(|row| {
                 let summary = decode_summary(row.get(0), row.get(1))?;
-                let live: Option<String> = row.get(2);
-                // A worker of the queue, or a process that holds the run (it says who).
-                let held = row.get::<_, Option<String>>(3).as_deref() == Some("held");
                 Ok(RunSummary {
-                    live: live.map(|owner| {
-                        if held {
-                            owner
-                        } else {
-                            format!("worker {owner}")
-                        }
-                    }),
+                    live: row.get(2),
                     ..summary
                 })
             })

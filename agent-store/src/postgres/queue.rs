@@ -340,7 +340,8 @@ impl PostgresStore {
 
 /// Who drives a run, from its lease's row: a process that holds it says who it is, a
 /// worker's name is its host, PID and slot.
-const DRIVER: &str = "CASE WHEN state = 'held' THEN lease_owner ELSE 'worker ' || lease_owner END";
+pub(super) const DRIVER: &str =
+    "CASE WHEN state = 'held' THEN lease_owner ELSE 'worker ' || lease_owner END";
 
 /// The process that holds a run on the database ([`PostgresStore::hold`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
