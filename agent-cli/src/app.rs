@@ -455,10 +455,7 @@ impl OneRun {
         let report = match driven {
             Err(RuntimeError::LetGo { run_id }) => {
                 if self.json {
-                    let value = serde_json::json!({
-                        "run_id": run_id, "status": "interrupted", "reason": null,
-                    });
-                    say(format_args!("{value}\n"));
+                    say(format_args!("{}\n", render::interrupted_json(&run_id)));
                 }
                 let failure = Failure::from(RuntimeError::LetGo { run_id });
                 tell(format_args!("agent: {}\n", failure.message));
@@ -1032,10 +1029,7 @@ fn follow(location: &StoreLocation, json: bool, run_id: &str) -> Result<u8, Fail
         }
         None => {
             if json {
-                let value = serde_json::json!({
-                    "run_id": run_id, "status": "interrupted", "reason": null,
-                });
-                say(format_args!("{value}\n"));
+                say(format_args!("{}\n", render::interrupted_json(run_id)));
             } else {
                 tell(format_args!(
                     "agent: run {run_id} was interrupted: nothing drives it now; \

@@ -7,6 +7,12 @@ use agent_runtime::Report;
 use agent_store::RunSummary;
 use serde_json::{Value, json};
 
+/// What `--json` says of a run nothing drives, that did not end (its process died, or
+/// let it go on SIGTERM): `agent resume` goes on with it.
+pub fn interrupted_json(run_id: &str) -> Value {
+    json!({"run_id": run_id, "status": "interrupted", "reason": null})
+}
+
 /// The contract's `--json` object of `run`, `resume`, ...
 pub fn outcome_json(report: &Report) -> Value {
     let o = &report.outcome;
