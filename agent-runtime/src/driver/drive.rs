@@ -43,7 +43,7 @@ impl Runtime {
         // A person may ask from elsewhere that the run stop (`agent cancel`): as a Ctrl-C
         // here would, no new action starts after that.
         let cancel = cancel.child_token();
-        let _watch = self.watch_stop_requests(&run_id, &cancel);
+        let _watch = self.watch_stop_requests(&run_id, &cancel).await;
         async move {
             let report = match self.drive_in_span(run_id, machine, log, cancel).await {
                 Ok(report) => Ok(self.surface_children(report).await),
@@ -613,8 +613,9 @@ impl Runtime {
     /// Cancels `cancel` once someone asks the store that the run stop
     /// ([`agent_store::Store::ask_to_stop`]), looking every [`STOP_POLL`] until dropped;
     /// nothing when the store carries no such requests. A request made before this drive
-    /// began (while the run waited between two) is not this drive's: it is let go first.
-    fn watch_stop_requests(&self, run_id: &str, cancel: &CancellationToken) -> Watch {
+    /// began (while the run waited between two) is not this drive's: it is let go by a first
+    /// look made before the drive begins, so that one made after is never taken for it.
+    async fn watch_stop_requests(&self, run_id: &str, cancel: &CancellationToken) -> Option<Watch> {
         let store = Arc::clone(&self.store);
         let run_id = run_id.to_owned();
         let cancel = cancel.clone();
@@ -624,11 +625,11 @@ impl Runtime {
             let run_id = run_id.clone();
             tokio::task::spawn_blocking(move || store.stop_asked(&run_id))
         };
+        // The first look lets go of an earlier request, and says whether to look at all.
+        if !matches!(asked().await, Ok(Some(_))) {
+            return None;
+        }
         let task = tokio::spawn(async move {
-            // The first look lets go of an earlier request, and says whether to look at all.
-            if !matches!(asked().await, Ok(Some(_))) {
-                return;
-            }
             loop {
                 tokio::time::sleep(STOP_POLL).await;
                 if matches!(asked().await, Ok(Some(true))) {
@@ -637,7 +638,7 @@ impl Runtime {
                 }
             }
         });
-        Watch(task)
+        Some(Watch(task))
     }
 
     /// Resolves when the run's wall-clock budget is spent, as the machine counts it (the

@@ -352,6 +352,63 @@ impl Tool for Waits {
     }
 }
 
+/// A store that carries stop requests and says, in order, when the driver looked for one
+/// and when it committed.
+struct StopLooks {
+    inner: MemoryStore,
+    seen: Mutex<Vec<&'static str>>,
+}
+
+impl Store for StopLooks {
+    fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
+        self.seen.lock().unwrap().push("commit");
+        self.inner.append(run_id, expected, entries)
+    }
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.inner.load(run_id)
+    }
+    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
+        self.inner.runs()
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_blob(handle)
+    }
+    fn stop_asked(&self, _: &str) -> Option<bool> {
+        self.seen.lock().unwrap().push("looked");
+        Some(false)
+    }
+}
+
+/// The driver lets go of a stop request made before it began by looking once before it
+/// does anything: a request made once the run is going (`agent cancel` right after its
+/// first commit) is never taken for an earlier one and dropped.
+#[tokio::test]
+async fn the_first_look_for_a_stop_request_comes_before_the_run_does_anything() {
+    let s = setup();
+    let store = Arc::new(StopLooks {
+        inner: MemoryStore::new(),
+        seen: Mutex::default(),
+    });
+    let shared: Arc<dyn Store> = Arc::clone(&store) as _;
+    // Commits on the driving thread: nothing else runs before the drive yields.
+    let rt = s
+        .runtime(json!({"turns": [{"final": "done"}]}), shared, Vec::new())
+        .with_inline_store(true);
+    let report = rt
+        .start(
+            RunRequest::new("run-s", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let seen = store.seen.lock().unwrap().clone();
+    assert_eq!(seen.first(), Some(&"looked"), "{seen:?}");
+}
+
 #[tokio::test]
 async fn cancel_while_a_tool_runs_stops_with_its_result_kept() {
     let s = setup();
