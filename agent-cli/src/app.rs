@@ -872,9 +872,11 @@ fn runs(location: &StoreLocation, json: bool) -> Result<u8, Failure> {
         runs.extend(worker::never_started_runs(queue)?);
     }
     runs.sort_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)));
+    agent_store::RunSummary::surface_sub_agents(&mut runs);
     for run in &mut runs {
         // The store's bookkeeping, not the run's.
         run.sub_agent_usage.clear();
+        run.in_doubt.clear();
     }
     if json {
         say(format_args!(

@@ -1,9 +1,9 @@
 //! The run index: one small record per run, kept up to date by each commit, so listing
 //! runs never reads their logs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use agent_core::{Entry, Event, TerminalReason, Usage};
+use agent_core::{Entry, Event, TerminalReason, Usage, sub_agent_run_id};
 use serde::{Deserialize, Serialize};
 
 /// What `agent runs` shows of a run.
@@ -51,6 +51,12 @@ pub struct RunSummary {
     /// child's whole usage so far: only what was not counted yet counts).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sub_agent_usage: BTreeMap<String, Usage>,
+    /// While the run waits for a person to settle calls in doubt: for each such call, the
+    /// run id a sub-agent answering it has (only a delegate call has such a run), so that a
+    /// run whose calls wait on sub-agents that wait for approval is listed as waiting for
+    /// approval ([`RunSummary::surface_sub_agents`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub in_doubt: BTreeMap<String, String>,
 }
 
 impl RunSummary {
@@ -72,6 +78,7 @@ impl RunSummary {
             usage: Some(Usage::default()),
             inherited_until: None,
             sub_agent_usage: BTreeMap::new(),
+            in_doubt: BTreeMap::new(),
         }
     }
 
@@ -140,12 +147,20 @@ impl RunSummary {
                     self.reason = None;
                 }
             }
-            Event::ResolutionRequested { pending, .. } => {
+            Event::ResolutionRequested { pending, turn } => {
                 self.pending = u32::try_from(pending.len()).unwrap_or(u32::MAX);
+                self.in_doubt = pending
+                    .iter()
+                    .map(|p| {
+                        let child = sub_agent_run_id(&self.run_id, *turn, &p.call_id);
+                        (p.call_id.as_str().to_owned(), child)
+                    })
+                    .collect();
                 self.status = "paused".to_owned();
                 self.reason = Some(TerminalReason::OutcomeUnknown);
             }
-            Event::EffectResolved { .. } => {
+            Event::EffectResolved { call_id, .. } => {
+                self.in_doubt.remove(call_id.as_str());
                 self.pending = self.pending.saturating_sub(1);
                 if self.pending == 0 {
                     self.status = "running".to_owned();
@@ -174,9 +189,183 @@ impl RunSummary {
             | Event::RunResumed {}
             | Event::ToolFinished { .. } => {}
         }
+        if self.reason != Some(TerminalReason::OutcomeUnknown) {
+            self.in_doubt.clear();
+        }
         // A fork's inherited prefix is folded: its usage was the parent's spending.
         if self.inherited_until == Some(entry.version) && self.usage.is_some() {
             self.usage = Some(Usage::default());
         }
+    }
+
+    /// Lists a run paused on calls in doubt that are all answered by sub-agents waiting
+    /// for a person's approval as waiting for approval itself, of its sub-agents' calls
+    /// (their count), as `agent run` and `agent show` say it: approving the run answers
+    /// them. A sub-agent's own sub-agents are looked at before it.
+    pub fn surface_sub_agents(runs: &mut [RunSummary]) {
+        let index: HashMap<String, usize> = runs
+            .iter()
+            .enumerate()
+            .map(|(n, run)| (run.run_id.clone(), n))
+            .collect();
+        let mut deepest_first: Vec<usize> = (0..runs.len()).collect();
+        deepest_first.sort_by_key(|&n| {
+            std::cmp::Reverse(agent_core::ancestor_run_ids(&runs[n].run_id).count())
+        });
+        for n in deepest_first {
+            let run = &runs[n];
+            if run.status != "paused"
+                || run.reason != Some(TerminalReason::OutcomeUnknown)
+                || run.in_doubt.is_empty()
+            {
+                continue;
+            }
+            let mut pending = 0u32;
+            let waiting = run.in_doubt.values().all(|child| {
+                index.get(child).is_some_and(|&c| {
+                    let child = &runs[c];
+                    pending = pending.saturating_add(child.pending);
+                    child.status == "paused"
+                        && child.reason == Some(TerminalReason::ApprovalRequired)
+                })
+            });
+            if waiting {
+                runs[n].reason = Some(TerminalReason::ApprovalRequired);
+                runs[n].pending = pending;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use agent_core::{CallId, Outcome, PendingCall};
+
+    fn pending(call_id: &str, tool: &str) -> PendingCall {
+        PendingCall {
+            call_id: CallId::from(call_id),
+            tool: tool.to_owned(),
+            arguments: serde_json::json!({}),
+            why: "because".to_owned(),
+            path: None,
+        }
+    }
+
+    /// The summary of run `run_id` after `events`.
+    fn summary(run_id: &str, events: Vec<Event>) -> RunSummary {
+        let mut summary = RunSummary::new(run_id);
+        for (n, event) in events.into_iter().enumerate() {
+            summary.apply(&Entry {
+                version: n as u64 + 1,
+                at_ms: 1,
+                event,
+            });
+        }
+        summary
+    }
+
+    fn in_doubt(run_id: &str, calls: &[(&str, &str)]) -> RunSummary {
+        let pending = calls.iter().map(|(id, tool)| pending(id, tool)).collect();
+        summary(
+            run_id,
+            vec![Event::ResolutionRequested { turn: 1, pending }],
+        )
+    }
+
+    fn waiting_for_approval(run_id: &str, calls: &[&str]) -> RunSummary {
+        let pending = calls.iter().map(|id| pending(id, "write_file")).collect();
+        summary(
+            run_id,
+            vec![Event::ApprovalRequested {
+                turn: 1,
+                summary: None,
+                pending,
+                allowed: Vec::new(),
+                allowed_paths: BTreeMap::new(),
+            }],
+        )
+    }
+
+    fn child(parent: &str, call_id: &str) -> String {
+        sub_agent_run_id(parent, 1, &CallId::from(call_id))
+    }
+
+    fn reasons(runs: &[RunSummary]) -> Vec<(Option<TerminalReason>, u32)> {
+        runs.iter().map(|r| (r.reason, r.pending)).collect()
+    }
+
+    #[test]
+    fn a_run_waiting_on_sub_agents_that_wait_for_approval_is_listed_as_waiting_for_it() {
+        use TerminalReason::{ApprovalRequired, OutcomeUnknown};
+        let (d1, d2) = (child("p", "d1"), child("p", "d2"));
+        let grandchild = child(&d2, "e1");
+        let mut runs = vec![
+            in_doubt("p", &[("d1", "delegate"), ("d2", "delegate")]),
+            waiting_for_approval(&d1, &["w1", "w2"]),
+            in_doubt(&d2, &[("e1", "delegate")]),
+            waiting_for_approval(&grandchild, &["w3"]),
+        ];
+        RunSummary::surface_sub_agents(&mut runs);
+        assert_eq!(
+            reasons(&runs),
+            [
+                (Some(ApprovalRequired), 3),
+                (Some(ApprovalRequired), 2),
+                (Some(ApprovalRequired), 1),
+                (Some(ApprovalRequired), 1)
+            ]
+        );
+
+        // One of them stopped: the run's call in doubt is a person's to settle.
+        let mut runs = vec![
+            in_doubt("p", &[("d1", "delegate"), ("d2", "delegate")]),
+            waiting_for_approval(&d1, &["w1"]),
+            summary(
+                &d2,
+                vec![Event::RunEnded {
+                    outcome: Outcome::stop(TerminalReason::Cancelled, "cancelled"),
+                }],
+            ),
+        ];
+        RunSummary::surface_sub_agents(&mut runs);
+        assert_eq!(runs[0].reason, Some(OutcomeUnknown));
+        assert_eq!(runs[0].pending, 2);
+
+        // A call in doubt that is no sub-agent's: the same.
+        let mut runs = vec![
+            in_doubt("p", &[("d1", "delegate"), ("s1", "shell")]),
+            waiting_for_approval(&d1, &["w1"]),
+        ];
+        RunSummary::surface_sub_agents(&mut runs);
+        assert_eq!(runs[0].reason, Some(OutcomeUnknown));
+
+        // Settled: the sub-agent's call no longer counts.
+        let mut settled = in_doubt("p", &[("s1", "shell"), ("d1", "delegate")]);
+        settled.apply(&Entry {
+            version: 2,
+            at_ms: 1,
+            event: Event::EffectResolved {
+                call_id: CallId::from("s1"),
+                resolution: agent_core::Resolution::Committed,
+            },
+        });
+        let mut runs = vec![settled, waiting_for_approval(&d1, &["w1"])];
+        RunSummary::surface_sub_agents(&mut runs);
+        assert_eq!(runs[0].reason, Some(ApprovalRequired));
+        assert_eq!(runs[0].pending, 1);
+
+        // Once the run goes on, nothing is kept.
+        let mut ended = in_doubt("p", &[("d1", "delegate")]);
+        ended.apply(&Entry {
+            version: 2,
+            at_ms: 1,
+            event: Event::RunEnded {
+                outcome: Outcome::stop(TerminalReason::Cancelled, "cancelled"),
+            },
+        });
+        assert!(ended.in_doubt.is_empty());
     }
 }

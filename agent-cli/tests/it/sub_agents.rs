@@ -137,6 +137,10 @@ fn agent_approve_parent_lists_and_answers_a_childs_approval() {
         .unwrap()
         .clone();
     assert_eq!(parent["status"], "paused", "{parent}");
+    // Listed as it is answered: waiting for approval of its sub-agent's call.
+    assert_eq!(parent["reason"], "approval_required", "{parent}");
+    assert_eq!(parent["pending"], 1, "{parent}");
+    assert!(parent.get("in_doubt").is_none(), "{parent}");
 
     // No --sub-agents here: the run recorded them. One place for the person: the parent.
     let out = env.run(&[
