@@ -718,8 +718,36 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
     let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), store.into_shared())
         .with_redactor(Redactor::from_env());
     let rt = tokio_one_run()?;
-    let report = rt.block_on(runtime.cancel(run_id))?;
-    Ok(finish(&report, json))
+    let (report, parent) = rt.block_on(runtime.cancel_releasing(run_id))?;
+    let code = finish(&report, json);
+    if let Some(parent) = parent {
+        parent_goes_on(settings, json, &parent)?;
+    }
+    Ok(code)
+}
+
+/// After `agent cancel` of a sub-agent its parent waited on: the parent, which goes on with
+/// that answer, woken in the queue when it waits there, and the person told how it goes on.
+fn parent_goes_on(settings: &Settings, json: bool, parent: &str) -> Result<(), Failure> {
+    let queued = match &settings.store {
+        StoreLocation::Postgres(_) => {
+            let queue = crate::stores::queue(&settings.store, "cancel")?;
+            queue.queue_state(parent)? == Some(agent_store::QueueState::Paused)
+                && queue.wake(parent)?
+        }
+        StoreLocation::Dir(_) => false,
+    };
+    if !json {
+        let how = if queued {
+            "it is queued again and a worker goes on with".to_owned()
+        } else {
+            format!("`agent resume {parent}` goes on with")
+        };
+        tell(format_args!(
+            "agent: run {parent} waited on this sub-agent; {how} its end\n"
+        ));
+    }
+    Ok(())
 }
 
 /// How long `agent cancel` waits for the process driving a run to stop it.

@@ -501,6 +501,55 @@ fn an_approval_from_anywhere_queues_a_paused_run_again() {
 #[test]
 fn a_sub_agents_approval_is_answered_through_its_queued_parent() {
     let q = Queue::new();
+    let id = queued_with_a_sub_agent_waiting(&q);
+    let approved = q.agent(&["approve", "--json", &id, "--call", "w1"]);
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    let v: Value = serde_json::from_slice(&approved.stdout).unwrap();
+    assert_eq!(v["status"], "queued");
+    assert!(!q.ws.join("note.txt").exists(), "the approver ran nothing");
+    assert_eq!(drained(&q, &id)["answer"], "done");
+    assert_eq!(
+        std::fs::read_to_string(q.ws.join("note.txt")).unwrap(),
+        "hi\n"
+    );
+    let parent = q.events(&id);
+    assert_eq!(parent.last().unwrap()["outcome"]["answer"], "done");
+}
+
+/// `agent cancel` of the sub-agent a queued run waits on: the run goes on with that
+/// answer, queued again for a worker, with no call left for a person to settle.
+#[test]
+fn a_sub_agent_cancelled_while_its_queued_parent_waits_lets_the_parent_go_on() {
+    let q = Queue::new();
+    let id = queued_with_a_sub_agent_waiting(&q);
+    let child = q.runs()[1]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(q.runs()[1]["parent"], format!("{id}/d1"));
+    let cancelled = q.agent(&["cancel", &child]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    assert!(
+        stderr(&cancelled).contains(&format!(
+            "run {id} waited on this sub-agent; it is queued again and a worker goes on with \
+             its end"
+        )),
+        "{}",
+        stderr(&cancelled)
+    );
+    assert_eq!(drained(&q, &id)["answer"], "done");
+    assert!(
+        !q.ws.join("note.txt").exists(),
+        "the cancelled sub-agent wrote nothing"
+    );
+    let finished = q.events(&id);
+    let result = finished
+        .iter()
+        .find(|e| e["type"] == "tool_finished")
+        .unwrap();
+    assert_eq!(result["result"]["error"]["kind"], "cancelled", "{result}");
+}
+
+/// A run queued with a sub-agent, driven by a worker until it waits for the approval of its
+/// sub-agent's write: the run's id.
+fn queued_with_a_sub_agent_waiting(q: &Queue) -> String {
     let path = q.env.dir.path().join("note.json");
     let script = json!({
         "turns": [
@@ -516,34 +565,30 @@ fn a_sub_agents_approval_is_answered_through_its_queued_parent() {
     std::fs::write(&path, script.to_string()).unwrap();
     let model = format!("script:{}", path.display());
     let id = q.submit(&model, &["--sub-agents", "--allow", "delegate"], "note it");
-    // What the worker says of each run it stops, one JSON line each.
-    let drain = || {
-        let out = q.agent(&["worker", "--json", "--until-empty"]);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let lines: Vec<Value> = stdout(&out)
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect();
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        assert_eq!(lines[0]["run_id"], id.as_str());
-        lines[0].clone()
-    };
-    let paused = drain();
+    let paused = drained(q, &id);
     assert_eq!(paused["reason"], "approval_required", "{paused}");
     assert_eq!(paused["pending"][0]["call_id"], "w1", "{paused}");
-    assert_eq!(q.runs()[0]["status"], "paused");
-    let approved = q.agent(&["approve", "--json", &id, "--call", "w1"]);
-    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
-    let v: Value = serde_json::from_slice(&approved.stdout).unwrap();
-    assert_eq!(v["status"], "queued");
-    assert!(!q.ws.join("note.txt").exists(), "the approver ran nothing");
-    assert_eq!(drain()["answer"], "done");
+    let listed = &q.runs()[0];
+    assert_eq!(listed["run_id"], id.as_str());
     assert_eq!(
-        std::fs::read_to_string(q.ws.join("note.txt")).unwrap(),
-        "hi\n"
+        (&listed["status"], &listed["reason"]),
+        (&json!("paused"), &json!("approval_required")),
+        "{listed}"
     );
-    let parent = q.events(&id);
-    assert_eq!(parent.last().unwrap()["outcome"]["answer"], "done");
+    id
+}
+
+/// What a worker said of run `id`, the one run it stopped, in its JSON line.
+fn drained(q: &Queue, id: &str) -> Value {
+    let out = q.agent(&["worker", "--json", "--until-empty"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["run_id"], id);
+    lines[0].clone()
 }
 
 /// A queued run cancelled while it waits for a person leaves the queue: it is the

@@ -154,6 +154,67 @@ fn agent_approve_parent_lists_and_answers_a_childs_approval() {
     );
 }
 
+/// `agent cancel` of the sub-agent a paused run waits on: the run no longer waits for a
+/// person about that call; `agent resume` goes on with the sub-agent's end, and the child
+/// did nothing more.
+#[test]
+fn cancelling_the_sub_agent_a_run_waits_on_lets_the_run_go_on() {
+    let env = Env::new();
+    let turns = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
+            {"final": "done without it"}
+        ],
+        "agents": {"save the note": {"turns": [
+            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
+            {"final": "saved"}
+        ]}}
+    });
+    let (out, model) = super::run_with_sub_agents(&env, &turns, "note it");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    let child = runs[1]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(runs[1]["parent"], format!("{id}/d1"));
+
+    let cancelled = env.run(&["cancel", &child]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    assert!(
+        stderr(&cancelled).contains(&format!(
+            "run {id} waited on this sub-agent; `agent resume {id}` goes on with its end"
+        )),
+        "{}",
+        stderr(&cancelled)
+    );
+    let runs = json_of(&env.run(&["runs", "--json"]));
+    assert_eq!(runs[0]["pending"], 0, "{}", runs[0]);
+    assert_ne!(runs[0]["status"], "paused", "{}", runs[0]);
+
+    let resumed = env.run(&[
+        "resume", "--json", &id, "--allow", "delegate", "--model", &model,
+    ]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(json_of(&resumed)["answer"], "done without it");
+    assert!(!env.dir.path().join("note.txt").exists());
+    let shown = json_of(&env.run(&["show", "--json", &id]));
+    let results: Vec<&Value> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "tool_finished")
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["result"]["error"]["kind"], "cancelled");
+    assert_eq!(
+        json_of(&env.run(&["show", "--json", &child]))["events"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["outcome"]["reason"],
+        "cancelled"
+    );
+}
+
 /// The usage `agent show` totals under a timeline is the run's as `--json` reports it:
 /// its sub-agents' model calls included, as its budgets count them.
 #[test]

@@ -487,6 +487,33 @@ impl Runtime {
         Ok(())
     }
 
+    /// After the sub-agent run `child_id` ended by a person's hand (`agent cancel`): the
+    /// call of its parent that waits in doubt on it is marked to run again, which reads the
+    /// child's end, so the parent goes on with that answer when it is next driven, as a
+    /// parent driven meanwhile does; no person has a call left to settle. The parent's id
+    /// when it waited on the child.
+    pub(super) async fn release_parent(
+        &self,
+        child_id: &str,
+    ) -> Result<Option<String>, RuntimeError> {
+        let Some(parent) = agent_core::parent_run_id(child_id) else {
+            return Ok(None);
+        };
+        let (machine, _) = self.load(parent).await?;
+        let agent_core::Status::AwaitingResolution { turn, pending } = &machine.state().status
+        else {
+            return Ok(None);
+        };
+        let call = pending.iter().find(|p| {
+            is_delegate(&p.tool) && sub_agent_run_id(parent, *turn, &p.call_id) == child_id
+        });
+        let Some(call) = call else {
+            return Ok(None);
+        };
+        self.retry_calls(parent, vec![call.call_id.clone()]).await?;
+        Ok(Some(parent.to_owned()))
+    }
+
     /// Records the answers to the approvals a paused run's sub-agents wait for (all their
     /// pending calls when `call_ids` is empty) in the children; the run's calls in doubt
     /// that wait on them. `None` when the run waits on no such child.

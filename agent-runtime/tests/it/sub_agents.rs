@@ -488,6 +488,29 @@ async fn cancelling_a_parent_paused_on_its_child_cancels_the_child_too() {
     assert!(!s.dir.path().join("ws/note.txt").exists());
 }
 
+/// Cancelled by a person, the child a parent waits on releases the parent: its call no
+/// longer waits for a person, and the parent goes on with the child's end when resumed.
+#[tokio::test]
+async fn cancelling_the_child_a_parent_waits_on_lets_the_parent_go_on() {
+    let (s, store, rt, _) = paused_on_its_child().await;
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let (report, released) = rt.cancel_releasing(&child_id).await.unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
+    assert_eq!(released.as_deref(), Some("parent"));
+    assert!(rt.standing("parent").await.unwrap().is_none(), "not paused");
+    // Cancelling it again (it already ended) releases nothing more.
+    assert!(rt.cancel_releasing(&child_id).await.is_err());
+
+    let report = rt.resume("parent", CancellationToken::new()).await.unwrap();
+    completed_without_the_note(&s, &report);
+    let parent = store.load("parent").unwrap();
+    let told = parent.iter().find_map(|e| match &e.event {
+        Event::ToolFinished { result, .. } => Some(result.content().to_owned()),
+        _ => None,
+    });
+    assert!(told.unwrap().contains("cancelled"));
+}
+
 #[tokio::test]
 async fn a_reading_sub_agent_is_denied_what_would_ask_a_person_and_goes_on() {
     let s = setup();
