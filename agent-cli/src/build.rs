@@ -555,13 +555,16 @@ pub fn cancel_on_ctrl_c(rt: &tokio::runtime::Runtime) -> CancellationToken {
     cancel
 }
 
-/// A token cancelled by SIGTERM (a service manager, `timeout`, `docker stop`), for
+/// A token cancelled by SIGTERM (a service manager, `timeout`, `docker stop`) or SIGHUP (the
+/// terminal closed), for
 /// [`Runtime::with_drain`]: the run is let go at its next step, what is in flight finished
 /// and committed, and can be resumed with nothing in doubt. A second SIGTERM ends the
 /// process at once (exit 143), the run interrupted as by a crash.
 pub fn drain_on_terminate() -> Result<CancellationToken, Failure> {
+    use tokio::signal::unix::SignalKind;
     drain_on_signals(
-        &[tokio::signal::unix::SignalKind::terminate()],
+        // A closed terminal (SIGHUP, an SSH session that dropped) is asked the same.
+        &[SignalKind::terminate(), SignalKind::hangup()],
         "agent: asked to stop: the run stops at its next step, once what is in flight is \
          done and committed (again to stop at once)\n",
         143,
@@ -580,9 +583,11 @@ pub fn drain_on_signals(
 ) -> Result<CancellationToken, Failure> {
     let rt = tokio_one_run()?;
     let mut listening = Vec::with_capacity(signals.len());
+    let ignored = ignored_signals();
     {
         let _entered = rt.enter();
-        for &kind in signals {
+        // A signal the process was started ignoring stays ignored (`nohup` promises that).
+        for &kind in signals.iter().filter(|k| !ignored(k.as_raw_value())) {
             let signal = tokio::signal::unix::signal(kind)
                 .map_err(|e| failed(format!("cannot listen for signals: {e}")))?;
             listening.push(signal);
@@ -617,6 +622,19 @@ pub fn drain_on_signals(
         });
     });
     Ok(drain)
+}
+
+/// The signals this process was started ignoring (`SigIgn` of `/proc/self/status`, as
+/// `nohup` leaves SIGHUP), as a test of a signal's number; none where that cannot be read.
+fn ignored_signals() -> impl Fn(i32) -> bool {
+    let mask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(line.trim(), 16).ok()
+        })
+        .unwrap_or(0);
+    move |signal| (1..=64).contains(&signal) && mask & (1u64 << (signal - 1)) != 0
 }
 
 /// Whether the command waits for a person at the terminal now ([`prompting`]), and the

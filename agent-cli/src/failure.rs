@@ -107,7 +107,7 @@ impl From<RuntimeError> for Failure {
                 code: EXIT_PAUSED,
                 message: format!(
                     "run {run_id} was let go at its next step, as the process was asked to \
-                     stop (SIGTERM): all it did is committed, nothing is in doubt; `agent \
+                     stop (SIGTERM, or SIGHUP as its terminal closed): all it did is committed, nothing is in doubt; `agent \
                      resume {run_id}` goes on with it"
                 ),
             },

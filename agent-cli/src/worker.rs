@@ -419,14 +419,19 @@ fn drive(
 }
 
 /// A token cancelled when the worker is asked to stop (SIGTERM, as a service manager or
-/// an orchestrator asks; or Ctrl-C): it takes no more runs, and hands those it drives back
+/// an orchestrator asks; Ctrl-C; or SIGHUP, its terminal closed, unless started ignoring
+/// it): it takes no more runs, and hands those it drives back
 /// to the queue at their next step, their calls in flight finished and committed first. A
 /// second signal stops it at once (its runs are then taken over when their leases run
 /// out, as after a crash).
 fn drain_on_signals() -> Result<CancellationToken, Failure> {
     use tokio::signal::unix::SignalKind;
     crate::build::drain_on_signals(
-        &[SignalKind::terminate(), SignalKind::interrupt()],
+        &[
+            SignalKind::terminate(),
+            SignalKind::interrupt(),
+            SignalKind::hangup(),
+        ],
         "agent: worker: stopping: no more runs are taken, and those driven here go back to \
          the queue at their next step (a second signal stops at once; their leases then run \
          out)\n",

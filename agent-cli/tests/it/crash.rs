@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use super::Env;
@@ -409,18 +410,69 @@ fn a_killed_run_is_taken_up_with_run_resumed() {
 /// resume` takes it up from there without running the command again.
 #[test]
 fn a_run_asked_to_stop_is_let_go_at_its_next_step() {
-    use std::io::BufRead;
+    let_go_when(Signal::SIGTERM);
+}
+
+/// A closed terminal (SIGHUP: an SSH session that dropped) stops a run as SIGTERM does,
+/// with nothing left in doubt.
+#[test]
+fn a_run_whose_terminal_closed_is_let_go_at_its_next_step() {
+    let_go_when(Signal::SIGHUP);
+}
+
+/// A run started ignoring SIGHUP (`nohup`) keeps ignoring it, and goes on to its end.
+#[test]
+fn a_run_started_with_nohup_goes_on_when_its_terminal_closes() {
     let env = Env::new();
+    let (child, run) = waiting_for_go(&env, |cmd| {
+        // `trap '' HUP`, as `nohup` does, then `agent` in the shell's place.
+        let mut sh = std::process::Command::new("sh");
+        sh.args(["-c", "trap '' HUP; exec \"$0\" \"$@\""])
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        for (key, value) in cmd.get_envs() {
+            match value {
+                Some(value) => sh.env(key, value),
+                None => sh.env_remove(key),
+            };
+        }
+        sh.current_dir(cmd.get_current_dir().unwrap());
+        sh
+    });
+    nix::sys::signal::kill(pid_of(&child), Signal::SIGHUP).unwrap();
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(!said.contains("asked to stop"), "{said}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["answer"], "went");
+    assert_eq!(
+        super::event_types(&env, &run).last().map(String::as_str),
+        Some("run_ended")
+    );
+}
+
+fn pid_of(child: &std::process::Child) -> nix::unistd::Pid {
+    nix::unistd::Pid::from_raw(child.id() as i32)
+}
+
+/// `agent run` (the command `wrap` makes of it) of a run whose command waits for a file
+/// `go`, once that command is dispatched: the process and the run's id.
+fn waiting_for_go(
+    env: &Env,
+    wrap: impl FnOnce(std::process::Command) -> std::process::Command,
+) -> (std::process::Child, String) {
     let model = env.script(json!([
         {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
             "command": "while [ ! -e go ]; do sleep 0.05; done; echo ran >> ran.txt"}}]},
         {"final": "went"}
     ]));
-    let mut child = env
-        .cmd()
-        .args([
-            "run", "--json", "--allow", "shell", "--model", &model, "wait",
-        ])
+    let mut cmd = env.cmd();
+    cmd.args([
+        "run", "--json", "--allow", "shell", "--model", &model, "wait",
+    ]);
+    let child = wrap(cmd)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -433,13 +485,20 @@ fn a_run_asked_to_stop_is_let_go_at_its_next_step() {
             return false;
         };
         run = id.to_owned();
-        super::event_types(&env, &run)
+        super::event_types(env, &run)
             .iter()
             .any(|k| k == "effect_dispatched")
     });
     assert!(dispatched, "the command was dispatched");
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    (child, run)
+}
+
+/// [`a_run_asked_to_stop_is_let_go_at_its_next_step`], asked by `signal`.
+fn let_go_when(signal: Signal) {
+    use std::io::BufRead;
+    let env = Env::new();
+    let (mut child, run) = waiting_for_go(&env, |cmd| cmd);
+    nix::sys::signal::kill(pid_of(&child), signal).unwrap();
     // The command finishes only once `agent` heard it.
     let mut said = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let heard = said
