@@ -410,21 +410,29 @@ fn a_killed_run_is_taken_up_with_run_resumed() {
 /// resume` takes it up from there without running the command again.
 #[test]
 fn a_run_asked_to_stop_is_let_go_at_its_next_step() {
-    let_go_when(Signal::SIGTERM);
+    let_go_when(Signal::SIGTERM, false);
+}
+
+/// Asked to stop while its sub-agent runs a command, a run lets the sub-agent go at its
+/// next step (the command finished and committed), then itself: `agent resume` continues
+/// the sub-agent, with nothing in doubt and the command not run again.
+#[test]
+fn a_run_asked_to_stop_lets_its_sub_agent_go_at_its_next_step() {
+    let_go_when(Signal::SIGTERM, true);
 }
 
 /// A closed terminal (SIGHUP: an SSH session that dropped) stops a run as SIGTERM does,
 /// with nothing left in doubt.
 #[test]
 fn a_run_whose_terminal_closed_is_let_go_at_its_next_step() {
-    let_go_when(Signal::SIGHUP);
+    let_go_when(Signal::SIGHUP, false);
 }
 
 /// A run started ignoring SIGHUP (`nohup`) keeps ignoring it, and goes on to its end.
 #[test]
 fn a_run_started_with_nohup_goes_on_when_its_terminal_closes() {
     let env = Env::new();
-    let (child, run) = waiting_for_go(&env, |cmd| {
+    let (child, run, _) = waiting_for_go(&env, false, |cmd| {
         // `trap '' HUP`, as `nohup` does, then `agent` in the shell's place.
         let mut sh = std::process::Command::new("sh");
         sh.args(["-c", "trap '' HUP; exec \"$0\" \"$@\""])
@@ -458,46 +466,66 @@ fn pid_of(child: &std::process::Child) -> nix::unistd::Pid {
 }
 
 /// `agent run` (the command `wrap` makes of it) of a run whose command waits for a file
-/// `go`, once that command is dispatched: the process and the run's id.
+/// `go` (run by a sub-agent of the run `through_sub_agent`), once that command is
+/// dispatched: the process, the run's id and the id of the run that runs the command.
 fn waiting_for_go(
     env: &Env,
+    through_sub_agent: bool,
     wrap: impl FnOnce(std::process::Command) -> std::process::Command,
-) -> (std::process::Child, String) {
-    let model = env.script(json!([
+) -> (std::process::Child, String, String) {
+    let waits = json!([
         {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
             "command": "while [ ! -e go ]; do sleep 0.05; done; echo ran >> ran.txt"}}]},
         {"final": "went"}
-    ]));
-    let mut cmd = env.cmd();
-    cmd.args([
-        "run", "--json", "--allow", "shell", "--model", &model, "wait",
     ]);
+    let mut cmd = env.cmd();
+    cmd.args(["run", "--json", "--allow", "shell"]);
+    let model = if through_sub_agent {
+        cmd.args(["--sub-agents", "--allow", "delegate"]);
+        let path = env.dir.path().join("delegates.json");
+        let script = json!({
+            "turns": [
+                {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "wait for go"}}]},
+                {"final": "went"}
+            ],
+            "agents": {"wait for go": {"turns": waits}}
+        });
+        std::fs::write(&path, script.to_string()).unwrap();
+        format!("script:{}", path.display())
+    } else {
+        env.script(waits)
+    };
+    cmd.args(["--model", &model, "wait"]);
     let child = wrap(cmd)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut run = String::new();
+    let (mut run, mut runner) = (String::new(), String::new());
     let dispatched = eventually(Duration::from_secs(60), || {
         let runs: Value =
             serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap_or(Value::Null);
-        let Some(id) = runs[0]["run_id"].as_str() else {
+        let (Some(id), Some(last)) = (runs[0]["run_id"].as_str(), runs.as_array().unwrap().last())
+        else {
             return false;
         };
         run = id.to_owned();
-        super::event_types(env, &run)
-            .iter()
-            .any(|k| k == "effect_dispatched")
+        runner = last["run_id"].as_str().unwrap().to_owned();
+        (runner != run) == through_sub_agent
+            && super::event_types(env, &runner)
+                .iter()
+                .any(|k| k == "effect_dispatched")
     });
     assert!(dispatched, "the command was dispatched");
-    (child, run)
+    (child, run, runner)
 }
 
-/// [`a_run_asked_to_stop_is_let_go_at_its_next_step`], asked by `signal`.
-fn let_go_when(signal: Signal) {
+/// [`a_run_asked_to_stop_is_let_go_at_its_next_step`], asked by `signal` (the command run
+/// by a sub-agent `through_sub_agent`).
+fn let_go_when(signal: Signal, through_sub_agent: bool) {
     use std::io::BufRead;
     let env = Env::new();
-    let (mut child, run) = waiting_for_go(&env, |cmd| cmd);
+    let (mut child, run, runner) = waiting_for_go(&env, through_sub_agent, |cmd| cmd);
     nix::sys::signal::kill(pid_of(&child), signal).unwrap();
     // The command finishes only once `agent` heard it.
     let mut said = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
@@ -522,17 +550,33 @@ fn let_go_when(signal: Signal) {
         said,
         json!({"run_id": run, "status": "interrupted", "reason": null})
     );
-    let kinds = super::event_types(&env, &run);
+    // The command's result is committed; a parent's call to its sub-agent is left in
+    // flight, continued when the run is taken up.
+    let kinds = super::event_types(&env, &runner);
     assert_eq!(
         kinds.last().map(String::as_str),
         Some("tool_finished"),
         "{kinds:?}"
     );
+    if through_sub_agent {
+        let kinds = super::event_types(&env, &run);
+        assert_eq!(
+            kinds.last().map(String::as_str),
+            Some("effect_dispatched"),
+            "{kinds:?}"
+        );
+    }
 
-    let out = resumed(&env, &run);
+    // The run's policy is given again, as to any `agent resume`.
+    let with: &[&str] = if through_sub_agent {
+        &["--allow", "delegate"]
+    } else {
+        &[]
+    };
+    let out = resumed_with(&env, &run, with);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["answer"], "went");
-    let kinds = super::event_types(&env, &run);
+    let kinds = super::event_types(&env, &runner);
     let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
     assert_eq!(
         (count("effect_dispatched"), count("run_resumed")),
@@ -549,7 +593,12 @@ fn let_go_when(signal: Signal) {
 
 /// `agent resume --json RUN`, which must complete the run.
 fn resumed(env: &Env, run: &str) -> Output {
-    let out = env.run(&["resume", "--json", run]);
+    resumed_with(env, run, &[])
+}
+
+/// [`resumed`] with the options `with`.
+fn resumed_with(env: &Env, run: &str, with: &[&str]) -> Output {
+    let out = env.run(&[&["resume", "--json", run], with].concat());
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -471,6 +471,9 @@ impl Machine {
             (Phase::AwaitingTools { turn, calls }, Input::ToolsFinished { results }) => {
                 self.on_results(turn, calls, results);
             }
+            (Phase::AwaitingTools { turn, calls }, Input::ToolsLetGo { results }) => {
+                self.on_let_go(turn, &calls, results);
+            }
             (Phase::AwaitingCommit, Input::Committed { version }) => {
                 // What was known of the next call describes the call after this commit
                 // alone.

@@ -72,6 +72,15 @@ pub enum Input {
         /// The results, correlated by call id.
         results: Vec<ToolResult>,
     },
+    /// The run is let go before the outstanding `ExecuteTools` finished (a sub-agent let go
+    /// at its own next step: `agent` asked to stop): the results that came are committed;
+    /// a call without one stays dispatched and unanswered, as after a crash, for whoever
+    /// takes the run up to reconcile or run. Once that commit is confirmed the machine
+    /// stands as one loaded from the log would (it asks for what recovery asks).
+    ToolsLetGo {
+        /// The results that came, correlated by call id.
+        results: Vec<ToolResult>,
+    },
     /// The outstanding `Commit` is durable at this version.
     Committed {
         /// The version the store now holds.
@@ -155,6 +164,7 @@ impl Input {
             Input::ModelFailed { .. } => "ModelFailed",
             Input::CallsChecked { .. } => "CallsChecked",
             Input::ToolsFinished { .. } => "ToolsFinished",
+            Input::ToolsLetGo { .. } => "ToolsLetGo",
             Input::Committed { .. } => "Committed",
             Input::CommitFailed { .. } => "CommitFailed",
             Input::ApprovalGranted { .. } => "ApprovalGranted",

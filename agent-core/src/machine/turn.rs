@@ -500,6 +500,40 @@ impl Machine {
         self.next_group(turn);
     }
 
+    /// The run is let go with `calls` in flight: the results that came are committed, the
+    /// rest stay as a crash would leave them (a result whose outcome is unknown too: a
+    /// person is asked by whoever takes the run up, if its tool cannot look it up). The
+    /// groups not started are left to run then.
+    pub(super) fn on_let_go(
+        &mut self,
+        turn: u32,
+        calls: &[ScheduledCall],
+        results: Vec<ToolResult>,
+    ) {
+        self.groups.clear();
+        for mut result in results {
+            let Some(scheduled) = calls.iter().find(|s| s.call.id == result.call_id) else {
+                continue;
+            };
+            if let (Some(_), ToolOutcome::Error(e)) = (&scheduled.effect_key, &result.outcome)
+                && e.kind == ErrorKind::OutcomeUnknown
+            {
+                continue;
+            }
+            result.name.clone_from(&scheduled.call.name);
+            self.stage(Event::ToolFinished {
+                turn,
+                result,
+                effect_key: scheduled.effect_key.clone(),
+            });
+        }
+        if self.staged.is_empty() && self.held.is_empty() {
+            let next_call = std::mem::take(&mut self.next_call);
+            return self.after_commit(next_call);
+        }
+        self.commit();
+    }
+
     /// The turn's events are all staged: apply the limits that look at whole turns, then
     /// commit.
     pub(super) fn settle_turn(&mut self) {

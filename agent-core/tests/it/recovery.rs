@@ -367,3 +367,125 @@ fn a_replys_reasoning_is_committed_with_its_decision_and_survives_a_resume() {
     // It folds, and a resumed machine goes on from it.
     assert!(Machine::resume(tools(), &log, T0 + 1).is_ok());
 }
+
+/// Drives `machine` (the model deciding `decisions` in turn, every call allowed, every
+/// commit appended to `log`) until it asks to run a group of calls: that group.
+fn until_tools_run(
+    machine: &mut Machine,
+    log: &mut Vec<Entry>,
+    decisions: &[Decision],
+) -> Vec<ScheduledCall> {
+    loop {
+        match machine.poll_command().expect("a command") {
+            Command::CallModel { turn } => {
+                let decision = decisions[(turn - 1) as usize].clone();
+                let reply = ModelReply::decision(decision, Usage::default());
+                machine.handle(Input::ModelReplied(reply)).unwrap();
+            }
+            Command::CheckCalls { calls, .. } => {
+                let verdicts = calls.into_iter().map(|c| (c.id, Verdict::Allow)).collect();
+                let paths = Vec::new();
+                machine
+                    .handle(Input::CallsChecked { verdicts, paths })
+                    .unwrap();
+            }
+            Command::Commit { entries, .. } => {
+                log.extend(entries);
+                let version = log.len() as u64;
+                machine.handle(Input::Committed { version }).unwrap();
+            }
+            Command::ExecuteTools { group, .. } => return group,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// A run let go with calls in flight (a sub-agent let go at its own next step) commits
+/// the results that came, no more, and then stands as a machine loaded from its log does:
+/// the call left without a result is reconciled or run by whoever takes the run up.
+#[test]
+fn a_run_let_go_with_calls_in_flight_commits_what_came_and_stands_as_its_log_says() {
+    let call = |id: &str, name: &str| ToolCall::new(id, name, json!({ "line": id }));
+    // Two reads run together; the append runs alone, after them.
+    let decisions = vec![
+        Decision::ToolCalls {
+            calls: vec![call("r1", "read"), call("r2", "read"), call("a1", "append")],
+        },
+        Decision::Final {
+            answer: "done".into(),
+        },
+    ];
+    let mut log = Vec::new();
+    let mut machine = start();
+    let group = until_tools_run(&mut machine, &mut log, &decisions);
+    let ids: Vec<&str> = group.iter().map(|s| s.call.id.as_str()).collect();
+    assert_eq!(ids, ["r1", "r2"]);
+    let results = vec![
+        ToolResult::ok(CallId::from("r1"), "read", "one"),
+        // Not one of the group's calls: ignored.
+        ToolResult::ok(CallId::from("zz"), "read", "stray"),
+    ];
+    machine.handle(Input::ToolsLetGo { results }).unwrap();
+    let Some(Command::Commit { entries, .. }) = machine.poll_command() else {
+        panic!("what came is committed");
+    };
+    // The decision, not committed yet before reads (they have no dispatch to record), is
+    // committed with them.
+    let names: Vec<&str> = entries.iter().map(|e| e.event.name()).collect();
+    assert_eq!(names, ["decision_proposed", "tool_finished"]);
+    assert!(matches!(&entries[1].event,
+        Event::ToolFinished { result, .. } if result.call_id.as_str() == "r1"));
+    log.extend(entries);
+    machine
+        .handle(Input::Committed {
+            version: log.len() as u64,
+        })
+        .unwrap();
+    let mut loaded = Machine::resume(tools(), &log, T0).unwrap();
+    let next = machine.poll_command();
+    assert!(
+        matches!(&next, Some(Command::CheckCalls { calls, .. })
+            if calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>() == ["r2", "a1"]),
+        "{next:?}"
+    );
+    assert_eq!(next, loaded.poll_command());
+
+    // Let go while the append runs, its outcome unknown: nothing to commit, and its
+    // dispatch is reconciled by whoever takes the run up, as after a crash.
+    let mut machine = loaded;
+    machine
+        .handle(Input::CallsChecked {
+            verdicts: ["r2", "a1"]
+                .into_iter()
+                .map(|id| (CallId::from(id), Verdict::Allow))
+                .collect(),
+            paths: Vec::new(),
+        })
+        .unwrap();
+    let group = until_tools_run(&mut machine, &mut log, &decisions);
+    assert_eq!(group[0].call.id.as_str(), "r2");
+    let results = vec![ToolResult::ok(CallId::from("r2"), "read", "two")];
+    machine.handle(Input::ToolsFinished { results }).unwrap();
+    let group = until_tools_run(&mut machine, &mut log, &decisions);
+    assert_eq!(group[0].call.id.as_str(), "a1");
+    let unknown = ToolResult::error(
+        CallId::from("a1"),
+        "append",
+        ToolError::new(ErrorKind::OutcomeUnknown, "cut off"),
+    );
+    machine
+        .handle(Input::ToolsLetGo {
+            results: vec![unknown],
+        })
+        .unwrap();
+    let next = machine.poll_command();
+    assert!(
+        matches!(&next, Some(Command::ReconcileEffects { calls, .. })
+            if calls.len() == 1 && calls[0].call.id.as_str() == "a1"),
+        "{next:?}"
+    );
+    assert_eq!(
+        next,
+        Machine::resume(tools(), &log, T0).unwrap().poll_command()
+    );
+}

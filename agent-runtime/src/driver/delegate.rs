@@ -162,14 +162,17 @@ impl Runtime {
             only_tools: Some(tools),
             parent: Some(parent),
             asks_denied: read_only,
-            drain: None,
+            // Let go at its own next step with its parent: what it runs now is finished
+            // and committed first, and the parent's call is left to continue it.
+            drain: self.drain.clone(),
         }
     }
 
     /// Runs the sub-agent calls of a group together, as many at once as the gateway runs
     /// tools (each child makes model calls: a reply of a hundred must not become a hundred
     /// requests to the provider at once). Each gets a result (the child's answer, or why
-    /// it stopped) and, when a child ran, its run id and usage, in the model's order.
+    /// it stopped) and, when a child ran, its run id and usage, in the model's order; one
+    /// whose child was let go ([`Runtime::with_drain`]) gets none, and `true` says so.
     pub(super) async fn run_sub_agents(
         &self,
         run_id: &str,
@@ -177,7 +180,7 @@ impl Runtime {
         machine: &Machine,
         calls: Vec<ScheduledCall>,
         cancel: &CancellationToken,
-    ) -> (Vec<ToolResult>, Vec<(CallId, String, Usage)>) {
+    ) -> (Vec<ToolResult>, Vec<(CallId, String, Usage)>, bool) {
         let budget = machine.budget();
         let spend = Arc::new(Spend {
             used: Mutex::new(machine.spent()),
@@ -197,11 +200,15 @@ impl Runtime {
         let mut results = Vec::new();
         let mut finished = Vec::new();
         let mut done = futures::stream::iter(runs).buffered(self.gateway.concurrency());
+        let mut let_go = false;
         while let Some((result, child)) = done.next().await {
-            results.push(result);
+            match result {
+                Some(result) => results.push(result),
+                None => let_go = true,
+            }
             finished.extend(child);
         }
-        (results, finished)
+        (results, finished, let_go)
     }
 
     async fn run_sub_agent(
@@ -212,13 +219,13 @@ impl Runtime {
         call: ToolCall,
         spend: Arc<Spend>,
         cancel: &CancellationToken,
-    ) -> (ToolResult, Option<(CallId, String, Usage)>) {
+    ) -> (Option<ToolResult>, Option<(CallId, String, Usage)>) {
         let fail = |kind: ErrorKind, message: String| {
-            ToolResult::error(
+            Some(ToolResult::error(
                 call.id.clone(),
                 call.name.clone(),
                 ToolError::new(kind, message),
-            )
+            ))
         };
         let args: Args = match serde_json::from_value(call.arguments.clone()) {
             Ok(args) => args,
@@ -273,6 +280,9 @@ impl Runtime {
             .await
         {
             Ok(found) => found,
+            // Let go at its next step: the call stays in flight, continued by whoever
+            // takes the parent up.
+            Err(RuntimeError::LetGo { .. }) => return (None, None),
             Err(e) => {
                 return (
                     fail(
@@ -289,9 +299,11 @@ impl Runtime {
         let usage = report.state.usage;
         let outcome = &report.outcome;
         let result = match (&outcome.answer, outcome.reason) {
-            (Some(answer), TerminalReason::Completed) => {
-                ToolResult::ok(call.id.clone(), call.name.clone(), answer.clone())
-            }
+            (Some(answer), TerminalReason::Completed) => Some(ToolResult::ok(
+                call.id.clone(),
+                call.name.clone(),
+                answer.clone(),
+            )),
             (_, reason) => {
                 let waits = matches!(
                     reason,

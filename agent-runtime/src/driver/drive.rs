@@ -100,8 +100,15 @@ impl Runtime {
         }
         // The name of every model call's span, made once.
         let chat_name = format!("chat {}", self.model.model());
+        // A sub-agent was let go with its call in flight: once what came is committed, so
+        // is this run.
+        let mut letting_go = false;
         loop {
-            let Some(command) = machine.poll_command() else {
+            let next = machine.poll_command();
+            if letting_go && !matches!(next, Some(Command::Commit { .. })) {
+                return Err(RuntimeError::LetGo { run_id });
+            }
+            let Some(command) = next else {
                 // The machine always queues a command unless it waits for a person.
                 let outcome = machine.outcome().ok_or(InputError::Unexpected {
                     input: "nothing",
@@ -297,10 +304,11 @@ impl Runtime {
                     let (agents, tools): (Vec<_>, Vec<_>) = group
                         .into_iter()
                         .partition(|c| Runtime::is_sub_agent_call(&c.call));
-                    let (results, finished) = if agents.is_empty() {
+                    let (results, finished, let_go) = if agents.is_empty() {
                         (
                             self.execute(&run_id, &machine, tools, &cancel).await,
                             Vec::new(),
+                            false,
                         )
                     } else {
                         let children =
@@ -312,9 +320,10 @@ impl Runtime {
                                 self.execute(&run_id, &machine, tools, &cancel).await
                             }
                         };
-                        let ((mut results, finished), others) = tokio::join!(children, others);
+                        let ((mut results, finished, let_go), others) =
+                            tokio::join!(children, others);
                         results.extend(others);
-                        (results, finished)
+                        (results, finished, let_go)
                     };
                     // Crash point: the tools ran, their results are not committed.
                     fail::fail_point!("after_tools", |_| std::process::abort());
@@ -325,14 +334,19 @@ impl Runtime {
                             r
                         })
                         .collect::<Vec<_>>();
-                    if cancel.is_cancelled() {
+                    if cancel.is_cancelled() && !let_go {
                         machine.handle(Input::Cancel)?;
                     }
                     self.tick(&mut machine)?;
                     if !finished.is_empty() {
                         machine.handle(Input::SubAgentsFinished { finished })?;
                     }
-                    machine.handle(Input::ToolsFinished { results })?;
+                    if let_go {
+                        letting_go = true;
+                        machine.handle(Input::ToolsLetGo { results })?;
+                    } else {
+                        machine.handle(Input::ToolsFinished { results })?;
+                    }
                 }
                 Command::Commit {
                     expected_version,

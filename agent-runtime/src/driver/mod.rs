@@ -262,8 +262,10 @@ impl Runtime {
     /// committed; never with a model call or a tool call in flight, whose outcome is
     /// committed first. The call that drives the run (`start`, `resume`, `approve`, ...) then returns
     /// [`RuntimeError::LetGo`], the run as committed: interrupted, nothing in doubt, taken up
-    /// from there by the next process that resumes it. A sub-agent is not let go on its
-    /// own: its parent waits for it as for any call in flight.
+    /// from there by the next process that resumes it. A sub-agent is let go at its own next
+    /// step, and then its parent, whose call to it stays in flight (the results of the
+    /// other calls of its group are committed): resumed, the parent continues the child from
+    /// its log, as after a crash, with nothing in doubt.
     pub fn with_drain(mut self, drain: CancellationToken) -> Runtime {
         self.drain = Some(drain);
         self

@@ -488,6 +488,90 @@ async fn cancelling_a_parent_paused_on_its_child_cancels_the_child_too() {
     assert!(!s.dir.path().join("ws/note.txt").exists());
 }
 
+/// A runtime asked to let its runs go while a sub-agent's call runs lets the child go at
+/// its next step (its call finished and committed), then the parent, whose call is left in
+/// flight: whoever takes the parent up continues the child, and nothing is in doubt or
+/// done twice.
+#[tokio::test]
+async fn a_sub_agent_is_let_go_at_its_next_step_with_its_parent() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let drain = CancellationToken::new();
+    let job = Arc::new(DrainedMeanwhile {
+        drain: drain.clone(),
+        calls: Default::default(),
+    });
+    let turns = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "work"}}]},
+            {"final": "all done"}
+        ],
+        "agents": {"work": {"turns": [
+            {"tool_calls": [{"id": "c1", "name": "job"}]},
+            {"final": "worked"}
+        ]}}
+    });
+    let driver = |drain: Option<CancellationToken>| {
+        let mut gateway = gateway(&s, &["delegate", "job"]);
+        gateway.register(job.clone()).unwrap();
+        let rt = Runtime::new(script(turns.clone()), Arc::new(gateway), Arc::clone(&store));
+        match drain {
+            Some(drain) => rt.with_drain(drain),
+            None => rt,
+        }
+    };
+    let let_go = driver(Some(drain))
+        .start(
+            RunRequest::new("parent", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&let_go, agent_runtime::RuntimeError::LetGo { run_id } if run_id == "parent"),
+        "{let_go:?}"
+    );
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = store.load(&child_id).unwrap();
+    assert!(
+        matches!(&child.last().unwrap().event,
+            Event::ToolFinished { result, .. } if result.content() == "done"),
+        "the child's call is committed: {:?}",
+        child.last()
+    );
+    let child_state = RunState::fold(&child).unwrap();
+    assert_eq!(child_state.status, agent_core::Status::Running);
+    assert!(child_state.in_doubt().is_empty());
+    let parent = store.load("parent").unwrap();
+    assert_eq!(parent.last().unwrap().event.name(), "effect_dispatched");
+    assert_eq!(count(&parent, "tool_finished"), 0);
+    assert_eq!(
+        RunState::fold(&parent).unwrap().status,
+        agent_core::Status::Running
+    );
+
+    let report = driver(None)
+        .resume("parent", CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(report.outcome.answer.as_deref(), Some("all done"));
+    assert_eq!(job.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let child = store.load(&child_id).unwrap();
+    assert_eq!(
+        count(&child, "effect_reconciled"),
+        0,
+        "nothing was in doubt"
+    );
+    assert_eq!(count(&child, "effect_dispatched"), 1);
+    let parent = store.load("parent").unwrap();
+    let told = parent.iter().find_map(|e| match &e.event {
+        Event::ToolFinished { result, .. } => Some(result.content().to_owned()),
+        _ => None,
+    });
+    assert_eq!(told.as_deref(), Some("worked"));
+}
+
 /// Cancelled by a person, the child a parent waits on releases the parent: its call no
 /// longer waits for a person, and the parent goes on with the child's end when resumed.
 #[tokio::test]
