@@ -381,17 +381,43 @@ fn write_job(q: &Queue) -> String {
 /// on from there at once, the command not run again.
 #[test]
 fn a_worker_asked_to_stop_hands_its_runs_back_at_their_next_step() {
+    worker_asked_to_stop(false);
+}
+
+/// As above, with the command run by the run's sub-agent: the sub-agent is let go at its
+/// next step, then its parent, which the next worker takes up and which continues it.
+#[test]
+fn a_worker_asked_to_stop_hands_back_a_run_whose_sub_agent_runs_a_command() {
+    worker_asked_to_stop(true);
+}
+
+/// [`a_worker_asked_to_stop_hands_its_runs_back_at_their_next_step`], the command run by a
+/// sub-agent `through_sub_agent`.
+fn worker_asked_to_stop(through_sub_agent: bool) {
     use std::io::BufRead;
     let q = Queue::new();
-    let model = q.script(
-        "gated",
-        json!([
-            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
-                "command": "while [ ! -e go ]; do sleep 0.05; done; echo ran >> ran.txt"}}]},
-            {"final": "went"}
-        ]),
-    );
-    let id = q.submit(&model, &["--allow", "shell"], "wait for go");
+    let gated = json!([
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done; echo ran >> ran.txt"}}]},
+        {"final": "went"}
+    ]);
+    let id = if through_sub_agent {
+        let path = q.env.dir.path().join("delegates.json");
+        let script = json!({
+            "turns": [
+                {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "gated"}}]},
+                {"final": "went"}
+            ],
+            "agents": {"gated": {"turns": gated}}
+        });
+        std::fs::write(&path, script.to_string()).unwrap();
+        let model = format!("script:{}", path.display());
+        let options = ["--allow", "shell", "--sub-agents", "--allow", "delegate"];
+        q.submit(&model, &options, "wait for go")
+    } else {
+        let model = q.script("gated", gated);
+        q.submit(&model, &["--allow", "shell"], "wait for go")
+    };
     let mut worker = q
         .env
         .bare()
@@ -402,8 +428,16 @@ fn a_worker_asked_to_stop_hands_its_runs_back_at_their_next_step() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The run whose command it is.
+    let mut runner = id.clone();
     until("its command is dispatched", || {
-        q.events(&id)
+        if through_sub_agent {
+            match q.runs().iter().find(|r| r.get("parent").is_some()) {
+                Some(child) => runner = child["run_id"].as_str().unwrap().to_owned(),
+                None => return false,
+            }
+        }
+        q.events(&runner)
             .iter()
             .any(|e| e["type"] == "effect_dispatched")
     });
@@ -424,13 +458,14 @@ fn a_worker_asked_to_stop_hands_its_runs_back_at_their_next_step() {
         (line["run_id"].as_str(), line["status"].as_str()),
         (Some(id.as_str()), Some("queued"))
     );
-    let events = q.events(&id);
+    let events = q.events(&runner);
     assert_eq!(
         events.last().unwrap()["type"],
         "tool_finished",
         "{events:?}"
     );
     assert_eq!(count(&events, "run_ended"), 0);
+    assert_eq!(count(&q.events(&id), "run_ended"), 0);
     let store = agent_store::PostgresStore::connect(&q.url).unwrap();
     assert_eq!(
         store.queue_state(&id).unwrap(),
@@ -439,7 +474,8 @@ fn a_worker_asked_to_stop_hands_its_runs_back_at_their_next_step() {
 
     let next = q.agent(&["worker", "--until-empty"]);
     assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
-    let events = q.events(&id);
+    assert_eq!(q.events(&id).last().unwrap()["outcome"]["answer"], "went");
+    let events = q.events(&runner);
     assert_eq!(events.last().unwrap()["outcome"]["answer"], "went");
     assert_eq!(count(&events, "effect_dispatched"), 1);
     assert_eq!(
