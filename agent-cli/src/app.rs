@@ -1018,7 +1018,17 @@ fn follow(location: &StoreLocation, json: bool, run_id: &str) -> Result<u8, Fail
     let store = OpenStore::must_exist(location)?;
     let mut follower = Follower::new(run_id);
     let mut first = true;
-    while let Some((new, going)) = follower.next(&store)? {
+    let mut children = RunningChildren::default();
+    loop {
+        // While sub-agents run, their entries are looked for as often as the run's.
+        let wait = if children.open.is_empty() || json {
+            store.follow_wait()
+        } else {
+            agent_store::FOLLOW_POLL
+        };
+        let Some((new, going)) = follower.next_within(&store, wait)? else {
+            break;
+        };
         if let (true, Some(how)) = (first, &going) {
             tell(format_args!(
                 "agent: following run {run_id}, {how}; Ctrl-C stops following, not the run\n"
@@ -1030,12 +1040,16 @@ fn follow(location: &StoreLocation, json: bool, run_id: &str) -> Result<u8, Fail
                 serde_json::to_string(entry).is_ok_and(|line| say(format_args!("{line}\n")))
             })
         } else {
-            new.is_empty()
-                || say(timeline_text(
-                    run_id,
-                    &new,
-                    &children_of(store.as_store(), &new),
-                ))
+            // What its sub-agents did meanwhile comes before what the run did with it.
+            let meanwhile = children.news(store.as_store());
+            children.saw(run_id, &new);
+            (meanwhile.is_empty() || say(meanwhile))
+                && (new.is_empty()
+                    || say(timeline_text(
+                        run_id,
+                        &new,
+                        &children_of(store.as_store(), &new),
+                    )))
         };
         if !written {
             // The reader went away (`agent show -f RUN | head`).
@@ -1068,6 +1082,61 @@ fn follow(location: &StoreLocation, json: bool, run_id: &str) -> Result<u8, Fail
             }
             Ok(crate::exit::EXIT_PAUSED)
         }
+    }
+}
+
+/// The sub-agents of a followed run that run now, by the call each answers: their
+/// entries are shown as they are committed, under the run's (`agent show --follow`).
+#[derive(Default)]
+struct RunningChildren {
+    /// Per call: the child's run id and the first version of its log not shown yet.
+    open: std::collections::BTreeMap<CallId, (String, u64)>,
+}
+
+impl RunningChildren {
+    /// Notes the sub-agents `entries` of run `run_id` start and finish.
+    fn saw(&mut self, run_id: &str, entries: &[agent_core::Entry]) {
+        for entry in entries {
+            match &entry.event {
+                Event::DecisionProposed {
+                    turn,
+                    decision: agent_core::Decision::ToolCalls { calls },
+                    ..
+                } => {
+                    for call in calls {
+                        if agent_tools::builtin::is_delegate(&call.name) {
+                            let child = agent_core::sub_agent_run_id(run_id, *turn, &call.id);
+                            self.open.insert(call.id.clone(), (child, 1));
+                        }
+                    }
+                }
+                Event::ToolFinished { result, .. } | Event::CallRejected { result, .. } => {
+                    self.open.remove(&result.call_id);
+                }
+                Event::RunEnded { .. } => self.open.clear(),
+                _ => {}
+            }
+        }
+    }
+
+    /// The timeline lines of what the running sub-agents committed since the last look,
+    /// each marked with the call it answers.
+    fn news(&mut self, store: &dyn agent_store::Store) -> String {
+        let mut text = String::new();
+        for (call, (child, next)) in &mut self.open {
+            // Not started yet (or unreadable): looked for again next time.
+            let Ok(new) = store.load_from(child, *next) else {
+                continue;
+            };
+            let Some(last) = new.last() else {
+                continue;
+            };
+            *next = last.version + 1;
+            for line in render::timeline(child, &new).lines() {
+                text.push_str(&format!("      │ {call} {line}\n"));
+            }
+        }
+        text
     }
 }
 

@@ -393,13 +393,19 @@ impl Follower {
     /// within [`OpenStore::follow_wait`] while something drives it (possibly none).
     /// `None` once nothing drives the run and every entry was handed out.
     pub(crate) fn next(&mut self, store: &OpenStore) -> Result<Option<Followed>, Failure> {
+        self.next_within(store, store.follow_wait())
+    }
+
+    /// [`Follower::next`], waiting at most `wait` for an entry.
+    pub(crate) fn next_within(
+        &mut self,
+        store: &OpenStore,
+        wait: std::time::Duration,
+    ) -> Result<Option<Followed>, Failure> {
         let run_id = self.run_id.as_str();
         let going = store.going_on(run_id)?;
         let new = match &going {
-            Some(_) => match store
-                .as_store()
-                .wait_from(run_id, self.next, store.follow_wait())
-            {
+            Some(_) => match store.as_store().wait_from(run_id, self.next, wait) {
                 // Queued, not yet started by a worker: no entry yet.
                 Err(StoreError::RunNotFound(_)) => {
                     std::thread::sleep(agent_store::FOLLOW_POLL);

@@ -303,3 +303,97 @@ fn a_fork_of_a_run_with_sub_agents_keeps_them() {
         .unwrap_or_else(|| panic!("the fork's own child: {runs}"));
     assert_eq!(child["reason"], "completed");
 }
+
+/// `agent show --follow` of a run shows what its sub-agent does while it does it, under
+/// the call it answers, before the run's own entries that follow.
+#[test]
+fn following_a_run_shows_its_sub_agent_at_work() {
+    use std::io::BufRead;
+    let env = Env::new();
+    let path = env.dir.path().join("delegates.json");
+    let script = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "wait for go"}}]},
+            {"final": "went"}
+        ],
+        "agents": {"wait for go": {"turns": [
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
+                "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+            {"final": "waited"}
+        ]}}
+    });
+    std::fs::write(&path, script.to_string()).unwrap();
+    let model = format!("script:{}", path.display());
+    let mut run = env
+        .cmd()
+        .args([
+            "run",
+            "--sub-agents",
+            "--allow",
+            "delegate",
+            "--allow",
+            "shell",
+        ])
+        .args(["--model", &model, "wait"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its first entry is there once `agent runs` lists it.
+    let id = loop {
+        let runs = json_of(&env.run(&["runs", "--json"]));
+        if let Some(id) = runs[0]["run_id"].as_str() {
+            break id.to_owned();
+        }
+        std::thread::yield_now();
+    };
+    let mut follow = env
+        .cmd()
+        .args(["show", "--follow", &id])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(follow.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    // Should the command never be shown, the run is let finish after a minute, and the
+    // test fails instead of waiting for ever.
+    let go = env.dir.path().join("go");
+    let deadline = go.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        let _ = std::fs::write(deadline, "");
+    });
+    // The sub-agent's command is shown while it runs (it ends only once `go` is there).
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let dispatched = line.contains("│ d1") && line.contains("effect_dispatched   c1 shell");
+        seen.push(line);
+        if dispatched {
+            break;
+        }
+    }
+    assert!(
+        seen.last()
+            .is_some_and(|l| l.contains("effect_dispatched   c1 shell")),
+        "{seen:#?}"
+    );
+    std::fs::write(&go, "").unwrap();
+    seen.extend(lines.map(Result::unwrap));
+    assert!(follow.wait().unwrap().success());
+    assert!(run.wait().unwrap().success());
+    let at = |what: &str| {
+        seen.iter()
+            .position(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {seen:#?}"))
+    };
+    assert!(at("│ d1    1") < at("│ d1    6"));
+    assert!(at("│ d1    6") < at("sub_agent_finished"), "{seen:#?}");
+    assert!(at("sub_agent_finished") < at("final went"), "{seen:#?}");
+    // Each of the sub-agent's entries shown once.
+    assert_eq!(
+        seen.iter().filter(|l| l.contains("│ d1")).count(),
+        6,
+        "{seen:#?}"
+    );
+}
