@@ -567,13 +567,9 @@ fn let_go_when(signal: Signal, through_sub_agent: bool) {
         );
     }
 
-    // The run's policy is given again, as to any `agent resume`.
-    let with: &[&str] = if through_sub_agent {
-        &["--allow", "delegate"]
-    } else {
-        &[]
-    };
-    let out = resumed_with(&env, &run, with);
+    // A sub-agent started is continued without asking about it again (`--allow delegate`
+    // is not given here).
+    let out = resumed(&env, &run);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["answer"], "went");
     let kinds = super::event_types(&env, &runner);
@@ -593,12 +589,7 @@ fn let_go_when(signal: Signal, through_sub_agent: bool) {
 
 /// `agent resume --json RUN`, which must complete the run.
 fn resumed(env: &Env, run: &str) -> Output {
-    resumed_with(env, run, &[])
-}
-
-/// [`resumed`] with the options `with`.
-fn resumed_with(env: &Env, run: &str, with: &[&str]) -> Output {
-    let out = env.run(&[&["resume", "--json", run], with].concat());
+    let out = env.run(&["resume", "--json", run]);
     assert_eq!(
         out.status.code(),
         Some(0),

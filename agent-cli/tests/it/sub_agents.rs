@@ -190,9 +190,8 @@ fn cancelling_the_sub_agent_a_run_waits_on_lets_the_run_go_on() {
     assert_eq!(runs[0]["pending"], 0, "{}", runs[0]);
     assert_ne!(runs[0]["status"], "paused", "{}", runs[0]);
 
-    let resumed = env.run(&[
-        "resume", "--json", &id, "--allow", "delegate", "--model", &model,
-    ]);
+    // Its sub-agent was allowed when it started: read again, it is not asked about.
+    let resumed = env.run(&["resume", "--json", &id, "--model", &model]);
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     assert_eq!(json_of(&resumed)["answer"], "done without it");
     assert!(!env.dir.path().join("note.txt").exists());

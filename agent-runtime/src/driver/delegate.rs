@@ -132,6 +132,13 @@ impl Runtime {
         is_delegate(&call.name)
     }
 
+    /// Whether the sub-agent run `child_id` was started (its log has an entry).
+    pub(super) async fn started(&self, child_id: &str) -> bool {
+        self.load_log(child_id)
+            .await
+            .is_ok_and(|log| !log.is_empty())
+    }
+
     /// A runtime for a child: the same store, gateway, clock and context settings, the
     /// guarded model and summarizer, only `tools`, no event sink and no answer validators
     /// of its own.

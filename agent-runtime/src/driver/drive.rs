@@ -283,9 +283,9 @@ impl Runtime {
                         }
                     }
                 }
-                Command::CheckCalls { calls, .. } => {
+                Command::CheckCalls { calls, turn } => {
                     let checks = tokio::select! {
-                        checks = self.check(&run_id, &calls) => Some(checks),
+                        checks = self.check(&run_id, turn, &calls) => Some(checks),
                         () = cancel.cancelled() => None,
                     };
                     let Some(Checks { verdicts, paths }) = checks else {
@@ -454,7 +454,7 @@ impl Runtime {
 
     /// Checks the calls as the model proposed them (secret references expanded); a call
     /// whose secret this process does not have is refused, with the reason.
-    pub(super) async fn check(&self, run_id: &str, calls: &[ToolCall]) -> Checks {
+    pub(super) async fn check(&self, run_id: &str, turn: u32, calls: &[ToolCall]) -> Checks {
         let mut expanded = Vec::new();
         let mut missing = Vec::new();
         // Calls without references are checked as they are, not copied.
@@ -489,6 +489,20 @@ impl Runtime {
                         ),
                     };
                 }
+            }
+        }
+        // A sub-agent already started (the run is taken up after a crash, or after it was
+        // let go) is continued, not asked about again: it was allowed when it started. A
+        // rule that now denies it still does.
+        for (call_id, verdict) in &mut checked {
+            if let Verdict::Ask { .. } = verdict
+                && let Some(call) = calls.iter().find(|c| c.id == *call_id)
+                && Runtime::is_sub_agent_call(call)
+                && self
+                    .started(&agent_core::sub_agent_run_id(run_id, turn, call_id))
+                    .await
+            {
+                *verdict = Verdict::Allow;
             }
         }
         // Hooks saw the real values; what they say goes to the log.
