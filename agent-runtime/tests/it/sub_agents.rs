@@ -557,6 +557,27 @@ async fn a_sub_agent_is_let_go_at_its_next_step_with_its_parent() {
         agent_core::Status::Running
     );
 
+    // Taken up where a rule denies sub-agents, the call is denied, not continued.
+    let copy: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    for id in ["parent", child_id.as_str()] {
+        copy.append(id, 0, &store.load(id).unwrap()).unwrap();
+    }
+    let mut policy = agent_tools::Policy::new();
+    policy.add(agent_tools::Action::Deny, "delegate").unwrap();
+    let mut denying = gateway(&s, &[]).with_policy(policy);
+    denying.register(job.clone()).unwrap();
+    let report = Runtime::new(script(turns.clone()), Arc::new(denying), Arc::clone(&copy))
+        .resume("parent", CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.answer.as_deref(), Some("all done"));
+    assert_eq!(
+        copy.load(&child_id).unwrap().len(),
+        child.len(),
+        "not continued"
+    );
+    assert_eq!(count(&copy.load("parent").unwrap(), "call_rejected"), 1);
+
     let report = driver(None)
         .resume("parent", CancellationToken::new())
         .await
