@@ -586,6 +586,8 @@ fn drive_existing(
         Resume::Reply(text) => Some((text.clone(), new_budget(settings, run_id, &log)?)),
         _ => None,
     };
+    // A sub-agent driven by its own id: its parent may wait on it.
+    let waiting = waiting_parent(store.as_store(), run_id);
     let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     let runtime = &one.runtime;
     let cancel = one.cancel.clone();
@@ -602,7 +604,9 @@ fn drive_existing(
             }
         }
     });
-    one.finish(driven)
+    let code = one.finish(driven)?;
+    released(settings, one.runtime.store().as_ref(), run_id, waiting)?;
+    Ok(code)
 }
 
 /// `agent fork RUN --at N`: the fork written, then driven like a new run.
@@ -717,18 +721,48 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
     // Cancelling asks no model and starts nothing.
     let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), store.into_shared())
         .with_redactor(Redactor::from_env());
+    let waiting = waiting_parent(runtime.store().as_ref(), run_id);
     let rt = tokio_one_run()?;
-    let (report, parent) = rt.block_on(runtime.cancel_releasing(run_id))?;
+    let report = rt.block_on(runtime.cancel(run_id))?;
     let code = finish(&report, json);
-    if let Some(parent) = parent {
-        parent_goes_on(settings, json, &parent)?;
-    }
+    released(settings, runtime.store().as_ref(), run_id, waiting)?;
     Ok(code)
 }
 
-/// After `agent cancel` of a sub-agent its parent waited on: the parent, which goes on with
-/// that answer, woken in the queue when it waits there, and the person told how it goes on.
-fn parent_goes_on(settings: &Settings, json: bool, parent: &str) -> Result<(), Failure> {
+/// The run that waits on sub-agent run `child`, paused with its call to it in doubt.
+fn waiting_parent(store: &dyn agent_store::Store, child: &str) -> Option<String> {
+    let parent = agent_core::parent_run_id(child)?;
+    let state = RunState::fold(&store.load(parent).ok()?).ok()?;
+    let agent_core::Status::AwaitingResolution { turn, pending } = &state.status else {
+        return None;
+    };
+    pending
+        .iter()
+        .any(|p| {
+            agent_tools::builtin::is_delegate(&p.tool)
+                && agent_core::sub_agent_run_id(parent, *turn, &p.call_id) == child
+        })
+        .then(|| parent.to_owned())
+}
+
+/// After a command drove sub-agent run `child` by its own id: when its parent, `waiting`
+/// on it before, waits on it no more (the runtime let it go on with the sub-agent's end),
+/// the parent is woken in the queue when it waits there, and the person told how it goes on.
+fn released(
+    settings: &Settings,
+    store: &dyn agent_store::Store,
+    child: &str,
+    waiting: Option<String>,
+) -> Result<(), Failure> {
+    match waiting {
+        Some(parent) if waiting_parent(store, child).is_none() => parent_goes_on(settings, &parent),
+        _ => Ok(()),
+    }
+}
+
+/// The parent a sub-agent's end let go on: woken in the queue when it waits there, and
+/// the person told how it goes on.
+fn parent_goes_on(settings: &Settings, parent: &str) -> Result<(), Failure> {
     let queued = match &settings.store {
         StoreLocation::Postgres(_) => {
             let queue = crate::stores::queue(&settings.store, "cancel")?;
@@ -737,16 +771,15 @@ fn parent_goes_on(settings: &Settings, json: bool, parent: &str) -> Result<(), F
         }
         StoreLocation::Dir(_) => false,
     };
-    if !json {
-        let how = if queued {
-            "it is queued again and a worker goes on with".to_owned()
-        } else {
-            format!("`agent resume {parent}` goes on with")
-        };
-        tell(format_args!(
-            "agent: run {parent} waited on this sub-agent; {how} its end\n"
-        ));
-    }
+    // Said with --json too: on stderr, for the person.
+    let how = if queued {
+        "it is queued again and a worker goes on with".to_owned()
+    } else {
+        format!("`agent resume {parent}` goes on with")
+    };
+    tell(format_args!(
+        "agent: run {parent} waited on this sub-agent; {how} its end\n"
+    ));
     Ok(())
 }
 

@@ -214,6 +214,47 @@ fn cancelling_the_sub_agent_a_run_waits_on_lets_the_run_go_on() {
     );
 }
 
+/// `agent approve CHILD` of the sub-agent a paused run waits on (rather than of the run):
+/// the sub-agent goes on to its end, and the run goes on with its answer when resumed.
+#[test]
+fn approving_the_sub_agent_itself_lets_the_run_go_on() {
+    let env = Env::new();
+    let turns = json!({
+        "turns": [
+            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
+            {"final": "done"}
+        ],
+        "agents": {"save the note": {"turns": [
+            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
+            {"final": "saved"}
+        ]}}
+    });
+    let (out, model) = super::run_with_sub_agents(&env, &turns, "note it");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
+    let child = json_of(&env.run(&["runs", "--json"]))[1]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let approved = env.run(&["approve", "--json", &child, "--model", &model]);
+    assert_eq!(approved.status.code(), Some(0), "{}", stderr(&approved));
+    assert_eq!(json_of(&approved)["answer"], "saved");
+    assert!(
+        stderr(&approved).contains(&format!(
+            "run {id} waited on this sub-agent; `agent resume {id}` goes on with its end"
+        )),
+        "{}",
+        stderr(&approved)
+    );
+    let resumed = env.run(&["resume", "--json", &id, "--model", &model]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert_eq!(json_of(&resumed)["answer"], "done");
+    assert_eq!(
+        std::fs::read_to_string(env.dir.path().join("note.txt")).unwrap(),
+        "hi\n"
+    );
+}
+
 /// The usage `agent show` totals under a timeline is the run's as `--json` reports it:
 /// its sub-agents' model calls included, as its budgets count them.
 #[test]

@@ -506,31 +506,34 @@ impl Runtime {
         Ok(())
     }
 
-    /// After the sub-agent run `child_id` ended by a person's hand (`agent cancel`): the
-    /// call of its parent that waits in doubt on it is marked to run again, which reads the
-    /// child's end, so the parent goes on with that answer when it is next driven, as a
-    /// parent driven meanwhile does; no person has a call left to settle. The parent's id
-    /// when it waited on the child.
-    pub(super) async fn release_parent(
-        &self,
-        child_id: &str,
-    ) -> Result<Option<String>, RuntimeError> {
+    /// After the sub-agent run `child_id` ended, driven by its own id rather than through
+    /// its parent (a person resumed, answered or cancelled it): the call of its parent that
+    /// waits in doubt on it is marked to run again, which reads the child's end, so the
+    /// parent goes on with that answer when it is next driven, as a parent driven meanwhile
+    /// does; no person has a call left to settle. A parent that does not wait on it is left
+    /// as it is, and so is one that cannot be written now (a person settles its call).
+    pub(super) async fn release_parent(&self, child_id: &str) {
+        if let Err(e) = self.try_release_parent(child_id).await {
+            tracing::warn!(run_id = child_id, error = %e, "the parent waiting on this sub-agent was not released");
+        }
+    }
+
+    async fn try_release_parent(&self, child_id: &str) -> Result<(), RuntimeError> {
         let Some(parent) = agent_core::parent_run_id(child_id) else {
-            return Ok(None);
+            return Ok(());
         };
         let (machine, _) = self.load(parent).await?;
         let agent_core::Status::AwaitingResolution { turn, pending } = &machine.state().status
         else {
-            return Ok(None);
+            return Ok(());
         };
         let call = pending.iter().find(|p| {
             is_delegate(&p.tool) && sub_agent_run_id(parent, *turn, &p.call_id) == child_id
         });
-        let Some(call) = call else {
-            return Ok(None);
-        };
-        self.retry_calls(parent, vec![call.call_id.clone()]).await?;
-        Ok(Some(parent.to_owned()))
+        match call {
+            Some(call) => self.retry_calls(parent, vec![call.call_id.clone()]).await,
+            None => Ok(()),
+        }
     }
 
     /// Records the answers to the approvals a paused run's sub-agents wait for (all their

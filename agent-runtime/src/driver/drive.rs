@@ -46,7 +46,15 @@ impl Runtime {
         let _watch = self.watch_stop_requests(&run_id, &cancel).await;
         async move {
             let report = match self.drive_in_span(run_id, machine, log, cancel).await {
-                Ok(report) => Ok(self.surface_children(report).await),
+                Ok(report) => {
+                    // A sub-agent driven to its end by its own id, not by its parent.
+                    if self.parent.is_none()
+                        && report.outcome.reason.class() != agent_core::ReasonClass::Paused
+                    {
+                        self.release_parent(&report.run_id).await;
+                    }
+                    Ok(self.surface_children(report).await)
+                }
                 Err(e) => Err(e),
             };
             match &report {

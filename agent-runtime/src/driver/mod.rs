@@ -624,26 +624,16 @@ impl Runtime {
     /// A run whose log no longer folds (damaged by hand, or by a bug) can still be ended:
     /// `cancelled` is appended after what is there. A sub-agent's run whose parent waits
     /// on it, paused with its call in doubt, lets the parent go on with that answer when it
-    /// is next driven ([`Runtime::cancel_releasing`] says which parent).
+    /// is next driven, as any sub-agent driven to its end by its own id does.
     pub async fn cancel(&self, run_id: &str) -> Result<Report, RuntimeError> {
-        Ok(self.cancel_releasing(run_id).await?.0)
-    }
-
-    /// [`Runtime::cancel`], with the id of the parent the run's end released: a parent
-    /// that waited on this sub-agent, which no longer waits for a person about it.
-    pub async fn cancel_releasing(
-        &self,
-        run_id: &str,
-    ) -> Result<(Report, Option<String>), RuntimeError> {
         let report = self.cancel_one(run_id).await?;
         // Its sub-agents stop with it.
         for child in self.children_of(run_id).await {
             // A child that already ended stays as it ended.
             let _ = self.cancel_one(&child).await;
         }
-        // A sub-agent's parent paused on it goes on with that answer when next driven.
-        let parent = self.release_parent(run_id).await?;
-        Ok((report, parent))
+        self.release_parent(run_id).await;
+        Ok(report)
     }
 
     /// The sub-agent runs a run started: those its log names, and those of the calls of

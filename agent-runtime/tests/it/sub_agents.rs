@@ -606,12 +606,13 @@ async fn a_sub_agent_is_let_go_at_its_next_step_with_its_parent() {
 async fn cancelling_the_child_a_parent_waits_on_lets_the_parent_go_on() {
     let (s, store, rt, _) = paused_on_its_child().await;
     let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
-    let (report, released) = rt.cancel_releasing(&child_id).await.unwrap();
+    let report = rt.cancel(&child_id).await.unwrap();
     assert_eq!(report.outcome.reason, TerminalReason::Cancelled);
-    assert_eq!(released.as_deref(), Some("parent"));
     assert!(rt.standing("parent").await.unwrap().is_none(), "not paused");
-    // Cancelling it again (it already ended) releases nothing more.
-    assert!(rt.cancel_releasing(&child_id).await.is_err());
+    let before = store.load("parent").unwrap().len();
+    // Cancelling it again (it already ended) changes nothing more.
+    assert!(rt.cancel(&child_id).await.is_err());
+    assert_eq!(store.load("parent").unwrap().len(), before);
 
     let report = rt.resume("parent", CancellationToken::new()).await.unwrap();
     completed_without_the_note(&s, &report);
@@ -621,6 +622,33 @@ async fn cancelling_the_child_a_parent_waits_on_lets_the_parent_go_on() {
         _ => None,
     });
     assert!(told.unwrap().contains("cancelled"));
+}
+
+/// A child a parent waits on, answered by its own id rather than through the parent and
+/// so driven to its end, releases the parent as a cancel does: the parent goes on with
+/// the child's answer, and the child does not run again.
+#[tokio::test]
+async fn a_child_answered_by_its_own_id_lets_the_parent_go_on() {
+    let (s, store, rt, _) = paused_on_its_child().await;
+    let child_id = agent_runtime::sub_agent_run_id("parent", 1, &CallId::from("d1"));
+    let child = rt
+        .approve(&child_id, vec![], CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(child.outcome.reason, TerminalReason::Completed);
+    assert!(s.dir.path().join("ws/note.txt").exists());
+    assert!(rt.standing("parent").await.unwrap().is_none(), "not paused");
+    let child_entries = store.load(&child_id).unwrap().len();
+
+    let report = rt.resume("parent", CancellationToken::new()).await.unwrap();
+    assert_eq!(report.outcome.answer.as_deref(), Some("the child is done"));
+    let parent = store.load("parent").unwrap();
+    let told = parent.iter().find_map(|e| match &e.event {
+        Event::ToolFinished { result, .. } => Some(result.content().to_owned()),
+        _ => None,
+    });
+    assert_eq!(told.as_deref(), Some("saved, or told why not"));
+    assert_eq!(store.load(&child_id).unwrap().len(), child_entries);
 }
 
 #[tokio::test]
