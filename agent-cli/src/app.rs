@@ -567,6 +567,11 @@ fn drive_existing(
         Resume::Reply(text) => QueuedAnswer::Message(text.clone()),
         Resume::Continue => QueuedAnswer::Continue,
     };
+    if let Resume::Reply(text) = &what
+        && let Some(code) = hand_to_live_run(settings, json, run_id, text)?
+    {
+        return Ok(code);
+    }
     if let Some(code) = worker::answer_queued(settings, json, run_id, answer)? {
         return Ok(code);
     }
@@ -607,6 +612,86 @@ fn drive_existing(
     let code = one.finish(driven)?;
     released(settings, one.runtime.store().as_ref(), run_id, waiting)?;
     Ok(code)
+}
+
+/// The longest message `agent resume RUN MESSAGE` hands a live run.
+const MAX_NOTE: usize = 64 * 1024;
+
+/// `agent resume RUN MESSAGE` of a run another process drives now: the message is handed to
+/// that process, which commits it before the run's next model call (`user_note`); this
+/// waits until it did, or until the run stops without it. `None` when no other process
+/// drives the run (the message is then a reply, sent here).
+fn hand_to_live_run(
+    settings: &Settings,
+    json: bool,
+    run_id: &str,
+    text: &str,
+) -> Result<Option<u8>, Failure> {
+    let store = OpenStore::must_exist(&settings.store)?.writable()?;
+    let Some(by) = store.driver(run_id)? else {
+        return Ok(None);
+    };
+    let log = store.as_store().load(run_id)?;
+    let mut follower = Follower::after(run_id, &log);
+    // Held between two exchanges (a chat's): taking it says who holds it.
+    if !follower.running() {
+        return Ok(None);
+    }
+    if new_budget(settings, run_id, &log)?.is_some() {
+        return Err(usage(format!(
+            "run {run_id} is driven by {by}: new limits are not given to a live run; send \
+             the message without them, or once it stopped"
+        )));
+    }
+    if text.len() > MAX_NOTE {
+        return Err(usage(format!(
+            "the message is {} bytes; a live run takes at most {} KiB: send a shorter one",
+            text.len(),
+            MAX_NOTE / 1024
+        )));
+    }
+    if !store.as_store().tell(run_id, text)? {
+        return Err(usage(format!(
+            "run {run_id} is being driven by {by}, which could not be handed the message; \
+             wait for it to end, then send it"
+        )));
+    }
+    // Said with --json too (on stderr, for the person).
+    tell(format_args!(
+        "agent: run {run_id} ({by}) has your message; it reads it before its next model \
+         call (Ctrl-C stops waiting for that, not the message)\n"
+    ));
+    let read = loop {
+        match follower.next(&store)? {
+            Some((new, _)) => {
+                if new
+                    .iter()
+                    .any(|e| matches!(e.event, Event::UserNote { .. }))
+                {
+                    break true;
+                }
+                if !follower.running() {
+                    break false;
+                }
+            }
+            None => break false,
+        }
+    };
+    if json {
+        let status = if read { "read" } else { "unread" };
+        say(format_args!(
+            "{}\n",
+            serde_json::json!({"run_id": run_id, "status": status})
+        ));
+    }
+    if !read {
+        return Err(usage(format!(
+            "run {run_id} stopped before it read your message; `agent resume {run_id} \
+             MESSAGE` sends it as a follow-up"
+        )));
+    }
+    tell(format_args!("agent: run {run_id} read your message\n"));
+    Ok(Some(EXIT_OK))
 }
 
 /// `agent fork RUN --at N`: the fork written, then driven like a new run.

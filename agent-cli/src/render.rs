@@ -627,6 +627,7 @@ fn detail(run_id: &str, event: &Event) -> String {
                 ""
             }
         ),
+        Event::UserNote { text } => cut(&format!("{text:?}"), 200),
         Event::EffectDispatched {
             call_id,
             tool,

@@ -216,7 +216,7 @@ impl Digest {
             Event::CorrectionIssued { turn, .. } => {
                 self.push(format!("Turn {turn}: repeated a plan and was corrected"));
             }
-            Event::UserMessage { text, .. } => {
+            Event::UserMessage { text, .. } | Event::UserNote { text } => {
                 self.push(format!("The person said: {}", first_line(text, 300)));
             }
             _ => {}

@@ -357,6 +357,13 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         budget: Option<crate::budget::Budget>,
     },
+    /// Fact: a person spoke to the run while it ran (sent from elsewhere, `agent resume RUN
+    /// MESSAGE` of a live run), read before its next model call. Unlike a `user_message`,
+    /// it opens no new exchange: the run goes on under the same limits.
+    UserNote {
+        /// What the person said.
+        text: String,
+    },
     /// Fact: the run stopped with this outcome.
     RunEnded {
         /// The outcome.
@@ -414,6 +421,7 @@ impl Event {
             Event::CompactionDeclined { .. } => "compaction_declined",
             Event::RunResumed {} => "run_resumed",
             Event::UserMessage { .. } => "user_message",
+            Event::UserNote { .. } => "user_note",
             Event::RunEnded { .. } => "run_ended",
         }
     }

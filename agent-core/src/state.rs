@@ -445,6 +445,12 @@ impl RunState {
             (_, Event::UserMessage { .. }) => {
                 return Err(fail("a user message while the run had not ended".into()));
             }
+            (
+                Status::AwaitingApproval(_) | Status::AwaitingResolution { .. },
+                Event::UserNote { .. },
+            ) => {
+                return Err(fail("a user note while the run waited for a person".into()));
+            }
             (Status::Ended(_), _) => return Err(fail("event after run_ended".into())),
             // Only a run that was being worked on is taken up again: one waiting for a
             // person is taken up by the person's answer.
@@ -474,6 +480,8 @@ impl RunState {
             // Work stopped with the last event before it (what the process did after that
             // was lost with it).
             Event::RunResumed {} => self.work_between(self.updated_at_ms, entry.at_ms),
+            // Read with the next model call's prompt; nothing else changes.
+            Event::UserNote { .. } => {}
             Event::UserMessage { budget, .. } => {
                 // Work stopped with the exchange's last event, or when it paused for a
                 // person who then ended it (`agent cancel`).

@@ -121,6 +121,22 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// Hands a person's note to the process driving run `run_id` now (`agent resume RUN
+    /// MESSAGE` of a live run), which commits it before the run's next model call
+    /// ([`Store::told`]): `Ok(true)` when it reached that process, `Ok(false)` when nothing
+    /// drives the run or this store carries no notes (the default).
+    fn tell(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
+        let _ = (run_id, text);
+        Ok(false)
+    }
+
+    /// For the process driving run `run_id`: the notes sent to it ([`Store::tell`]) since it
+    /// last looked, in the order they came (each is handed out once). None by default.
+    fn told(&self, run_id: &str) -> Vec<String> {
+        let _ = run_id;
+        Vec::new()
+    }
+
     /// Every run's summary, by run id.
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
 

@@ -187,6 +187,7 @@ impl RunSummary {
             | Event::CompactionDeclined { .. }
             | Event::ModelRetried { .. }
             | Event::RunResumed {}
+            | Event::UserNote { .. }
             | Event::ToolFinished { .. } => {}
         }
         if self.reason != Some(TerminalReason::OutcomeUnknown) {

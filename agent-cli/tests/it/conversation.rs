@@ -264,3 +264,115 @@ fn a_message_to_a_run_waiting_for_approval_is_refused_and_writes_nothing() {
     assert!(stderr(&out).contains("empty"), "{}", stderr(&out));
     assert_eq!(events(&env, &run).len(), before, "nothing was written");
 }
+
+/// `agent run` of a run whose command waits for a file `go`, with `extra` options, once
+/// that command is dispatched: the process and the run's id.
+fn running_until_go(env: &Env, extra: &[&str]) -> (std::process::Child, String) {
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+        {"final": "went"}
+    ]));
+    let child = env
+        .cmd()
+        .args(["run", "--json", "--allow", "shell", "--model", &model])
+        .args(extra)
+        .arg("wait")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let id = loop {
+        assert!(std::time::Instant::now() < deadline, "the command was never dispatched");
+        let runs = object(&env.run(&["runs", "--json"]));
+        if let Some(id) = runs[0]["run_id"].as_str()
+            && events(env, id)
+                .iter()
+                .any(|e| e["type"] == "effect_dispatched")
+        {
+            break id.to_owned();
+        }
+        std::thread::yield_now();
+    };
+    (child, id)
+}
+
+/// `agent resume --json RUN "also say hello"` of the live run `id`, and once it said it
+/// handed the message over, `go` made (the run's command ends): what it printed, and what
+/// it said after that.
+fn told_then_go(env: &Env, id: &str) -> (std::process::Output, String) {
+    let mut told = env
+        .cmd()
+        .args(["resume", "--json", id, "also say hello"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(told.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+    assert!(line.contains("has your message"), "{line}");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    (told.wait_with_output().unwrap(), rest)
+}
+
+/// `agent resume RUN MESSAGE` of a run another process drives hands the message to that
+/// process, which commits it before the run's next model call: the model reads it after
+/// the results of the calls it ran, and the run goes on under the same limits.
+#[test]
+fn a_message_to_a_live_run_is_read_before_its_next_model_call() {
+    let env = Env::new();
+    let (run, id) = running_until_go(&env, &[]);
+    let (told, rest) = told_then_go(&env, &id);
+    assert_eq!(told.status.code(), Some(0), "{rest}");
+    assert_eq!(object(&told), json!({"run_id": id, "status": "read"}));
+    assert!(
+        rest.contains(&format!("run {id} read your message")),
+        "{rest}"
+    );
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(object(&out)["answer"], "went");
+
+    let kinds: Vec<String> = events(&env, &id)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    let at = |kind: &str| kinds.iter().position(|k| k == kind).unwrap();
+    assert!(at("tool_finished") < at("user_note"), "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "decision_proposed").count(),
+        2
+    );
+    // The second model call's prompt: the command's result, then the message.
+    let prompt = String::from_utf8(env.run(&["context", &id, "--at", "2"]).stdout).unwrap();
+    let result = prompt.find("[tool result c1").unwrap();
+    let note = prompt.find("also say hello").unwrap();
+    assert!(result < note, "{prompt}");
+}
+
+/// A live run that stops before its next model call (here at its step limit) never reads
+/// the message: the sender is told so, exit 2, and how to send it as a follow-up.
+#[test]
+fn a_message_a_live_run_stopped_before_reading_is_said_unread() {
+    let env = Env::new();
+    let (run, id) = running_until_go(&env, &["--max-steps", "1"]);
+    let (out, rest) = told_then_go(&env, &id);
+    assert_eq!(out.status.code(), Some(2), "{rest}");
+    assert_eq!(object(&out), json!({"run_id": id, "status": "unread"}));
+    assert!(
+        rest.contains(&format!(
+            "run {id} stopped before it read your message; `agent resume {id} MESSAGE`"
+        )),
+        "{rest}"
+    );
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        !events(&env, &id).iter().any(|e| e["type"] == "user_note"),
+        "nothing was written"
+    );
+}

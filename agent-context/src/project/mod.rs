@@ -186,6 +186,7 @@ fn closes_turn(event: &Event) -> bool {
             | Event::DecisionRejected { .. }
             | Event::ModelFailed { .. }
             | Event::UserMessage { .. }
+            | Event::UserNote { .. }
     )
 }
 
@@ -441,9 +442,10 @@ impl Projector {
                 // The person's own words survive compactions.
                 self.user_texts.push(reason.clone());
             }
-            Event::UserMessage { text, .. } => {
+            Event::UserMessage { text, .. } | Event::UserNote { text } => {
                 // The person's words, in their place: after the results the run ended with
-                // (in the same message, so roles still alternate), or after the model's
+                // (or those of the calls it ran when the person spoke from elsewhere), in
+                // the same message so that roles still alternate, or after the model's
                 // last reply.
                 self.close_turn();
                 self.user_texts.push(text.clone());

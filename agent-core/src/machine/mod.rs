@@ -378,6 +378,11 @@ impl Machine {
                 });
                 self.commit();
             }
+            (Phase::AwaitingModel { .. }, Input::UserNote { text }) => {
+                // As a compaction: after the commit the same turn asks the model again.
+                self.stage(Event::UserNote { text });
+                self.commit();
+            }
             (
                 Phase::AwaitingModel { .. },
                 Input::CompactionDeclined {

@@ -147,6 +147,13 @@ pub enum Input {
         /// Per call: the sub-agent's run and its usage.
         finished: Vec<(CallId, String, crate::budget::Usage)>,
     },
+    /// Instead of the outstanding `CallModel`: a person's note to the running run (sent
+    /// from elsewhere). The machine commits it, then asks for the model call again: the
+    /// model reads it in that call's prompt. Not a step, and no new exchange.
+    UserNote {
+        /// What the person said.
+        text: String,
+    },
     /// The validators' word on the outstanding `CheckAnswer`.
     AnswerChecked {
         /// `None`: the answer passed; otherwise what failed, as the model will be told.
@@ -175,6 +182,7 @@ impl Input {
             Input::CompactionDeclined { .. } => "CompactionDeclined",
             Input::AnswerChecked { .. } => "AnswerChecked",
             Input::SubAgentsFinished { .. } => "SubAgentsFinished",
+            Input::UserNote { .. } => "UserNote",
             Input::Cancel => "Cancel",
         }
     }

@@ -489,3 +489,71 @@ fn a_run_let_go_with_calls_in_flight_commits_what_came_and_stands_as_its_log_say
         Machine::resume(tools(), &log, T0).unwrap().poll_command()
     );
 }
+
+/// A person's note to a running run, given instead of the model's reply, is committed and
+/// the same turn asks the model again: not a step, no new exchange; its log folds and
+/// resumes as any. A note while the run waits for a person does not fold.
+#[test]
+fn a_note_to_a_running_run_is_committed_before_the_model_is_asked_again() {
+    let decisions = vec![
+        Decision::ToolCalls {
+            calls: vec![ToolCall::new("r1", "read", json!({}))],
+        },
+        Decision::Final {
+            answer: "done".into(),
+        },
+    ];
+    let mut log = Vec::new();
+    let mut machine = start();
+    let group = until_tools_run(&mut machine, &mut log, &decisions);
+    let results = vec![ToolResult::ok(group[0].call.id.clone(), "read", "one")];
+    machine.handle(Input::ToolsFinished { results }).unwrap();
+    let Some(Command::Commit { entries, .. }) = machine.poll_command() else {
+        panic!()
+    };
+    log.extend(entries);
+    let version = log.len() as u64;
+    machine.handle(Input::Committed { version }).unwrap();
+    assert_eq!(machine.poll_command(), Some(Command::CallModel { turn: 2 }));
+    let exchange = machine.state().exchange;
+
+    let text = "also say hello".to_owned();
+    machine
+        .handle(Input::UserNote { text: text.clone() })
+        .unwrap();
+    let Some(Command::Commit { entries, .. }) = machine.poll_command() else {
+        panic!("the note is committed first")
+    };
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].event, Event::UserNote { text });
+    log.extend(entries);
+    let version = log.len() as u64;
+    machine.handle(Input::Committed { version }).unwrap();
+    assert_eq!(machine.poll_command(), Some(Command::CallModel { turn: 2 }));
+    let state = RunState::fold(&log).unwrap();
+    assert_eq!((state.steps, state.exchange), (1, exchange));
+    let mut resumed = Machine::resume(tools(), &log, T0).unwrap();
+    assert_eq!(resumed.poll_command(), Some(Command::CallModel { turn: 2 }));
+
+    // Waiting for a person, a run reads no note.
+    let paused = vec![
+        log[0].clone(),
+        Entry {
+            version: 2,
+            at_ms: T0,
+            event: Event::ResolutionRequested {
+                turn: 1,
+                pending: Vec::new(),
+            },
+        },
+        Entry {
+            version: 3,
+            at_ms: T0,
+            event: Event::UserNote {
+                text: "hello".into(),
+            },
+        },
+    ];
+    let err = RunState::fold(&paused).unwrap_err();
+    assert!(err.to_string().contains("user note"), "{err}");
+}

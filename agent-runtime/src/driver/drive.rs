@@ -43,9 +43,13 @@ impl Runtime {
         // A person may ask from elsewhere that the run stop (`agent cancel`): as a Ctrl-C
         // here would, no new action starts after that.
         let cancel = cancel.child_token();
-        let _watch = self.watch_stop_requests(&run_id, &cancel).await;
+        let inbox = Inbox::default();
+        let _watch = self.watch_stop_requests(&run_id, &cancel, &inbox).await;
         async move {
-            let report = match self.drive_in_span(run_id, machine, log, cancel).await {
+            let report = match self
+                .drive_in_span(run_id, machine, log, cancel, &inbox)
+                .await
+            {
                 Ok(report) => {
                     // A sub-agent driven to its end by its own id, not by its parent.
                     if self.parent.is_none()
@@ -85,6 +89,7 @@ impl Runtime {
         mut machine: Machine,
         log: Vec<Entry>,
         cancel: CancellationToken,
+        inbox: &Inbox,
     ) -> Result<Report, RuntimeError> {
         // The projection holds what the next prompt needs; the log itself stays in the
         // store (read again only to summarize it), so memory does not grow with the run.
@@ -129,6 +134,19 @@ impl Runtime {
             // and dispatch, so the run cannot stop between them).
             if matches!(command, Command::CallModel { .. }) && self.lets_go() {
                 return Err(RuntimeError::LetGo { run_id });
+            }
+            // A person's note sent meanwhile is committed first, one at a time: the model
+            // reads it in this call's prompt. Looked for in a store that carries notes.
+            if matches!(command, Command::CallModel { .. }) && inbox.is_open() {
+                let id = run_id.clone();
+                inbox.extend(self.store_work(move |store| store.told(&id)).await?);
+            }
+            if matches!(command, Command::CallModel { .. })
+                && let Some(text) = inbox.next()
+            {
+                let text = self.redactor.redact_str(&text);
+                machine.handle(Input::UserNote { text })?;
+                continue;
             }
             match command {
                 Command::CallModel { .. } => {
@@ -651,7 +669,12 @@ impl Runtime {
     /// nothing when the store carries no such requests. A request made before this drive
     /// began (while the run waited between two) is not this drive's: it is let go by a first
     /// look made before the drive begins, so that one made after is never taken for it.
-    async fn watch_stop_requests(&self, run_id: &str, cancel: &CancellationToken) -> Option<Watch> {
+    async fn watch_stop_requests(
+        &self,
+        run_id: &str,
+        cancel: &CancellationToken,
+        inbox: &Inbox,
+    ) -> Option<Watch> {
         let store = Arc::clone(&self.store);
         let run_id = run_id.to_owned();
         let cancel = cancel.clone();
@@ -659,16 +682,19 @@ impl Runtime {
         let asked = move || {
             let store = Arc::clone(&store);
             let run_id = run_id.clone();
-            tokio::task::spawn_blocking(move || store.stop_asked(&run_id))
+            tokio::task::spawn_blocking(move || (store.stop_asked(&run_id), store.told(&run_id)))
         };
-        // The first look lets go of an earlier request, and says whether to look at all.
-        if !matches!(asked().await, Ok(Some(_))) {
+        // The first look lets go of an earlier request, and of notes sent while no drive
+        // was going on (their senders were told the run stopped before it read them); it
+        // says whether to look at all.
+        if !matches!(asked().await, Ok((Some(_), _))) {
             return None;
         }
+        inbox.open();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(STOP_POLL).await;
-                if matches!(asked().await, Ok(Some(true))) {
+                if matches!(asked().await, Ok((Some(true), _))) {
                     cancel.cancel();
                     return;
                 }
@@ -821,6 +847,40 @@ const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// A task that ends when this is dropped.
 struct Watch(tokio::task::JoinHandle<()>);
+
+/// The notes people sent a run while it is driven ([`agent_store::Store::tell`]), looked
+/// for before each model call in a store that carries such requests ([`Inbox::open`]), and
+/// committed one at a time.
+#[derive(Default)]
+pub(super) struct Inbox {
+    open: std::sync::atomic::AtomicBool,
+    notes: std::sync::Mutex<std::collections::VecDeque<String>>,
+}
+
+impl Inbox {
+    /// The store carries notes: look for them.
+    fn open(&self) {
+        self.open.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn is_open(&self) -> bool {
+        self.open.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn extend(&self, notes: Vec<String>) {
+        if !notes.is_empty() {
+            let mut waiting = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+            waiting.extend(notes);
+        }
+    }
+
+    fn next(&self) -> Option<String> {
+        self.notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+}
 
 impl Drop for Watch {
     fn drop(&mut self) {

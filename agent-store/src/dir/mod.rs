@@ -337,6 +337,7 @@ impl DirStore {
             moved: std::sync::Condvar::new(),
             readers: 0.into(),
             stop_asked: false.into(),
+            told: Mutex::default(),
         });
         let socket = owner::socket_path(&dir);
         let server = Server::start(socket.clone(), run_id, Arc::clone(&served))?;
@@ -661,6 +662,25 @@ impl Store for DirStore {
             self.lookup(run_id)
                 .is_some_and(|run| run.served.stop_asked.swap(false, Ordering::SeqCst)),
         )
+    }
+
+    fn tell(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
+        check_run_id(run_id)?;
+        if let Some(run) = self.lookup(run_id) {
+            let mut told = run.served.told.lock().unwrap_or_else(|p| p.into_inner());
+            told.push(text.to_owned());
+            return Ok(true);
+        }
+        Ok(OwnerFile::read(&self.owner_path(run_id))
+            .is_some_and(|owner| owner::tell(&owner.socket, text)))
+    }
+
+    fn told(&self, run_id: &str) -> Vec<String> {
+        self.lookup(run_id)
+            .map(|run| {
+                std::mem::take(&mut *run.served.told.lock().unwrap_or_else(|p| p.into_inner()))
+            })
+            .unwrap_or_default()
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {

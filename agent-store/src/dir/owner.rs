@@ -17,7 +17,7 @@ use crate::{SledStore, Store, StoreError};
 /// How long a reader waits on an owner for each read or write of the exchange.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest request line an owner reads.
-const MAX_REQUEST: u64 = 4096;
+const MAX_REQUEST: u64 = 256 * 1024;
 /// The longest socket path that fits a `sockaddr_un`, with room to spare.
 const MAX_SOCKET_PATH: usize = 100;
 /// The longest an owner keeps a reader waiting for a commit, whatever it asked.
@@ -113,7 +113,12 @@ enum Request {
     Summary,
     /// Stop driving the run (`agent cancel`): answered [`STOPPING`].
     Stop,
+    /// A person's note for the run, read before its next model call: answered [`TOLD`].
+    Tell(String),
 }
+
+/// The answer to [`Request::Tell`]: the process driving the run has the note.
+const TOLD: &[u8] = b"{\"told\":true}\n";
 
 /// The answer to [`Request::Stop`]: the process driving the run was told.
 const STOPPING: &[u8] = b"{\"stopping\":true}\n";
@@ -140,6 +145,8 @@ pub(super) struct Served {
     pub(super) readers: std::sync::atomic::AtomicUsize,
     /// Someone asked the process driving the run to stop it ([`Request::Stop`]).
     pub(super) stop_asked: AtomicBool,
+    /// Notes people sent the run ([`Request::Tell`]), not yet handed to its driver.
+    pub(super) told: Mutex<Vec<String>>,
 }
 
 /// What readers waiting for a commit share with the owner.
@@ -287,6 +294,14 @@ fn serve(stream: UnixStream, served: &Served) -> std::io::Result<()> {
             served.stop_asked.store(true, Ordering::SeqCst);
             return (&stream).write_all(STOPPING);
         }
+        Ok(Request::Tell(text)) => {
+            served
+                .told
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(text);
+            return (&stream).write_all(TOLD);
+        }
         Ok(Request::Summary) => {
             let summary = served
                 .summary
@@ -365,6 +380,12 @@ fn entries(socket: &Path, asked: &Request, read_timeout: Duration) -> Option<Vec
 /// Asks the owner to stop driving its run; whether it said it was told.
 pub(super) fn ask_to_stop(socket: &Path) -> bool {
     one_line_answer(socket, &Request::Stop, 64).is_some_and(|line| line.as_bytes() == STOPPING)
+}
+
+/// Hands the owner a person's note for its run; whether it said it has it.
+pub(super) fn tell(socket: &Path, text: &str) -> bool {
+    one_line_answer(socket, &Request::Tell(text.to_owned()), 64)
+        .is_some_and(|line| line.as_bytes() == TOLD)
 }
 
 /// Sends `request` to the owner and reads its one-line answer, at most `max` bytes of it;
