@@ -284,7 +284,10 @@ fn running_until_go(env: &Env, extra: &[&str]) -> (std::process::Child, String) 
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let id = loop {
-        assert!(std::time::Instant::now() < deadline, "the command was never dispatched");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command was never dispatched"
+        );
         let runs = object(&env.run(&["runs", "--json"]));
         if let Some(id) = runs[0]["run_id"].as_str()
             && events(env, id)

@@ -1317,3 +1317,62 @@ fn a_queued_run_is_followed_until_its_worker_ends_it() {
         "{err}"
     );
 }
+
+/// `agent resume RUN MESSAGE` of a run a worker drives, from anywhere: the message reaches
+/// the worker through the database and is committed before the run's next model call.
+#[test]
+fn a_message_reaches_a_run_a_worker_drives() {
+    use std::io::BufRead;
+    let q = Queue::new();
+    let model = q.script(
+        "gated",
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": BLOCKS}}]},
+            {"final": "went"}
+        ]),
+    );
+    let id = q.submit(&model, &["--allow", "shell"], "wait for go");
+    let worker = q
+        .env
+        .bare()
+        .arg("--store")
+        .arg(&q.url)
+        .args(["worker", "--until-empty"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until("its command is dispatched", || {
+        q.events(&id)
+            .iter()
+            .any(|e| e["type"] == "effect_dispatched")
+    });
+    let mut told = q
+        .env
+        .bare()
+        .arg("--store")
+        .arg(&q.url)
+        .args(["resume", "--json", &id, "also say hello"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(told.stderr.take().unwrap()).lines();
+    let first = said.next().unwrap().unwrap();
+    assert!(first.contains("has your message"), "{first}");
+    std::fs::write(q.ws.join("go"), "").unwrap();
+    let out = told.wait_with_output().unwrap();
+    let rest: Vec<String> = said.map(Result::unwrap).collect();
+    assert_eq!(out.status.code(), Some(0), "{rest:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v, json!({"run_id": id, "status": "read"}));
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = q.events(&id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
+    assert!(at("tool_finished") < at("user_note"), "{kinds:?}");
+    assert!(at("user_note") < at("run_ended"), "{kinds:?}");
+    assert_eq!(events[at("user_note")]["text"], "also say hello");
+    assert_eq!(events.last().unwrap()["outcome"]["answer"], "went");
+}

@@ -382,7 +382,10 @@ fn following_a_run_shows_its_sub_agent_at_work() {
     // Its first entry is there once `agent runs` lists it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let id = loop {
-        assert!(std::time::Instant::now() < deadline, "the run never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
         let runs = json_of(&env.run(&["runs", "--json"]));
         if let Some(id) = runs[0]["run_id"].as_str() {
             break id.to_owned();

@@ -63,6 +63,7 @@ CREATE INDEX IF NOT EXISTS agent_queue_claimable ON agent_queue (state, created_
 ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS stop_asked BOOLEAN NOT NULL DEFAULT false;
 ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS lease_machine TEXT;
 ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS stop_runs TEXT[] NOT NULL DEFAULT '{}';
+ALTER TABLE agent_queue ADD COLUMN IF NOT EXISTS notes JSONB NOT NULL DEFAULT '[]';
 ";
 
 /// Connections a store opens to its database, at most.
@@ -296,6 +297,10 @@ impl Store for PostgresStore {
     /// process) cannot be asked.
     fn ask_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
         self.ask_worker_to_stop(run_id)
+    }
+
+    fn tell(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
+        self.tell_holder(run_id, text)
     }
 
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError> {

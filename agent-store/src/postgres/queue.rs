@@ -139,6 +139,7 @@ impl PostgresStore {
                      state = 'running',
                      stop_asked = false,
                      stop_runs = '{}',
+                     notes = '[]',
                      lease_owner = $1,
                      lease_token = nextval('agent_lease_tokens'),
                      lease_expires_at = now() + $2 * interval '1 millisecond',
@@ -428,6 +429,7 @@ impl PostgresStore {
                          lease_expires_at = EXCLUDED.lease_expires_at,
                          stop_asked = false,
                          stop_runs = '{}',
+                         notes = '[]',
                          updated_at = now()
                      WHERE q.state = 'held'
                        AND (q.lease_expires_at <= now() OR q.lease_token = $5)
@@ -600,6 +602,69 @@ impl PostgresStore {
         Ok(asked >= 1)
     }
 
+    /// Hands a person's note for run `run_id` to the worker or process that holds it (for a
+    /// sub-agent's run, the run it belongs to), on its lease's row (`notes`: pairs of the
+    /// run and the text); `false` when none holds it.
+    pub(super) fn tell_holder(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
+        let mut runs = vec![run_id];
+        runs.extend(agent_core::ancestor_run_ids(run_id));
+        let told = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue
+                 SET notes = notes || jsonb_build_array(jsonb_build_array($1::text, $3::text))
+                 WHERE run_id = (
+                     SELECT run_id FROM agent_queue
+                     WHERE run_id = ANY($2) AND state IN ('running', 'held')
+                       AND lease_expires_at > now()
+                     ORDER BY length(run_id) DESC LIMIT 1)",
+                &[&run_id, &runs, &text],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(told == 1)
+    }
+
+    /// The notes for `run_id` on the row of `lease` (its run, or a sub-agent's run of it),
+    /// taken off it, in the order they came.
+    fn notes_of(&self, lease: &Lease, run_id: &str) -> Result<Vec<String>, StoreError> {
+        let notes = |text: &str| -> Vec<(String, String)> {
+            serde_json::from_str(text).unwrap_or_default()
+        };
+        let mut client = self.client()?;
+        // Most looks find none: one read, no transaction.
+        let query = "SELECT notes::text FROM agent_queue WHERE run_id = $1 AND lease_token = $2";
+        let found = client
+            .query_opt(query, &[&lease.run_id, &lease.token])
+            .map_err(|e| engine(&e))?;
+        let Some(row) = found else {
+            return Ok(Vec::new());
+        };
+        if !notes(row.get(0)).iter().any(|(run, _)| run == run_id) {
+            return Ok(Vec::new());
+        }
+        let mut tx = client.transaction().map_err(|e| engine(&e))?;
+        let Some(row) = tx
+            .query_opt(
+                &format!("{query} FOR UPDATE"),
+                &[&lease.run_id, &lease.token],
+            )
+            .map_err(|e| engine(&e))?
+        else {
+            return Ok(Vec::new());
+        };
+        let (mine, others): (Vec<_>, Vec<_>) = notes(row.get(0))
+            .into_iter()
+            .partition(|(run, _)| run == run_id);
+        let others = serde_json::to_string(&others).unwrap_or_else(|_| "[]".to_owned());
+        tx.execute(
+            "UPDATE agent_queue SET notes = $3::text::jsonb WHERE run_id = $1 AND lease_token = $2",
+            &[&lease.run_id, &lease.token, &others],
+        )
+        .map_err(|e| engine(&e))?;
+        tx.commit().map_err(|e| engine(&e))?;
+        Ok(mine.into_iter().map(|(_, text)| text).collect())
+    }
+
     /// Whether the holder of `lease` was asked to stop `run_id` (its run, or a sub-agent's
     /// run of it) since it last looked.
     fn stop_asked_of(&self, lease: &Lease, run_id: &str) -> Result<bool, StoreError> {
@@ -642,6 +707,19 @@ impl Store for FencedStore {
 
     fn ask_to_stop(&self, run_id: &str) -> Result<bool, StoreError> {
         self.store.ask_worker_to_stop(run_id)
+    }
+
+    fn tell(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
+        self.store.tell_holder(run_id, text)
+    }
+
+    /// The leased run's notes, and its sub-agents' runs'; none when the database does not
+    /// answer now (they are looked for again before the next model call).
+    fn told(&self, run_id: &str) -> Vec<String> {
+        if !agent_core::in_family_of(&self.lease.run_id, run_id) {
+            return Vec::new();
+        }
+        self.store.notes_of(&self.lease, run_id).unwrap_or_default()
     }
 
     /// Asks the database at most every second for each run (the driver looks more often):
