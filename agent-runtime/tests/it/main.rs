@@ -382,6 +382,111 @@ impl Store for StopLooks {
     }
 }
 
+/// A store that carries notes for runs ([`Store::tell`]), as a directory store does.
+struct Noted {
+    inner: MemoryStore,
+    notes: Mutex<Vec<String>>,
+}
+
+impl Store for Noted {
+    fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
+        self.inner.append(run_id, expected, entries)
+    }
+    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
+        self.inner.load(run_id)
+    }
+    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
+        self.inner.runs()
+    }
+    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
+        self.inner.put_blob(bytes)
+    }
+    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_blob(handle)
+    }
+    fn stop_asked(&self, _: &str) -> Option<bool> {
+        Some(false)
+    }
+    fn tell(&self, _: &str, text: &str) -> Result<bool, StoreError> {
+        self.notes.lock().unwrap().push(text.to_owned());
+        Ok(true)
+    }
+    fn told(&self, _: &str) -> Vec<String> {
+        std::mem::take(&mut *self.notes.lock().unwrap())
+    }
+}
+
+/// A tool during which a person sends the run two notes.
+struct NotedMeanwhile(Arc<Noted>);
+
+#[async_trait]
+impl Tool for NotedMeanwhile {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new("job", "works", json!({"type": "object"}), Risk::Read)
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+        self.0.tell("run-n", "mind the tests").unwrap();
+        self.0.tell("run-n", "and the docs").unwrap();
+        Ok("done".into())
+    }
+}
+
+/// Notes a person sends a running run are committed before its next model call, one
+/// `user_note` each, after the results of the calls it ran, and the model reads them in that
+/// call's prompt; one sent before the drive began is not this drive's and is dropped.
+#[tokio::test]
+async fn notes_sent_to_a_running_run_are_read_before_its_next_model_call() {
+    let s = setup();
+    let store = Arc::new(Noted {
+        inner: MemoryStore::new(),
+        notes: Mutex::default(),
+    });
+    store.tell("run-n", "stale").unwrap();
+    let shared: Arc<dyn Store> = Arc::clone(&store) as _;
+    let tool: Arc<dyn Tool> = Arc::new(NotedMeanwhile(Arc::clone(&store)));
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "job"}]},
+        {"final": "done"}
+    ]});
+    let report = s
+        .runtime(script, shared, vec![tool])
+        .start(
+            RunRequest::new("run-n", "g", Budget::default()),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(report.state.steps, 2);
+    let log = store.load("run-n").unwrap();
+    let kinds: Vec<&str> = log.iter().map(|e| e.event.name()).collect();
+    assert_eq!(
+        kinds[2..5],
+        ["tool_finished", "user_note", "user_note"],
+        "{kinds:?}"
+    );
+    let notes: Vec<&str> = log
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::UserNote { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notes, ["mind the tests", "and the docs"]);
+    let prompts = s.prompts.lock().unwrap();
+    assert_eq!(prompts.len(), 2);
+    let last = serde_json::to_string(prompts[1].messages.last().unwrap()).unwrap();
+    assert!(
+        last.contains("mind the tests") && last.contains("and the docs"),
+        "{last}"
+    );
+    assert!(
+        !serde_json::to_string(&prompts[1])
+            .unwrap()
+            .contains("stale")
+    );
+}
+
 /// The driver lets go of a stop request made before it began by looking once before it
 /// does anything: a request made once the run is going (`agent cancel` right after its
 /// first commit) is never taken for an earlier one and dropped.
