@@ -282,22 +282,11 @@ fn running_until_go(env: &Env, extra: &[&str]) -> (std::process::Child, String) 
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let id = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command was never dispatched"
-        );
-        let runs = object(&env.run(&["runs", "--json"]));
-        if let Some(id) = runs[0]["run_id"].as_str()
-            && events(env, id)
-                .iter()
-                .any(|e| e["type"] == "effect_dispatched")
-        {
-            break id.to_owned();
-        }
-        std::thread::yield_now();
-    };
+    let id = crate::first_run_once(env, "its command is dispatched", |id| {
+        events(env, id)
+            .iter()
+            .any(|e| e["type"] == "effect_dispatched")
+    });
     (child, id)
 }
 

@@ -203,6 +203,23 @@ fn run_with_sub_agents(env: &Env, script: &Value, goal: &str) -> (Output, String
     (out, model)
 }
 
+/// The id of the first run `agent runs` lists, once `done` holds of it (`what`, said if
+/// that never comes within a minute).
+fn first_run_once(env: &Env, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        let out = env.run(&["runs", "--json"]);
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if let Some(id) = runs[0]["run_id"].as_str()
+            && done(id)
+        {
+            return id.to_owned();
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn event_types(env: &Env, id: &str) -> Vec<String> {
     let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", id]).stdout).unwrap();
     shown["events"]

@@ -108,21 +108,29 @@ fn a_crash_in_the_middle_of_a_child_resumes_both_and_its_write_happens_once() {
     );
 }
 
-#[test]
-fn agent_approve_parent_lists_and_answers_a_childs_approval() {
-    let env = Env::new();
+/// `agent run --json` of a run whose sub-agent's write waits for approval, the run's final
+/// answer `answer` once it has the sub-agent's: its output (the run paused, exit 3) and
+/// its model.
+fn paused_on_its_sub_agent(env: &Env, answer: &str) -> (std::process::Output, String) {
     let turns = json!({
         "turns": [
             {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
-            {"final": "done"}
+            {"final": answer}
         ],
         "agents": {"save the note": {"turns": [
             {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
             {"final": "saved"}
         ]}}
     });
-    let (out, model) = super::run_with_sub_agents(&env, &turns, "note it");
+    let (out, model) = super::run_with_sub_agents(env, &turns, "note it");
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    (out, model)
+}
+
+#[test]
+fn agent_approve_parent_lists_and_answers_a_childs_approval() {
+    let env = Env::new();
+    let (out, model) = paused_on_its_sub_agent(&env, "done");
     let v = json_of(&out);
     assert_eq!(v["reason"], "approval_required");
     assert_eq!(v["pending"][0]["call_id"], "w1");
@@ -160,18 +168,7 @@ fn agent_approve_parent_lists_and_answers_a_childs_approval() {
 #[test]
 fn cancelling_the_sub_agent_a_run_waits_on_lets_the_run_go_on() {
     let env = Env::new();
-    let turns = json!({
-        "turns": [
-            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
-            {"final": "done without it"}
-        ],
-        "agents": {"save the note": {"turns": [
-            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
-            {"final": "saved"}
-        ]}}
-    });
-    let (out, model) = super::run_with_sub_agents(&env, &turns, "note it");
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let (out, model) = paused_on_its_sub_agent(&env, "done without it");
     let id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
     let runs = json_of(&env.run(&["runs", "--json"]));
     let child = runs[1]["run_id"].as_str().unwrap().to_owned();
@@ -219,18 +216,7 @@ fn cancelling_the_sub_agent_a_run_waits_on_lets_the_run_go_on() {
 #[test]
 fn approving_the_sub_agent_itself_lets_the_run_go_on() {
     let env = Env::new();
-    let turns = json!({
-        "turns": [
-            {"tool_calls": [{"id": "d1", "name": "delegate", "arguments": {"goal": "save the note"}}]},
-            {"final": "done"}
-        ],
-        "agents": {"save the note": {"turns": [
-            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "note.txt", "content": "hi\n"}}]},
-            {"final": "saved"}
-        ]}}
-    });
-    let (out, model) = super::run_with_sub_agents(&env, &turns, "note it");
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let (out, model) = paused_on_its_sub_agent(&env, "done");
     let id = json_of(&out)["run_id"].as_str().unwrap().to_owned();
     let child = json_of(&env.run(&["runs", "--json"]))[1]["run_id"]
         .as_str()
@@ -380,18 +366,7 @@ fn following_a_run_shows_its_sub_agent_at_work() {
         .spawn()
         .unwrap();
     // Its first entry is there once `agent runs` lists it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let id = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the run never started"
-        );
-        let runs = json_of(&env.run(&["runs", "--json"]));
-        if let Some(id) = runs[0]["run_id"].as_str() {
-            break id.to_owned();
-        }
-        std::thread::yield_now();
-    };
+    let id = super::first_run_once(&env, "the run started", |_| true);
     let mut follow = env
         .cmd()
         .args(["show", "--follow", &id])

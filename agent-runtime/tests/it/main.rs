@@ -352,11 +352,14 @@ impl Tool for Waits {
     }
 }
 
-/// A store that carries stop requests and says, in order, when the driver looked for one
-/// and when it committed.
+/// A store that carries stop requests and notes ([`Store::tell`]), as a directory store
+/// does, and says, in order, when the driver looked for a stop request and when it
+/// committed.
+#[derive(Default)]
 struct StopLooks {
     inner: MemoryStore,
     seen: Mutex<Vec<&'static str>>,
+    notes: Mutex<Vec<String>>,
 }
 
 impl Store for StopLooks {
@@ -380,33 +383,6 @@ impl Store for StopLooks {
         self.seen.lock().unwrap().push("looked");
         Some(false)
     }
-}
-
-/// A store that carries notes for runs ([`Store::tell`]), as a directory store does.
-struct Noted {
-    inner: MemoryStore,
-    notes: Mutex<Vec<String>>,
-}
-
-impl Store for Noted {
-    fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
-        self.inner.append(run_id, expected, entries)
-    }
-    fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
-        self.inner.load(run_id)
-    }
-    fn runs(&self) -> Result<Vec<agent_store::RunSummary>, StoreError> {
-        self.inner.runs()
-    }
-    fn put_blob(&self, bytes: &[u8]) -> Result<Handle, StoreError> {
-        self.inner.put_blob(bytes)
-    }
-    fn get_blob(&self, handle: &Handle) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get_blob(handle)
-    }
-    fn stop_asked(&self, _: &str) -> Option<bool> {
-        Some(false)
-    }
     fn tell(&self, _: &str, text: &str) -> Result<bool, StoreError> {
         self.notes.lock().unwrap().push(text.to_owned());
         Ok(true)
@@ -417,7 +393,7 @@ impl Store for Noted {
 }
 
 /// A tool during which a person sends the run two notes.
-struct NotedMeanwhile(Arc<Noted>);
+struct NotedMeanwhile(Arc<StopLooks>);
 
 #[async_trait]
 impl Tool for NotedMeanwhile {
@@ -437,10 +413,7 @@ impl Tool for NotedMeanwhile {
 #[tokio::test]
 async fn notes_sent_to_a_running_run_are_read_before_its_next_model_call() {
     let s = setup();
-    let store = Arc::new(Noted {
-        inner: MemoryStore::new(),
-        notes: Mutex::default(),
-    });
+    let store = Arc::new(StopLooks::default());
     store.tell("run-n", "stale").unwrap();
     let shared: Arc<dyn Store> = Arc::clone(&store) as _;
     let tool: Arc<dyn Tool> = Arc::new(NotedMeanwhile(Arc::clone(&store)));
@@ -493,10 +466,7 @@ async fn notes_sent_to_a_running_run_are_read_before_its_next_model_call() {
 #[tokio::test]
 async fn the_first_look_for_a_stop_request_comes_before_the_run_does_anything() {
     let s = setup();
-    let store = Arc::new(StopLooks {
-        inner: MemoryStore::new(),
-        seen: Mutex::default(),
-    });
+    let store = Arc::new(StopLooks::default());
     let shared: Arc<dyn Store> = Arc::clone(&store) as _;
     // Commits on the driving thread: nothing else runs before the drive yields.
     let rt = s
