@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_providers::{HttpModel, Model, ReplayModel, ScriptModel};
-use agent_runtime::{CancellationToken, EventSink, ModelSummarizer, Redactor, Runtime, StoreBlobs};
+use agent_runtime::{CancellationToken, ModelSummarizer, Redactor, Runtime, StoreBlobs};
 use agent_tools::mcp::{self, McpConfig};
 use agent_tools::{CommandHook, Gateway, ToolReplay, Workspace};
 
@@ -474,6 +474,7 @@ pub fn runtime(
     gateway: Gateway,
     store: OpenStore,
     redactor: Redactor,
+    shown: bool,
 ) -> Runtime {
     let store = store.into_shared();
     let blobs = Arc::new(StoreBlobs::new(Arc::clone(&store)).with_redactor(redactor.clone()));
@@ -495,20 +496,32 @@ pub fn runtime(
         // token, and no process pays for loading o200k to play one.
         runtime = runtime.with_token_counter(Arc::new(agent_context::CharEstimate));
     }
-    if settings.events {
-        runtime = runtime.with_event_sink(event_printer());
+    let events = settings.events;
+    if events || shown {
+        runtime = runtime.with_event_sink(Arc::new(move |entry| {
+            if events {
+                print_event(entry);
+            }
+            // What a run shows on a terminal: a person's message from elsewhere, as it
+            // is committed, before the model call that reads it.
+            if let (true, agent_core::Event::UserNote { text }) = (shown, &entry.event) {
+                crate::app::tell(format_args!(
+                    "  ✉ a message from elsewhere: {}\n",
+                    render::cut(&format!("{text:?}"), 200)
+                ));
+            }
+        }));
     }
     runtime
 }
 
-fn event_printer() -> EventSink {
-    Arc::new(|entry| {
-        if let Ok(line) = serde_json::to_string(entry) {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{line}");
-            let _ = out.flush();
-        }
-    })
+/// `--events`: the committed entry, a JSON line on standard output.
+fn print_event(entry: &agent_core::Entry) {
+    if let Ok(line) = serde_json::to_string(entry) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
 }
 
 /// The async runtime of a command that drives one run: one thread, which also makes the
@@ -723,7 +736,15 @@ pub fn build(
     // inside this one.
     let inline = rt.handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
         && matches!(store, OpenStore::Dir(_));
-    Ok(runtime(settings, model, gateway, store, redactor(mcp.as_ref())).with_inline_store(inline))
+    let runtime = runtime(
+        settings,
+        model,
+        gateway,
+        store,
+        redactor(mcp.as_ref()),
+        shown,
+    );
+    Ok(runtime.with_inline_store(inline))
 }
 
 #[cfg(test)]

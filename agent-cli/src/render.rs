@@ -705,7 +705,7 @@ fn calls_text(run_id: &str, calls: &[ToolCall]) -> String {
 }
 
 /// The first line of `text`, at most `max` characters.
-fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     let line = text.lines().next().unwrap_or("");
     let mut out: String = line
         .chars()

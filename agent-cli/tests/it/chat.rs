@@ -476,6 +476,41 @@ fn a_chat_says_its_exchange_was_stopped_from_elsewhere() {
     t.exit();
 }
 
+/// A message sent from another terminal to the run a chat drives (`agent resume RUN
+/// MESSAGE`) is shown in the chat as it is read, before the model call that reads it.
+#[test]
+fn a_chat_shows_a_message_sent_to_its_run_from_elsewhere() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+        {"final": "went on"}
+    ]));
+    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
+    t.expect("> ");
+    t.type_line("wait");
+    t.expect("s1 shell command=");
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let mut told = env
+        .cmd()
+        .args(["resume", &run, "mind the tests"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(told.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+    assert!(line.contains("has your message"), "{line}");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    t.expect("✉ a message from elsewhere: \"mind the tests\"");
+    t.expect("went on");
+    assert!(told.wait().unwrap().success());
+    t.expect("> ");
+    t.exit();
+}
+
 impl Terminal {
     /// SIGTERM to `agent`, as a service manager or `docker stop` sends it.
     fn terminate(&self) {
