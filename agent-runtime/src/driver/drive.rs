@@ -679,22 +679,28 @@ impl Runtime {
         let run_id = run_id.to_owned();
         let cancel = cancel.clone();
         // The store may block (a database's round trip): asked off the async threads.
-        let asked = move || {
+        let asked = move |first: bool| {
             let store = Arc::clone(&store);
             let run_id = run_id.clone();
-            tokio::task::spawn_blocking(move || (store.stop_asked(&run_id), store.told(&run_id)))
+            tokio::task::spawn_blocking(move || {
+                // The first look lets go of notes sent while no drive was going on (their
+                // senders were told the run stopped before it read them); the drive takes
+                // the others before each model call.
+                if first {
+                    drop(store.told(&run_id));
+                }
+                store.stop_asked(&run_id)
+            })
         };
-        // The first look lets go of an earlier request, and of notes sent while no drive
-        // was going on (their senders were told the run stopped before it read them); it
-        // says whether to look at all.
-        if !matches!(asked().await, Ok((Some(_), _))) {
+        // The first look lets go of an earlier request, and says whether to look at all.
+        if !matches!(asked(true).await, Ok(Some(_))) {
             return None;
         }
         inbox.open();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(STOP_POLL).await;
-                if matches!(asked().await, Ok((Some(true), _))) {
+                if matches!(asked(false).await, Ok(Some(true))) {
                     cancel.cancel();
                     return;
                 }

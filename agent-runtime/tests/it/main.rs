@@ -403,6 +403,13 @@ impl Tool for NotedMeanwhile {
     async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
         self.0.tell("run-n", "mind the tests").unwrap();
         self.0.tell("run-n", "and the docs").unwrap();
+        // The driver's watch for stop requests looks again meanwhile: the notes wait for
+        // the model call all the same.
+        let looks = |store: &StopLooks| store.seen.lock().unwrap().len();
+        let before = looks(&self.0);
+        while looks(&self.0) == before {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         Ok("done".into())
     }
 }
