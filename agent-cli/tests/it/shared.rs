@@ -73,12 +73,9 @@ fn a_live_run_is_listed_and_shown_as_it_goes_and_no_second_process_takes_it() {
     assert_eq!(json_out(&context)["live"], by.as_str());
 
     // Nobody else may drive it meanwhile (`agent cancel` asks its process to stop it:
-    // `a_live_run_is_cancelled_from_another_process`).
-    for args in [
-        vec!["resume", id.as_str()],
-        vec!["approve", id.as_str()],
-        vec!["resume", id.as_str(), "a message"],
-    ] {
+    // `a_live_run_is_cancelled_from_another_process`; a message is handed to its process:
+    // `conversation::a_message_to_a_live_run_is_read_before_its_next_model_call`).
+    for args in [vec!["resume", id.as_str()], vec!["approve", id.as_str()]] {
         let out = env.run(&args);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
