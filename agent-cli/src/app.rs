@@ -593,6 +593,11 @@ fn drive_existing(
     };
     // A sub-agent driven by its own id: its parent may wait on it.
     let waiting = waiting_parent(store.as_store(), run_id);
+    // A message to an interrupted run is a note read before its next model call.
+    let notes_before = match (&what, RunState::fold(&log).map(|s| s.status)) {
+        (Resume::Reply(_), Ok(agent_core::Status::Running)) => Some(notes_in(&log)),
+        _ => None,
+    };
     let one = OneRun::new(settings, &choice, StoreSource::Open(Box::new(store)), json)?;
     let runtime = &one.runtime;
     let cancel = one.cancel.clone();
@@ -611,7 +616,23 @@ fn drive_existing(
     });
     let code = one.finish(driven)?;
     released(settings, one.runtime.store().as_ref(), run_id, waiting)?;
+    if let Some(before) = notes_before {
+        let log = one.runtime.store().load(run_id)?;
+        if notes_in(&log) == before {
+            tell(format_args!(
+                "agent: run {run_id} stopped before it read your message; send it again \
+                 once it goes on\n"
+            ));
+        }
+    }
     Ok(code)
+}
+
+/// How many notes (`user_note`) a log holds.
+fn notes_in(log: &[agent_core::Entry]) -> usize {
+    log.iter()
+        .filter(|e| matches!(e.event, Event::UserNote { .. }))
+        .count()
 }
 
 /// The longest message `agent resume RUN MESSAGE` hands a live run.

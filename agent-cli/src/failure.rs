@@ -84,8 +84,9 @@ impl From<RuntimeError> for Failure {
                          resolve {run_id} --call ID --as committed|rejected|retry`"
                     ),
                     ReplyError::NotEnded => format!(
-                        "it was interrupted, not ended: use `agent resume {run_id}` without \
-                         a message first"
+                        "it was interrupted, not ended, and new limits come with a message to \
+                         an ended run: use `agent resume {run_id} MESSAGE` without them, or \
+                         `agent resume {run_id}` first"
                     ),
                     other => other.to_string(),
                 };

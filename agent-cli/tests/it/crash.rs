@@ -520,12 +520,16 @@ fn waiting_for_go(
     (child, run, runner)
 }
 
-/// [`a_run_asked_to_stop_is_let_go_at_its_next_step`], asked by `signal` (the command run
-/// by a sub-agent `through_sub_agent`).
-fn let_go_when(signal: Signal, through_sub_agent: bool) {
+/// [`waiting_for_go`], asked to stop by `signal` once its command runs, and `go` made once
+/// `agent` said it stops: its output, what it said after that, the run's id and the id of
+/// the run that ran the command.
+fn let_go_by(
+    env: &Env,
+    signal: Signal,
+    through_sub_agent: bool,
+) -> (Output, Vec<String>, String, String) {
     use std::io::BufRead;
-    let env = Env::new();
-    let (mut child, run, runner) = waiting_for_go(&env, through_sub_agent, |cmd| cmd);
+    let (mut child, run, runner) = waiting_for_go(env, through_sub_agent, |cmd| cmd);
     nix::sys::signal::kill(pid_of(&child), signal).unwrap();
     // The command finishes only once `agent` heard it.
     let mut said = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
@@ -537,6 +541,62 @@ fn let_go_when(signal: Signal, through_sub_agent: bool) {
     std::fs::write(env.dir.path().join("go"), "").unwrap();
     let out = child.wait_with_output().unwrap();
     let rest: Vec<String> = said.map(Result::unwrap).collect();
+    (out, rest, run, runner)
+}
+
+/// A message to an interrupted run (here let go by SIGTERM) takes it up, the message read
+/// before its next model call, after the results of what it ran: no new exchange.
+#[test]
+fn a_message_to_an_interrupted_run_is_read_as_it_is_taken_up() {
+    let env = Env::new();
+    let (out, rest, run, _) = let_go_by(&env, Signal::SIGTERM, false);
+    assert_eq!(out.status.code(), Some(3), "{rest:?}");
+    let out = env.run(&["resume", "--json", &run, "also say hello"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["answer"], "went");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("before it read"));
+    let kinds = super::event_types(&env, &run);
+    let at = |kind: &str| kinds.iter().position(|k| k == kind).unwrap();
+    assert!(at("tool_finished") < at("run_resumed"), "{kinds:?}");
+    assert!(at("run_resumed") < at("user_note"), "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "user_message").count(), 0);
+    let prompt = String::from_utf8(env.run(&["context", &run, "--at", "2"]).stdout).unwrap();
+    assert!(prompt.contains("also say hello"), "{prompt}");
+}
+
+/// A message to a run killed with a command in doubt: taken up, the run pauses for a
+/// person to settle the command before any model call, so it never reads the message, and
+/// the sender is told so.
+#[test]
+fn a_message_to_a_run_that_pauses_when_taken_up_is_said_unread() {
+    let env = Env::new();
+    let (child, run, _) = waiting_for_go(&env, false, |cmd| cmd);
+    nix::sys::signal::kill(pid_of(&child), Signal::SIGKILL).unwrap();
+    child.wait_with_output().unwrap();
+    let out = env.run(&["resume", &run, "also say hello"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(said.contains("paused (outcome_unknown)"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "run {run} stopped before it read your message; send it again once it goes on"
+        )),
+        "{said}"
+    );
+    assert!(!super::event_types(&env, &run).contains(&"user_note".to_owned()));
+}
+
+/// [`a_run_asked_to_stop_is_let_go_at_its_next_step`], asked by `signal` (the command run
+/// by a sub-agent `through_sub_agent`).
+fn let_go_when(signal: Signal, through_sub_agent: bool) {
+    let env = Env::new();
+    let (out, rest, run, runner) = let_go_by(&env, signal, through_sub_agent);
     assert_eq!(out.status.code(), Some(3), "{rest:?}");
     assert!(
         rest.iter().any(

@@ -28,6 +28,18 @@ impl Runtime {
         log: Vec<Entry>,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        self.drive_noted(run_id, machine, log, cancel, None).await
+    }
+
+    /// [`Runtime::drive`], with a person's `note` read before the run's next model call.
+    pub(super) async fn drive_noted(
+        &self,
+        run_id: String,
+        machine: Machine,
+        log: Vec<Entry>,
+        cancel: CancellationToken,
+        note: Option<String>,
+    ) -> Result<Report, RuntimeError> {
         let span = tracing::info_span!(
             "invoke_agent",
             otel.name = format!("invoke_agent {AGENT_NAME}"),
@@ -45,6 +57,7 @@ impl Runtime {
         let cancel = cancel.child_token();
         let inbox = Inbox::default();
         let _watch = self.watch_stop_requests(&run_id, &cancel, &inbox).await;
+        inbox.extend(note.into_iter().collect());
         async move {
             let report = match self
                 .drive_in_span(run_id, machine, log, cancel, &inbox)

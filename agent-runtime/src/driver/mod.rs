@@ -547,6 +547,11 @@ impl Runtime {
     /// the answer to its clarification, or a follow-up that opens a new exchange. `budget`,
     /// when given, is the run's budget from then on (to raise a spent token, cost or time
     /// budget). The message is redacted like everything else that is logged.
+    ///
+    /// An interrupted run (a crash, or let go) is taken up as [`Runtime::resume`] does, the
+    /// message read as a note (`user_note`) before its next model call, once what was in
+    /// flight is settled: it opens no new exchange, so no `budget` comes with it. A run that
+    /// stops before that call never reads it (its log says so: no `user_note`).
     pub async fn reply(
         &self,
         run_id: &str,
@@ -557,6 +562,19 @@ impl Runtime {
         self.needs_model()?;
         let log = self.load_log(run_id).await?;
         self.check_tools(run_id, &log)?;
+        let interrupted = matches!(
+            RunState::fold(&log).map(|s| s.status),
+            Ok(agent_core::Status::Running)
+        );
+        if interrupted && budget.is_none() {
+            drop(log);
+            let (machine, log) = self.take_up(run_id).await?;
+            self.keeps(machine.budget())?;
+            let note = self.redactor.redact_str(text);
+            return self
+                .drive_noted(run_id.to_owned(), machine, log, cancel, Some(note))
+                .await;
+        }
         let machine = self.with_message(run_id, &log, text, budget)?;
         self.keeps(machine.budget())?;
         self.drive(run_id.to_owned(), machine, log, cancel).await
