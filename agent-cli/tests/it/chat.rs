@@ -492,17 +492,7 @@ fn a_chat_shows_a_message_sent_to_its_run_from_elsewhere() {
     t.expect("s1 shell command=");
     let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
     let run = runs[0]["run_id"].as_str().unwrap().to_owned();
-    let mut told = env
-        .cmd()
-        .args(["resume", &run, "mind the tests"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = std::io::BufReader::new(told.stderr.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
-    assert!(line.contains("has your message"), "{line}");
+    let (mut told, _) = crate::handed(&env, &[&run, "mind the tests"]);
     std::fs::write(env.dir.path().join("go"), "").unwrap();
     t.expect("✉ a message from elsewhere: \"mind the tests\"");
     t.expect("went on");

@@ -294,17 +294,7 @@ fn running_until_go(env: &Env, extra: &[&str]) -> (std::process::Child, String) 
 /// handed the message over, `go` made (the run's command ends): what it printed, and what
 /// it said after that.
 fn told_then_go(env: &Env, id: &str) -> (std::process::Output, String) {
-    let mut told = env
-        .cmd()
-        .args(["resume", "--json", id, "also say hello"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = std::io::BufReader::new(told.stderr.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
-    assert!(line.contains("has your message"), "{line}");
+    let (told, mut said) = crate::handed(env, &["--json", id, "also say hello"]);
     std::fs::write(env.dir.path().join("go"), "").unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut said, &mut rest).unwrap();

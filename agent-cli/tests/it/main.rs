@@ -203,6 +203,30 @@ fn run_with_sub_agents(env: &Env, script: &Value, goal: &str) -> (Output, String
     (out, model)
 }
 
+/// `agent resume ARGS` (a message to a live run), once it said it handed the message over:
+/// the process, and what it says from then on.
+fn handed(
+    env: &Env,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+) {
+    let mut told = env
+        .cmd()
+        .arg("resume")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(told.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+    assert!(line.contains("has your message"), "{line}");
+    (told, said)
+}
+
 /// The id of the first run `agent runs` lists, once `done` holds of it (`what`, said if
 /// that never comes within a minute).
 fn first_run_once(env: &Env, what: &str, done: impl Fn(&str) -> bool) -> String {
