@@ -506,7 +506,7 @@ pub fn runtime(
             // is committed, before the model call that reads it.
             if let (true, agent_core::Event::UserNote { text }) = (shown, &entry.event) {
                 crate::app::tell(format_args!(
-                    "  ✉ a message from elsewhere: {}\n",
+                    "  ✉ the run reads a message: {}\n",
                     render::cut(&format!("{text:?}"), 200)
                 ));
             }

@@ -337,12 +337,18 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             None => return Ok(EXIT_OK),
         }
     }
+    // A message typed during the last exchange that its run did not read.
+    let mut next: Option<String> = None;
     loop {
         if drain.is_cancelled() {
             // What stopped it was said; the run goes on with the next `agent chat RUN`.
             return Ok(crate::exit::EXIT_PAUSED);
         }
-        let line = match read_line(&mut editor) {
+        let read = match next.take() {
+            Some(text) => Ok(text),
+            None => read_line(&mut editor),
+        };
+        let line = match read {
             Ok(line) => line,
             Err(ReadlineError::Interrupted | ReadlineError::Eof) => break,
             Err(e) => {
@@ -382,6 +388,9 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         STREAMED.store(false, std::sync::atomic::Ordering::Relaxed);
         let exchange = Exchange::new(&rt);
         let cancel = &exchange.cancel;
+        // Lines typed while the run works are handed to it, read before its next model call.
+        let noted = run_id.clone().unwrap_or_else(|| new_id.clone());
+        let typing = Typing::start(runtime.store(), noted.clone());
         let result = rt.block_on(async {
             match &run_id {
                 None => {
@@ -391,6 +400,15 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
                 Some(id) => runtime.reply(id, text, None, cancel.clone()).await,
             }
         });
+        drop(typing);
+        // What was typed too late for the run to read is the next message.
+        let unread = runtime.store().told(&noted);
+        if !unread.is_empty() {
+            tell(format_args!(
+                "  ✉ the run stopped before it read what you typed: it is your next message\n"
+            ));
+            next = Some(unread.join("\n"));
+        }
         match result {
             Ok(report) => match follow(
                 &rt,
@@ -414,6 +432,77 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
         }
     }
     Ok(EXIT_OK)
+}
+
+/// Lines a person types while an exchange runs, handed to the run as they are entered
+/// ([`agent_store::Store::tell`]): it reads each before its next model call. Only on a
+/// terminal, whose kernel hands over a whole line at a time; stopped (the thread joined)
+/// when dropped, before the chat reads the terminal itself again.
+struct Typing {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Typing {
+    fn start(store: Arc<dyn agent_store::Store>, run_id: String) -> Option<Typing> {
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let stdin = std::io::stdin();
+            let mut line = vec![0u8; 64 * 1024];
+            let every = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 50_000_000,
+            };
+            while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut fds = [rustix::event::PollFd::new(
+                    &stdin,
+                    rustix::event::PollFlags::IN,
+                )];
+                match rustix::event::poll(&mut fds, Some(&every)) {
+                    Ok(0) => continue,
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+                // One line, read from the descriptor itself: nothing is kept in a buffer
+                // the chat's own reading would not see.
+                let n = match rustix::io::read(&stdin, &mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let text = String::from_utf8_lossy(&line[..n]).trim().to_owned();
+                if text.is_empty() {
+                    continue;
+                }
+                if store.tell(&run_id, &text).unwrap_or(false) {
+                    tell(format_args!(
+                        "  ✉ sent: the run reads it before its next model call\n"
+                    ));
+                } else {
+                    tell(format_args!(
+                        "  (not sent: the run has not started yet; say it again when it \
+                         asks)\n"
+                    ));
+                }
+            }
+        });
+        Some(Typing {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Typing {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// `agent chat RUN` of a run in a database's queue. Workers drive it, on their machines and

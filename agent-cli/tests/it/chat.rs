@@ -494,11 +494,67 @@ fn a_chat_shows_a_message_sent_to_its_run_from_elsewhere() {
     let run = runs[0]["run_id"].as_str().unwrap().to_owned();
     let (mut told, _) = crate::handed(&env, &[&run, "mind the tests"]);
     std::fs::write(env.dir.path().join("go"), "").unwrap();
-    t.expect("✉ a message from elsewhere: \"mind the tests\"");
+    t.expect("✉ the run reads a message: \"mind the tests\"");
     t.expect("went on");
     assert!(told.wait().unwrap().success());
     t.expect("> ");
     t.exit();
+}
+
+/// A line typed in a chat while its run works is handed to the run, which reads it before
+/// its next model call; one the run stops before reading (here at its step limit) is the
+/// chat's next message.
+#[test]
+fn a_line_typed_while_the_run_works_is_read_before_its_next_model_call() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done; rm go"}}]},
+        {"tool_calls": [{"id": "s2", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+        {"final": "went on"}
+    ]));
+    // Two model calls an exchange (the chat has no flag for it).
+    std::fs::write(env.dir.path().join("agent.toml"), "max_steps = 2\n").unwrap();
+    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
+    t.expect("> ");
+    t.type_line("wait");
+    t.expect("s1 shell command=");
+    t.type_line("mind the tests");
+    t.expect("✉ sent: the run reads it before its next model call");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    t.expect("✉ the run reads a message: \"mind the tests\"");
+    t.expect("s2 shell command=");
+    // At its step limit after this command: what is typed now is not read in this exchange.
+    t.type_line("and the docs");
+    t.expect("✉ sent");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    t.expect("the run stopped before it read what you typed: it is your next message");
+    t.expect("went on");
+    t.expect("> ");
+    t.exit();
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let shown: Value = serde_json::from_slice(&env.run(&["show", "--json", &run]).stdout).unwrap();
+    let said: Vec<(String, String)> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "user_note" || e["type"] == "user_message")
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                e["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("user_note".to_owned(), "mind the tests".to_owned()),
+            ("user_message".to_owned(), "and the docs".to_owned())
+        ]
+    );
 }
 
 impl Terminal {
