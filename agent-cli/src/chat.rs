@@ -401,15 +401,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
             }
         });
         drop(typing);
-        // What was typed too late for the run to read is the next message.
-        let unread = runtime.store().told(&noted);
-        if !unread.is_empty() {
-            tell(format_args!(
-                "  ✉ the run stopped before it read what you typed: it is your next message\n"
-            ));
-            next = Some(unread.join("\n"));
-        }
-        match result {
+        let followed = match result {
             Ok(report) => match follow(
                 &rt,
                 &runtime,
@@ -418,9 +410,12 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
                 Some(exchange),
                 &mut always,
             ) {
-                Some(report) => current = Some(report),
+                Some(report) => {
+                    current = Some(report);
+                    true
+                }
                 // The person left at a question: the run waits for them.
-                None => break,
+                None => false,
             },
             Err(e) => {
                 tell(format_args!("agent: {}\n", Failure::from(e).message));
@@ -428,7 +423,19 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
                 if let Some(id) = run_id {
                     current = reload(&rt, &runtime, &id);
                 }
+                true
             }
+        };
+        if !followed {
+            break;
+        }
+        // What was typed too late for the run to read is the next message.
+        let unread = runtime.store().told(&noted);
+        if !unread.is_empty() {
+            tell(format_args!(
+                "  ✉ the run stopped before it read what you typed: it is your next message\n"
+            ));
+            next = Some(unread.join("\n"));
         }
     }
     Ok(EXIT_OK)
@@ -650,7 +657,11 @@ fn follow(
         let answers = ask_pending(editor, &report, always)?;
         let next = Exchange::new(rt);
         for answer in answers {
-            match apply(rt, runtime, &report.run_id, answer, &next.cancel) {
+            // What is typed while the run goes on is handed to it, as in an exchange.
+            let typing = Typing::start(runtime.store(), report.run_id.clone());
+            let applied = apply(rt, runtime, &report.run_id, answer, &next.cancel);
+            drop(typing);
+            match applied {
                 Ok(next) => report = next,
                 Err(e) => {
                     tell(format_args!("agent: {}\n", Failure::from(e).message));

@@ -557,6 +557,32 @@ fn a_line_typed_while_the_run_works_is_read_before_its_next_model_call() {
     );
 }
 
+/// So is a line typed while the run goes on after an approval asked inline.
+#[test]
+fn a_line_typed_while_the_run_goes_on_after_an_approval_is_read_too() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {
+            "path": "a.txt", "content": "a"}}]},
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+        {"final": "went on"}
+    ]));
+    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
+    t.expect("> ");
+    t.type_line("write it");
+    t.expect("approve? [y]es / [n]o [reason] / [a]lways write_file > ");
+    t.type_line("y");
+    t.expect("s1 shell command=");
+    t.type_line("mind the tests");
+    t.expect("✉ sent: the run reads it before its next model call");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    t.expect("✉ the run reads a message: \"mind the tests\"");
+    t.expect("went on");
+    t.expect("> ");
+    t.exit();
+}
+
 impl Terminal {
     /// SIGTERM to `agent`, as a service manager or `docker stop` sends it.
     fn terminate(&self) {
