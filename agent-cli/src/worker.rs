@@ -667,6 +667,11 @@ pub fn answer_queued(
                  `agent deny`, `agent resolve` or `agent resume {run_id} MESSAGE`"
             )));
         }
+        // Handed back to the queue between two steps (a worker let it go): its next model
+        // call reads the message, whichever worker takes it up.
+        (Some(QueueState::Runnable), QueuedAnswer::Message(text)) if store.load(run_id).is_ok() => {
+            return note_queued(&store, json, run_id, text).map(Some);
+        }
         (Some(QueueState::Runnable | QueueState::Running), _) => {
             return Err(usage(format!(
                 "run {run_id} is {} in the queue: workers drive it",
@@ -707,6 +712,42 @@ pub fn answer_queued(
         ));
     }
     Ok(Some(EXIT_OK))
+}
+
+/// A message to a queued run that waits for a worker, recorded as a note its next model
+/// call reads.
+fn note_queued(
+    store: &Arc<PostgresStore>,
+    json: bool,
+    run_id: &str,
+    text: &str,
+) -> Result<u8, Failure> {
+    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+    let shared: Arc<dyn agent_store::Store> = Arc::clone(store) as _;
+    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), shared)
+        .with_redactor(Redactor::from_env());
+    // No worker takes it up while the note is written.
+    if !store.hold_back(run_id)? {
+        return Err(usage(format!(
+            "a worker took run {run_id} up meanwhile: send the message again (it is handed \
+             to that worker)"
+        )));
+    }
+    let recorded = tokio()?.block_on(runtime.record_note(run_id, text));
+    store.wake(run_id)?;
+    recorded?;
+    if json {
+        say(format_args!(
+            "{}\n",
+            serde_json::json!({"run_id": run_id, "status": "queued"})
+        ));
+    } else {
+        tell(format_args!(
+            "agent: run {run_id} has your message; the worker that takes it up reads it \
+             before its next model call\n"
+        ));
+    }
+    Ok(EXIT_OK)
 }
 
 #[cfg(test)]

@@ -471,6 +471,18 @@ fn worker_asked_to_stop(through_sub_agent: bool) {
         store.queue_state(&id).unwrap(),
         Some(agent_store::QueueState::Runnable)
     );
+    // Handed back between two steps, it takes a message from anywhere, read by the worker
+    // that takes it up before its next model call.
+    if !through_sub_agent {
+        let told = q.agent(&["resume", "--json", &id, "mind the tests"]);
+        assert_eq!(told.status.code(), Some(0), "{}", stderr(&told));
+        let v: Value = serde_json::from_slice(&told.stdout).unwrap();
+        assert_eq!(v, json!({"run_id": id, "status": "queued"}));
+        assert_eq!(
+            store.queue_state(&id).unwrap(),
+            Some(agent_store::QueueState::Runnable)
+        );
+    }
 
     let next = q.agent(&["worker", "--until-empty"]);
     assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
@@ -489,6 +501,16 @@ fn worker_asked_to_stop(through_sub_agent: bool) {
         "ran\n",
         "the command ran once"
     );
+    if !through_sub_agent {
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        let note = kinds.iter().position(|k| *k == "user_note").unwrap();
+        assert_eq!(events[note]["text"], "mind the tests");
+        assert_eq!(kinds[note + 1..].first(), Some(&"run_resumed"), "{kinds:?}");
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "decision_proposed").count(),
+            2
+        );
+    }
 }
 
 /// A queued run that asks for approval waits in the queue; an approval from anywhere

@@ -794,6 +794,25 @@ impl Runtime {
         self.commit_first(run_id, machine).await
     }
 
+    /// Records a person's note (`user_note`) for an interrupted run that stands between two
+    /// steps, without continuing it: its next model call reads it, whoever takes the run up
+    /// (a worker of the queue). A run interrupted in the middle of a step (calls whose
+    /// results are not committed) is refused: its note would come before their results.
+    /// Needs no model.
+    pub async fn record_note(&self, run_id: &str, text: &str) -> Result<(), RuntimeError> {
+        let (mut machine, log) = self.load(run_id).await?;
+        drop(log);
+        if !matches!(machine.poll_command(), Some(Command::CallModel { .. })) {
+            return Err(RuntimeError::Refused(format!(
+                "run {run_id} stopped in the middle of a step; a message can be read once \
+                 it is taken up again: send it then"
+            )));
+        }
+        let text = self.redactor.redact_str(text);
+        machine.handle(Input::UserNote { text })?;
+        self.commit_first(run_id, machine).await
+    }
+
     /// Records a person's message to a run (as [`Runtime::reply`] does, with the same
     /// checks and new limits) without continuing it: for a run another process continues,
     /// such as a worker of a queue. Needs no model.

@@ -216,6 +216,22 @@ impl PostgresStore {
         Ok(woken == 1)
     }
 
+    /// Keeps a run that waits for a worker from the workers for a moment (it is marked
+    /// `paused`), so that something can be recorded in its log with no worker writing
+    /// beside it; [`PostgresStore::wake`] hands it back. `false` when it was not waiting for
+    /// a worker (one took it first).
+    pub fn hold_back(&self, run_id: &str) -> Result<bool, StoreError> {
+        let held = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue SET state = 'paused', updated_at = now()
+                 WHERE run_id = $1 AND state = 'runnable'",
+                &[&run_id],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(held == 1)
+    }
+
     /// Takes a run waiting for a worker, or for a person's answer, off the queue (`agent
     /// cancel`): no worker takes it after this. `false` when it was not waiting (a worker
     /// took it first, or it was never queued).
