@@ -997,6 +997,12 @@ async fn a_run_let_go_while_its_call_runs_commits_the_call_and_goes_on_elsewhere
         "a side effect"
     );
     assert!(state.in_doubt().is_empty(), "nothing in doubt");
+    // Let go between two steps, it takes a note without being driven (for a worker).
+    rt.record_note("run-l", "mind the tests").await.unwrap();
+    assert!(matches!(
+        &store.load("run-l").unwrap().last().unwrap().event,
+        Event::UserNote { text } if text == "mind the tests"
+    ));
 
     let elsewhere = s.runtime_allowing(script, Arc::clone(&store), vec![tool.clone()], &["job"]);
     let report = elsewhere

@@ -552,6 +552,16 @@ async fn a_sub_agent_is_let_go_at_its_next_step_with_its_parent() {
     let parent = store.load("parent").unwrap();
     assert_eq!(parent.last().unwrap().event.name(), "effect_dispatched");
     assert_eq!(count(&parent, "tool_finished"), 0);
+    // In the middle of a step, it takes no note: it would come before the call's result.
+    let refused = driver(None)
+        .record_note("parent", "hello")
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("middle of a step"),
+        "{refused}"
+    );
+    assert_eq!(store.load("parent").unwrap().len(), parent.len());
     assert_eq!(
         RunState::fold(&parent).unwrap().status,
         agent_core::Status::Running
