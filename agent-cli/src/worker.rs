@@ -684,10 +684,7 @@ pub fn answer_queued(
         }
         (Some(QueueState::Paused | QueueState::Ended), _) => {}
     }
-    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
-    let shared: Arc<dyn agent_store::Store> = Arc::clone(&store) as _;
-    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), shared)
-        .with_redactor(Redactor::from_env());
+    let runtime = recorder(&store)?;
     let rt = tokio()?;
     match answer {
         QueuedAnswer::Input(input) => rt.block_on(runtime.record_answer(run_id, input))?,
@@ -701,17 +698,31 @@ pub fn answer_queued(
         QueuedAnswer::Continue => return Ok(None),
     }
     store.wake(run_id)?;
-    if json {
-        say(format_args!(
-            "{}\n",
-            serde_json::json!({"run_id": run_id, "status": "queued"})
-        ));
-    } else {
-        tell(format_args!(
-            "agent: run {run_id} answered; it is queued again and a worker goes on with it\n"
-        ));
-    }
+    say_queued(
+        json,
+        run_id,
+        "answered; it is queued again and a worker goes on with it",
+    );
     Ok(Some(EXIT_OK))
+}
+
+/// What records a person's answer or message in a queued run, driving nothing.
+fn recorder(store: &Arc<PostgresStore>) -> Result<Runtime, Failure> {
+    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
+    let shared: Arc<dyn agent_store::Store> = Arc::clone(store) as _;
+    Ok(Runtime::without_model(Arc::new(Gateway::new(ws)), shared)
+        .with_redactor(Redactor::from_env()))
+}
+
+/// That what a person said was recorded in queued run `run_id` (`what` happened, in words):
+/// with `--json`, `{"run_id", "status": "queued"}`.
+fn say_queued(json: bool, run_id: &str, what: &str) {
+    if json {
+        let value = serde_json::json!({"run_id": run_id, "status": "queued"});
+        say(format_args!("{value}\n"));
+    } else {
+        tell(format_args!("agent: run {run_id} {what}\n"));
+    }
 }
 
 /// A message to a queued run that waits for a worker, recorded as a note its next model
@@ -722,10 +733,7 @@ fn note_queued(
     run_id: &str,
     text: &str,
 ) -> Result<u8, Failure> {
-    let ws = Workspace::new(".").map_err(|e| usage(format!("the current directory: {e}")))?;
-    let shared: Arc<dyn agent_store::Store> = Arc::clone(store) as _;
-    let runtime = Runtime::without_model(Arc::new(Gateway::new(ws)), shared)
-        .with_redactor(Redactor::from_env());
+    let runtime = recorder(store)?;
     // No worker takes it up while the note is written.
     if !store.hold_back(run_id)? {
         return Err(usage(format!(
@@ -736,17 +744,11 @@ fn note_queued(
     let recorded = tokio()?.block_on(runtime.record_note(run_id, text));
     store.wake(run_id)?;
     recorded?;
-    if json {
-        say(format_args!(
-            "{}\n",
-            serde_json::json!({"run_id": run_id, "status": "queued"})
-        ));
-    } else {
-        tell(format_args!(
-            "agent: run {run_id} has your message; the worker that takes it up reads it \
-             before its next model call\n"
-        ));
-    }
+    say_queued(
+        json,
+        run_id,
+        "has your message; the worker that takes it up reads it before its next model call",
+    );
     Ok(EXIT_OK)
 }
 
