@@ -400,7 +400,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
                 Some(id) => runtime.reply(id, text, None, cancel.clone()).await,
             }
         });
-        drop(typing);
+        let leaving = typing.is_some_and(Typing::finish);
         let followed = match result {
             Ok(report) => match follow(
                 &rt,
@@ -426,7 +426,7 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
                 true
             }
         };
-        if !followed {
+        if !followed || leaving {
             break;
         }
         // What was typed too late for the run to read is the next message.
@@ -447,6 +447,8 @@ pub(crate) fn chat(settings: &Settings, run: Option<String>) -> Result<u8, Failu
 /// when dropped, before the chat reads the terminal itself again.
 struct Typing {
     stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Ctrl-D was typed: the chat ends once the exchange does.
+    closed: Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -457,6 +459,8 @@ impl Typing {
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let closing = Arc::clone(&closed);
         let thread = std::thread::spawn(move || {
             let stdin = std::io::stdin();
             let mut line = vec![0u8; 64 * 1024];
@@ -477,7 +481,14 @@ impl Typing {
                 // One line, read from the descriptor itself: nothing is kept in a buffer
                 // the chat's own reading would not see.
                 let n = match rustix::io::read(&stdin, &mut line) {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) => {
+                        closing.store(true, std::sync::atomic::Ordering::SeqCst);
+                        tell(format_args!(
+                            "  (Ctrl-D: the chat ends with this exchange)\n"
+                        ));
+                        return;
+                    }
+                    Err(_) => return,
                     Ok(n) => n,
                 };
                 let text = String::from_utf8_lossy(&line[..n]).trim().to_owned();
@@ -498,8 +509,16 @@ impl Typing {
         });
         Some(Typing {
             stop,
+            closed,
             thread: Some(thread),
         })
+    }
+
+    /// Stops reading; whether Ctrl-D was typed meanwhile.
+    fn finish(self) -> bool {
+        let closed = Arc::clone(&self.closed);
+        drop(self);
+        closed.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -557,6 +557,28 @@ fn a_line_typed_while_the_run_works_is_read_before_its_next_model_call() {
     );
 }
 
+/// Ctrl-D typed while the run works ends the chat once the exchange does, as it would at
+/// the prompt.
+#[test]
+fn ctrl_d_typed_while_the_run_works_ends_the_chat_with_the_exchange() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
+            "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+        {"final": "went on"}
+    ]));
+    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
+    t.expect("> ");
+    t.type_line("wait");
+    t.expect("s1 shell command=");
+    t.master.write_all(b"\x04").unwrap();
+    t.expect("(Ctrl-D: the chat ends with this exchange)");
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    t.expect("went on");
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+}
+
 /// So is a line typed while the run goes on after an approval asked inline.
 #[test]
 fn a_line_typed_while_the_run_goes_on_after_an_approval_is_read_too() {
