@@ -476,20 +476,27 @@ fn a_chat_says_its_exchange_was_stopped_from_elsewhere() {
     t.exit();
 }
 
-/// A message sent from another terminal to the run a chat drives (`agent resume RUN
-/// MESSAGE`) is shown in the chat as it is read, before the model call that reads it.
-#[test]
-fn a_chat_shows_a_message_sent_to_its_run_from_elsewhere() {
-    let env = Env::new();
+/// `agent chat` whose first exchange runs a command that waits for a file `go` (then the
+/// model says "went on"), once that command runs.
+fn chat_waiting_for_go(env: &Env) -> Terminal {
     let model = env.script(json!([
         {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
             "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
         {"final": "went on"}
     ]));
-    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
+    let mut t = Terminal::spawn(env, &["chat", "--allow", "shell", "--model", &model]);
     t.expect("> ");
     t.type_line("wait");
     t.expect("s1 shell command=");
+    t
+}
+
+/// A message sent from another terminal to the run a chat drives (`agent resume RUN
+/// MESSAGE`) is shown in the chat as it is read, before the model call that reads it.
+#[test]
+fn a_chat_shows_a_message_sent_to_its_run_from_elsewhere() {
+    let env = Env::new();
+    let mut t = chat_waiting_for_go(&env);
     let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
     let run = runs[0]["run_id"].as_str().unwrap().to_owned();
     let (mut told, _) = crate::handed(&env, &[&run, "mind the tests"]);
@@ -562,15 +569,7 @@ fn a_line_typed_while_the_run_works_is_read_before_its_next_model_call() {
 #[test]
 fn ctrl_d_typed_while_the_run_works_ends_the_chat_with_the_exchange() {
     let env = Env::new();
-    let model = env.script(json!([
-        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
-            "command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
-        {"final": "went on"}
-    ]));
-    let mut t = Terminal::spawn(&env, &["chat", "--allow", "shell", "--model", &model]);
-    t.expect("> ");
-    t.type_line("wait");
-    t.expect("s1 shell command=");
+    let mut t = chat_waiting_for_go(&env);
     t.master.write_all(b"\x04").unwrap();
     t.expect("(Ctrl-D: the chat ends with this exchange)");
     std::fs::write(env.dir.path().join("go"), "").unwrap();
