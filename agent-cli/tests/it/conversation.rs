@@ -358,3 +358,23 @@ fn a_message_a_live_run_stopped_before_reading_is_said_unread() {
         "nothing was written"
     );
 }
+
+/// A message too long for a live run is refused before it is handed over: one line saying
+/// the limit, exit 2, nothing written; the run goes on.
+#[test]
+fn a_message_too_long_for_a_live_run_is_refused_and_nothing_is_written() {
+    let env = Env::new();
+    let (run, id) = running_until_go(&env, &[]);
+    let long = "x".repeat(70 * 1024);
+    let out = env.run(&["resume", &id, &long]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a live run takes at most 64 KiB") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    std::fs::write(env.dir.path().join("go"), "").unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!events(&env, &id).iter().any(|e| e["type"] == "user_note"));
+}

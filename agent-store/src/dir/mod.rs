@@ -667,9 +667,7 @@ impl Store for DirStore {
     fn tell(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
         check_run_id(run_id)?;
         if let Some(run) = self.lookup(run_id) {
-            let mut told = run.served.told.lock().unwrap_or_else(|p| p.into_inner());
-            told.push(text.to_owned());
-            return Ok(true);
+            return Ok(run.served.take_note(text.to_owned()));
         }
         Ok(OwnerFile::read(&self.owner_path(run_id))
             .is_some_and(|owner| owner::tell(&owner.socket, text)))
@@ -777,6 +775,27 @@ mod tests {
             .expect("answered at the commit")
             .unwrap();
         assert_eq!(got.iter().map(|e| e.version).collect::<Vec<_>>(), [2, 3]);
+    }
+
+    /// Another process hands the one driving a run notes over the run's socket; the driver
+    /// takes them once, in order, and holds at most [`owner::MAX_NOTES`] unread.
+    #[test]
+    fn notes_reach_the_driver_once_and_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = DirStore::open(dir.path()).unwrap();
+        owner.append("r", 0, &[started("r", 1)]).unwrap();
+        let other = DirStore::open(dir.path()).unwrap();
+        assert!(!other.tell("nobody", "hi").unwrap(), "nothing drives it");
+        for n in 0..owner::MAX_NOTES {
+            assert!(other.tell("r", &format!("note {n}")).unwrap());
+        }
+        assert!(!other.tell("r", "one too many").unwrap());
+        let told = owner.told("r");
+        assert_eq!(told.len(), owner::MAX_NOTES);
+        assert_eq!((told[0].as_str(), told[63].as_str()), ("note 0", "note 63"));
+        assert!(owner.told("r").is_empty(), "each is handed out once");
+        assert!(other.tell("r", "room again").unwrap());
+        assert_eq!(owner.told("r"), ["room again"]);
     }
 
     /// Another process asks the one driving a run to stop it (`agent cancel`): the request

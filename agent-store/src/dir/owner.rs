@@ -117,6 +117,9 @@ enum Request {
     Tell(String),
 }
 
+/// The notes a run holds for its driver at most: more are refused until it read some.
+pub(super) const MAX_NOTES: usize = 64;
+
 /// The answer to [`Request::Tell`]: the process driving the run has the note.
 const TOLD: &[u8] = b"{\"told\":true}\n";
 
@@ -159,6 +162,16 @@ pub(super) struct Watch {
 }
 
 impl Served {
+    /// Keeps a person's note for the run's driver; `false` when it holds [`MAX_NOTES`].
+    pub(super) fn take_note(&self, text: String) -> bool {
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        if told.len() >= MAX_NOTES {
+            return false;
+        }
+        told.push(text);
+        true
+    }
+
     /// The log is durable up to `version`: readers waiting for it are answered.
     pub(super) fn committed(&self, version: u64) {
         self.durable.fetch_max(version, Ordering::SeqCst);
@@ -295,11 +308,9 @@ fn serve(stream: UnixStream, served: &Served) -> std::io::Result<()> {
             return (&stream).write_all(STOPPING);
         }
         Ok(Request::Tell(text)) => {
-            served
-                .told
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(text);
+            if !served.take_note(text) {
+                return Ok(());
+            }
             return (&stream).write_all(TOLD);
         }
         Ok(Request::Summary) => {

@@ -620,7 +620,7 @@ impl PostgresStore {
 
     /// Hands a person's note for run `run_id` to the worker or process that holds it (for a
     /// sub-agent's run, the run it belongs to), on its lease's row (`notes`: pairs of the
-    /// run and the text); `false` when none holds it.
+    /// run and the text, 64 at most unread); `false` when none holds it, or it holds 64.
     pub(super) fn tell_holder(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
         let mut runs = vec![run_id];
         runs.extend(agent_core::ancestor_run_ids(run_id));
@@ -633,7 +633,8 @@ impl PostgresStore {
                      SELECT run_id FROM agent_queue
                      WHERE run_id = ANY($2) AND state IN ('running', 'held')
                        AND lease_expires_at > now()
-                     ORDER BY length(run_id) DESC LIMIT 1)",
+                     ORDER BY length(run_id) DESC LIMIT 1)
+                   AND jsonb_array_length(notes) < 64",
                 &[&run_id, &runs, &text],
             )
             .map_err(|e| engine(&e))?;
