@@ -839,16 +839,7 @@ fn cancel(settings: &Settings, json: bool, run_id: &str) -> Result<u8, Failure> 
 fn waiting_parent(store: &dyn agent_store::Store, child: &str) -> Option<String> {
     let parent = agent_core::parent_run_id(child)?;
     let state = RunState::fold(&store.load(parent).ok()?).ok()?;
-    let agent_core::Status::AwaitingResolution { turn, pending } = &state.status else {
-        return None;
-    };
-    pending
-        .iter()
-        .any(|p| {
-            agent_tools::builtin::is_delegate(&p.tool)
-                && agent_core::sub_agent_run_id(parent, *turn, &p.call_id) == child
-        })
-        .then(|| parent.to_owned())
+    state.call_waiting_on(child).map(|_| parent.to_owned())
 }
 
 /// After a command drove sub-agent run `child` by its own id: when its parent, `waiting`

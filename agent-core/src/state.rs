@@ -384,6 +384,18 @@ impl RunState {
                 .any(|c| !self.answered.contains(&c.id))
     }
 
+    /// The call this run waits on, paused with it in doubt, that its sub-agent run
+    /// `child_id` answers ([`crate::sub_agent_run_id`]); `None` when it waits on no such
+    /// call.
+    pub fn call_waiting_on(&self, child_id: &str) -> Option<&crate::PendingCall> {
+        let Status::AwaitingResolution { turn, pending } = &self.status else {
+            return None;
+        };
+        pending
+            .iter()
+            .find(|p| crate::sub_agent_run_id(&self.run_id, *turn, &p.call_id) == child_id)
+    }
+
     /// Dispatched side effects with no result and no finding: their outcome is unknown.
     pub fn in_doubt(&self) -> Vec<&ToolCall> {
         self.turn_calls

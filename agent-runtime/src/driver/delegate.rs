@@ -523,14 +523,7 @@ impl Runtime {
             return Ok(());
         };
         let (machine, _) = self.load(parent).await?;
-        let agent_core::Status::AwaitingResolution { turn, pending } = &machine.state().status
-        else {
-            return Ok(());
-        };
-        let call = pending.iter().find(|p| {
-            is_delegate(&p.tool) && sub_agent_run_id(parent, *turn, &p.call_id) == child_id
-        });
-        match call {
+        match machine.state().call_waiting_on(child_id) {
             Some(call) => self.retry_calls(parent, vec![call.call_id.clone()]).await,
             None => Ok(()),
         }
