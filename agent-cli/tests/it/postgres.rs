@@ -1344,16 +1344,33 @@ fn a_queued_run_is_followed_until_its_worker_ends_it() {
 /// the worker through the database and is committed before the run's next model call.
 #[test]
 fn a_message_reaches_a_run_a_worker_drives() {
+    message_to_a_worker_s_run(false);
+}
+
+/// The same for a sub-agent's run the worker drives for its queued parent: the message goes
+/// through the parent's row and is read by the sub-agent, not by its parent.
+#[test]
+fn a_message_reaches_a_sub_agent_a_worker_drives() {
+    message_to_a_worker_s_run(true);
+}
+
+fn message_to_a_worker_s_run(to_sub_agent: bool) {
     use std::io::BufRead;
     let q = Queue::new();
-    let model = q.script(
-        "gated",
-        json!([
-            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": BLOCKS}}]},
-            {"final": "went"}
-        ]),
-    );
-    let id = q.submit(&model, &["--allow", "shell"], "wait for go");
+    let id = if to_sub_agent {
+        let model = delegating_script(&q);
+        let extra = ["--allow", "shell", "--allow", "delegate", "--sub-agents"];
+        q.submit(&model, &extra, "wait for go")
+    } else {
+        let model = q.script(
+            "gated",
+            json!([
+                {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": BLOCKS}}]},
+                {"final": "went"}
+            ]),
+        );
+        q.submit(&model, &["--allow", "shell"], "wait for go")
+    };
     let worker = q
         .env
         .bare()
@@ -1364,8 +1381,15 @@ fn a_message_reaches_a_run_a_worker_drives() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut to = id.clone();
     until("its command is dispatched", || {
-        q.events(&id)
+        if to_sub_agent {
+            match q.runs().iter().find(|r| r.get("parent").is_some()) {
+                Some(run) => to = run["run_id"].as_str().unwrap().to_owned(),
+                None => return false,
+            }
+        }
+        q.events(&to)
             .iter()
             .any(|e| e["type"] == "effect_dispatched")
     });
@@ -1374,7 +1398,7 @@ fn a_message_reaches_a_run_a_worker_drives() {
         .bare()
         .arg("--store")
         .arg(&q.url)
-        .args(["resume", "--json", &id, "also say hello"])
+        .args(["resume", "--json", &to, "also say hello"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -1387,14 +1411,24 @@ fn a_message_reaches_a_run_a_worker_drives() {
     let rest: Vec<String> = said.map(Result::unwrap).collect();
     assert_eq!(out.status.code(), Some(0), "{rest:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v, json!({"run_id": id, "status": "read"}));
+    assert_eq!(v, json!({"run_id": to, "status": "read"}));
     let out = worker.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let events = q.events(&id);
+    let events = q.events(&to);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     let at = |kind: &str| kinds.iter().position(|k| *k == kind).unwrap();
     assert!(at("tool_finished") < at("user_note"), "{kinds:?}");
     assert!(at("user_note") < at("run_ended"), "{kinds:?}");
     assert_eq!(events[at("user_note")]["text"], "also say hello");
     assert_eq!(events.last().unwrap()["outcome"]["answer"], "went");
+    let parent = q.events(&id);
+    assert_eq!(count(&parent, "user_note"), usize::from(!to_sub_agent));
+    assert_eq!(
+        parent.last().unwrap()["outcome"]["answer"],
+        if to_sub_agent {
+            "the parent went on"
+        } else {
+            "went"
+        }
+    );
 }

@@ -632,3 +632,48 @@ fn a_held_runs_lease_is_renewed_while_its_store_lives_and_let_go_after() {
         Hold::Held(_)
     ));
 }
+
+/// A person's notes reach the holder of a run through its lease's row: those for a
+/// sub-agent's run through the run it belongs to, each taken once by the run it is for, in
+/// the order they came; at most 64 wait unread; a run nobody holds is told nothing.
+#[test]
+fn notes_reach_the_holder_of_a_run_once_each_and_are_bounded() {
+    use agent_core::{CallId, sub_agent_run_id};
+    use agent_store::{FencedStore, Hold};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let cluster = Cluster::start();
+    let store = Arc::new(PostgresStore::connect(&cluster.url()).unwrap());
+    let parent = "parent";
+    let child = sub_agent_run_id(parent, 1, &CallId::from("d1"));
+    assert!(!store.tell(parent, "nobody holds it").unwrap());
+    let Hold::Held(lease) = store
+        .hold(parent, "process 1", "1", Duration::from_secs(60), None)
+        .unwrap()
+    else {
+        panic!("a run nobody holds is held")
+    };
+    let fenced = FencedStore::new(Arc::clone(&store), lease);
+    fenced.append(parent, 0, &[started(parent, 1)]).unwrap();
+    fenced.append(&child, 0, &[started(&child, 2)]).unwrap();
+    assert!(store.tell(parent, "first").unwrap());
+    assert!(store.tell(&child, "for the child").unwrap());
+    assert!(store.tell(parent, "second").unwrap());
+    assert_eq!(fenced.told(&child), ["for the child"]);
+    assert_eq!(fenced.told(parent), ["first", "second"]);
+    assert!(fenced.told(parent).is_empty(), "taken once");
+    assert!(fenced.told(&child).is_empty(), "taken once");
+    assert!(
+        !store.tell("stranger.0123456789ab", "to nobody").unwrap(),
+        "nobody holds a run by that name's parent"
+    );
+    for n in 0..64 {
+        assert!(store.tell(&child, &n.to_string()).unwrap(), "note {n}");
+    }
+    assert!(!store.tell(parent, "one too many").unwrap());
+    let told = fenced.told(&child);
+    assert_eq!(told.len(), 64);
+    assert_eq!((told[0].as_str(), told[63].as_str()), ("0", "63"));
+    assert!(store.tell(parent, "room again").unwrap());
+    assert_eq!(fenced.told(parent), ["room again"]);
+}
