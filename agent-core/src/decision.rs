@@ -504,6 +504,15 @@ pub enum Reasoning {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
+    /// What a provider attached to one of the reply's calls and wants back with it,
+    /// unchanged: Gemini's `extra_content` (its thought signature) on its OpenAI-compatible
+    /// endpoint, without which the next call of a tool-using run is refused.
+    CallExtra {
+        /// The call it goes with.
+        call_id: CallId,
+        /// The object as the provider gave it.
+        extra_content: Value,
+    },
 }
 
 impl Reasoning {
@@ -515,7 +524,9 @@ impl Reasoning {
             Reasoning::ResponsesItem { summary, .. } if !summary.is_empty() => {
                 Some(summary.join("\n\n"))
             }
-            Reasoning::ResponsesItem { .. } | Reasoning::RedactedThinking { .. } => None,
+            Reasoning::ResponsesItem { .. }
+            | Reasoning::RedactedThinking { .. }
+            | Reasoning::CallExtra { .. } => None,
         }
     }
 }

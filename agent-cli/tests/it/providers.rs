@@ -203,6 +203,55 @@ async fn a_server_that_gives_calls_no_ids_is_answered_call_by_call() {
     );
 }
 
+/// Gemini's OpenAI-compatible endpoint streams a call without `index`, in pieces, with
+/// its thought signature in `extra_content`; it refuses the next request unless the
+/// signature comes back on the call. The run keeps it in its log and sends it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_call_goes_back_with_its_thought_signature() {
+    let extra = json!({"google": {"thought_signature": "CrICAdHtim827fQ=="}});
+    let call = [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"extra_content":extra,"id":"call_1","type":"function","function":{"name":"read_file","arguments":"{\"path\":"}}]}}],"model":"gemini-3-flash-preview"}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"id":"","type":"","function":{"arguments":"\"hello.txt\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect::<String>()
+        + "data: [DONE]\n\n";
+    let server = Server::start(vec![
+        Reply::stream(call),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("hello.txt"), "hi there").unwrap();
+    let (code, v, err) = run_model(
+        &env,
+        "openai-compat:gemini-3-flash-preview",
+        &server.url,
+        "what does hello.txt say?",
+        ("OPENAI_API_KEY", "k"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["tool_calls"], 1, "{v}");
+    let got = server.received();
+    assert_eq!(got.len(), 2);
+    let messages = got[1].body["messages"].as_array().unwrap();
+    let asked = &messages.iter().find(|m| m["role"] == "assistant").unwrap()["tool_calls"];
+    assert_eq!(asked.as_array().unwrap().len(), 1, "{asked}");
+    assert_eq!(asked[0]["id"], "call_1");
+    assert_eq!(asked[0]["function"]["arguments"], r#"{"path":"hello.txt"}"#);
+    assert_eq!(asked[0]["extra_content"], extra, "{asked}");
+    let read = messages.iter().find(|m| m["role"] == "tool").unwrap();
+    assert!(
+        read["content"].as_str().unwrap().contains("hi there"),
+        "{read}"
+    );
+    // The first request had nothing to send back.
+    assert!(!got[0].body.to_string().contains("extra_content"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_run_and_a_rejected_key() {
     let server = Server::start(vec![

@@ -299,6 +299,7 @@ fn reasoning_text(reasoning: &agent_core::Reasoning) -> std::borrow::Cow<'_, str
             signature,
         } => format!("{thinking}{signature}").into(),
         agent_core::Reasoning::RedactedThinking { data } => data.as_str().into(),
+        agent_core::Reasoning::CallExtra { extra_content, .. } => extra_content.to_string().into(),
         agent_core::Reasoning::ResponsesItem {
             summary,
             encrypted_content,

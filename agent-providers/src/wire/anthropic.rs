@@ -121,7 +121,7 @@ pub fn request_body_thinking(
                         Reasoning::RedactedThinking { data } => {
                             others.push(json!({"type": "redacted_thinking", "data": data}));
                         }
-                        Reasoning::ResponsesItem { .. } => {}
+                        Reasoning::ResponsesItem { .. } | Reasoning::CallExtra { .. } => {}
                     },
                 }
             }
@@ -215,6 +215,7 @@ pub fn parse_response(body: &Value) -> Assembled {
                 id: block["id"].as_str().unwrap_or_default().to_owned(),
                 name: block["name"].as_str().unwrap_or_default().to_owned(),
                 arguments: block["input"].to_string(),
+                extra: None,
             }),
             Some("thinking") => a.reasoning.push(Reasoning::Thinking {
                 thinking: block["thinking"].as_str().unwrap_or_default().to_owned(),
@@ -422,6 +423,7 @@ impl Stream {
                     id: block.id,
                     name: block.name,
                     arguments: block.json,
+                    extra: None,
                 }),
                 "thinking" => a.reasoning.push(Reasoning::Thinking {
                     thinking: block.text,

@@ -77,6 +77,9 @@ pub struct WireCall {
     pub name: String,
     /// The arguments as JSON text.
     pub arguments: String,
+    /// What the provider attached to the call and wants back with it (Gemini's
+    /// `extra_content`), kept as [`agent_core::Reasoning::CallExtra`].
+    pub extra: Option<Value>,
 }
 
 /// A call's id: the one the server gave, or, from a server that gives none (builds of
@@ -114,7 +117,15 @@ pub struct Assembled {
 impl Assembled {
     /// Turns what the model said into exactly one decision (CONTRACT §2).
     pub fn decide(mut self) -> ModelReply {
-        let reasoning = std::mem::take(&mut self.reasoning);
+        let mut reasoning = std::mem::take(&mut self.reasoning);
+        reasoning.extend(self.calls.iter().enumerate().filter_map(|(index, c)| {
+            c.extra
+                .as_ref()
+                .map(|extra| agent_core::Reasoning::CallExtra {
+                    call_id: call_id(c, index).into(),
+                    extra_content: extra.clone(),
+                })
+        }));
         self.decide_only().with_reasoning(reasoning)
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use agent_core::{Part, Prompt, Role, Usage, provider_schema};
+use agent_core::{Part, Prompt, Reasoning, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
 use super::{Assembled, WireCall, wire_name};
@@ -22,6 +22,19 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                         _ => None,
                     })
                     .collect();
+                // What the provider attached to a call goes back on it, as it came.
+                let extra_of = |id: &agent_core::CallId| {
+                    message.parts.iter().find_map(|p| match p {
+                        Part::Reasoning {
+                            reasoning:
+                                Reasoning::CallExtra {
+                                    call_id,
+                                    extra_content,
+                                },
+                        } if call_id == id => Some(extra_content),
+                        _ => None,
+                    })
+                };
                 let calls: Vec<Value> = message
                     .parts
                     .iter()
@@ -30,11 +43,17 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                             call_id,
                             name,
                             arguments,
-                        } => Some(json!({
-                            "id": call_id,
-                            "type": "function",
-                            "function": {"name": wire_name(name), "arguments": arguments.to_string()},
-                        })),
+                        } => {
+                            let mut call = json!({
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": wire_name(name), "arguments": arguments.to_string()},
+                            });
+                            if let Some(extra) = extra_of(call_id) {
+                                call["extra_content"] = extra.clone();
+                            }
+                            Some(call)
+                        }
                         _ => None,
                     })
                     .collect();
@@ -105,6 +124,12 @@ fn usage_of(v: &Value) -> Option<Usage> {
     )
 }
 
+/// What a server attached to a call (Gemini: `extra_content`, holding its thought
+/// signature), when it is an object.
+fn extra_of(call: &Value) -> Option<Value> {
+    call.get("extra_content").filter(|v| v.is_object()).cloned()
+}
+
 fn text_of(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
@@ -132,6 +157,7 @@ pub fn parse_response(body: &Value) -> Assembled {
                         Value::Null => String::new(),
                         other => other.to_string(),
                     },
+                    extra: extra_of(c),
                 })
                 .collect()
         })
@@ -156,9 +182,33 @@ pub struct Stream {
     usage: Option<Usage>,
     done: bool,
     grown: u64,
+    /// The index of the call the last piece went to.
+    last: Option<u64>,
 }
 
 impl Stream {
+    /// Where a piece of a call that gives no `index` goes (Gemini's endpoint and some
+    /// proxies send none): to the call the last piece went to, unless it starts another
+    /// one (it gives another id than that call's, or it names a tool and that call has a
+    /// name already); then to a new one after all the others.
+    fn unindexed(&self, call: &Value) -> u64 {
+        let next = self.calls.keys().next_back().map_or(0, |k| k + 1);
+        let Some((index, so_far)) = self.last.and_then(|i| self.calls.get(&i).map(|c| (i, c)))
+        else {
+            return next;
+        };
+        let another = match call["id"].as_str().filter(|id| !id.is_empty()) {
+            Some(id) if !so_far.id.is_empty() => id != so_far.id,
+            _ => {
+                call["function"]["name"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+                    && !so_far.name.is_empty()
+            }
+        };
+        if another { next } else { index }
+    }
+
     /// Takes one `data:` payload; returns the text delta, if any, for live display.
     pub fn push(&mut self, data: &str) -> Result<Option<String>, ProviderError> {
         if data.trim() == "[DONE]" {
@@ -192,14 +242,20 @@ impl Stream {
                 self.refusal.get_or_insert_with(String::new).push_str(&r);
             }
             for call in delta["tool_calls"].as_array().into_iter().flatten() {
-                let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
+                let indexed = call["index"].as_u64();
+                let index = indexed.unwrap_or_else(|| self.unindexed(call));
+                self.last = Some(index);
                 let entry = self.calls.entry(index).or_default();
                 // A later piece of the call may carry `"id": ""` (as some proxies send):
                 // the id its first piece gave stands.
                 if let Some(id) = call["id"].as_str().filter(|id| !id.is_empty()) {
                     entry.id = id.to_owned();
                 }
-                if let Some(name) = call["function"]["name"].as_str() {
+                // A piece with no index that names its call's tool again does not make the
+                // name longer.
+                if let Some(name) = call["function"]["name"].as_str()
+                    && (indexed.is_some() || entry.name.is_empty())
+                {
                     entry.name.push_str(name);
                 }
                 match &call["function"]["arguments"] {
@@ -207,6 +263,9 @@ impl Stream {
                     // Some servers send the arguments as an object, whole.
                     Value::Object(_) => entry.arguments = call["function"]["arguments"].to_string(),
                     _ => {}
+                }
+                if let Some(extra) = extra_of(call) {
+                    entry.extra = Some(extra);
                 }
             }
             if choice["finish_reason"] == "length" {

@@ -136,6 +136,7 @@ fn take_item(a: &mut Assembled, item: &Value) {
             id: text(&item["call_id"]),
             name: text(&item["name"]),
             arguments: text(&item["arguments"]),
+            extra: None,
         }),
         Some("reasoning") => a.reasoning.push(Reasoning::ResponsesItem {
             id: text(&item["id"]),

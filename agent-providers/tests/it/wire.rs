@@ -270,6 +270,88 @@ fn calls_without_ids_get_ids_of_their_own() {
     assert_eq!(ids(s.finish().decide()), ["call_first"]);
 }
 
+/// Gemini's OpenAI-compatible endpoint: its calls' pieces carry no `index`, and each
+/// call an `extra_content` (its thought signature) that must come back with the call, or
+/// the next request is refused. Pieces without an index go to the call they continue.
+#[test]
+fn gemini_calls_without_indexes_keep_their_signature_and_send_it_back() {
+    let signature = json!({"google": {"thought_signature": "CrICAdHtim827fQ=="}});
+    let mut s = openai::Stream::default();
+    for chunk in [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"extra_content":signature,"id":"call_297140","type":"function","function":{"name":"read_file","arguments":"{\"path\":"}}]}}]}),
+        // A continuation: no index, an empty id, no name.
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"id":"","type":"","function":{"arguments":"\"a.txt\"}"}}]}}]}),
+        // The next call: another id; its second piece names it again.
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call_297141","type":"function","function":{"name":"list_dir","arguments":"{"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call_297141","type":"function","function":{"name":"list_dir","arguments":"}"}}]}}]}),
+        // And one with no id at all, named: a third call, its name not run into the second's.
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"name":"list_dir","arguments":"{\"path\":\"b\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ] {
+        s.push(&chunk.to_string()).unwrap();
+    }
+    s.push("[DONE]").unwrap();
+    let reply = s.finish().decide();
+    let Ok(Decision::ToolCalls { calls }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    let got: Vec<(&str, &str, String)> = calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.to_string()))
+        .collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(
+        got[0],
+        ("call_297140", "read_file", r#"{"path":"a.txt"}"#.into())
+    );
+    assert_eq!(got[1], ("call_297141", "list_dir", "{}".into()));
+    assert_eq!(
+        (got[2].1, got[2].2.as_str()),
+        ("list_dir", r#"{"path":"b"}"#)
+    );
+    let extra = Reasoning::CallExtra {
+        call_id: "call_297140".into(),
+        extra_content: signature.clone(),
+    };
+    assert_eq!(reply.reasoning, std::slice::from_ref(&extra));
+    // A whole response says the same.
+    let whole = openai::parse_response(&json!({"choices": [{"message": {"role": "assistant",
+        "tool_calls": [{"extra_content": signature, "id": "call_297140", "type": "function",
+            "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}}]},
+        "finish_reason": "tool_calls"}]}))
+    .decide();
+    assert_eq!(whole.reasoning, [extra]);
+
+    // Sent back on its call, as it came; the other calls carry none.
+    let mut p = prompt();
+    p.messages[1].parts.push(Part::ToolUse {
+        call_id: "call_297141".into(),
+        name: "list_dir".into(),
+        arguments: Arguments::new(&json!({})),
+    });
+    p.messages[1].parts.insert(
+        0,
+        Part::Reasoning {
+            reasoning: Reasoning::CallExtra {
+                call_id: "call_297141".into(),
+                extra_content: signature.clone(),
+            },
+        },
+    );
+    let body = openai::request_body(&p, "gemini-3-flash-preview", true);
+    let sent = body["messages"][2]["tool_calls"].as_array().unwrap();
+    assert_eq!(sent.len(), 3, "{body}");
+    assert!(
+        sent[..2].iter().all(|c| c.get("extra_content").is_none()),
+        "{body}"
+    );
+    assert_eq!(sent[2]["id"], "call_297141");
+    assert_eq!(sent[2]["extra_content"], signature);
+    // Other providers' requests leave it out.
+    let other = anthropic::request_body(&p, "m", 10, false, false).to_string();
+    assert!(!other.contains("thought_signature"), "{other}");
+}
+
 #[test]
 fn a_refusal_is_cannot_continue() {
     let reply = openai::parse_response(&json!({
