@@ -504,6 +504,16 @@ pub enum Reasoning {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         encrypted_content: Option<String>,
     },
+    /// The reasoning text an OpenAI-compatible server sends beside the answer, named by its
+    /// field: `reasoning_content` (DeepSeek, vLLM, llama.cpp) or `reasoning` (Ollama,
+    /// OpenRouter). DeepSeek's thinking mode refuses a request whose tool-using turns come
+    /// back without their `reasoning_content`.
+    Content {
+        /// The field it came in.
+        field: String,
+        /// The text, whole.
+        text: String,
+    },
     /// What a provider attached to one of the reply's calls and wants back with it,
     /// unchanged: Gemini's `extra_content` (its thought signature) on its OpenAI-compatible
     /// endpoint, without which the next call of a tool-using run is refused.
@@ -520,7 +530,9 @@ impl Reasoning {
     /// reasoning.
     pub fn readable(&self) -> Option<String> {
         match self {
-            Reasoning::Thinking { thinking, .. } => Some(thinking.clone()),
+            Reasoning::Thinking { thinking, .. } | Reasoning::Content { text: thinking, .. } => {
+                Some(thinking.clone())
+            }
             Reasoning::ResponsesItem { summary, .. } if !summary.is_empty() => {
                 Some(summary.join("\n\n"))
             }

@@ -252,6 +252,62 @@ async fn a_gemini_call_goes_back_with_its_thought_signature() {
     assert!(!got[0].body.to_string().contains("extra_content"));
 }
 
+/// DeepSeek's thinking mode streams `reasoning_content` before a call and refuses the
+/// next request unless it comes back on that call's message. The run keeps it in its log,
+/// sends it back, and `agent show` shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deepseek_reasoning_goes_back_with_its_calls_and_shows_in_show() {
+    let call = [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"I should read "}}]}),
+        json!({"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"hello.txt first."}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_00_x","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"hello.txt\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":20}}),
+    ]
+    .iter()
+    .map(|c| format!("data: {c}\n\n"))
+    .collect::<String>()
+        + "data: [DONE]\n\n";
+    let server = Server::start(vec![
+        Reply::stream(call),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("hello.txt"), "hi there").unwrap();
+    let (code, v, err) = run_model(
+        &env,
+        "openai-compat:deepseek-v4-flash",
+        &server.url,
+        "what does hello.txt say?",
+        ("OPENAI_API_KEY", "k"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let got = server.received();
+    assert_eq!(got.len(), 2);
+    let messages = got[1].body["messages"].as_array().unwrap();
+    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(
+        assistant["reasoning_content"], "I should read hello.txt first.",
+        "{assistant}"
+    );
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_00_x");
+    assert!(
+        !v["answer"].as_str().unwrap().contains("I should read"),
+        "the thinking is never the answer: {v}"
+    );
+    let id = v["run_id"].as_str().unwrap();
+    let shown = super::stdout(&env.run(&["show", id]));
+    let line = shown
+        .lines()
+        .find(|l| l.contains("tool_calls call_00_x"))
+        .unwrap();
+    assert!(
+        line.contains(r#"thinking "I should read hello.txt first.""#),
+        "{line}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_run_and_a_rejected_key() {
     let server = Server::start(vec![

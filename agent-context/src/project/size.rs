@@ -299,6 +299,11 @@ fn reasoning_text(reasoning: &agent_core::Reasoning) -> std::borrow::Cow<'_, str
             signature,
         } => format!("{thinking}{signature}").into(),
         agent_core::Reasoning::RedactedThinking { data } => data.as_str().into(),
+        // Only `reasoning_content` is sent back (see the OpenAI translator).
+        agent_core::Reasoning::Content { field, text } if field == "reasoning_content" => {
+            text.as_str().into()
+        }
+        agent_core::Reasoning::Content { .. } => "".into(),
         agent_core::Reasoning::CallExtra { extra_content, .. } => extra_content.to_string().into(),
         agent_core::Reasoning::ResponsesItem {
             summary,

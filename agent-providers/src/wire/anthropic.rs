@@ -121,7 +121,9 @@ pub fn request_body_thinking(
                         Reasoning::RedactedThinking { data } => {
                             others.push(json!({"type": "redacted_thinking", "data": data}));
                         }
-                        Reasoning::ResponsesItem { .. } | Reasoning::CallExtra { .. } => {}
+                        Reasoning::ResponsesItem { .. }
+                        | Reasoning::Content { .. }
+                        | Reasoning::CallExtra { .. } => {}
                     },
                 }
             }

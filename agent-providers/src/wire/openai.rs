@@ -65,6 +65,24 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                 };
                 if !calls.is_empty() {
                     m["tool_calls"] = Value::Array(calls);
+                    // The reasoning that led to calls goes back with them (DeepSeek refuses
+                    // a request without it; the templates of Qwen and the like render it);
+                    // that of an answer is left out, as those servers ignore it. Only
+                    // `reasoning_content`: servers that send `reasoning` need none back,
+                    // and some refuse fields they do not know.
+                    let reasoning: Vec<&str> = message
+                        .parts
+                        .iter()
+                        .filter_map(|p| match p {
+                            Part::Reasoning {
+                                reasoning: Reasoning::Content { field, text },
+                            } if field == REASONING_CONTENT => Some(text.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    if !reasoning.is_empty() {
+                        m[REASONING_CONTENT] = Value::String(reasoning.concat());
+                    }
                 }
                 messages.push(m);
             }
@@ -124,6 +142,25 @@ fn usage_of(v: &Value) -> Option<Usage> {
     )
 }
 
+/// The field in which DeepSeek, vLLM and llama.cpp send what the model thought.
+const REASONING_CONTENT: &str = "reasoning_content";
+
+/// The fields in which servers send what the model thought, beside the answer.
+const REASONING_FIELDS: [&str; 2] = [REASONING_CONTENT, "reasoning"];
+
+/// What the model thought, as `message` (or a stream's deltas, gathered in `texts`) gave it.
+fn reasoning_of(texts: [String; 2]) -> Vec<Reasoning> {
+    REASONING_FIELDS
+        .iter()
+        .zip(texts)
+        .filter(|(_, text)| !text.is_empty())
+        .map(|(field, text)| Reasoning::Content {
+            field: (*field).to_owned(),
+            text,
+        })
+        .collect()
+}
+
 /// What a server attached to a call (Gemini: `extra_content`, holding its thought
 /// signature), when it is an object.
 fn extra_of(call: &Value) -> Option<Value> {
@@ -168,7 +205,9 @@ pub fn parse_response(body: &Value) -> Assembled {
         calls,
         truncated: choice["finish_reason"] == "length",
         usage: usage_of(body).unwrap_or_default(),
-        reasoning: Vec::new(),
+        reasoning: reasoning_of(
+            REASONING_FIELDS.map(|field| text_of(&message[field]).unwrap_or_default()),
+        ),
     }
 }
 
@@ -184,6 +223,8 @@ pub struct Stream {
     grown: u64,
     /// The index of the call the last piece went to.
     last: Option<u64>,
+    /// What the model thought, by field ([`REASONING_FIELDS`]).
+    reasoning: [String; 2],
 }
 
 impl Stream {
@@ -237,6 +278,11 @@ impl Stream {
             if let Some(t) = text_of(&delta["content"]) {
                 self.text.push_str(&t);
                 delta_text = Some(t);
+            }
+            for (field, so_far) in REASONING_FIELDS.iter().zip(&mut self.reasoning) {
+                if let Some(t) = delta[*field].as_str() {
+                    so_far.push_str(t);
+                }
             }
             if let Some(r) = text_of(&delta["refusal"]) {
                 self.refusal.get_or_insert_with(String::new).push_str(&r);
@@ -296,7 +342,7 @@ impl Stream {
             calls: self.calls.into_values().collect(),
             truncated: self.truncated,
             usage: self.usage.unwrap_or_default(),
-            reasoning: Vec::new(),
+            reasoning: reasoning_of(self.reasoning),
         }
     }
 }

@@ -352,6 +352,89 @@ fn gemini_calls_without_indexes_keep_their_signature_and_send_it_back() {
     assert!(!other.contains("thought_signature"), "{other}");
 }
 
+/// What the model thought, as OpenAI-compatible servers send it beside the answer
+/// (`reasoning_content`: DeepSeek, vLLM, llama.cpp; `reasoning`: Ollama, OpenRouter), is
+/// kept; `reasoning_content` goes back with the calls it led to (DeepSeek's thinking mode
+/// refuses a request without it), never with an answer, and `reasoning` never.
+#[test]
+fn reasoning_beside_the_answer_is_kept_and_goes_back_with_its_calls() {
+    let mut s = openai::Stream::default();
+    for chunk in [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"The user wants "}}]}),
+        json!({"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"a.txt read."}}]}),
+        json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ] {
+        s.push(&chunk.to_string()).unwrap();
+    }
+    s.push("[DONE]").unwrap();
+    let reply = s.finish().decide();
+    assert!(
+        matches!(reply.decision, Ok(Decision::ToolCalls { .. })),
+        "{reply:?}"
+    );
+    let thought = Reasoning::Content {
+        field: "reasoning_content".into(),
+        text: "The user wants a.txt read.".into(),
+    };
+    assert_eq!(reply.reasoning, std::slice::from_ref(&thought));
+    assert_eq!(
+        thought.readable().as_deref(),
+        Some("The user wants a.txt read.")
+    );
+    // Ollama's field, in a whole response; an answer's thought is kept too.
+    let whole = openai::parse_response(&json!({"choices": [{"message": {"role": "assistant",
+        "content": "It says hello.", "reasoning": "Answer now."}, "finish_reason": "stop"}]}))
+    .decide();
+    let ollama = Reasoning::Content {
+        field: "reasoning".into(),
+        text: "Answer now.".into(),
+    };
+    assert_eq!(whole.reasoning, std::slice::from_ref(&ollama));
+
+    let mut p = prompt();
+    p.messages[1]
+        .parts
+        .insert(0, Part::Reasoning { reasoning: thought });
+    p.messages[1].parts.insert(
+        1,
+        Part::Reasoning {
+            reasoning: ollama.clone(),
+        },
+    );
+    p.messages.push(Message {
+        role: Role::Assistant,
+        parts: vec![
+            Part::Reasoning {
+                reasoning: Reasoning::Content {
+                    field: "reasoning_content".into(),
+                    text: "Done, say so.".into(),
+                },
+            },
+            Part::Text {
+                text: "It says hello.".into(),
+            },
+        ],
+    });
+    let body = openai::request_body(&p, "deepseek-v4-flash", true);
+    let assistants: Vec<&serde_json::Value> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(assistants.len(), 2, "{body}");
+    assert_eq!(
+        assistants[0]["reasoning_content"],
+        "The user wants a.txt read."
+    );
+    assert!(assistants[0].get("reasoning").is_none(), "{body}");
+    assert!(assistants[1].get("reasoning_content").is_none(), "{body}");
+    // Other providers' requests leave it out.
+    let other = anthropic::request_body(&p, "m", 10, false, false).to_string();
+    assert!(!other.contains("a.txt read"), "{other}");
+}
+
 #[test]
 fn a_refusal_is_cannot_continue() {
     let reply = openai::parse_response(&json!({
