@@ -128,7 +128,17 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
 fn usage_of(v: &Value) -> Option<Usage> {
     let u = v.get("usage")?;
     let count = |pointer: &str| u.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
-    let cached = count("/prompt_tokens_details/cached_tokens");
+    // Prompt tokens read from the server's cache: OpenAI's field, DeepSeek's and
+    // Moonshot's own.
+    let cached = [
+        "/prompt_tokens_details/cached_tokens",
+        "/prompt_cache_hit_tokens",
+        "/cached_tokens",
+    ]
+    .into_iter()
+    .map(count)
+    .max()
+    .unwrap_or(0);
     let reasoning = count("/completion_tokens_details/reasoning_tokens");
     Some(
         Usage::tokens(

@@ -750,6 +750,22 @@ fn cached_prompt_tokens_from_both_providers() {
                   "prompt_tokens_details": {"cached_tokens": 32}}
     }));
     assert_eq!(whole.usage, Usage::tokens(50, 2).with_cache(32, 0));
+    // DeepSeek says it in fields of its own; so does Moonshot.
+    for usage in [
+        json!({"prompt_tokens": 50, "completion_tokens": 2, "prompt_cache_hit_tokens": 40,
+               "prompt_cache_miss_tokens": 10}),
+        json!({"prompt_tokens": 50, "completion_tokens": 2, "cached_tokens": 40}),
+    ] {
+        let whole = openai::parse_response(&json!({
+            "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+            "usage": usage
+        }));
+        assert_eq!(
+            whole.usage,
+            Usage::tokens(50, 2).with_cache(40, 0),
+            "{usage}"
+        );
+    }
 
     // Anthropic: `input_tokens` is only what follows the last breakpoint; the prompt is
     // all three counts.
