@@ -628,6 +628,13 @@ fn drive_existing(
     Ok(code)
 }
 
+/// Whether `new` entries of a run commit the note `text` (another person's note to the
+/// same run is not this one).
+fn reads(new: &[agent_core::Entry], text: &str) -> bool {
+    new.iter()
+        .any(|e| matches!(&e.event, Event::UserNote { text: read } if read == text))
+}
+
 /// How many notes (`user_note`) a log holds.
 fn notes_in(log: &[agent_core::Entry]) -> usize {
     log.iter()
@@ -671,6 +678,9 @@ fn hand_to_live_run(
             MAX_NOTE / 1024
         )));
     }
+    // Redacted here (the run would redact it too): a secret in it does not reach the
+    // database or the other process, and the note the run commits is known by its text.
+    let text = &Redactor::from_env().redact_str(text);
     if !store.as_store().tell(run_id, text)? {
         return Err(usage(format!(
             "run {run_id} is being driven by {by}, which could not be handed the message; \
@@ -685,10 +695,7 @@ fn hand_to_live_run(
     let read = loop {
         match follower.next(&store)? {
             Some((new, _)) => {
-                if new
-                    .iter()
-                    .any(|e| matches!(e.event, Event::UserNote { .. }))
-                {
+                if reads(&new, text) {
                     break true;
                 }
                 if !follower.running() {
@@ -1356,4 +1363,26 @@ fn show(
         tell_live(run_id, live.as_deref());
     }
     report_damage(&store)
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_core::{Entry, Event};
+
+    fn note(version: u64, text: &str) -> Entry {
+        Entry {
+            version,
+            at_ms: 0,
+            event: Event::UserNote { text: text.into() },
+        }
+    }
+
+    /// Two people telling one run at once: each is told "read" for its own note only.
+    #[test]
+    fn a_sender_is_told_read_for_its_own_note_only() {
+        let new = [note(4, "stop after this file")];
+        assert!(super::reads(&new, "stop after this file"));
+        assert!(!super::reads(&new, "also check the tests"));
+        assert!(!super::reads(&[], "stop after this file"));
+    }
 }
