@@ -294,11 +294,38 @@ fn running_until_go(env: &Env, extra: &[&str]) -> (std::process::Child, String) 
 /// handed the message over, `go` made (the run's command ends): what it printed, and what
 /// it said after that.
 fn told_then_go(env: &Env, id: &str) -> (std::process::Output, String) {
-    let (told, mut said) = crate::handed(env, &["--json", id, "also say hello"]);
+    told_this_then_go(env, id, "also say hello")
+}
+
+/// The same with the message `text`.
+fn told_this_then_go(env: &Env, id: &str, text: &str) -> (std::process::Output, String) {
+    let (told, mut said) = crate::handed(env, &["--json", id, text]);
     std::fs::write(env.dir.path().join("go"), "").unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
     (told.wait_with_output().unwrap(), rest)
+}
+
+/// A secret in a message to a live run is redacted before it leaves the sender: the run
+/// commits the note without it, and the sender knows the note it reads as its own.
+#[test]
+fn a_secret_in_a_message_to_a_live_run_is_redacted_and_the_message_read() {
+    let env = Env::new();
+    let (run, id) = running_until_go(&env, &[]);
+    let key = format!("AKIA{}", "IOSFODNN7EXAMPLE");
+    let (told, rest) = told_this_then_go(&env, &id, &format!("use {key} for the bucket"));
+    assert_eq!(told.status.code(), Some(0), "{rest}");
+    assert_eq!(object(&told), json!({"run_id": id, "status": "read"}));
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = events(&env, &id);
+    let note = events.iter().find(|e| e["type"] == "user_note").unwrap();
+    let text = note["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("use ") && text.ends_with(" for the bucket"),
+        "{text}"
+    );
+    assert!(!text.contains(&key), "{text}");
 }
 
 /// `agent resume RUN MESSAGE` of a run another process drives hands the message to that
