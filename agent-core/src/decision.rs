@@ -514,6 +514,13 @@ pub enum Reasoning {
         /// The text, whole.
         text: String,
     },
+    /// OpenRouter's `reasoning_details`: the model's reasoning as blocks (text, summaries,
+    /// encrypted reasoning with signatures) that must come back unchanged with the calls
+    /// they led to (Gemini 3 and Claude behind it refuse or lose their reasoning without).
+    Details {
+        /// The blocks, in order, each as the provider gave it.
+        details: Vec<Value>,
+    },
     /// What a provider attached to one of the reply's calls and wants back with it,
     /// unchanged: Gemini's `extra_content` (its thought signature) on its OpenAI-compatible
     /// endpoint, without which the next call of a tool-using run is refused.
@@ -538,7 +545,9 @@ impl Reasoning {
             }
             Reasoning::ResponsesItem { .. }
             | Reasoning::RedactedThinking { .. }
-            | Reasoning::CallExtra { .. } => None,
+            | Reasoning::CallExtra { .. }
+            // Its text also comes as `reasoning` text, which is shown.
+            | Reasoning::Details { .. } => None,
         }
     }
 }

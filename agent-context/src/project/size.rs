@@ -304,6 +304,11 @@ fn reasoning_text(reasoning: &agent_core::Reasoning) -> std::borrow::Cow<'_, str
             text.as_str().into()
         }
         agent_core::Reasoning::Content { .. } => "".into(),
+        agent_core::Reasoning::Details { details } => details
+            .iter()
+            .map(serde_json::Value::to_string)
+            .collect::<String>()
+            .into(),
         agent_core::Reasoning::CallExtra { extra_content, .. } => extra_content.to_string().into(),
         agent_core::Reasoning::ResponsesItem {
             summary,

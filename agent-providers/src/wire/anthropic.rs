@@ -123,6 +123,7 @@ pub fn request_body_thinking(
                         }
                         Reasoning::ResponsesItem { .. }
                         | Reasoning::Content { .. }
+                        | Reasoning::Details { .. }
                         | Reasoning::CallExtra { .. } => {}
                     },
                 }

@@ -83,6 +83,21 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                     if !reasoning.is_empty() {
                         m[REASONING_CONTENT] = Value::String(reasoning.concat());
                     }
+                    // OpenRouter's blocks, unchanged and in order.
+                    let details: Vec<Value> = message
+                        .parts
+                        .iter()
+                        .filter_map(|p| match p {
+                            Part::Reasoning {
+                                reasoning: Reasoning::Details { details },
+                            } => Some(details.iter().cloned()),
+                            _ => None,
+                        })
+                        .flatten()
+                        .collect();
+                    if !details.is_empty() {
+                        m[REASONING_DETAILS] = Value::Array(details);
+                    }
                 }
                 messages.push(m);
             }
@@ -158,9 +173,13 @@ const REASONING_CONTENT: &str = "reasoning_content";
 /// The fields in which servers send what the model thought, beside the answer.
 const REASONING_FIELDS: [&str; 2] = [REASONING_CONTENT, "reasoning"];
 
-/// What the model thought, as `message` (or a stream's deltas, gathered in `texts`) gave it.
-fn reasoning_of(texts: [String; 2]) -> Vec<Reasoning> {
-    REASONING_FIELDS
+/// The field in which OpenRouter sends the model's reasoning as blocks.
+const REASONING_DETAILS: &str = "reasoning_details";
+
+/// What the model thought, as a message (or a stream's deltas) gave it: the texts of
+/// [`REASONING_FIELDS`], then OpenRouter's blocks.
+fn reasoning_of(texts: [String; 2], details: Vec<Value>) -> Vec<Reasoning> {
+    let mut reasoning: Vec<Reasoning> = REASONING_FIELDS
         .iter()
         .zip(texts)
         .filter(|(_, text)| !text.is_empty())
@@ -168,7 +187,45 @@ fn reasoning_of(texts: [String; 2]) -> Vec<Reasoning> {
             field: (*field).to_owned(),
             text,
         })
-        .collect()
+        .collect();
+    if !details.is_empty() {
+        reasoning.push(Reasoning::Details { details });
+    }
+    reasoning
+}
+
+/// Adds the streamed pieces of OpenRouter's reasoning blocks to `blocks`: a piece of a
+/// block already begun (the same `type` and `index`) adds to its `text`, `summary` or
+/// `data` and sets its other fields (a signature, an id); any other piece begins a block.
+fn add_details(blocks: &mut Vec<Value>, pieces: &Value) {
+    const GROWING: [&str; 3] = ["text", "summary", "data"];
+    for piece in pieces.as_array().into_iter().flatten() {
+        let Some(fields) = piece.as_object() else {
+            continue;
+        };
+        let begun = piece["index"].as_u64().and_then(|index| {
+            blocks
+                .iter_mut()
+                .find(|b| b["index"].as_u64() == Some(index) && b["type"] == piece["type"])
+        });
+        let Some(Value::Object(block)) = begun else {
+            blocks.push(piece.clone());
+            continue;
+        };
+        for (key, value) in fields {
+            match (block.get_mut(key), value) {
+                (Some(Value::String(so_far)), Value::String(more))
+                    if GROWING.contains(&key.as_str()) =>
+                {
+                    so_far.push_str(more);
+                }
+                (_, Value::Null) => {}
+                _ => {
+                    block.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    }
 }
 
 /// What a server attached to a call (Gemini: `extra_content`, holding its thought
@@ -217,6 +274,10 @@ pub fn parse_response(body: &Value) -> Assembled {
         usage: usage_of(body).unwrap_or_default(),
         reasoning: reasoning_of(
             REASONING_FIELDS.map(|field| text_of(&message[field]).unwrap_or_default()),
+            message[REASONING_DETAILS]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
         ),
     }
 }
@@ -235,6 +296,8 @@ pub struct Stream {
     last: Option<u64>,
     /// What the model thought, by field ([`REASONING_FIELDS`]).
     reasoning: [String; 2],
+    /// OpenRouter's reasoning blocks, as their pieces built them.
+    details: Vec<Value>,
 }
 
 impl Stream {
@@ -294,6 +357,7 @@ impl Stream {
                     so_far.push_str(t);
                 }
             }
+            add_details(&mut self.details, &delta[REASONING_DETAILS]);
             if let Some(r) = text_of(&delta["refusal"]) {
                 self.refusal.get_or_insert_with(String::new).push_str(&r);
             }
@@ -352,7 +416,7 @@ impl Stream {
             calls: self.calls.into_values().collect(),
             truncated: self.truncated,
             usage: self.usage.unwrap_or_default(),
-            reasoning: reasoning_of(self.reasoning),
+            reasoning: reasoning_of(self.reasoning, self.details),
         }
     }
 }

@@ -435,6 +435,72 @@ fn reasoning_beside_the_answer_is_kept_and_goes_back_with_its_calls() {
     assert!(!other.contains("a.txt read"), "{other}");
 }
 
+/// OpenRouter's `reasoning_details`, streamed in pieces (a block's text or data grows
+/// under its type and index), are put together in order and go back unchanged with the
+/// calls they led to; Gemini 3 and Claude behind OpenRouter need them there.
+#[test]
+fn openrouter_reasoning_blocks_are_put_together_and_go_back_with_their_calls() {
+    let f = "google-gemini-v1";
+    let mut s = openai::Stream::default();
+    for chunk in [
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning":"Let me ",
+            "reasoning_details":[{"type":"reasoning.text","text":"Let me ","format":f,"index":0}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"content":"","reasoning":"look.",
+            "reasoning_details":[{"type":"reasoning.text","text":"look.","format":f,"index":0}]}}]}),
+        json!({"choices":[{"index":0,"delta":{"content":"",
+            "reasoning_details":[{"type":"reasoning.encrypted","data":"CiQB","id":"tool_1","format":f,"index":0}],
+            "tool_calls":[{"index":0,"id":"tool_1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]}}]}),
+        json!({"choices":[{"index":0,"delta":{
+            "reasoning_details":[{"type":"reasoning.encrypted","data":"xyz==","index":0,"signature":null}]}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+    ] {
+        s.push(&chunk.to_string()).unwrap();
+    }
+    s.push("[DONE]").unwrap();
+    let reply = s.finish().decide();
+    assert!(
+        matches!(reply.decision, Ok(Decision::ToolCalls { .. })),
+        "{reply:?}"
+    );
+    let blocks = vec![
+        json!({"type": "reasoning.text", "text": "Let me look.", "format": f, "index": 0}),
+        json!({"type": "reasoning.encrypted", "data": "CiQBxyz==", "id": "tool_1", "format": f, "index": 0}),
+    ];
+    let details = Reasoning::Details {
+        details: blocks.clone(),
+    };
+    assert_eq!(
+        reply.reasoning,
+        [
+            Reasoning::Content {
+                field: "reasoning".into(),
+                text: "Let me look.".into()
+            },
+            details.clone()
+        ]
+    );
+    // A whole response gives them whole.
+    let whole = openai::parse_response(&json!({"choices": [{"message": {"role": "assistant",
+        "content": null, "reasoning_details": blocks,
+        "tool_calls": [{"id": "tool_1", "type": "function",
+            "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}}]},
+        "finish_reason": "tool_calls"}]}))
+    .decide();
+    assert_eq!(whole.reasoning, std::slice::from_ref(&details));
+
+    let mut p = prompt();
+    p.messages[1]
+        .parts
+        .insert(0, Part::Reasoning { reasoning: details });
+    let body = openai::request_body(&p, "google/gemini-3-pro-preview", true);
+    assert_eq!(
+        body["messages"][2]["reasoning_details"],
+        json!(blocks),
+        "{body}"
+    );
+    assert!(body["messages"][2].get("reasoning").is_none(), "{body}");
+}
+
 #[test]
 fn a_refusal_is_cannot_continue() {
     let reply = openai::parse_response(&json!({
