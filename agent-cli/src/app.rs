@@ -643,7 +643,7 @@ fn notes_in(log: &[agent_core::Entry]) -> usize {
 }
 
 /// The longest message `agent resume RUN MESSAGE` hands a live run.
-const MAX_NOTE: usize = 64 * 1024;
+pub(crate) const MAX_NOTE: usize = 64 * 1024;
 
 /// `agent resume RUN MESSAGE` of a run another process drives now: the message is handed to
 /// that process, which commits it before the run's next model call (`user_note`); this

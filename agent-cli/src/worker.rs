@@ -366,13 +366,19 @@ fn drive(
         Err(StoreError::RunNotFound(_)) => false,
         Err(e) => return Err(e.into()),
     };
+    // What people said to the run while it waited to begin, read after its goal.
+    let notes = if started {
+        Vec::new()
+    } else {
+        runtime.store().told(&lease.run_id)
+    };
     let report = rt.block_on(async {
         if started {
             runtime.resume(&lease.run_id, cancel.clone()).await
         } else {
             let request =
                 RunRequest::new(lease.run_id.clone(), spec.goal.clone(), spec.budget.clone());
-            runtime.start(request, cancel.clone()).await
+            runtime.start_noted(request, notes, cancel.clone()).await
         }
     });
     renewer.abort();
@@ -672,6 +678,10 @@ pub fn answer_queued(
         (Some(QueueState::Runnable), QueuedAnswer::Message(text)) if store.load(run_id).is_ok() => {
             return note_queued(&store, json, run_id, text).map(Some);
         }
+        // Not begun yet: the worker that begins it reads the message after its goal.
+        (Some(QueueState::Runnable), QueuedAnswer::Message(text)) => {
+            return note_unstarted(settings, &store, json, run_id, text).map(Some);
+        }
         (Some(QueueState::Runnable | QueueState::Running), _) => {
             return Err(usage(format!(
                 "run {run_id} is {} in the queue: workers drive it",
@@ -704,6 +714,51 @@ pub fn answer_queued(
         "answered; it is queued again and a worker goes on with it",
     );
     Ok(Some(EXIT_OK))
+}
+
+/// A message to a queued run no worker has begun: kept with the run in the queue, read by
+/// its first model call after its goal. New limits are refused (the run begins with those
+/// it was submitted with).
+fn note_unstarted(
+    settings: &Settings,
+    store: &PostgresStore,
+    json: bool,
+    run_id: &str,
+    text: &str,
+) -> Result<u8, Failure> {
+    let submitted = store
+        .never_started()?
+        .into_iter()
+        .find(|r| r.run_id == run_id)
+        .and_then(|r| serde_json::from_str::<RunSpec>(&r.spec).ok())
+        .map(|spec| spec.budget);
+    if submitted.is_some_and(|budget| settings.budget.apply(budget.clone()) != budget) {
+        return Err(usage(format!(
+            "run {run_id} waits for a worker to begin it: new limits are not given to it; \
+             send the message without them"
+        )));
+    }
+    if text.len() > crate::app::MAX_NOTE {
+        return Err(usage(format!(
+            "the message is {} bytes; a run takes at most {} KiB before it begins: send a \
+             shorter one",
+            text.len(),
+            crate::app::MAX_NOTE / 1024
+        )));
+    }
+    let text = Redactor::from_env().redact_str(text);
+    if !store.note_unstarted(run_id, &text)? {
+        return Err(usage(format!(
+            "run {run_id} could not be given the message: a worker took it meanwhile, or it \
+             holds 64 unread; send it again"
+        )));
+    }
+    say_queued(
+        json,
+        run_id,
+        "has your message; it reads it after its goal, once a worker begins it",
+    );
+    Ok(EXIT_OK)
 }
 
 /// What records a person's answer or message in a queued run, driving nothing.

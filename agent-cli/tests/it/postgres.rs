@@ -727,6 +727,49 @@ fn a_message_to_a_queued_run_is_recorded_and_queued_again_for_a_worker() {
     assert_eq!(last["outcome"]["answer"], "and nothing else", "{last}");
 }
 
+/// A message to a queued run no worker has begun is kept with it in the queue: the worker
+/// that begins it commits it after its goal, and its first model call reads it. New limits
+/// with it, or one too long, are refused with nothing kept.
+#[test]
+fn a_message_to_a_queued_run_not_begun_is_read_by_its_first_model_call() {
+    let q = Queue::new();
+    let model = q.script("one", json!([{"final": "done"}]));
+    let id = q.submit(&model, &[], "say done");
+    let refused = q.agent(&["resume", &id, "also this", "--max-steps", "3"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("new limits"),
+        "{}",
+        stderr(&refused)
+    );
+    let long = "x".repeat(64 * 1024 + 1);
+    let refused = q.agent(&["resume", &id, &long]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("at most 64 KiB"),
+        "{}",
+        stderr(&refused)
+    );
+    let told = q.agent(&["resume", "--json", &id, "also say hello"]);
+    assert_eq!(told.status.code(), Some(0), "{}", stderr(&told));
+    let v: Value = serde_json::from_slice(&told.stdout).unwrap();
+    assert_eq!(v, json!({"run_id": id, "status": "queued"}));
+    let out = q.agent(&["worker", "--until-empty"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = q.events(&id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds[0], "run_started", "{kinds:?}");
+    assert_eq!(kinds[1], "user_note", "{kinds:?}");
+    assert_eq!(count(&events, "user_note"), 1, "{kinds:?}");
+    assert_eq!(events[1]["text"], "also say hello");
+    assert_eq!(events.last().unwrap()["outcome"]["answer"], "done");
+    // The first model call's prompt: the goal, then the message.
+    let prompt = stdout(&q.agent(&["context", &id, "--at", "1"]));
+    let goal = prompt.find("say done").unwrap();
+    let note = prompt.find("also say hello").unwrap();
+    assert!(goal < note, "{prompt}");
+}
+
 /// A worker stopped (SIGSTOP) past its lease: another worker finishes the run, and when
 /// the first wakes up it learns it lost the lease and writes nothing.
 #[test]

@@ -28,17 +28,18 @@ impl Runtime {
         log: Vec<Entry>,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
-        self.drive_noted(run_id, machine, log, cancel, None).await
+        self.drive_noted(run_id, machine, log, cancel, Vec::new())
+            .await
     }
 
-    /// [`Runtime::drive`], with a person's `note` read before the run's next model call.
+    /// [`Runtime::drive`], with a person's `notes` read before the run's next model call.
     pub(super) async fn drive_noted(
         &self,
         run_id: String,
         machine: Machine,
         log: Vec<Entry>,
         cancel: CancellationToken,
-        note: Option<String>,
+        notes: Vec<String>,
     ) -> Result<Report, RuntimeError> {
         let span = tracing::info_span!(
             "invoke_agent",
@@ -57,7 +58,7 @@ impl Runtime {
         let cancel = cancel.child_token();
         let inbox = Inbox::default();
         let _watch = self.watch_stop_requests(&run_id, &cancel, &inbox).await;
-        inbox.extend(note.into_iter().collect());
+        inbox.extend(notes);
         async move {
             let report = match self
                 .drive_in_span(run_id, machine, log, cancel, &inbox)

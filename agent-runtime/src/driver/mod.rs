@@ -469,6 +469,17 @@ impl Runtime {
         request: RunRequest,
         cancel: CancellationToken,
     ) -> Result<Report, RuntimeError> {
+        self.start_noted(request, Vec::new(), cancel).await
+    }
+
+    /// [`Runtime::start`], with what a person said to the run before it began (`notes`,
+    /// each a `user_note`) read before its first model call, after its goal.
+    pub async fn start_noted(
+        &self,
+        request: RunRequest,
+        notes: Vec<String>,
+        cancel: CancellationToken,
+    ) -> Result<Report, RuntimeError> {
         self.needs_model()?;
         self.keeps(&request.budget)?;
         let run_id = request.run_id;
@@ -479,7 +490,8 @@ impl Runtime {
             tools: self.specs(),
         };
         let machine = Machine::start(config, self.clock.now_ms());
-        self.drive(run_id, machine, Vec::new(), cancel).await
+        self.drive_noted(run_id, machine, Vec::new(), cancel, notes)
+            .await
     }
 
     /// Forks run `parent` before its model call `at` (1-based, as `agent show` numbers
@@ -572,7 +584,7 @@ impl Runtime {
             self.keeps(machine.budget())?;
             let note = self.redactor.redact_str(text);
             return self
-                .drive_noted(run_id.to_owned(), machine, log, cancel, Some(note))
+                .drive_noted(run_id.to_owned(), machine, log, cancel, vec![note])
                 .await;
         }
         let machine = self.with_message(run_id, &log, text, budget)?;

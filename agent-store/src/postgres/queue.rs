@@ -139,7 +139,12 @@ impl PostgresStore {
                      state = 'running',
                      stop_asked = false,
                      stop_runs = '{}',
-                     notes = '[]',
+                     -- What people said to a run before it began is for its first model
+                     -- call ([`PostgresStore::note_unstarted`]); other notes were for a
+                     -- drive that ended.
+                     notes = CASE WHEN EXISTS (SELECT 1 FROM agent_runs r
+                                               WHERE r.run_id = agent_queue.run_id)
+                                  THEN '[]' ELSE notes END,
                      lease_owner = $1,
                      lease_token = nextval('agent_lease_tokens'),
                      lease_expires_at = now() + $2 * interval '1 millisecond',
@@ -639,6 +644,26 @@ impl PostgresStore {
             )
             .map_err(|e| engine(&e))?;
         Ok(told == 1)
+    }
+
+    /// Keeps a person's note for queued run `run_id` that no worker has begun yet, for its
+    /// first model call: the worker that begins it takes it ([`FencedStore::told`], before
+    /// the drive) with the run. `false` when the run is not waiting to begin (a worker took
+    /// it meanwhile, or it has a log), or holds 64 notes.
+    pub fn note_unstarted(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
+        let noted = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue
+                 SET notes = notes || jsonb_build_array(jsonb_build_array($1::text, $2::text)),
+                     updated_at = now()
+                 WHERE run_id = $1 AND state = 'runnable'
+                   AND NOT EXISTS (SELECT 1 FROM agent_runs r WHERE r.run_id = $1)
+                   AND jsonb_array_length(notes) < 64",
+                &[&run_id, &text],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(noted == 1)
     }
 
     /// The notes for `run_id` on the row of `lease` (its run, or a sub-agent's run of it),
