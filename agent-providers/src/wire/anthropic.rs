@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use agent_core::{Part, Prompt, Reasoning, Role, Usage, provider_schema};
 use serde_json::{Value, json};
 
-use super::{Assembled, WireCall, wire_name};
+use super::{Assembled, WireCall, anthropic_id, wire_name};
 use crate::{ProviderError, Thinking};
 
 /// Output tokens asked for when nothing else is configured.
@@ -96,7 +96,7 @@ pub fn request_body_thinking(
                         call_id,
                         name,
                         arguments,
-                    } => others.push(json!({"type": "tool_use", "id": call_id, "name": wire_name(name), "input": arguments.to_value()})),
+                    } => others.push(json!({"type": "tool_use", "id": anthropic_id(call_id.as_str()), "name": wire_name(name), "input": arguments.to_value()})),
                     Part::ToolResult {
                         call_id,
                         ok,
@@ -104,7 +104,7 @@ pub fn request_body_thinking(
                         ..
                     } => results.push(json!({
                         "type": "tool_result",
-                        "tool_use_id": call_id,
+                        "tool_use_id": anthropic_id(call_id.as_str()),
                         "content": content,
                         "is_error": !ok,
                     })),

@@ -33,6 +33,23 @@ pub fn wire_name(name: &str) -> String {
     format!("{keep}_{}", &hash[..8])
 }
 
+/// A call id as Anthropic takes it (`^[a-zA-Z0-9_-]+$`, not empty). An id another
+/// provider made (a run forked or continued with another model; Kimi's servers give ids
+/// like `functions.read_file:0`) keeps its allowed characters and gains a short hash of
+/// itself, so that two ids stay apart and a result still pairs with its call.
+pub fn anthropic_id(id: &str) -> std::borrow::Cow<'_, str> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if !id.is_empty() && id.chars().all(allowed) {
+        return id.into();
+    }
+    let kept: String = id
+        .chars()
+        .map(|c| if allowed(c) { c } else { '_' })
+        .collect();
+    let hash = agent_core::sha256_hex(id.as_bytes());
+    format!("{kept}_{}", &hash[..8]).into()
+}
+
 /// Puts back the tool names `wire_name` changed in the calls of a reply.
 pub fn restore_names(reply: &mut ModelReply, tools: &[agent_core::ToolSpec]) {
     if let Ok(Decision::ToolCalls { calls }) = &mut reply.decision {

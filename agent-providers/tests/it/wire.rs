@@ -501,6 +501,56 @@ fn openrouter_reasoning_blocks_are_put_together_and_go_back_with_their_calls() {
     assert!(body["messages"][2].get("reasoning").is_none(), "{body}");
 }
 
+/// Anthropic takes call ids of `[a-zA-Z0-9_-]` only: ids another provider made (a run
+/// forked or continued with Claude after Kimi, whose ids read `functions.read_file:0`) are
+/// made to fit, stay apart, and still pair each result with its call; fitting ids go as
+/// they are.
+#[test]
+fn call_ids_another_provider_made_fit_anthropic_and_still_pair() {
+    let mut p = prompt();
+    for message in &mut p.messages {
+        for part in &mut message.parts {
+            match part {
+                Part::ToolUse { call_id, .. } | Part::ToolResult { call_id, .. } => {
+                    if call_id.as_str() == "c1" {
+                        *call_id = "functions.read_file:0".into();
+                    } else {
+                        // The same once made to fit, but for its hash.
+                        *call_id = "functions:read_file.0".into();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let body = anthropic::request_body(&p, "m", 10, false, false);
+    let blocks = |i: usize| body["messages"][i]["content"].as_array().unwrap().clone();
+    let asked: Vec<String> = blocks(1)
+        .iter()
+        .filter(|b| b["type"] == "tool_use")
+        .map(|b| b["id"].as_str().unwrap().to_owned())
+        .collect();
+    let answered: Vec<String> = blocks(2)
+        .iter()
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["tool_use_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(asked.len(), 2, "{body}");
+    assert_ne!(asked[0], asked[1]);
+    assert_eq!(answered, asked, "each result with its call");
+    for id in &asked {
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "{id}"
+        );
+        assert!(id.starts_with("functions_read_file_"), "{id}");
+    }
+    // Ids that fit go as they are.
+    let body = anthropic::request_body(&prompt(), "m", 10, false, false);
+    assert_eq!(body["messages"][1]["content"][1]["id"], "c1", "{body}");
+}
+
 #[test]
 fn a_refusal_is_cannot_continue() {
     let reply = openai::parse_response(&json!({
