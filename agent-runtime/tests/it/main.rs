@@ -467,6 +467,43 @@ async fn notes_sent_to_a_running_run_are_read_before_its_next_model_call() {
     );
 }
 
+/// What a person said to a run before it began (a queued run's worker hands it over) is
+/// committed right after the run's start, in order, and its first model call reads it
+/// after the goal; a store that carries no notes takes them all the same.
+#[tokio::test]
+async fn notes_given_at_the_start_are_read_by_the_first_model_call() {
+    let s = setup();
+    let store: Arc<dyn Store> = Arc::new(agent_store::MemoryStore::new());
+    let report = s
+        .runtime(
+            json!({"turns": [{"final": "done"}]}),
+            Arc::clone(&store),
+            Vec::new(),
+        )
+        .start_noted(
+            RunRequest::new("run-s", "the goal", Budget::default()),
+            vec!["first this".into(), "then that".into()],
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    let log = store.load("run-s").unwrap();
+    let kinds: Vec<&str> = log.iter().map(|e| e.event.name()).collect();
+    assert_eq!(
+        kinds[..4],
+        ["run_started", "user_note", "user_note", "decision_proposed"],
+        "{kinds:?}"
+    );
+    let prompts = s.prompts.lock().unwrap();
+    let first = serde_json::to_string(&prompts[0].messages).unwrap();
+    let at = |text: &str| first.find(text).unwrap();
+    assert!(
+        at("the goal") < at("first this") && at("first this") < at("then that"),
+        "{first}"
+    );
+}
+
 /// The driver lets go of a stop request made before it began by looking once before it
 /// does anything: a request made once the run is going (`agent cancel` right after its
 /// first commit) is never taken for an earlier one and dropped.
