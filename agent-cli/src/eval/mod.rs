@@ -9,14 +9,14 @@ mod trial;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use case::Case;
 pub use report::{CaseResult, EvalReport};
-pub use trial::{Invocation, Trial};
+pub use trial::{Children, Invocation, Trial};
 
 use crate::app::{say, tell};
-use crate::exit::EXIT_OK;
+use crate::exit::{EXIT_OK, EXIT_PAUSED};
 use crate::failure::{Failure, failed, usage};
 
 /// Exit code of an evaluation in which some expectation failed.
@@ -114,7 +114,9 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
             .map(std::path::absolute)
             .transpose()
             .map_err(|e| usage(format!("--keep: {e}")))?,
+        children: Arc::default(),
     };
+    stop_on_terminate(&invocation.children)?;
     let purse = Purse::new(options.max_tokens, options.max_cost);
     let trials = run_all(&invocation, &cases, options.repeat, options.jobs, &purse);
     let result = EvalReport::new(&cases, trials, options.repeat);
@@ -125,6 +127,14 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
         say(format_args!("{}\n", result.json(baseline.as_ref())));
     } else {
         say(format_args!("{}", result.text(baseline.as_ref())));
+    }
+    if invocation.children.stopping() {
+        tell(format_args!(
+            "agent: asked to stop: {} of {} trial(s) did not run or finish\n",
+            result.stopped_trials(),
+            result.trials()
+        ));
+        return Ok(EXIT_PAUSED);
     }
     if result.all_passed() {
         Ok(EXIT_OK)
@@ -138,6 +148,30 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
         }
         Ok(EXIT_EVAL_FAILED)
     }
+}
+
+/// SIGTERM (a CI job's timeout, a service manager) or SIGHUP: the trials running are
+/// asked to stop at their next step (their runs let go, nothing in doubt), none begins
+/// after, and the report of what ran is printed (exit 3); a second signal ends the
+/// evaluation at once (143). Before, the evaluation died at once and its trials' processes
+/// ran on.
+fn stop_on_terminate(children: &Arc<Children>) -> Result<(), Failure> {
+    use tokio::signal::unix::SignalKind;
+    let drain = crate::build::drain_on_signals(
+        &[SignalKind::terminate(), SignalKind::hangup()],
+        "agent: asked to stop: the trials running stop at their next step and no other \
+         begins (again to stop at once)\n",
+        143,
+    )?;
+    let children = Arc::clone(children);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| failed(format!("cannot start a thread's runtime: {e}")))?;
+    std::thread::spawn(move || {
+        rt.block_on(drain.cancelled());
+        children.stop();
+    });
+    Ok(())
 }
 
 /// What the whole evaluation may use (`--max-tokens`, `--max-cost`), shared out among the
@@ -246,11 +280,22 @@ fn run_all(
                 loop {
                     let next = queue.lock().map(|mut q| q.pop_front()).ok().flatten();
                     let Some((c, k)) = next else { break };
-                    let trial = match purse.give(workers) {
+                    let stopping = || invocation.children.stopping();
+                    let given = if stopping() {
+                        Err(trial::NOT_BEGUN.to_owned())
+                    } else {
+                        purse.give(workers)
+                    };
+                    let trial = match given {
                         Ok(allowance) => {
                             let trial = invocation.trial(&cases[c], k, allowance);
                             purse.settle(allowance, &trial);
-                            trial
+                            // Asked to stop while it ran: not judged.
+                            if !trial.pass && stopping() {
+                                trial.stopped()
+                            } else {
+                                trial
+                            }
                         }
                         Err(why) => Trial::not_run(why),
                     };

@@ -118,6 +118,11 @@ impl EvalReport {
         self.all_trials().filter(|t| !t.pass).count()
     }
 
+    /// Trials the evaluation was asked to stop before they began or ended.
+    pub fn stopped_trials(&self) -> usize {
+        self.all_trials().filter(|t| t.was_stopped()).count()
+    }
+
     /// Whether every trial passed.
     pub fn all_passed(&self) -> bool {
         self.failed_trials() == 0

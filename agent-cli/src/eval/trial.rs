@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::Value;
@@ -57,6 +58,82 @@ pub struct Invocation {
     pub base_url: Option<String>,
     /// Keep each trial's workspace and store under this directory (`--keep`).
     pub keep: Option<PathBuf>,
+    /// The `agent` processes the trials run now.
+    pub children: Arc<Children>,
+}
+
+/// The `agent` processes the trials run, so that an evaluation asked to stop (SIGTERM)
+/// asks them too, and starts no other.
+#[derive(Debug, Default)]
+pub struct Children {
+    state: Mutex<Running>,
+}
+
+#[derive(Debug, Default)]
+struct Running {
+    stopping: bool,
+    /// Processes started and not yet waited for (so their ids are not anyone else's).
+    pids: BTreeSet<u32>,
+}
+
+/// Why a process is not started once the evaluation was asked to stop.
+const STOPPED: &str = "stopped: the evaluation was asked to stop";
+
+/// Why a trial did not begin.
+pub(super) const NOT_BEGUN: &str = "not run: the evaluation was asked to stop";
+
+impl Children {
+    /// Asks every process running to stop at its next step (SIGTERM: each run is let go,
+    /// nothing left in doubt) and starts no other.
+    pub fn stop(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.stopping = true;
+        for pid in &state.pids {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// Whether the evaluation was asked to stop.
+    pub fn stopping(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stopping
+    }
+
+    /// Starts `cmd` with its output piped, unless the evaluation was asked to stop; `done`
+    /// once it was waited for.
+    fn spawn(&self, cmd: &mut Command) -> Result<Child, String> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.stopping {
+            return Err(STOPPED.to_owned());
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start agent: {e}"))?;
+        state.pids.insert(child.id());
+        Ok(child)
+    }
+
+    /// A process started by [`Children::spawn`] was waited for.
+    fn done(&self, pid: u32) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.pids.remove(&pid);
+    }
+
+    /// Runs `cmd` to its end, as [`Command::output`] does.
+    fn output(&self, mut cmd: Command) -> Result<Output, String> {
+        let child = self.spawn(&mut cmd)?;
+        let pid = child.id();
+        let out = child.wait_with_output();
+        self.done(pid);
+        out.map_err(|e| format!("agent did not finish: {e}"))
+    }
 }
 
 impl Invocation {
@@ -108,6 +185,7 @@ impl Invocation {
             .or_else(|| case.model.clone())
             .ok_or("the case names no model; give one in the case or with --model")?;
         let world = World {
+            children: &self.children,
             exe: &self.exe,
             dir,
             ws: &ws,
@@ -163,6 +241,29 @@ impl Trial {
     }
 
     /// A trial that did not run, failed with `why`.
+    /// A trial the evaluation was asked to stop before it ended: its run stands as it was
+    /// let go (to look at with `--keep`), judged by nothing.
+    pub(super) fn stopped(self) -> Trial {
+        Trial {
+            failures: vec![format!("{STOPPED} before the trial ended")],
+            ..Trial::not_run(String::new())
+        }
+        .with_run(self.run_id, self.kept)
+    }
+
+    fn with_run(mut self, run_id: Option<String>, kept: Option<String>) -> Trial {
+        self.run_id = run_id;
+        self.kept = kept;
+        self
+    }
+
+    /// Whether the evaluation was asked to stop before the trial began or ended.
+    pub(super) fn was_stopped(&self) -> bool {
+        self.failures
+            .first()
+            .is_some_and(|f| f.starts_with(STOPPED) || f == NOT_BEGUN)
+    }
+
     pub(super) fn not_run(why: String) -> Trial {
         Trial {
             pass: false,
@@ -184,6 +285,7 @@ impl Trial {
 
 /// Where a trial's processes run.
 struct World<'a> {
+    children: &'a Children,
     exe: &'a Path,
     dir: &'a Path,
     ws: &'a Path,
@@ -284,12 +386,10 @@ impl World<'_> {
         let started = Instant::now();
         let outcome = match signal {
             None => {
-                let out = cmd
-                    .output()
-                    .map_err(|e| format!("cannot start agent: {e}"))?;
+                let out = self.children.output(cmd)?;
                 outcome_of(&out.stdout, &out.stderr)
             }
-            Some((event, signal)) => watch(cmd, event, signal)?,
+            Some((event, signal)) => watch(self.children, cmd, event, signal)?,
         };
         *seconds += started.elapsed().as_secs_f64();
         Ok(outcome)
@@ -301,15 +401,15 @@ impl World<'_> {
         cmd.args(args);
         self.setup(&mut cmd);
         let started = Instant::now();
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot start agent: {e}"))?;
+        let out = self.children.output(cmd)?;
         *seconds += started.elapsed().as_secs_f64();
         Ok(outcome_of(&out.stdout, &out.stderr))
     }
 
     /// The run's committed events (`agent show --json`).
     fn events(&self, run_id: &str) -> Result<Vec<Value>, String> {
+        // A read that ends at once, made after a stop too: what the run stands at is
+        // judged and shown.
         let out = self
             .command()
             .args(["show", run_id])
@@ -332,12 +432,14 @@ enum Signal {
 }
 
 /// Runs `cmd` (with `--events`) and signals it once `event` is committed.
-fn watch(mut cmd: Command, event: &str, signal: Signal) -> Result<Outcome, String> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start agent: {e}"))?;
+fn watch(
+    children: &Children,
+    mut cmd: Command,
+    event: &str,
+    signal: Signal,
+) -> Result<Outcome, String> {
+    let mut child = children.spawn(&mut cmd)?;
+    let pid = child.id();
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let mut run_id = None;
     let mut last = Vec::new();
@@ -363,9 +465,9 @@ fn watch(mut cmd: Command, event: &str, signal: Signal) -> Result<Outcome, Strin
         }
         last = line.into_bytes();
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("agent did not finish: {e}"))?;
+    let out = child.wait_with_output();
+    children.done(pid);
+    let out = out.map_err(|e| format!("agent did not finish: {e}"))?;
     let killed = signalled && matches!(signal, Signal::Kill) && out.status.code().is_none();
     let mut outcome = if killed {
         Outcome::default()

@@ -395,3 +395,95 @@ async fn trials_call_and_price_the_model_as_agent_toml_says() {
     assert_eq!(asked.len(), 1);
     assert_ne!(asked[0].body["stream"], true, "{}", asked[0].body);
 }
+
+/// SIGTERM to an evaluation (a CI job's timeout) is passed on to the trial running: its
+/// run is let go at its next step, once its command is done, and stands interrupted; no
+/// other trial begins; the report of what ran is printed and the evaluation exits 3.
+/// Before, the evaluation died at once and its trial ran on without it.
+#[test]
+fn an_evaluation_asked_to_stop_stops_its_trials_at_their_next_step() {
+    let env = Env::new();
+    let dir = env.dir.path();
+    let script = serde_json::json!({"turns": [
+        {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {
+            "command": "touch started; while [ ! -e go ]; do sleep 0.05; done"}}]},
+        {"final": "went"}
+    ]});
+    std::fs::write(dir.join("waits.json"), script.to_string()).unwrap();
+    std::fs::write(
+        dir.join("waits.toml"),
+        "goal = \"wait for go\"\nmodel = \"script:waits.json\"\nallow = [\"shell\"]\n\n\
+         [expect]\nreason = \"completed\"\n",
+    )
+    .unwrap();
+    let eval = env
+        .cmd()
+        .args([
+            "--json",
+            "eval",
+            "waits.toml",
+            "--repeat",
+            "2",
+            "--jobs",
+            "1",
+        ])
+        .args(["--keep", "kept"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let trial = dir.join("kept/waits-1");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !trial.join("workspace/started").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the trial's command never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let asked = std::process::Command::new("kill")
+        .args(["-TERM", &eval.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(asked.success());
+    std::fs::write(trial.join("workspace/go"), "").unwrap();
+    let out = eval.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("asked to stop: 2 of 2 trial(s) did not run or finish"),
+        "{}",
+        stderr(&out)
+    );
+    let v = json_of(&out);
+    let trials = v["cases"][0]["trials"].as_array().unwrap();
+    assert_eq!(
+        trials[0]["failures"][0],
+        "stopped: the evaluation was asked to stop before the trial ended",
+        "{v}"
+    );
+    assert_eq!(
+        trials[1]["failures"][0],
+        "not run: the evaluation was asked to stop"
+    );
+    assert!(
+        !dir.join("kept/waits-2").exists(),
+        "the second trial never began"
+    );
+    // The first trial's run was let go once its command was done: interrupted, to resume.
+    let run = trials[0]["run_id"].as_str().unwrap();
+    let shown = env
+        .bare()
+        .arg("--store")
+        .arg(trial.join("store"))
+        .args(["show", "--json", run])
+        .output()
+        .unwrap();
+    let events: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let kinds: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.last(), Some(&"tool_finished"), "{kinds:?}");
+}
