@@ -16,7 +16,7 @@ pub use report::{CaseResult, EvalReport};
 pub use trial::{Children, Invocation, Trial};
 
 use crate::app::{say, tell};
-use crate::exit::{EXIT_OK, EXIT_PAUSED};
+use crate::exit::{EXIT_CANCELLED, EXIT_OK, EXIT_PAUSED};
 use crate::failure::{Failure, failed, usage};
 
 /// Exit code of an evaluation in which some expectation failed.
@@ -128,13 +128,22 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
     } else {
         say(format_args!("{}", result.text(baseline.as_ref())));
     }
-    if invocation.children.stopping() {
+    if let Some(interrupted) = invocation.children.stopped() {
         tell(format_args!(
-            "agent: asked to stop: {} of {} trial(s) did not run or finish\n",
+            "agent: {}: {} of {} trial(s) did not run or finish\n",
+            if interrupted {
+                "interrupted"
+            } else {
+                "asked to stop"
+            },
             result.stopped_trials(),
             result.trials()
         ));
-        return Ok(EXIT_PAUSED);
+        return Ok(if interrupted {
+            EXIT_CANCELLED
+        } else {
+            EXIT_PAUSED
+        });
     }
     if result.all_passed() {
         Ok(EXIT_OK)
@@ -155,22 +164,36 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
 /// after, and the report of what ran is printed (exit 3); a second signal ends the
 /// evaluation at once (143). Before, the evaluation died at once and its trials' processes
 /// ran on.
+/// Ctrl-C (SIGINT) does the same (the trials' processes, in the terminal's foreground
+/// group, are cancelled by it themselves), exit 130.
 fn stop_on_terminate(children: &Arc<Children>) -> Result<(), Failure> {
     use tokio::signal::unix::SignalKind;
-    let drain = crate::build::drain_on_signals(
-        &[SignalKind::terminate(), SignalKind::hangup()],
-        "agent: asked to stop: the trials running stop at their next step and no other \
-         begins (again to stop at once)\n",
-        143,
-    )?;
-    let children = Arc::clone(children);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .map_err(|e| failed(format!("cannot start a thread's runtime: {e}")))?;
-    std::thread::spawn(move || {
-        rt.block_on(drain.cancelled());
-        children.stop();
-    });
+    for (signals, stopping, code, interrupted) in [
+        (
+            &[SignalKind::terminate(), SignalKind::hangup()][..],
+            "agent: asked to stop: the trials running stop at their next step and no other \
+             begins (again to stop at once)\n",
+            143,
+            false,
+        ),
+        (
+            &[SignalKind::interrupt()][..],
+            "agent: interrupted: the trials running stop and no other begins (Ctrl-C again \
+             to stop at once)\n",
+            130,
+            true,
+        ),
+    ] {
+        let drain = crate::build::drain_on_signals(signals, stopping, code)?;
+        let children = Arc::clone(children);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| failed(format!("cannot start a thread's runtime: {e}")))?;
+        std::thread::spawn(move || {
+            rt.block_on(drain.cancelled());
+            children.stop(interrupted);
+        });
+    }
     Ok(())
 }
 

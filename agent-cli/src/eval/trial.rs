@@ -72,6 +72,8 @@ pub struct Children {
 #[derive(Debug, Default)]
 struct Running {
     stopping: bool,
+    /// By Ctrl-C (SIGINT), not by SIGTERM or SIGHUP.
+    interrupted: bool,
     /// Processes started and not yet waited for (so their ids are not anyone else's).
     pids: BTreeSet<u32>,
 }
@@ -85,14 +87,23 @@ pub(super) const NOT_BEGUN: &str = "not run: the evaluation was asked to stop";
 impl Children {
     /// Asks every process running to stop at its next step (SIGTERM: each run is let go,
     /// nothing left in doubt) and starts no other.
-    pub fn stop(&self) {
+    pub fn stop(&self, interrupted: bool) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !state.stopping {
+            state.interrupted = interrupted;
+        }
         state.stopping = true;
         for pid in &state.pids {
             let _ = Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
                 .status();
         }
+    }
+
+    /// Whether the evaluation was asked to stop, and then whether by Ctrl-C.
+    pub fn stopped(&self) -> Option<bool> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.stopping.then_some(state.interrupted)
     }
 
     /// Whether the evaluation was asked to stop.

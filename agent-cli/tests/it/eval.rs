@@ -402,6 +402,16 @@ async fn trials_call_and_price_the_model_as_agent_toml_says() {
 /// Before, the evaluation died at once and its trial ran on without it.
 #[test]
 fn an_evaluation_asked_to_stop_stops_its_trials_at_their_next_step() {
+    stopped_evaluation("-TERM", 3, "asked to stop");
+}
+
+/// Ctrl-C does the same, exit 130 (here sent to the evaluation alone, which passes it on).
+#[test]
+fn an_evaluation_interrupted_reports_what_ran() {
+    stopped_evaluation("-INT", 130, "interrupted");
+}
+
+fn stopped_evaluation(signal: &str, code: i32, said: &str) {
     let env = Env::new();
     let dir = env.dir.path();
     let script = serde_json::json!({"turns": [
@@ -442,15 +452,15 @@ fn an_evaluation_asked_to_stop_stops_its_trials_at_their_next_step() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let asked = std::process::Command::new("kill")
-        .args(["-TERM", &eval.id().to_string()])
+        .args([signal, &eval.id().to_string()])
         .status()
         .unwrap();
     assert!(asked.success());
     std::fs::write(trial.join("workspace/go"), "").unwrap();
     let out = eval.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(code), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("asked to stop: 2 of 2 trial(s) did not run or finish"),
+        stderr(&out).contains(&format!("{said}: 2 of 2 trial(s) did not run or finish")),
         "{}",
         stderr(&out)
     );
