@@ -12,18 +12,37 @@ fn fixture(name: &str) -> String {
     format!("{}\n\n", std::fs::read_to_string(path).unwrap().trim_end())
 }
 
+/// A Chat Completions stream of `chunks`, ended by `[DONE]`.
+fn openai_sse(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .map(|c| format!("data: {c}\n\n"))
+        .collect::<String>()
+        + "data: [DONE]\n\n"
+}
+
 /// An OpenAI stream that calls `list_dir` once.
 fn list_dir_call() -> String {
-    [
+    openai_sse(&[
         json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"list_dir","arguments":""}}]}}]}),
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}),
         json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
         json!({"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":7}}),
-    ]
-    .iter()
-    .map(|c| format!("data: {c}\n\n"))
-    .collect::<String>()
-        + "data: [DONE]\n\n"
+    ])
+}
+
+/// A server that answers `first`, then with a text answer; and a workspace whose
+/// `hello.txt` says "hi there".
+async fn hello_then_answer(first: String) -> (Server, Env) {
+    let server = Server::start(vec![
+        Reply::stream(first),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("hello.txt"), "hi there").unwrap();
+    (server, env)
 }
 
 fn run_json(env: &Env, args: &[&str], key: Option<(&str, &str)>) -> (Option<i32>, Value, String) {
@@ -140,23 +159,12 @@ async fn a_retry_the_budget_cannot_pay_for_stops_the_run_on_its_budget() {
 /// back to the server paired with the call by that id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_gives_calls_no_ids_is_answered_call_by_call() {
-    let no_ids = [
+    let no_ids = openai_sse(&[
         json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"","type":"function","function":{"name":"list_dir","arguments":"{}"}}]}}]}),
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"type":"function","function":{"name":"read_file","arguments":"{\"path\":\"hello.txt\"}"}}]}}]}),
         json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
-    ]
-    .iter()
-    .map(|c| format!("data: {c}\n\n"))
-    .collect::<String>()
-        + "data: [DONE]\n\n";
-    let server = Server::start(vec![
-        Reply::stream(no_ids),
-        Reply::stream(fixture("openai/text_only.sse")),
-    ])
-    .await
-    .unwrap();
-    let env = Env::new();
-    std::fs::write(env.dir.path().join("hello.txt"), "hi there").unwrap();
+    ]);
+    let (server, env) = hello_then_answer(no_ids).await;
     let (code, v, err) = run_json(
         &env,
         &[
@@ -209,23 +217,12 @@ async fn a_server_that_gives_calls_no_ids_is_answered_call_by_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gemini_call_goes_back_with_its_thought_signature() {
     let extra = json!({"google": {"thought_signature": "CrICAdHtim827fQ=="}});
-    let call = [
+    let call = openai_sse(&[
         json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"extra_content":extra,"id":"call_1","type":"function","function":{"name":"read_file","arguments":"{\"path\":"}}]}}],"model":"gemini-3-flash-preview"}),
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"id":"","type":"","function":{"arguments":"\"hello.txt\"}"}}]}}]}),
         json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
-    ]
-    .iter()
-    .map(|c| format!("data: {c}\n\n"))
-    .collect::<String>()
-        + "data: [DONE]\n\n";
-    let server = Server::start(vec![
-        Reply::stream(call),
-        Reply::stream(fixture("openai/text_only.sse")),
-    ])
-    .await
-    .unwrap();
-    let env = Env::new();
-    std::fs::write(env.dir.path().join("hello.txt"), "hi there").unwrap();
+    ]);
+    let (server, env) = hello_then_answer(call).await;
     let (code, v, err) = run_model(
         &env,
         "openai-compat:gemini-3-flash-preview",
@@ -257,24 +254,13 @@ async fn a_gemini_call_goes_back_with_its_thought_signature() {
 /// sends it back, and `agent show` shows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deepseek_reasoning_goes_back_with_its_calls_and_shows_in_show() {
-    let call = [
+    let call = openai_sse(&[
         json!({"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"I should read "}}]}),
         json!({"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"hello.txt first."}}]}),
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_00_x","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"hello.txt\"}"}}]}}]}),
         json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":50,"completion_tokens":20}}),
-    ]
-    .iter()
-    .map(|c| format!("data: {c}\n\n"))
-    .collect::<String>()
-        + "data: [DONE]\n\n";
-    let server = Server::start(vec![
-        Reply::stream(call),
-        Reply::stream(fixture("openai/text_only.sse")),
-    ])
-    .await
-    .unwrap();
-    let env = Env::new();
-    std::fs::write(env.dir.path().join("hello.txt"), "hi there").unwrap();
+    ]);
+    let (server, env) = hello_then_answer(call).await;
     let (code, v, err) = run_model(
         &env,
         "openai-compat:deepseek-v4-flash",

@@ -16,6 +16,17 @@ fn openai_stream(name: &str) -> ModelReply {
     s.finish().decide()
 }
 
+/// What a Chat Completions stream of `chunks` (then `[DONE]`) decides.
+fn openai_chunks(chunks: &[serde_json::Value]) -> ModelReply {
+    let mut s = openai::Stream::default();
+    for chunk in chunks {
+        s.push(&chunk.to_string()).unwrap();
+    }
+    s.push("[DONE]").unwrap();
+    assert!(s.is_done());
+    s.finish().decide()
+}
+
 fn anthropic_stream(name: &str) -> (ModelReply, bool) {
     let mut s = anthropic::Stream::default();
     for (event, data) in sse(&fixture(name)) {
@@ -276,8 +287,7 @@ fn calls_without_ids_get_ids_of_their_own() {
 #[test]
 fn gemini_calls_without_indexes_keep_their_signature_and_send_it_back() {
     let signature = json!({"google": {"thought_signature": "CrICAdHtim827fQ=="}});
-    let mut s = openai::Stream::default();
-    for chunk in [
+    let reply = openai_chunks(&[
         json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"extra_content":signature,"id":"call_297140","type":"function","function":{"name":"read_file","arguments":"{\"path\":"}}]}}]}),
         // A continuation: no index, an empty id, no name.
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"id":"","type":"","function":{"arguments":"\"a.txt\"}"}}]}}]}),
@@ -287,11 +297,7 @@ fn gemini_calls_without_indexes_keep_their_signature_and_send_it_back() {
         // And one with no id at all, named: a third call, its name not run into the second's.
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"name":"list_dir","arguments":"{\"path\":\"b\"}"}}]}}]}),
         json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
-    ] {
-        s.push(&chunk.to_string()).unwrap();
-    }
-    s.push("[DONE]").unwrap();
-    let reply = s.finish().decide();
+    ]);
     let Ok(Decision::ToolCalls { calls }) = &reply.decision else {
         panic!("{:?}", reply.decision)
     };
@@ -358,17 +364,12 @@ fn gemini_calls_without_indexes_keep_their_signature_and_send_it_back() {
 /// refuses a request without it), never with an answer, and `reasoning` never.
 #[test]
 fn reasoning_beside_the_answer_is_kept_and_goes_back_with_its_calls() {
-    let mut s = openai::Stream::default();
-    for chunk in [
+    let reply = openai_chunks(&[
         json!({"choices":[{"index":0,"delta":{"role":"assistant","content":null,"reasoning_content":"The user wants "}}]}),
         json!({"choices":[{"index":0,"delta":{"content":null,"reasoning_content":"a.txt read."}}]}),
         json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]}}]}),
         json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
-    ] {
-        s.push(&chunk.to_string()).unwrap();
-    }
-    s.push("[DONE]").unwrap();
-    let reply = s.finish().decide();
+    ]);
     assert!(
         matches!(reply.decision, Ok(Decision::ToolCalls { .. })),
         "{reply:?}"
@@ -441,8 +442,7 @@ fn reasoning_beside_the_answer_is_kept_and_goes_back_with_its_calls() {
 #[test]
 fn openrouter_reasoning_blocks_are_put_together_and_go_back_with_their_calls() {
     let f = "google-gemini-v1";
-    let mut s = openai::Stream::default();
-    for chunk in [
+    let reply = openai_chunks(&[
         json!({"choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning":"Let me ",
             "reasoning_details":[{"type":"reasoning.text","text":"Let me ","format":f,"index":0}]}}]}),
         json!({"choices":[{"index":0,"delta":{"content":"","reasoning":"look.",
@@ -453,11 +453,7 @@ fn openrouter_reasoning_blocks_are_put_together_and_go_back_with_their_calls() {
         json!({"choices":[{"index":0,"delta":{
             "reasoning_details":[{"type":"reasoning.encrypted","data":"xyz==","index":0,"signature":null}]}}]}),
         json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
-    ] {
-        s.push(&chunk.to_string()).unwrap();
-    }
-    s.push("[DONE]").unwrap();
-    let reply = s.finish().decide();
+    ]);
     assert!(
         matches!(reply.decision, Ok(Decision::ToolCalls { .. })),
         "{reply:?}"
