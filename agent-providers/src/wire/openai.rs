@@ -178,7 +178,12 @@ const REASONING_DETAILS: &str = "reasoning_details";
 
 /// What the model thought, as a message (or a stream's deltas) gave it: the texts of
 /// [`REASONING_FIELDS`], then OpenRouter's blocks.
-fn reasoning_of(texts: [String; 2], details: Vec<Value>) -> Vec<Reasoning> {
+fn reasoning_of(mut texts: [String; 2], details: Vec<Value>) -> Vec<Reasoning> {
+    // A server that sends both fields (vLLM, as it renames one to the other) sends the
+    // same text twice: it is kept once, where it goes back.
+    if texts[0] == texts[1] {
+        texts[1].clear();
+    }
     let mut reasoning: Vec<Reasoning> = REASONING_FIELDS
         .iter()
         .zip(texts)

@@ -392,6 +392,18 @@ fn reasoning_beside_the_answer_is_kept_and_goes_back_with_its_calls() {
         text: "Answer now.".into(),
     };
     assert_eq!(whole.reasoning, std::slice::from_ref(&ollama));
+    // Both fields with the same text (vLLM, renaming one to the other): kept once.
+    let both = openai::parse_response(&json!({"choices": [{"message": {"role": "assistant",
+        "content": "It says hello.", "reasoning": "Answer now.", "reasoning_content": "Answer now."},
+        "finish_reason": "stop"}]}))
+    .decide();
+    assert_eq!(
+        both.reasoning,
+        [Reasoning::Content {
+            field: "reasoning_content".into(),
+            text: "Answer now.".into()
+        }]
+    );
 
     let mut p = prompt();
     p.messages[1]
