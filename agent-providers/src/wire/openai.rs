@@ -109,6 +109,9 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
             ),
         }
     }
+    if model.to_ascii_lowercase().contains("deepseek") {
+        pad_reasoning(&mut messages);
+    }
     let mut body = json!({"model": model, "messages": messages});
     if !prompt.tools.is_empty() {
         body["tools"] = prompt
@@ -169,6 +172,25 @@ fn usage_of(v: &Value) -> Option<Usage> {
 
 /// The field in which DeepSeek, vLLM and llama.cpp send what the model thought.
 const REASONING_CONTENT: &str = "reasoning_content";
+
+/// DeepSeek's thinking mode refuses a request in which a message of calls since the last
+/// user message has no `reasoning_content`; one the log has none for (the calls of another
+/// model the run was continued from, or a reply that thought nothing) gets an empty one,
+/// which it takes. Earlier turns need none.
+fn pad_reasoning(messages: &mut [Value]) {
+    let since = messages
+        .iter()
+        .rposition(|m| m["role"] == "user")
+        .map_or(0, |at| at + 1);
+    for message in &mut messages[since..] {
+        if message["role"] == "assistant"
+            && message.get("tool_calls").is_some()
+            && message.get(REASONING_CONTENT).is_none()
+        {
+            message[REASONING_CONTENT] = Value::String(String::new());
+        }
+    }
+}
 
 /// The fields in which servers send what the model thought, beside the answer.
 const REASONING_FIELDS: [&str; 2] = [REASONING_CONTENT, "reasoning"];

@@ -448,6 +448,32 @@ fn reasoning_beside_the_answer_is_kept_and_goes_back_with_its_calls() {
     assert!(!other.contains("a.txt read"), "{other}");
 }
 
+/// DeepSeek refuses a request in which a message of calls since the last user message has
+/// no `reasoning_content`: one the log has none for (a run continued on DeepSeek from
+/// another model) gets an empty one, which it takes; earlier turns, and other models,
+/// get none.
+#[test]
+fn deepseek_gets_an_empty_reasoning_for_calls_of_the_current_turn_that_had_none() {
+    let mut p = prompt();
+    // The results end the prompt: the calls are of the turn under way.
+    p.messages[2]
+        .parts
+        .retain(|part| !matches!(part, Part::Text { .. }));
+    let body = openai::request_body(&p, "deepseek-v4-pro", true);
+    assert_eq!(body["messages"][2]["reasoning_content"], "", "{body}");
+    let other = openai::request_body(&p, "gpt-4o", true);
+    assert!(
+        other["messages"][2].get("reasoning_content").is_none(),
+        "{other}"
+    );
+    // A person's words after the results begin a new turn: the calls before need none.
+    let body = openai::request_body(&prompt(), "deepseek-v4-pro", true);
+    assert!(
+        body["messages"][2].get("reasoning_content").is_none(),
+        "{body}"
+    );
+}
+
 /// OpenRouter's `reasoning_details`, streamed in pieces (a block's text or data grows
 /// under its type and index), are put together in order and go back unchanged with the
 /// calls they led to; Gemini 3 and Claude behind OpenRouter need them there.
