@@ -23,18 +23,20 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                     })
                     .collect();
                 // What the provider attached to a call goes back on it, as it came.
-                let extra_of = |id: &agent_core::CallId| {
-                    message.parts.iter().find_map(|p| match p {
+                let extras: std::collections::HashMap<&agent_core::CallId, &Value> = message
+                    .parts
+                    .iter()
+                    .filter_map(|p| match p {
                         Part::Reasoning {
                             reasoning:
                                 Reasoning::CallExtra {
                                     call_id,
                                     extra_content,
                                 },
-                        } if call_id == id => Some(extra_content),
+                        } => Some((call_id, extra_content)),
                         _ => None,
                     })
-                };
+                    .collect();
                 let calls: Vec<Value> = message
                     .parts
                     .iter()
@@ -49,8 +51,8 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                                 "type": "function",
                                 "function": {"name": wire_name(name), "arguments": arguments.to_string()},
                             });
-                            if let Some(extra) = extra_of(call_id) {
-                                call["extra_content"] = extra.clone();
+                            if let Some(extra) = extras.get(call_id) {
+                                call["extra_content"] = (*extra).clone();
                             }
                             Some(call)
                         }
@@ -221,34 +223,47 @@ fn reasoning_of(mut texts: [String; 2], details: Vec<Value>) -> Vec<Reasoning> {
     reasoning
 }
 
-/// Adds the streamed pieces of OpenRouter's reasoning blocks to `blocks`: a piece of a
-/// block already begun (the same `type` and `index`) adds to its `text`, `summary` or
-/// `data` and sets its other fields (a signature, an id); any other piece begins a block.
-fn add_details(blocks: &mut Vec<Value>, pieces: &Value) {
-    const GROWING: [&str; 3] = ["text", "summary", "data"];
-    for piece in pieces.as_array().into_iter().flatten() {
-        let Some(fields) = piece.as_object() else {
-            continue;
-        };
-        let begun = piece["index"].as_u64().and_then(|index| {
-            blocks
-                .iter_mut()
-                .find(|b| b["index"].as_u64() == Some(index) && b["type"] == piece["type"])
-        });
-        let Some(Value::Object(block)) = begun else {
-            blocks.push(piece.clone());
-            continue;
-        };
-        for (key, value) in fields {
-            match (block.get_mut(key), value) {
-                (Some(Value::String(so_far)), Value::String(more))
-                    if GROWING.contains(&key.as_str()) =>
-                {
-                    so_far.push_str(more);
+/// OpenRouter's reasoning blocks, as their streamed pieces build them.
+#[derive(Debug, Default)]
+struct Details {
+    blocks: Vec<Value>,
+    /// Where the block of each `type` and `index` is in `blocks` (a server's pieces are
+    /// many; each is found at once).
+    at: std::collections::HashMap<(String, u64), usize>,
+}
+
+impl Details {
+    /// Adds `pieces`: a piece of a block already begun (the same `type` and `index`) adds
+    /// to its `text`, `summary` or `data` and sets its other fields (a signature, an id);
+    /// any other piece begins a block.
+    fn add(&mut self, pieces: &Value) {
+        const GROWING: [&str; 3] = ["text", "summary", "data"];
+        for piece in pieces.as_array().into_iter().flatten() {
+            let Some(fields) = piece.as_object() else {
+                continue;
+            };
+            let key = piece["index"]
+                .as_u64()
+                .map(|index| (piece["type"].as_str().unwrap_or_default().to_owned(), index));
+            let begun = key.as_ref().and_then(|key| self.at.get(key).copied());
+            let Some(Value::Object(block)) = begun.and_then(|at| self.blocks.get_mut(at)) else {
+                if let Some(key) = key {
+                    self.at.insert(key, self.blocks.len());
                 }
-                (_, Value::Null) => {}
-                _ => {
-                    block.insert(key.clone(), value.clone());
+                self.blocks.push(piece.clone());
+                continue;
+            };
+            for (key, value) in fields {
+                match (block.get_mut(key), value) {
+                    (Some(Value::String(so_far)), Value::String(more))
+                        if GROWING.contains(&key.as_str()) =>
+                    {
+                        so_far.push_str(more);
+                    }
+                    (_, Value::Null) => {}
+                    _ => {
+                        block.insert(key.clone(), value.clone());
+                    }
                 }
             }
         }
@@ -324,7 +339,7 @@ pub struct Stream {
     /// What the model thought, by field ([`REASONING_FIELDS`]).
     reasoning: [String; 2],
     /// OpenRouter's reasoning blocks, as their pieces built them.
-    details: Vec<Value>,
+    details: Details,
 }
 
 impl Stream {
@@ -384,7 +399,7 @@ impl Stream {
                     so_far.push_str(t);
                 }
             }
-            add_details(&mut self.details, &delta[REASONING_DETAILS]);
+            self.details.add(&delta[REASONING_DETAILS]);
             if let Some(r) = text_of(&delta["refusal"]) {
                 self.refusal.get_or_insert_with(String::new).push_str(&r);
             }
@@ -443,7 +458,7 @@ impl Stream {
             calls: self.calls.into_values().collect(),
             truncated: self.truncated,
             usage: self.usage.unwrap_or_default(),
-            reasoning: reasoning_of(self.reasoning, self.details),
+            reasoning: reasoning_of(self.reasoning, self.details.blocks),
         }
     }
 }
