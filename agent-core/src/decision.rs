@@ -684,4 +684,40 @@ mod tests {
         );
         assert_eq!(d.kind(), "cannot_continue");
     }
+
+    /// Each kind of reasoning is written to the log under its own `kind` and read back
+    /// as it was: what a provider needs back survives a restart.
+    #[test]
+    fn every_kind_of_reasoning_reads_back_as_it_was_written() {
+        let kinds = [
+            (
+                Reasoning::Content {
+                    field: "reasoning_content".into(),
+                    text: "read it first".into(),
+                },
+                "content",
+            ),
+            (
+                Reasoning::Details {
+                    details: vec![
+                        json!({"type": "reasoning.encrypted", "data": "CiQB", "index": 0}),
+                    ],
+                },
+                "details",
+            ),
+            (
+                Reasoning::CallExtra {
+                    call_id: "call_1".into(),
+                    extra_content: json!({"google": {"thought_signature": "CrIC"}}),
+                },
+                "call_extra",
+            ),
+        ];
+        for (reasoning, kind) in kinds {
+            let written = serde_json::to_value(&reasoning).unwrap();
+            assert_eq!(written["kind"], kind, "{written}");
+            let read: Reasoning = serde_json::from_value(written).unwrap();
+            assert_eq!(read, reasoning);
+        }
+    }
 }
