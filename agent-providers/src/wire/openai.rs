@@ -10,6 +10,14 @@ use crate::ProviderError;
 
 /// The request body for `POST /chat/completions`.
 pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
+    let mistral = is_mistral(model);
+    let id = |call_id: &agent_core::CallId| -> Value {
+        if mistral {
+            mistral_id(call_id.as_str()).into()
+        } else {
+            call_id.as_str().into()
+        }
+    };
     let mut messages = vec![json!({"role": "system", "content": prompt.system})];
     for message in &prompt.messages {
         match message.role {
@@ -47,7 +55,7 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
                             arguments,
                         } => {
                             let mut call = json!({
-                                "id": call_id,
+                                "id": id(call_id),
                                 "type": "function",
                                 "function": {"name": wire_name(name), "arguments": arguments.to_string()},
                             });
@@ -107,7 +115,7 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
             Role::User => super::openai_user_items(
                 message,
                 &mut messages,
-                |call_id, content| json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+                |call_id, content| json!({"role": "tool", "tool_call_id": id(call_id), "content": content}),
             ),
         }
     }
@@ -170,6 +178,32 @@ fn usage_of(v: &Value) -> Option<Usage> {
         .with_cache(cached, 0)
         .with_reasoning(reasoning),
     )
+}
+
+/// Whether `model` is one of Mistral's, whose API (and vLLM serving them) takes only call
+/// ids of 9 letters and digits.
+fn is_mistral(model: &str) -> bool {
+    let model = model.to_ascii_lowercase();
+    [
+        "mistral",
+        "magistral",
+        "codestral",
+        "devstral",
+        "ministral",
+        "pixtral",
+    ]
+    .iter()
+    .any(|family| model.contains(family))
+}
+
+/// A call id as Mistral takes it: its own (9 letters and digits) as it is; another
+/// model's (a run continued or forked on Mistral) as the first 9 hex digits of its hash,
+/// the same each time, so that a result still pairs with its call.
+fn mistral_id(id: &str) -> std::borrow::Cow<'_, str> {
+    if id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return id.into();
+    }
+    agent_core::sha256_hex(id.as_bytes())[..9].to_owned().into()
 }
 
 /// The field in which DeepSeek, vLLM and llama.cpp send what the model thought.

@@ -474,6 +474,60 @@ fn deepseek_gets_an_empty_reasoning_for_calls_of_the_current_turn_that_had_none(
     );
 }
 
+/// Mistral's API takes only call ids of 9 letters and digits: another model's ids (a run
+/// continued or forked on Mistral) go as 9 hex digits of their hash, the same for a call
+/// and its result; Mistral's own go as they are, and other models get ids unchanged.
+#[test]
+fn call_ids_of_other_models_fit_mistral_and_still_pair() {
+    let ids = |body: &serde_json::Value| -> (Vec<String>, Vec<String>) {
+        let messages = body["messages"].as_array().unwrap();
+        let asked = messages
+            .iter()
+            .filter_map(|m| m["tool_calls"].as_array())
+            .flatten()
+            .map(|c| c["id"].as_str().unwrap().to_owned())
+            .collect();
+        let answered = messages
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+            .collect();
+        (asked, answered)
+    };
+    let (asked, answered) = ids(&openai::request_body(
+        &prompt(),
+        "mistral-large-latest",
+        true,
+    ));
+    assert_eq!(asked.len(), 2);
+    assert_ne!(asked[0], asked[1]);
+    assert_eq!(answered, asked, "each result with its call");
+    for id in &asked {
+        assert!(
+            id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{id}"
+        );
+    }
+    let (asked, _) = ids(&openai::request_body(&prompt(), "gpt-4o", true));
+    assert_eq!(asked, ["c1", "c2"]);
+    // Mistral's own ids go as they are.
+    let mut p = prompt();
+    for message in &mut p.messages {
+        for part in &mut message.parts {
+            if let Part::ToolUse { call_id, .. } | Part::ToolResult { call_id, .. } = part
+                && call_id.as_str() == "c1"
+            {
+                *call_id = "D681PevKs".into();
+            }
+        }
+    }
+    let (asked, answered) = ids(&openai::request_body(&p, "devstral-medium", true));
+    assert_eq!(
+        (asked[0].as_str(), answered[0].as_str()),
+        ("D681PevKs", "D681PevKs")
+    );
+}
+
 /// OpenRouter's `reasoning_details`, streamed in pieces (a block's text or data grows
 /// under its type and index), are put together in order and go back unchanged with the
 /// calls they led to; Gemini 3 and Claude behind OpenRouter need them there.
