@@ -119,7 +119,14 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
             ),
         }
     }
-    if model.to_ascii_lowercase().contains("deepseek") {
+    let lower = model.to_ascii_lowercase();
+    if lower.contains("deepseek") {
+        let since = messages
+            .iter()
+            .rposition(|m| m["role"] == "user")
+            .map_or(0, |at| at + 1);
+        pad_reasoning(&mut messages[since..]);
+    } else if lower.contains("kimi") {
         pad_reasoning(&mut messages);
     }
     let mut body = json!({"model": model, "messages": messages});
@@ -209,16 +216,13 @@ fn mistral_id(id: &str) -> std::borrow::Cow<'_, str> {
 /// The field in which DeepSeek, vLLM and llama.cpp send what the model thought.
 const REASONING_CONTENT: &str = "reasoning_content";
 
-/// DeepSeek's thinking mode refuses a request in which a message of calls since the last
-/// user message has no `reasoning_content`; one the log has none for (the calls of another
-/// model the run was continued from, or a reply that thought nothing) gets an empty one,
-/// which it takes. Earlier turns need none.
+/// Gives an empty `reasoning_content` to the messages of calls among `messages` that have
+/// none (the calls of another model the run was continued from, or a reply that thought
+/// nothing). DeepSeek's thinking mode refuses a request in which a message of calls since
+/// the last user message has none (earlier turns need none); Kimi's, one in which any
+/// message of calls has none. Both take an empty one.
 fn pad_reasoning(messages: &mut [Value]) {
-    let since = messages
-        .iter()
-        .rposition(|m| m["role"] == "user")
-        .map_or(0, |at| at + 1);
-    for message in &mut messages[since..] {
+    for message in messages {
         if message["role"] == "assistant"
             && message.get("tool_calls").is_some()
             && message.get(REASONING_CONTENT).is_none()

@@ -451,9 +451,9 @@ fn reasoning_beside_the_answer_is_kept_and_goes_back_with_its_calls() {
 /// DeepSeek refuses a request in which a message of calls since the last user message has
 /// no `reasoning_content`: one the log has none for (a run continued on DeepSeek from
 /// another model) gets an empty one, which it takes; earlier turns, and other models,
-/// get none.
+/// get none. Kimi refuses one in which any message of calls has none.
 #[test]
-fn deepseek_gets_an_empty_reasoning_for_calls_of_the_current_turn_that_had_none() {
+fn deepseek_and_kimi_get_an_empty_reasoning_for_calls_that_had_none() {
     let mut p = prompt();
     // The results end the prompt: the calls are of the turn under way.
     p.messages[2]
@@ -472,6 +472,9 @@ fn deepseek_gets_an_empty_reasoning_for_calls_of_the_current_turn_that_had_none(
         body["messages"][2].get("reasoning_content").is_none(),
         "{body}"
     );
+    // Kimi's thinking mode wants it on every message of calls, earlier turns' too.
+    let body = openai::request_body(&prompt(), "kimi-k2.5", true);
+    assert_eq!(body["messages"][2]["reasoning_content"], "", "{body}");
 }
 
 /// Mistral's API takes only call ids of 9 letters and digits: another model's ids (a run
