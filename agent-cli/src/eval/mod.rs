@@ -164,6 +164,7 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
 /// after, and the report of what ran is printed (exit 3); a second signal ends the
 /// evaluation at once (143). Before, the evaluation died at once and its trials' processes
 /// ran on.
+///
 /// Ctrl-C (SIGINT) does the same (the trials' processes, in the terminal's foreground
 /// group, are cancelled by it themselves), exit 130.
 fn stop_on_terminate(children: &Arc<Children>) -> Result<(), Failure> {
