@@ -21,96 +21,7 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
     let mut messages = vec![json!({"role": "system", "content": prompt.system})];
     for message in &prompt.messages {
         match message.role {
-            Role::Assistant => {
-                let text: Vec<&str> = message
-                    .parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::Text { text } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                // What the provider attached to a call goes back on it, as it came.
-                let extras: std::collections::HashMap<&agent_core::CallId, &Value> = message
-                    .parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::Reasoning {
-                            reasoning:
-                                Reasoning::CallExtra {
-                                    call_id,
-                                    extra_content,
-                                },
-                        } => Some((call_id, extra_content)),
-                        _ => None,
-                    })
-                    .collect();
-                let calls: Vec<Value> = message
-                    .parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::ToolUse {
-                            call_id,
-                            name,
-                            arguments,
-                        } => {
-                            let mut call = json!({
-                                "id": id(call_id),
-                                "type": "function",
-                                "function": {"name": wire_name(name), "arguments": arguments.to_string()},
-                            });
-                            if let Some(extra) = extras.get(call_id) {
-                                call["extra_content"] = (*extra).clone();
-                            }
-                            Some(call)
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                let mut m = json!({"role": "assistant"});
-                m["content"] = if text.is_empty() {
-                    Value::Null
-                } else {
-                    Value::String(text.join("\n"))
-                };
-                if !calls.is_empty() {
-                    m["tool_calls"] = Value::Array(calls);
-                    // The reasoning that led to calls goes back with them (DeepSeek refuses
-                    // a request without it; the templates of Qwen and the like render it);
-                    // that of an answer is left out, as those servers ignore it. Only
-                    // `reasoning_content`: servers that send `reasoning` need none back,
-                    // and some refuse fields they do not know.
-                    let reasoning: Vec<&str> = message
-                        .parts
-                        .iter()
-                        .filter_map(|p| match p {
-                            Part::Reasoning {
-                                reasoning: Reasoning::Content { field, text },
-                            } if field == REASONING_CONTENT => Some(text.as_str()),
-                            _ => None,
-                        })
-                        .collect();
-                    if !reasoning.is_empty() {
-                        m[REASONING_CONTENT] = Value::String(reasoning.concat());
-                    }
-                    // OpenRouter's blocks, unchanged and in order.
-                    let details: Vec<Value> = message
-                        .parts
-                        .iter()
-                        .filter_map(|p| match p {
-                            Part::Reasoning {
-                                reasoning: Reasoning::Details { details },
-                            } => Some(details.iter().cloned()),
-                            _ => None,
-                        })
-                        .flatten()
-                        .collect();
-                    if !details.is_empty() {
-                        m[REASONING_DETAILS] = Value::Array(details);
-                    }
-                }
-                messages.push(m);
-            }
+            Role::Assistant => messages.push(assistant_message(message, &id)),
             // One `tool` message per result.
             Role::User => super::openai_user_items(
                 message,
@@ -185,6 +96,78 @@ fn usage_of(v: &Value) -> Option<Usage> {
         .with_cache(cached, 0)
         .with_reasoning(reasoning),
     )
+}
+
+/// An assistant message as Chat Completions takes it: its text, its calls with what the
+/// provider attached to each, and (with calls) the reasoning that led to them: DeepSeek
+/// refuses a request without it, the templates of Qwen and the like render it; that of an
+/// answer is left out, as those servers ignore it. Only `reasoning_content` of the texts:
+/// servers that send `reasoning` need none back, and some refuse fields they do not know.
+/// OpenRouter's blocks go unchanged and in order. `id` writes a call id.
+fn assistant_message(
+    message: &agent_core::Message,
+    id: &dyn Fn(&agent_core::CallId) -> Value,
+) -> Value {
+    let mut text = Vec::new();
+    let mut uses = Vec::new();
+    let mut extras = std::collections::HashMap::new();
+    let mut reasoning = String::new();
+    let mut details = Vec::new();
+    for part in &message.parts {
+        match part {
+            Part::Text { text: t } => text.push(t.as_str()),
+            Part::ToolUse {
+                call_id,
+                name,
+                arguments,
+            } => uses.push((call_id, name, arguments)),
+            Part::Reasoning { reasoning: r } => match r {
+                Reasoning::CallExtra {
+                    call_id,
+                    extra_content,
+                } => {
+                    extras.insert(call_id, extra_content);
+                }
+                Reasoning::Content { field, text } if field == REASONING_CONTENT => {
+                    reasoning.push_str(text);
+                }
+                Reasoning::Details { details: blocks } => details.extend(blocks.iter().cloned()),
+                _ => {}
+            },
+            Part::ToolResult { .. } => {}
+        }
+    }
+    let mut m = json!({"role": "assistant"});
+    m["content"] = if text.is_empty() {
+        Value::Null
+    } else {
+        Value::String(text.join("\n"))
+    };
+    if uses.is_empty() {
+        return m;
+    }
+    let calls = uses
+        .into_iter()
+        .map(|(call_id, name, arguments)| {
+            let mut call = json!({
+                "id": id(call_id),
+                "type": "function",
+                "function": {"name": wire_name(name), "arguments": arguments.to_string()},
+            });
+            if let Some(extra) = extras.get(call_id) {
+                call["extra_content"] = (*extra).clone();
+            }
+            call
+        })
+        .collect();
+    m["tool_calls"] = Value::Array(calls);
+    if !reasoning.is_empty() {
+        m[REASONING_CONTENT] = Value::String(reasoning);
+    }
+    if !details.is_empty() {
+        m[REASONING_DETAILS] = Value::Array(details);
+    }
+    m
 }
 
 /// Whether `model` is one of Mistral's, whose API (and vLLM serving them) takes only call
