@@ -256,16 +256,10 @@ impl Trial {
     /// let go (to look at with `--keep`), judged by nothing.
     pub(super) fn stopped(self) -> Trial {
         Trial {
-            failures: vec![format!("{STOPPED} before the trial ended")],
-            ..Trial::not_run(String::new())
+            run_id: self.run_id,
+            kept: self.kept,
+            ..Trial::not_run(format!("{STOPPED} before the trial ended"))
         }
-        .with_run(self.run_id, self.kept)
-    }
-
-    fn with_run(mut self, run_id: Option<String>, kept: Option<String>) -> Trial {
-        self.run_id = run_id;
-        self.kept = kept;
-        self
     }
 
     /// Whether the evaluation was asked to stop before the trial began or ended.
