@@ -1414,16 +1414,7 @@ fn message_to_a_worker_s_run(to_sub_agent: bool) {
         );
         q.submit(&model, &["--allow", "shell"], "wait for go")
     };
-    let worker = q
-        .env
-        .bare()
-        .arg("--store")
-        .arg(&q.url)
-        .args(["worker", "--until-empty"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let worker = q.worker(&["--until-empty"], true);
     let mut to = id.clone();
     until("its command is dispatched", || {
         if to_sub_agent {
