@@ -58,7 +58,7 @@ pub struct Usage {
     #[serde(default, skip_serializing_if = "is_zero_count")]
     pub cache_read_tokens: u64,
     /// Of the prompt tokens, those written to the provider's prompt cache (Anthropic's
-    /// `cache_creation_input_tokens`).
+    /// `cache_creation_input_tokens`, OpenAI's `cache_write_tokens` from GPT-5.6 on).
     #[serde(default, skip_serializing_if = "is_zero_count")]
     pub cache_write_tokens: u64,
     /// Of the completion tokens, those the model spent reasoning (OpenAI's

@@ -93,7 +93,9 @@ fn usage_of(v: &Value) -> Option<Usage> {
                 .and_then(Value::as_u64)
                 .unwrap_or(0),
         )
-        .with_cache(cached, 0)
+        // Written to the cache: GPT-5.6 and later bill these above an uncached token
+        // (OpenRouter reports Claude's the same way).
+        .with_cache(cached, count("/prompt_tokens_details/cache_write_tokens"))
         .with_reasoning(reasoning),
     )
 }

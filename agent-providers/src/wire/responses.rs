@@ -110,12 +110,17 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
     body
 }
 
-/// Usage as the Responses API reports it: `input_tokens` counts the cached ones too.
+/// Usage as the Responses API reports it: `input_tokens` counts the tokens read from and
+/// written to the cache too (GPT-5.6 and later bill the written ones above an uncached
+/// token).
 fn usage_of(response: &Value) -> Usage {
     let u = &response["usage"];
     let count = |pointer: &str| u.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
     Usage::tokens(count("/input_tokens"), count("/output_tokens"))
-        .with_cache(count("/input_tokens_details/cached_tokens"), 0)
+        .with_cache(
+            count("/input_tokens_details/cached_tokens"),
+            count("/input_tokens_details/cache_write_tokens"),
+        )
         .with_reasoning(count("/output_tokens_details/reasoning_tokens"))
 }
 

@@ -994,6 +994,55 @@ fn cached_prompt_tokens_from_both_providers() {
 }
 
 #[test]
+fn cache_writes_gpt_5_6_reports_are_counted_and_priced_above_an_uncached_token() {
+    // OpenAI's example: of 2,600 prompt tokens, 2,000 read from the cache, 400 written to
+    // it, 200 neither. Streamed and whole, Chat Completions and Responses.
+    let details = json!({"cached_tokens": 2000, "cache_write_tokens": 400});
+    let expected = Usage::tokens(2600, 10).with_cache(2000, 400);
+    let streamed = openai_chunks(&[
+        json!({"choices": [{"index": 0, "delta": {"content": "hi"}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 2600, "completion_tokens": 10,
+                                        "prompt_tokens_details": details}}),
+    ]);
+    assert_eq!(streamed.usage, expected);
+    let whole = openai::parse_response(&json!({
+        "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 2600, "completion_tokens": 10, "prompt_tokens_details": details}
+    }));
+    assert_eq!(whole.usage, expected);
+    let response = json!({
+        "status": "completed",
+        "output": [{"type": "message", "role": "assistant",
+                    "content": [{"type": "output_text", "text": "hi"}]}],
+        "usage": {"input_tokens": 2600, "output_tokens": 10, "input_tokens_details": details}
+    });
+    assert_eq!(responses::parse_response(&response).usage, expected);
+    let mut s = responses::Stream::default();
+    s.push(
+        "response.completed",
+        &json!({"type": "response.completed", "response": response}).to_string(),
+    )
+    .unwrap();
+    assert!(s.is_done());
+    assert_eq!(s.finish().decide().usage, expected);
+
+    // Written tokens cost 1.25 times an uncached one unless a price is given; read ones
+    // their own price.
+    assert_eq!(expected.uncached_input_tokens(), 200);
+    let price = agent_providers::Price {
+        cache_read_per_million: Some(0.25),
+        ..agent_providers::Price::new(2.5, 15.0)
+    };
+    let cost = (200.0 * 2.5 + 2000.0 * 0.25 + 400.0 * 2.5 * 1.25 + 10.0 * 15.0) / 1e6;
+    assert!(
+        (price.cost(&expected) - cost).abs() < 1e-12,
+        "{}",
+        price.cost(&expected)
+    );
+}
+
+#[test]
 fn anthropic_thinking_is_kept_and_sent_back_unchanged_before_the_tool_use() {
     let (reply, done) = anthropic_stream("anthropic/thinking_tool_use_response.txt");
     assert!(done);
