@@ -68,8 +68,9 @@ pub struct Price {
 
 impl Price {
     /// What a cache write costs against an uncached input token when no price is given:
-    /// Anthropic's surcharge for its five-minute cache, the highest a provider reports
-    /// per written token, so that a budget is never underestimated.
+    /// Anthropic's surcharge for its five-minute cache and OpenAI's from GPT-5.6 on, the
+    /// highest a provider reports per written token, so that a budget is never
+    /// underestimated.
     pub const DEFAULT_CACHE_WRITE_FACTOR: f64 = 1.25;
 
     /// A price of `input` and `output` dollars per million tokens, caches at the defaults.
@@ -241,7 +242,10 @@ impl HttpModel {
 
     /// Whether to mark the prompt's stable parts for the provider's prompt cache (on by
     /// default). Anthropic caches only what is marked (`cache_control` breakpoints); OpenAI
-    /// caches a repeated prefix by itself, and this changes nothing there.
+    /// caches a repeated prefix by itself, and is sent a `prompt_cache_key` made from the
+    /// call's [`ModelRequest::cache_key`], so that the calls of a run go to where their
+    /// prefix is cached rather than share one place with every run of the same system text
+    /// and tools.
     pub fn with_prompt_cache(mut self, cache: bool) -> Self {
         self.prompt_cache = cache;
         self
@@ -650,7 +654,26 @@ struct Spent {
     grown: usize,
 }
 
+/// The `prompt_cache_key` sent for calls whose prompts begin alike as `key` says: a hash
+/// of it, so that a run's id (which a person may have named) never leaves the machine, and
+/// the key stays within the API's 64 characters.
+fn cache_key(key: &str) -> String {
+    format!("agent-{}", &agent_core::sha256_hex(key.as_bytes())[..32])
+}
+
 impl HttpModel {
+    /// Whether the provider routes requests to its prompt caches by a key of the caller's:
+    /// OpenAI's own API, in both its dialects, with the prompt cache on. Other servers that
+    /// speak Chat Completions are sent no such field, as some refuse fields they do not
+    /// know.
+    fn routes_by_cache_key(&self) -> bool {
+        self.prompt_cache
+            && matches!(
+                (self.dialect, self.provider.as_str()),
+                (Dialect::OpenAi, "openai") | (Dialect::OpenAiResponses, _)
+            )
+    }
+
     /// Anthropic's `max_tokens` for a call that may write `asked` tokens at most, and the
     /// thinking to ask for: a thinking budget must stay below `max_tokens`, and is lowered
     /// under a call's own limit rather than the limit raised past it (at least the API's
@@ -775,6 +798,9 @@ impl Model for HttpModel {
             if let Some(field) = field {
                 body[field] = Value::from(cap);
             }
+        }
+        if let Some(key) = request.cache_key.filter(|_| self.routes_by_cache_key()) {
+            body["prompt_cache_key"] = Value::from(cache_key(key));
         }
         // Made once for every attempt; its size is the estimate of a prompt whose usage
         // the provider does not report.

@@ -54,6 +54,12 @@ pub struct ModelRequest<'a> {
     /// run's budget: a model that retries stops when another attempt could not fit.
     /// `None`: no such limit.
     pub spend_limit: Option<SpendLimit>,
+    /// What this call's prompt shares its beginning with: the same for every call of a
+    /// run, and of a fork and the run it was forked from. A provider that routes requests
+    /// to its prompt caches by a key of the caller's (OpenAI's `prompt_cache_key`) gets a
+    /// key made from it, so that a run's calls go where their prefix is cached. `None`:
+    /// none is sent.
+    pub cache_key: Option<&'a str>,
 }
 
 /// What one model call may use before it passes its run's token or cost budget, and the
@@ -89,7 +95,15 @@ impl<'a> ModelRequest<'a> {
             step,
             max_output_tokens: None,
             spend_limit: None,
+            cache_key: None,
         }
+    }
+
+    /// The same call, whose prompt begins as those of the other calls of `key` do (see
+    /// [`ModelRequest::cache_key`]).
+    pub fn with_cache_key(mut self, key: Option<&'a str>) -> Self {
+        self.cache_key = key;
+        self
     }
 
     /// The same call, within `limit` (see [`ModelRequest::spend_limit`]).

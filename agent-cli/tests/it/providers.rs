@@ -841,6 +841,85 @@ async fn anthropic_prompt_caching_marks_requests_and_prices_cached_tokens() {
     assert!(!body.contains("cache_control"), "{body}");
 }
 
+/// A text answer from OpenAI whose prompt of `prompt` tokens had `read` read from the
+/// cache and `written` written to it (GPT-5.6 and later report writes).
+fn openai_cached_answer(prompt: u64, read: u64, written: u64) -> String {
+    openai_sse(&[
+        json!({"choices":[{"index":0,"delta":{"role":"assistant","content":"It says hi there."}}]}),
+        json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        json!({"choices":[],"usage":{"prompt_tokens":prompt,"completion_tokens":6,
+            "prompt_tokens_details":{"cached_tokens":read,"cache_write_tokens":written}}}),
+    ])
+}
+
+/// OpenAI routes a request to its prompt caches by the `prompt_cache_key` it comes with:
+/// every call of a run has the run's key, a fork its parent's (its first prompt is one the
+/// parent sent), another run another. What GPT-5.6 writes to its cache is billed at 1.25
+/// times an uncached token, and counted so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_calls_of_a_run_share_a_cache_key_and_cache_writes_are_priced() {
+    let server = Server::start(vec![
+        Reply::stream(list_dir_call()),
+        Reply::stream(fixture("openai/text_only.sse")),
+        Reply::stream(openai_cached_answer(2600, 2000, 400)),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = Env::new();
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "[prices.\"gpt-5.6\"]\ninput = 2.0\noutput = 10.0\ncache_read = 0.2\n",
+    )
+    .unwrap();
+    let key = ("OPENAI_API_KEY", "sk-x");
+    let url = server.url.as_str();
+    let (code, v, err) = run_model(&env, "openai:gpt-5.6", url, "what is here?", key);
+    assert_eq!(code, Some(0), "{err}");
+    let parent = v["run_id"].as_str().unwrap().to_owned();
+    let fork = [
+        "fork",
+        "--json",
+        &parent,
+        "--at",
+        "2",
+        "--model",
+        "openai:gpt-5.6",
+    ];
+    let (code, forked, err) =
+        run_json(&env, &[&fork[..], &["--base-url", url]].concat(), Some(key));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run_model(&env, "openai:gpt-5.6", url, "and now?", key);
+    assert_eq!(code, Some(0), "{err}");
+    let sent = server.received();
+    let keys: Vec<&str> = sent
+        .iter()
+        .map(|r| r.body["prompt_cache_key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys[0], keys[1], "one run, one key");
+    assert_eq!(
+        keys[2], keys[0],
+        "a fork's calls go where its parent's prefix is"
+    );
+    assert_eq!(sent[2].body["messages"], sent[1].body["messages"]);
+    assert_ne!(keys[3], keys[0], "another run, another key");
+    assert!(!keys[0].contains(&parent), "{}", keys[0]);
+
+    // The fork's call: 200 tokens neither read nor written, 2,000 read at $0.20/M, 400
+    // written at 1.25 x $2/M (no cache_write price given), 6 out at $10/M; with the call
+    // it inherited (50 in, 7 out).
+    assert_eq!(forked["usage"]["cache_write_tokens"], 400, "{forked}");
+    assert_eq!(forked["usage"]["cache_read_tokens"], 2000);
+    let own = (200.0 * 2.0 + 2000.0 * 0.2 + 400.0 * 2.5 + 6.0 * 10.0) / 1e6;
+    let cost = own + (50.0 * 2.0 + 7.0 * 10.0) / 1e6;
+    let got = forked["usage"]["cost_usd"].as_f64().unwrap();
+    assert!((got - cost).abs() < 1e-12, "{got} against {cost}");
+    let show = env.run(&["show", forked["run_id"].as_str().unwrap()]);
+    let shown = super::stdout(&show);
+    let line = format!("(2600 in (2000 cache read, 400 cache write), 6 out, ${own:.4})");
+    assert!(shown.contains(&line), "{line} in {shown}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_thinking_goes_back_with_the_tool_results_and_shows_in_show() {
     let server = Server::start(vec![

@@ -78,6 +78,68 @@ async fn openai_streams_a_tool_call_and_sends_what_the_api_expects() {
     assert_eq!(got[0].body["tools"][0]["function"]["name"], "get_weather");
 }
 
+/// The `prompt_cache_key` of each of four calls `model` makes to `server`: two of one run,
+/// one of another, one with no key.
+async fn cache_keys(model: &HttpModel, server: &Server) -> Vec<Option<serde_json::Value>> {
+    let p = prompt();
+    for key in [Some("run-1"), Some("run-1"), Some("run-2"), None] {
+        model
+            .decide(ModelRequest::new(&p, 0).with_cache_key(key))
+            .await
+            .unwrap();
+    }
+    server
+        .received()
+        .iter()
+        .map(|r| r.body.get("prompt_cache_key").cloned())
+        .collect()
+}
+
+/// The calls of one run go to OpenAI with one `prompt_cache_key`, another run's with
+/// another, made from the key so that a run's name does not leave the machine; servers that
+/// only speak the dialect, and Anthropic, are sent none, nor is OpenAI with the cache off.
+#[tokio::test]
+async fn a_run_s_calls_carry_one_cache_key_to_openai_and_none_elsewhere() {
+    let replies = |name: &str| (0..4).map(|_| Reply::stream(fixture(name))).collect();
+    for (dialect, answer) in [
+        (Dialect::OpenAi, "openai/text_only.sse"),
+        (Dialect::OpenAiResponses, "openai/responses_text.sse"),
+    ] {
+        let (server, model) = model(dialect, replies(answer)).await;
+        let sent = cache_keys(&model, &server).await;
+        let key = sent[0].as_ref().and_then(|k| k.as_str()).unwrap();
+        assert!(
+            key.len() <= 64 && !key.contains("run-1"),
+            "{dialect:?}: {key}"
+        );
+        assert_eq!(sent[1], sent[0], "{dialect:?}: one run, one key");
+        assert!(
+            sent[2].is_some() && sent[2] != sent[0],
+            "{dialect:?}: {sent:?}"
+        );
+        assert_eq!(sent[3], None, "{dialect:?}");
+    }
+    let (server, anthropic) =
+        model(Dialect::Anthropic, replies("anthropic/basic_response.txt")).await;
+    assert_eq!(
+        cache_keys(&anthropic, &server).await,
+        [None, None, None, None]
+    );
+    for (provider, cache) in [("openai-compat", true), ("openai", false)] {
+        let server = Server::start(replies("openai/text_only.sse"))
+            .await
+            .unwrap();
+        let model = HttpModel::new(Dialect::OpenAi, provider, "m", &server.url, None)
+            .unwrap()
+            .with_prompt_cache(cache);
+        assert_eq!(
+            cache_keys(&model, &server).await,
+            [None, None, None, None],
+            "{provider}, cache {cache}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn anthropic_streams_and_sends_its_headers() {
     let (server, model) = model(

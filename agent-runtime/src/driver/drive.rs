@@ -127,6 +127,14 @@ impl Runtime {
         }
         // The name of every model call's span, made once.
         let chat_name = format!("chat {}", self.model.model());
+        // What the prompts of this run begin as: those of the run it was forked from, if
+        // it was (its first prompt is one the parent sent).
+        let cache_key = machine
+            .state()
+            .manifest
+            .as_ref()
+            .and_then(|m| m.forked_from.as_ref())
+            .map_or_else(|| run_id.clone(), |origin| origin.run_id.clone());
         // A sub-agent was let go with its call in flight: once what came is committed, so
         // is this run.
         let mut letting_go = false;
@@ -259,7 +267,8 @@ impl Runtime {
                     };
                     let request = ModelRequest::new(prompt, step)
                         .with_max_output_tokens(cap)
-                        .with_spend_limit(limit);
+                        .with_spend_limit(limit)
+                        .with_cache_key(Some(&cache_key));
                     let chat = self.chat_span(&chat_name);
                     if let Some(cap) = cap {
                         chat.record("gen_ai.request.max_tokens", cap);
