@@ -16,7 +16,9 @@ use crate::{Effort, Model, ModelRequest, ProviderError, Thinking};
 /// Which wire format a server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
-    /// OpenAI Chat Completions (also Ollama, vLLM, llama.cpp, LM Studio).
+    /// OpenAI Chat Completions (also Ollama, vLLM, llama.cpp, LM Studio). OpenAI's own
+    /// (provider `openai`) is left for its Responses API when it says a model's calls with
+    /// tools go there.
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
@@ -137,6 +139,9 @@ pub struct HttpModel {
     effort: Option<Effort>,
     on_text: Option<TextSink>,
     max_response_bytes: usize,
+    /// OpenAI said its Chat Completions will not take this model's calls with tools (its
+    /// reasoning models from GPT-5.4 on): it is asked through the Responses API instead.
+    responses_instead: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for HttpModel {
@@ -205,6 +210,7 @@ impl HttpModel {
             effort: None,
             on_text: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            responses_instead: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -302,8 +308,34 @@ impl HttpModel {
         self
     }
 
-    fn endpoint(&self) -> String {
-        match self.dialect {
+    /// The dialect the next call is made in: this model's, unless OpenAI asked for its
+    /// Responses API instead.
+    fn dialect(&self) -> Dialect {
+        if self
+            .responses_instead
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            Dialect::OpenAiResponses
+        } else {
+            self.dialect
+        }
+    }
+
+    /// Whether a refusal says that OpenAI's Chat Completions does not take this model's
+    /// calls with tools and reasoning, and to use the Responses API: "Function tools with
+    /// reasoning_effort are not supported for gpt-5.4 in /v1/chat/completions. Please use
+    /// /v1/responses instead." (GPT-5.6 refuses them without a `reasoning_effort` too.)
+    /// Only OpenAI's own API is asked elsewhere on its word.
+    fn asks_for_responses(&self, dialect: Dialect, status: u16, body: &str) -> bool {
+        dialect == Dialect::OpenAi
+            && self.provider == "openai"
+            && status == 400
+            && body.contains("/v1/responses")
+            && body.contains("reasoning_effort")
+    }
+
+    fn endpoint(&self, dialect: Dialect) -> String {
+        match dialect {
             Dialect::OpenAi => format!("{}/chat/completions", self.base_url),
             Dialect::OpenAiResponses => format!("{}/responses", self.base_url),
             Dialect::Anthropic => format!("{}/v1/messages", self.base_url),
@@ -342,20 +374,26 @@ impl HttpModel {
         }
     }
 
-    async fn attempt(&self, body: &str, spent: &mut Spent) -> Result<Assembled, ProviderError> {
+    /// One attempt of a call in `dialect`, whose request is `body`.
+    async fn attempt(
+        &self,
+        dialect: Dialect,
+        body: &str,
+        spent: &mut Spent,
+    ) -> Result<Assembled, ProviderError> {
         let mut request = self
             .client
-            .post(self.endpoint())
+            .post(self.endpoint(dialect))
             .header("content-type", "application/json")
             .body(body.to_owned());
-        match (self.dialect, &self.api_key) {
+        match (dialect, &self.api_key) {
             (Dialect::OpenAi | Dialect::OpenAiResponses, Some(key)) => {
                 request = request.bearer_auth(key);
             }
             (Dialect::Anthropic, Some(key)) => request = request.header("x-api-key", key),
             (_, None) => {}
         }
-        if self.dialect == Dialect::Anthropic {
+        if dialect == Dialect::Anthropic {
             request = request.header("anthropic-version", "2023-06-01");
         }
         let silent_for = |wait: Duration| {
@@ -403,6 +441,15 @@ impl HttpModel {
             let (head, _) = read_at_most(response, MAX_ERROR_BODY_BYTES, self.idle_timeout).await;
             let head = head.unwrap_or_default();
             let text = String::from_utf8_lossy(&head);
+            if self.asks_for_responses(dialect, status, &text) {
+                tracing::info!(
+                    model = %self.model,
+                    "OpenAI's Chat Completions takes no tools with this model's reasoning: \
+                     asked through the Responses API from now on"
+                );
+                self.responses_instead
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             return Err(self.refusal(status, &text, retry_after));
         }
         if !self.stream {
@@ -422,7 +469,7 @@ impl HttpModel {
                     self.provider
                 ))
             })?;
-            return Ok(match self.dialect {
+            return Ok(match dialect {
                 Dialect::OpenAi => wire::openai::parse_response(&body),
                 Dialect::OpenAiResponses => wire::responses::parse_response(&body),
                 Dialect::Anthropic => wire::anthropic::parse_response(&body),
@@ -502,7 +549,7 @@ impl HttpModel {
             };
             heard = tokio::time::Instant::now();
             heard_any = true;
-            let (pushed, now_grown) = match self.dialect {
+            let (pushed, now_grown) = match dialect {
                 Dialect::OpenAi => (openai.push(&next.data), openai.grown()),
                 Dialect::OpenAiResponses => {
                     (responses.push(&next.event, &next.data), responses.grown())
@@ -519,7 +566,7 @@ impl HttpModel {
                 sink(&text);
             }
         }
-        let (done, assembled) = match self.dialect {
+        let (done, assembled) = match dialect {
             Dialect::OpenAi => (openai.is_done(), openai.finish()),
             Dialect::OpenAiResponses => (responses.is_done(), responses.finish()),
             Dialect::Anthropic => (anthropic.is_done(), anthropic.finish()),
@@ -530,6 +577,62 @@ impl HttpModel {
             ));
         }
         Ok(assembled)
+    }
+
+    /// The request of one call, in `dialect`.
+    fn request_text(&self, dialect: Dialect, request: &ModelRequest<'_>) -> String {
+        // What this call may write: this model's cap, and the call's own when its budget
+        // leaves less (the smaller wins).
+        let asked = request.max_output_tokens.map(|tokens| tokens.max(1));
+        let cap = match (self.max_output, asked) {
+            (Some(own), Some(asked)) => Some(own.min(asked)),
+            (Some(own), None) => Some(own),
+            // A limit past the model's own is refused by some providers (OpenAI's): without
+            // a cap of this model's, only one every model takes is sent.
+            (None, Some(asked)) => (asked <= SURELY_TAKEN_OUTPUT_CAP).then_some(asked),
+            (None, None) => None,
+        };
+        let (limit, thinking) = self.anthropic_limit(asked);
+        let body = match dialect {
+            Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, self.stream),
+            Dialect::OpenAiResponses => {
+                wire::responses::request_body(request.prompt, &self.model, self.stream)
+            }
+            Dialect::Anthropic => wire::anthropic::request_body_thinking(
+                request.prompt,
+                &self.model,
+                limit,
+                self.stream,
+                self.prompt_cache,
+                thinking,
+            ),
+        };
+        let mut body = body;
+        if let Some(effort) = self.effort {
+            let effort = Value::from(effort.as_str());
+            match dialect {
+                Dialect::OpenAi => body["reasoning_effort"] = effort,
+                Dialect::OpenAiResponses => body["reasoning"] = json!({ "effort": effort }),
+                Dialect::Anthropic => body["output_config"] = json!({ "effort": effort }),
+            }
+        }
+        if let Some(cap) = cap {
+            let field = match (dialect, self.provider.as_str()) {
+                (Dialect::OpenAi, "openai") => Some("max_completion_tokens"),
+                // The older name, which servers that speak the dialect accept.
+                (Dialect::OpenAi, _) => Some("max_tokens"),
+                (Dialect::OpenAiResponses, _) => Some("max_output_tokens"),
+                // Its request has it already.
+                (Dialect::Anthropic, _) => None,
+            };
+            if let Some(field) = field {
+                body[field] = Value::from(cap);
+            }
+        }
+        if let Some(key) = request.cache_key.filter(|_| self.routes_by_cache_key()) {
+            body["prompt_cache_key"] = Value::from(cache_key(key));
+        }
+        body.to_string()
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
@@ -751,69 +854,19 @@ impl Model for HttpModel {
     }
 
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
-        // What this call may write: this model's cap, and the call's own when its budget
-        // leaves less (the smaller wins).
-        let asked = request.max_output_tokens.map(|tokens| tokens.max(1));
-        let cap = match (self.max_output, asked) {
-            (Some(own), Some(asked)) => Some(own.min(asked)),
-            (Some(own), None) => Some(own),
-            // A limit past the model's own is refused by some providers (OpenAI's): without
-            // a cap of this model's, only one every model takes is sent.
-            (None, Some(asked)) => (asked <= SURELY_TAKEN_OUTPUT_CAP).then_some(asked),
-            (None, None) => None,
-        };
-        let (limit, thinking) = self.anthropic_limit(asked);
-        let body = match self.dialect {
-            Dialect::OpenAi => wire::openai::request_body(request.prompt, &self.model, self.stream),
-            Dialect::OpenAiResponses => {
-                wire::responses::request_body(request.prompt, &self.model, self.stream)
-            }
-            Dialect::Anthropic => wire::anthropic::request_body_thinking(
-                request.prompt,
-                &self.model,
-                limit,
-                self.stream,
-                self.prompt_cache,
-                thinking,
-            ),
-        };
-        let mut body = body;
-        if let Some(effort) = self.effort {
-            let effort = Value::from(effort.as_str());
-            match self.dialect {
-                Dialect::OpenAi => body["reasoning_effort"] = effort,
-                Dialect::OpenAiResponses => body["reasoning"] = json!({ "effort": effort }),
-                Dialect::Anthropic => body["output_config"] = json!({ "effort": effort }),
-            }
-        }
-        if let Some(cap) = cap {
-            let field = match (self.dialect, self.provider.as_str()) {
-                (Dialect::OpenAi, "openai") => Some("max_completion_tokens"),
-                // The older name, which servers that speak the dialect accept.
-                (Dialect::OpenAi, _) => Some("max_tokens"),
-                (Dialect::OpenAiResponses, _) => Some("max_output_tokens"),
-                // Its request has it already.
-                (Dialect::Anthropic, _) => None,
-            };
-            if let Some(field) = field {
-                body[field] = Value::from(cap);
-            }
-        }
-        if let Some(key) = request.cache_key.filter(|_| self.routes_by_cache_key()) {
-            body["prompt_cache_key"] = Value::from(cache_key(key));
-        }
+        let mut dialect = self.dialect();
         // Made once for every attempt; its size is the estimate of a prompt whose usage
         // the provider does not report.
-        let text = body.to_string();
+        let mut text = self.request_text(dialect, &request);
         let mut retries = Vec::new();
         let mut waited = Duration::ZERO;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let mut spent = Spent::default();
-            match self.attempt(&text, &mut spent).await {
+            match self.attempt(dialect, &text, &mut spent).await {
                 Ok(mut assembled) => {
-                    if self.dialect == Dialect::Anthropic {
+                    if dialect == Dialect::Anthropic {
                         wire::anthropic::answer_from_tool(&mut assembled, request.prompt);
                     }
                     let mut reply = assembled.decide();
@@ -827,6 +880,14 @@ impl Model for HttpModel {
                     }
                     reply.retries = retries;
                     return Ok(reply);
+                }
+                // OpenAI asked for its Responses API: the call is made there at once, as if
+                // this attempt had not been (a refusal costs nothing). The model changes
+                // dialect once, so this happens once.
+                Err(_) if self.dialect() != dialect => {
+                    dialect = self.dialect();
+                    text = self.request_text(dialect, &request);
+                    attempt -= 1;
                 }
                 Err(e) if !e.is_retryable() => {
                     let spent = self.spent_on(&spent, text.len());

@@ -1041,6 +1041,45 @@ async fn adaptive_thinking_and_the_effort_come_from_agent_toml() {
     assert!(body.get("thinking").is_none(), "{body}");
 }
 
+/// `openai:gpt-5.6-terra` with tools: OpenAI's Chat Completions refuses its calls and
+/// names the Responses API, where the run goes on, its reasoning passed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_model_chat_completions_refuses_runs_through_the_responses_api() {
+    let refusal = r#"{"error":{"message":"Function tools with reasoning_effort are not supported for gpt-5.6-terra in /v1/chat/completions. To use function tools, use /v1/responses or set reasoning_effort to 'none'.","type":"invalid_request_error","param":"reasoning_effort","code":null}}"#;
+    let server = Server::start(vec![
+        Reply::status(400, refusal),
+        Reply::stream(fixture("openai/responses_reasoning_tool.sse")),
+        Reply::stream(fixture("openai/responses_text.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = notes_and("");
+    let base = format!("{}/v1", server.url);
+    let key = ("OPENAI_API_KEY", "sk-x");
+    let (code, v, err) = run_model(
+        &env,
+        "openai:gpt-5.6-terra",
+        &base,
+        "what do the notes say?",
+        key,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["answer"], "The notes say hello.");
+    let sent = server.received();
+    let paths: Vec<&str> = sent.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/v1/chat/completions", "/v1/responses", "/v1/responses"]
+    );
+    let input = sent[2].body["input"].as_array().unwrap();
+    assert_eq!(input[1]["type"], "reasoning", "{input:?}");
+    let show = env.run(&["show", v["run_id"].as_str().unwrap()]);
+    assert!(
+        !super::stdout(&show).contains("retr"),
+        "the refusal is no retry"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     let server = Server::start(vec![

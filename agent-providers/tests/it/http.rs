@@ -1350,3 +1350,84 @@ async fn a_call_that_fails_for_good_says_what_its_last_attempt_may_have_cost() {
         }
     }
 }
+
+/// OpenAI's refusal of a reasoning model's calls with tools on Chat Completions, as GPT-5.6
+/// words it.
+const USE_RESPONSES: &str = r#"{"error":{"message":"Function tools with reasoning_effort are not supported for gpt-5.6-terra in /v1/chat/completions. To use function tools, use /v1/responses or set reasoning_effort to 'none'.","type":"invalid_request_error","param":"reasoning_effort","code":null}}"#;
+
+/// When OpenAI says a model's calls with tools go through its Responses API, the call is
+/// made there at once and so are the model's later calls, with the same effort, output cap
+/// and cache key in that API's words; the refusal is no retry. A server that only speaks
+/// the dialect is taken at its word as it is, and so is another refusal of OpenAI's.
+#[tokio::test]
+async fn openai_s_word_to_use_the_responses_api_is_followed_at_once_and_after() {
+    let server = Server::start(vec![
+        Reply::status(400, USE_RESPONSES),
+        Reply::stream(fixture("openai/responses_reasoning_tool.sse")),
+        Reply::stream(fixture("openai/responses_text.sse")),
+    ])
+    .await
+    .unwrap();
+    let model = HttpModel::new(
+        Dialect::OpenAi,
+        "openai",
+        "gpt-5.6-terra",
+        &server.url,
+        None,
+    )
+    .unwrap()
+    .with_effort(Some(Effort::High))
+    .with_max_output_tokens(1_000);
+    let p = prompt();
+    let first = model
+        .decide(ModelRequest::new(&p, 0).with_cache_key(Some("run")))
+        .await
+        .unwrap();
+    let Ok(Decision::ToolCalls { calls }) = &first.decision else {
+        panic!("{:?}", first.decision)
+    };
+    assert_eq!(calls[0].name, "read_file");
+    assert!(first.retries.is_empty(), "{:?}", first.retries);
+    assert!(matches!(
+        first.reasoning[..],
+        [Reasoning::ResponsesItem { .. }]
+    ));
+    let second = model
+        .decide(ModelRequest::new(&p, 1).with_cache_key(Some("run")))
+        .await
+        .unwrap();
+    assert!(matches!(second.decision, Ok(Decision::Final { .. })));
+    let got = server.received();
+    let paths: Vec<&str> = got.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/chat/completions", "/responses", "/responses"]);
+    assert_eq!(got[0].body["reasoning_effort"], "high");
+    for asked in &got[1..] {
+        assert_eq!(asked.body["reasoning"]["effort"], "high", "{}", asked.body);
+        assert_eq!(asked.body["max_output_tokens"], 1_000);
+        assert_eq!(asked.body["input"][0]["content"], "weather in Paris?");
+        assert_eq!(
+            asked.body["prompt_cache_key"],
+            got[0].body["prompt_cache_key"]
+        );
+    }
+
+    // Not OpenAI's own API, or not that refusal: the call fails as it did.
+    for (provider, refusal) in [
+        ("openai-compat", USE_RESPONSES),
+        (
+            "openai",
+            r#"{"error":{"message":"Unsupported value: 'reasoning_effort' does not support 'minimal' with this model.","param":"reasoning_effort"}}"#,
+        ),
+    ] {
+        let server = Server::start(vec![
+            Reply::status(400, refusal),
+            Reply::stream(fixture("openai/responses_text.sse")),
+        ])
+        .await
+        .unwrap();
+        let model = HttpModel::new(Dialect::OpenAi, provider, "m", &server.url, None).unwrap();
+        let failed = model.decide(ModelRequest::new(&p, 0)).await.unwrap_err();
+        assert!(failed.to_string().contains("HTTP 400"), "{failed}");
+        assert_eq!(server.received().len(), 1, "{provider}");
+    }
+}
