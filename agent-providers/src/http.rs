@@ -842,6 +842,12 @@ impl Model for HttpModel {
         self.price.is_some()
     }
 
+    /// OpenAI's and Anthropic's counts are of the whole prompt; a server that only speaks
+    /// the dialect may count what it had to read (Ollama leaves out what its cache held).
+    fn counts_whole_prompts(&self) -> bool {
+        self.provider != "openai-compat"
+    }
+
     fn least_cost(&self, input_tokens: u64) -> f64 {
         self.price
             .as_ref()

@@ -146,6 +146,14 @@ pub trait Model: Send + Sync {
         let _ = input_tokens;
         0.0
     }
+    /// Whether the prompt tokens a reply's usage reports are all the prompt's, as OpenAI's
+    /// and Anthropic's are. Some servers count only what they did not have cached (Ollama,
+    /// whose key-value cache keeps the start of the last prompt): the runtime then never
+    /// takes such a count as the size of the prompt, which would keep it from compacting a
+    /// prompt past the window. True by default.
+    fn counts_whole_prompts(&self) -> bool {
+        true
+    }
     /// The output tokens `usd` dollars pay for at the most, when the price is known: what
     /// the runtime caps a call's output at when a cost budget leaves only so much.
     fn output_tokens_for(&self, usd: f64) -> Option<u64> {

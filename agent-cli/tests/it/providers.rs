@@ -1080,6 +1080,47 @@ async fn an_openai_model_chat_completions_refuses_runs_through_the_responses_api
     );
 }
 
+/// A server that counts only the prompt tokens it did not have cached (Ollama, whose cache
+/// keeps the start of the last prompt) reports a few dozen a call however long the prompt
+/// grew. Taken as the prompt's size, its counts kept the prompt from ever being compacted,
+/// past the window; the prompt is compacted as the window says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_counting_only_uncached_tokens_still_gets_a_compacted_prompt() {
+    let read = |i: usize| {
+        openai_sse(&[
+            json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":format!("call_{i}"),"type":"function","function":{"name":"read_file","arguments":format!("{{\"path\":\"part{i}.txt\"}}")}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+            json!({"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":9}}),
+        ])
+    };
+    let mut replies: Vec<Reply> = (0..10).map(|i| Reply::stream(read(i))).collect();
+    replies.push(Reply::stream(fixture("openai/text_only.sse")));
+    let server = Server::start(replies).await.unwrap();
+    let env = notes_and("context_window = 2000\n");
+    for i in 0..10 {
+        let words: Vec<String> = (0..100).map(|w| format!("w{i}x{w}")).collect();
+        std::fs::write(env.dir.path().join(format!("part{i}.txt")), words.join(" ")).unwrap();
+    }
+    let key = ("OPENAI_API_KEY", "k");
+    let (code, v, err) = run_model(
+        &env,
+        "openai-compat:local",
+        &server.url,
+        "read the parts",
+        key,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let show = env.run(&["show", "--json", v["run_id"].as_str().unwrap()]);
+    let shown: Value = serde_json::from_str(&super::stdout(&show)).unwrap();
+    let kinds: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"context_compacted"), "{kinds:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     let server = Server::start(vec![

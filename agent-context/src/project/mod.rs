@@ -318,6 +318,15 @@ impl Projector {
         self.sizes.messages_lower_bound().unwrap_or(0)
     }
 
+    /// The provider's counts of prompts may be of part of them (a server that counts only
+    /// what it did not have cached, as Ollama does): none is taken as a prompt's size, so
+    /// the bytes, or the tokenizer, say when to compact. Call it before applying entries.
+    /// A provider that reports fewer tokens than it did for a prompt that only grew since
+    /// is taken so without it.
+    pub fn counts_may_be_partial(&mut self) {
+        self.sizes.counts_may_be_partial();
+    }
+
     /// The provider's counts of the prompts so far are no floor of the next one: they may
     /// have been another model's, with other tools or another system text (a run continued
     /// in another process, with other settings). The upper bound keeps them.

@@ -38,6 +38,9 @@ pub(super) struct Sizes {
     floor: Option<usize>,
     /// Messages the prompt had when the provider counted it.
     floor_len: usize,
+    /// The provider's counts may be of part of a prompt (what it did not have cached):
+    /// they bound nothing, neither above nor below.
+    partial: bool,
 }
 
 /// Token counts of messages, filled in when asked.
@@ -74,12 +77,29 @@ impl Sizes {
             since: 0,
             floor: None,
             floor_len: 0,
+            partial: false,
         }
+    }
+
+    /// The provider's counts may be of part of a prompt: none is taken as its size.
+    pub(super) fn counts_may_be_partial(&mut self) {
+        self.partial = true;
+        self.forget_reported();
     }
 
     /// The provider counted `tokens` in the prompt as it stands (0: it did not say).
     pub(super) fn reported(&mut self, tokens: u64) {
-        self.reported = (tokens > 0).then(|| usize::try_from(tokens).unwrap_or(usize::MAX));
+        let tokens = usize::try_from(tokens).unwrap_or(usize::MAX);
+        // Fewer than it counted before in a prompt that only grew since: its counts leave
+        // something out (what it had cached), and are not the prompt's size.
+        if tokens > 0 && self.lower_bound().is_some_and(|floor| tokens < floor) {
+            self.partial = true;
+        }
+        if self.partial {
+            self.forget_reported();
+            return;
+        }
+        self.reported = (tokens > 0).then_some(tokens);
         self.since = 0;
         self.floor = self
             .reported
@@ -409,7 +429,13 @@ mod tests {
             let mut kept = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
             let mut again = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
             let mut messages: Vec<Message> = Vec::new();
-            for (step, report) in steps.into_iter().zip(reports) {
+            // A provider that counts whole prompts: a count is never below an earlier one
+            // (fewer would say its counts are partial, a case of its own below).
+            let reports = reports.into_iter().scan(0, |most, report| {
+                *most = report.max(*most);
+                Some((report % 2 == 0, *most))
+            });
+            for (step, (said, report)) in steps.into_iter().zip(reports) {
                 match step {
                     Step::Push(text) => {
                         let message = Message::user_text(text);
@@ -420,7 +446,7 @@ mod tests {
                     // Here: the last message kept, after a count of the provider's (a
                     // decision closing the turn) or without one (a failed call, a message).
                     Step::Pop | Step::Clear => {
-                        if report % 2 == 0 {
+                        if said {
                             kept.reported(report);
                             again.reported(report);
                         }
@@ -446,5 +472,42 @@ mod tests {
                 prop_assert_eq!(kept.tokens(&messages), again.tokens(&messages));
             }
         }
+    }
+
+    /// A provider whose counts may be partial bounds nothing: the prompt's size is its
+    /// bytes, not the count plus what was added. Told so, or finding it out when a count
+    /// is below one it gave before for a prompt that only grew.
+    #[test]
+    fn partial_counts_bound_nothing() {
+        let grow = |sizes: &mut Sizes, text: &str| sizes.pushed(&Message::user_text(text));
+        let mut told = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+        told.counts_may_be_partial();
+        grow(&mut told, &"a".repeat(4_000));
+        told.reported(50);
+        assert_eq!(told.upper_bound(), told.bytes());
+        assert_eq!(told.lower_bound(), None);
+
+        let mut found = Sizes::new(Arc::new(CharEstimate), "system", "[]".to_owned());
+        grow(&mut found, &"a".repeat(4_000));
+        found.reported(1_000);
+        grow(&mut found, &"b".repeat(400));
+        assert_eq!(
+            found.upper_bound(),
+            1_000 + 404,
+            "a whole count bounds the prompt"
+        );
+        assert_eq!(found.lower_bound(), Some(1_000));
+        // What it had cached left out of its count: fewer than before.
+        found.reported(120);
+        assert_eq!(found.upper_bound(), found.bytes());
+        assert_eq!(found.lower_bound(), None);
+        grow(&mut found, &"c".repeat(400));
+        found.reported(5_000);
+        assert_eq!(
+            found.upper_bound(),
+            found.bytes(),
+            "and none after it either"
+        );
+        assert_eq!(found.lower_bound(), None);
     }
 }

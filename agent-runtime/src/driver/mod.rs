@@ -380,6 +380,9 @@ impl Runtime {
     /// the run recorded at its start, without starting their servers).
     pub fn projector_with(&self, tools: Vec<ToolSpec>, log: &[Entry]) -> Projector {
         let mut projector = Projector::new(self.context.clone(), tools, Arc::clone(&self.counter));
+        if !self.model.counts_whole_prompts() {
+            projector.counts_may_be_partial();
+        }
         projector.apply_all(log);
         projector
     }
