@@ -177,7 +177,7 @@ pub enum Commands {
         /// Run every case with this model instead of its own (PROVIDER:MODEL).
         #[arg(long, value_name = "PROVIDER:MODEL")]
         model: Option<String>,
-        /// The API's base URL for --model (openai-compat).
+        /// The API's base URL for --model (openai-compat; another Ollama than localhost's).
         #[arg(long, value_name = "URL")]
         base_url: Option<String>,
         /// Trials per case (for models that are not deterministic): pass^k and pass@k.
@@ -247,12 +247,13 @@ pub enum Commands {
 /// What every command that drives a run needs: model, workspace, policy, MCP servers.
 #[derive(Debug, Default, Args)]
 pub struct Setup {
-    /// The model: openai:MODEL, openai-responses:MODEL, anthropic:MODEL,
+    /// The model: openai:MODEL, openai-responses:MODEL, anthropic:MODEL, ollama:MODEL,
     /// openai-compat:MODEL (with --base-url), script:PATH (offline) or replay:RUN. Resuming
     /// a script run defaults to its script.
     #[arg(long, value_name = "PROVIDER:MODEL")]
     pub model: Option<String>,
-    /// The API's base URL (required for openai-compat, e.g. http://localhost:11434/v1).
+    /// The API's base URL (required for openai-compat, e.g. http://localhost:8000/v1;
+    /// Ollama's is http://localhost:11434 unless given).
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
     /// Answer every tool call from a recorded run instead of running it: replay:RUN.

@@ -92,6 +92,8 @@ pub fn model(
     if let Some(price) = settings.prices.get(&http.model) {
         model = model.with_price(*price);
     }
+    // The window the projection keeps the prompt within: Ollama loads the model with it.
+    model = model.with_context_window(settings.context_config(&http.model).context_window);
     if live && std::io::stderr().is_terminal() {
         // The answer appears as it is written.
         model = model.with_text_sink(Arc::new(|text: &str| {

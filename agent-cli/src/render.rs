@@ -125,6 +125,10 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
             ModelErrorKind::Auth => {
                 "check the API key (OPENAI_API_KEY or ANTHROPIC_API_KEY, as --model names the provider)"
             }
+            ModelErrorKind::NotFound if outcome.message.contains("ollama has no model") => {
+                "pull the model first (ollama pull MODEL), or check its name in --model and the \
+                 --base-url (Ollama's own is http://localhost:11434)"
+            }
             ModelErrorKind::NotFound => {
                 "check the model name in --model and the --base-url (an OpenAI-compatible \
                  server's usually ends in /v1: Ollama's is http://localhost:11434/v1)"

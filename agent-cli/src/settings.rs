@@ -35,6 +35,8 @@ pub struct Env {
     pub openai_key: Option<String>,
     /// `ANTHROPIC_API_KEY`.
     pub anthropic_key: Option<String>,
+    /// `OLLAMA_API_KEY` (Ollama's cloud; a local server needs none).
+    pub ollama_key: Option<String>,
     /// `MCP_TIMEOUT`, in milliseconds (as Claude Code reads it): how long an MCP server
     /// may take to start and list its tools.
     pub mcp_timeout_ms: Option<u64>,
@@ -49,6 +51,7 @@ impl std::fmt::Debug for Env {
         f.debug_struct("Env")
             .field("openai_key", &self.openai_key.is_some())
             .field("anthropic_key", &self.anthropic_key.is_some())
+            .field("ollama_key", &self.ollama_key.is_some())
             .field("mcp_timeout_ms", &self.mcp_timeout_ms)
             .field("store", &self.store.as_deref().map(StoreLocation::parse))
             .finish()
@@ -62,6 +65,7 @@ impl Env {
         Env {
             openai_key: key("OPENAI_API_KEY"),
             anthropic_key: key("ANTHROPIC_API_KEY"),
+            ollama_key: key("OLLAMA_API_KEY"),
             mcp_timeout_ms: std::env::var("MCP_TIMEOUT")
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok())
@@ -129,7 +133,7 @@ pub enum ModelChoice {
 pub struct HttpChoice {
     /// The wire format.
     pub dialect: Dialect,
-    /// `openai`, `openai-responses`, `anthropic` or `openai-compat`.
+    /// `openai`, `openai-responses`, `anthropic`, `ollama` or `openai-compat`.
     pub provider: &'static str,
     /// The model's name at the provider.
     pub model: String,
@@ -157,7 +161,8 @@ impl HttpChoice {
     pub fn ready(&self) -> Result<(&str, Option<&str>), SettingsError> {
         let Some(url) = self.base_url.as_deref() else {
             return Err(bad(format!(
-                "--model openai-compat:{} needs --base-url URL (Ollama: http://localhost:11434/v1)",
+                "--model openai-compat:{} needs --base-url URL (vLLM: http://localhost:8000/v1; \
+                 for a model Ollama runs, --model ollama:{0} needs none)",
                 self.model
             )));
         };
@@ -617,6 +622,12 @@ impl Settings {
             Some(f) if !f.explicit => brings(&config, setup, limits),
             _ => Vec::new(),
         };
+        // An Ollama model is loaded with the window the run keeps to: one an agent can work
+        // in unless the settings say.
+        let context_window = config.context_window.or_else(|| {
+            matches!(&model, Some(ModelChoice::Http(h)) if h.dialect == Dialect::Ollama)
+                .then_some(agent_providers::wire::ollama::DEFAULT_WINDOW)
+        });
         Ok(Settings {
             store,
             workspace,
@@ -641,7 +652,7 @@ impl Settings {
             mcp_timeout,
             replay_tools,
             budget,
-            context_window: config.context_window,
+            context_window,
             compact_at: config.compact_at,
             masking: Masking {
                 recent_result_turns: config.recent_result_turns,
@@ -749,6 +760,15 @@ fn model_choice(
             Some("https://api.anthropic.com"),
             &env.anthropic_key,
             Some("ANTHROPIC_API_KEY"),
+        ),
+        // A local server needs no key; its cloud's is sent when set.
+        ModelSpec::Ollama(model) => http(
+            Dialect::Ollama,
+            "ollama",
+            model,
+            Some("http://localhost:11434"),
+            &env.ollama_key,
+            None,
         ),
         // A local server may need no key; one is sent when set.
         ModelSpec::OpenAiCompat(model) => http(

@@ -300,7 +300,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
         max_cost_usd: spec.budget.max_cost_usd,
         max_wall_time_ms: spec.budget.max_wall_time_ms,
     };
-    settings.context_window = spec.context_window;
+    settings.context_window = spec.context_window.or(settings.context_window);
     settings.compact_at = spec.compact_at;
     settings.masking = spec.masking;
     settings.answer = spec.answer.clone();

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use agent_core::{Entry, RunState, ToolCall, ToolSpec};
-use agent_providers::wire::{anthropic, openai, responses};
+use agent_providers::wire::{anthropic, ollama, openai, responses};
 use agent_tools::{Action, Policy, Rule, Subject, Workspace};
 
 /// A target: its input bytes, handled.
@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("anthropic_response", anthropic_response),
     ("responses_stream", responses_stream),
     ("responses_response", responses_response),
+    ("ollama_stream", ollama_stream),
     ("script", script),
     ("agent_toml", agent_toml),
     ("policy", policy),
@@ -90,6 +91,18 @@ pub fn responses_response(data: &[u8]) {
     if let Ok(body) = serde_json::from_slice(data) {
         let _ = responses::parse_response(&body).decide();
     }
+}
+
+/// Ollama's `/api/chat` stream, a JSON object a line (a whole response is one such line).
+pub fn ollama_stream(data: &[u8]) {
+    let mut stream = ollama::Stream::default();
+    for line in text(data).lines() {
+        if stream.push(line).is_err() {
+            return;
+        }
+    }
+    let _ = (stream.is_done(), stream.grown());
+    let _ = stream.finish().decide();
 }
 
 /// A whole OpenAI-style response body.

@@ -15,6 +15,7 @@ use crate::{Effort, Model, ModelRequest, ProviderError, Thinking};
 
 /// Which wire format a server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Dialect {
     /// OpenAI Chat Completions (also Ollama, vLLM, llama.cpp, LM Studio). OpenAI's own
     /// (provider `openai`) is left for its Responses API when it says a model's calls with
@@ -24,6 +25,10 @@ pub enum Dialect {
     Anthropic,
     /// OpenAI Responses (`/responses`): reasoning kept across turns.
     OpenAiResponses,
+    /// Ollama's own API (`/api/chat`, newline-delimited JSON): the window the model is
+    /// loaded with is sent (`options.num_ctx`), which its OpenAI-compatible endpoint
+    /// cannot take.
+    Ollama,
 }
 
 /// When and how long to retry.
@@ -139,6 +144,9 @@ pub struct HttpModel {
     effort: Option<Effort>,
     on_text: Option<TextSink>,
     max_response_bytes: usize,
+    /// The window the model works in, in tokens: sent to Ollama as the one to load the
+    /// model with.
+    context_window: Option<usize>,
     /// OpenAI said its Chat Completions will not take this model's calls with tools (its
     /// reasoning models from GPT-5.4 on): it is asked through the Responses API instead.
     responses_instead: std::sync::atomic::AtomicBool,
@@ -211,7 +219,18 @@ impl HttpModel {
             on_text: None,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             responses_instead: std::sync::atomic::AtomicBool::new(false),
+            context_window: None,
         })
+    }
+
+    /// The window, in tokens, the run's prompts are kept within. Ollama is asked to load
+    /// the model with it (`options.num_ctx`): left to itself it loads it with its own
+    /// default (4,096 tokens unless `OLLAMA_CONTEXT_LENGTH` says) and drops the start of a
+    /// longer prompt (the system text and the goal first) without a word. Other providers
+    /// have the window they have, and are sent nothing.
+    pub fn with_context_window(mut self, tokens: usize) -> Self {
+        self.context_window = Some(tokens);
+        self
     }
 
     /// Retries by `policy`.
@@ -339,6 +358,7 @@ impl HttpModel {
             Dialect::OpenAi => format!("{}/chat/completions", self.base_url),
             Dialect::OpenAiResponses => format!("{}/responses", self.base_url),
             Dialect::Anthropic => format!("{}/v1/messages", self.base_url),
+            Dialect::Ollama => format!("{}/api/chat", self.base_url),
         }
     }
 
@@ -387,7 +407,8 @@ impl HttpModel {
             .header("content-type", "application/json")
             .body(body.to_owned());
         match (dialect, &self.api_key) {
-            (Dialect::OpenAi | Dialect::OpenAiResponses, Some(key)) => {
+            // Ollama needs none; its cloud and the proxies in front of it take a bearer.
+            (Dialect::OpenAi | Dialect::OpenAiResponses | Dialect::Ollama, Some(key)) => {
                 request = request.bearer_auth(key);
             }
             (Dialect::Anthropic, Some(key)) => request = request.header("x-api-key", key),
@@ -473,29 +494,47 @@ impl HttpModel {
                 Dialect::OpenAi => wire::openai::parse_response(&body),
                 Dialect::OpenAiResponses => wire::responses::parse_response(&body),
                 Dialect::Anthropic => wire::anthropic::parse_response(&body),
+                Dialect::Ollama => wire::ollama::parse_response(&body),
             });
         }
         // The stream is cut, whatever its events look like, once it passed the bound: a
         // server that never ends an event would otherwise grow one without limit.
         let limit = self.max_response_bytes;
-        let mut events = response
-            .bytes_stream()
-            .scan(0usize, move |seen, chunk| {
-                let item = match chunk {
-                    Ok(bytes) => {
-                        *seen += bytes.len();
-                        if *seen > limit {
-                            Err(Cut::TooLarge)
-                        } else {
-                            Ok(bytes)
-                        }
+        let bytes = response.bytes_stream().scan(0usize, move |seen, chunk| {
+            let item = match chunk {
+                Ok(bytes) => {
+                    *seen += bytes.len();
+                    if *seen > limit {
+                        Err(Cut::TooLarge)
+                    } else {
+                        Ok(bytes)
                     }
-                    Err(e) => Err(Cut::Transport(e)),
-                };
-                futures::future::ready(Some(item))
-            })
-            .eventsource();
+                }
+                Err(e) => Err(Cut::Transport(e)),
+            };
+            futures::future::ready(Some(item))
+        });
+        // Server-sent events, or (Ollama) a JSON object a line.
+        let mut events: std::pin::Pin<Box<dyn futures::Stream<Item = Result<Piece, Cut>> + Send>> =
+            if dialect == Dialect::Ollama {
+                Box::pin(lines(bytes).map(|line| {
+                    line.map(|data| Piece {
+                        event: String::new(),
+                        data,
+                    })
+                }))
+            } else {
+                Box::pin(bytes.eventsource().map(|event| match event {
+                    Ok(event) => Ok(Piece {
+                        event: event.event,
+                        data: event.data,
+                    }),
+                    Err(EventStreamError::Transport(cut)) => Err(cut),
+                    Err(e) => Err(Cut::Broken(e.to_string())),
+                }))
+            };
         let mut openai = wire::openai::Stream::default();
+        let mut ollama = wire::ollama::Stream::default();
         let mut anthropic = wire::anthropic::Stream::default();
         let mut responses = wire::responses::Stream::default();
         // Keep-alive pings, and pieces that bring nothing (an empty delta, a role alone),
@@ -539,7 +578,7 @@ impl HttpModel {
                     return Err(silent());
                 }
                 Ok(None) => break,
-                Ok(Some(Err(EventStreamError::Transport(Cut::TooLarge)))) => {
+                Ok(Some(Err(Cut::TooLarge))) => {
                     return Err(too_large(&self.provider, limit));
                 }
                 Ok(Some(Err(e))) => {
@@ -555,6 +594,7 @@ impl HttpModel {
                     (responses.push(&next.event, &next.data), responses.grown())
                 }
                 Dialect::Anthropic => (anthropic.push(&next.event, &next.data), anthropic.grown()),
+                Dialect::Ollama => (ollama.push(&next.data), ollama.grown()),
             };
             stalled = now_grown == grown;
             if !stalled {
@@ -570,6 +610,7 @@ impl HttpModel {
             Dialect::OpenAi => (openai.is_done(), openai.finish()),
             Dialect::OpenAiResponses => (responses.is_done(), responses.finish()),
             Dialect::Anthropic => (anthropic.is_done(), anthropic.finish()),
+            Dialect::Ollama => (ollama.is_done(), ollama.finish()),
         };
         if !done {
             return Err(ProviderError::Transport(
@@ -606,6 +647,7 @@ impl HttpModel {
                 self.prompt_cache,
                 thinking,
             ),
+            Dialect::Ollama => wire::ollama::request_body(request.prompt, &self.model, self.stream),
         };
         let mut body = body;
         if let Some(effort) = self.effort {
@@ -614,6 +656,7 @@ impl HttpModel {
                 Dialect::OpenAi => body["reasoning_effort"] = effort,
                 Dialect::OpenAiResponses => body["reasoning"] = json!({ "effort": effort }),
                 Dialect::Anthropic => body["output_config"] = json!({ "effort": effort }),
+                Dialect::Ollama => body["think"] = ollama_think(self.effort),
             }
         }
         if let Some(cap) = cap {
@@ -624,10 +667,17 @@ impl HttpModel {
                 (Dialect::OpenAiResponses, _) => Some("max_output_tokens"),
                 // Its request has it already.
                 (Dialect::Anthropic, _) => None,
+                (Dialect::Ollama, _) => {
+                    body["options"]["num_predict"] = Value::from(cap);
+                    None
+                }
             };
             if let Some(field) = field {
                 body[field] = Value::from(cap);
             }
+        }
+        if let (Dialect::Ollama, Some(window)) = (dialect, self.context_window) {
+            body["options"]["num_ctx"] = Value::from(window);
         }
         if let Some(key) = request.cache_key.filter(|_| self.routes_by_cache_key()) {
             body["prompt_cache_key"] = Value::from(cache_key(key));
@@ -664,6 +714,74 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 enum Cut {
     Transport(reqwest::Error),
     TooLarge,
+    /// The events could not be read (not UTF-8, say).
+    Broken(String),
+}
+
+/// One piece of a stream: a server-sent event (its type, when it has one, and its data),
+/// or a line of newline-delimited JSON (no type).
+struct Piece {
+    event: String,
+    data: String,
+}
+
+/// The lines of a stream of bytes, without their `\n`; the last one may have none. Each
+/// byte is looked at once and moved at most once however the stream is cut, so a line sent
+/// in many small pieces, or many lines in one, cost what they would sent otherwise.
+fn lines<B: AsRef<[u8]>>(
+    bytes: impl futures::Stream<Item = Result<B, Cut>> + Send + Unpin,
+) -> impl futures::Stream<Item = Result<String, Cut>> + Send {
+    struct Lines<S> {
+        bytes: S,
+        buffer: Vec<u8>,
+        /// Where the lines not yet handed out begin.
+        start: usize,
+        /// From here on `buffer` has not been searched for a `\n`.
+        searched: usize,
+        ended: bool,
+    }
+    let state = Lines {
+        bytes,
+        buffer: Vec::new(),
+        start: 0,
+        searched: 0,
+        ended: false,
+    };
+    futures::stream::unfold(state, |mut s| async move {
+        loop {
+            if let Some(at) = s.buffer[s.searched..].iter().position(|&b| b == b'\n') {
+                let end = s.searched + at;
+                let line = String::from_utf8_lossy(&s.buffer[s.start..end]).into_owned();
+                s.start = end + 1;
+                s.searched = s.start;
+                return Some((Ok(line), s));
+            }
+            s.searched = s.buffer.len();
+            if s.ended {
+                if s.start == s.buffer.len() {
+                    return None;
+                }
+                let line = String::from_utf8_lossy(&s.buffer[s.start..]).into_owned();
+                s.start = s.buffer.len();
+                return Some((Ok(line), s));
+            }
+            match s.bytes.next().await {
+                Some(Ok(chunk)) => {
+                    // What was handed out goes: at most the rest of one line moves.
+                    s.buffer.drain(..s.start);
+                    s.searched -= s.start;
+                    s.start = 0;
+                    s.buffer.extend_from_slice(chunk.as_ref());
+                }
+                Some(Err(cut)) => {
+                    s.ended = true;
+                    s.start = s.buffer.len();
+                    return Some((Err(cut), s));
+                }
+                None => s.ended = true,
+            }
+        }
+    })
 }
 
 impl std::fmt::Display for Cut {
@@ -671,6 +789,7 @@ impl std::fmt::Display for Cut {
         match self {
             Cut::Transport(e) => write!(f, "{e}"),
             Cut::TooLarge => f.write_str("the response is too large"),
+            Cut::Broken(e) => f.write_str(e),
         }
     }
 }
@@ -755,6 +874,18 @@ fn estimated_usage(request_bytes: usize, reply: &ModelReply) -> agent_core::Usag
 struct Spent {
     accepted: bool,
     grown: usize,
+}
+
+/// Ollama's `think` for an effort: `false` for none, else its words (`low`, `medium`,
+/// `high`), the nearest of them for the others.
+fn ollama_think(effort: Option<Effort>) -> Value {
+    match effort {
+        None => Value::Null,
+        Some(Effort::None) => Value::Bool(false),
+        Some(Effort::Minimal | Effort::Low) => Value::from("low"),
+        Some(Effort::Medium) => Value::from("medium"),
+        Some(Effort::High | Effort::Xhigh | Effort::Max) => Value::from("high"),
+    }
 }
 
 /// The `prompt_cache_key` sent for calls whose prompts begin alike as `key` says: a hash
@@ -845,7 +976,7 @@ impl Model for HttpModel {
     /// OpenAI's and Anthropic's counts are of the whole prompt; a server that only speaks
     /// the dialect may count what it had to read (Ollama leaves out what its cache held).
     fn counts_whole_prompts(&self) -> bool {
-        self.provider != "openai-compat"
+        self.provider != "openai-compat" && self.dialect != Dialect::Ollama
     }
 
     fn least_cost(&self, input_tokens: u64) -> f64 {
@@ -974,5 +1105,55 @@ impl Model for HttpModel {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::{Cut, lines};
+
+    /// The lines of `chunks`, as a server might cut them.
+    fn split(chunks: Vec<Result<Vec<u8>, Cut>>) -> Vec<Result<String, String>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(
+            lines(futures::stream::iter(chunks))
+                .map(|line| line.map_err(|cut| cut.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn lines_are_found_wherever_the_stream_is_cut() {
+        let ok = |s: &str| Ok(s.as_bytes().to_vec());
+        assert_eq!(
+            split(vec![
+                ok("{\"a\":"),
+                ok("1}\n{\"b\""),
+                ok(":2}\n\n{\"c\":3}")
+            ]),
+            [
+                Ok("{\"a\":1}".into()),
+                Ok("{\"b\":2}".into()),
+                Ok(String::new()),
+                Ok("{\"c\":3}".into())
+            ]
+        );
+        // Many lines in one piece, one line in many.
+        let many: String = (0..1_000).map(|i| format!("{i}\n")).collect();
+        let got = split(vec![ok(&many)]);
+        assert_eq!(got.len(), 1_000);
+        assert_eq!(got[999], Ok("999".into()));
+        let long = "x".repeat(5_000);
+        let bytes: Vec<_> = long.bytes().map(|b| Ok(vec![b])).collect();
+        assert_eq!(split(bytes), [Ok(long)]);
+        // A cut ends the lines there.
+        assert_eq!(
+            split(vec![ok("a\nb"), Err(Cut::TooLarge), ok("c\n")]),
+            [Ok("a".into()), Err("the response is too large".into())]
+        );
     }
 }

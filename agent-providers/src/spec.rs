@@ -13,8 +13,11 @@ pub enum ModelSpec {
     OpenAiResponses(String),
     /// `anthropic:MODEL`, key from `ANTHROPIC_API_KEY`.
     Anthropic(String),
-    /// `openai-compat:MODEL` with `--base-url` (Ollama, vLLM, llama.cpp); key optional.
+    /// `openai-compat:MODEL` with `--base-url` (vLLM, llama.cpp, LM Studio); key optional.
     OpenAiCompat(String),
+    /// `ollama:MODEL`: Ollama's own API (`http://localhost:11434` unless `--base-url`
+    /// says), which takes the window to load the model with; key optional (its cloud's).
+    Ollama(String),
     /// `replay:RUN`: the decisions a recorded run got.
     Replay(String),
 }
@@ -29,7 +32,7 @@ pub enum SpecError {
     /// A provider nobody knows.
     #[error(
         "model {0}: unknown provider {1:?} (known: script, openai, openai-responses, \
-         anthropic, openai-compat, replay); {hint}",
+         anthropic, ollama, openai-compat, replay); {hint}",
         hint = hint(.0)
     )]
     UnknownProvider(String, String),
@@ -54,8 +57,8 @@ fn hint(text: &str) -> String {
         format!("did you mean anthropic:{name}?")
     } else {
         format!(
-            "for a model a local server runs (Ollama, vLLM, llama.cpp), give \
-             openai-compat:{name} and its --base-url"
+            "for a model Ollama runs, give ollama:{name}; for another local server (vLLM, \
+             llama.cpp), openai-compat:{name} and its --base-url"
         )
     }
 }
@@ -75,6 +78,7 @@ impl ModelSpec {
             "openai-responses" => Ok(ModelSpec::OpenAiResponses(model.to_owned())),
             "anthropic" => Ok(ModelSpec::Anthropic(model.to_owned())),
             "openai-compat" => Ok(ModelSpec::OpenAiCompat(model.to_owned())),
+            "ollama" => Ok(ModelSpec::Ollama(model.to_owned())),
             "replay" => Ok(ModelSpec::Replay(model.to_owned())),
             other => Err(SpecError::UnknownProvider(
                 text.to_owned(),
@@ -111,6 +115,10 @@ mod tests {
             Ok(ModelSpec::OpenAiCompat("llama3.1:8b".into()))
         );
         assert_eq!(
+            ModelSpec::parse("ollama:qwen3:8b"),
+            Ok(ModelSpec::Ollama("qwen3:8b".into()))
+        );
+        assert_eq!(
             ModelSpec::parse("openai-responses:gpt-5"),
             Ok(ModelSpec::OpenAiResponses("gpt-5".into()))
         );
@@ -137,10 +145,7 @@ mod tests {
             ("Claude-Opus-4", "did you mean anthropic:Claude-Opus-4?"),
             ("run/script.json", "did you mean script:run/script.json?"),
             // Ollama's names hold a colon: taken for a provider, and pointed home.
-            (
-                "llama3.1:8b",
-                "openai-compat:llama3.1:8b and its --base-url",
-            ),
+            ("llama3.1:8b", "give ollama:llama3.1:8b;"),
             ("mistral", "openai-compat:mistral and its --base-url"),
             ("gpt-4o:", "did you mean openai:gpt-4o?"),
             (":", "for example openai:gpt-4o"),

@@ -30,6 +30,15 @@ impl Reply {
         }
     }
 
+    /// A 200 stream of newline-delimited JSON objects, as Ollama's own API sends them.
+    pub fn ndjson(body: impl Into<String>) -> Reply {
+        Reply {
+            status: 200,
+            headers: vec![("content-type".into(), "application/x-ndjson".into())],
+            body: body.into(),
+        }
+    }
+
     /// An error status with a JSON body.
     pub fn status(status: u16, body: impl Into<String>) -> Reply {
         Reply {

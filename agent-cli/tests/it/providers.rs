@@ -367,6 +367,28 @@ async fn a_server_without_the_model_or_the_path_says_what_to_check() {
         "{v}"
     );
     assert_eq!(server.received().len(), 1, "404 is not retried");
+
+    // Ollama's own API, for a model not pulled.
+    let server = Server::start(vec![Reply::status(
+        404,
+        r#"{"error":"model 'qwen3:8b' not found"}"#,
+    )])
+    .await
+    .unwrap();
+    let args = [
+        "run",
+        "--json",
+        "--model",
+        "ollama:qwen3:8b",
+        "--base-url",
+        &server.url,
+        "hi",
+    ];
+    let (code, v, err) = run_json(&env, &args, None);
+    assert_eq!(code, Some(5), "{err}");
+    assert_eq!(v["error_kind"], "not_found", "{v}");
+    assert!(v["advice"].as_str().unwrap().contains("ollama pull"), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("not found"), "{v}");
 }
 
 #[test]
@@ -1119,6 +1141,78 @@ async fn a_server_counting_only_uncached_tokens_still_gets_a_compacted_prompt() 
         .map(|e| e["type"].as_str().unwrap())
         .collect();
     assert!(kinds.contains(&"context_compacted"), "{kinds:?}");
+}
+
+/// Lines of Ollama's `/api/chat` stream.
+fn ollama_lines(lines: &[Value]) -> String {
+    lines.iter().map(|line| format!("{line}\n")).collect()
+}
+
+/// `ollama:MODEL` talks to Ollama's own API and has it load the model with the window the
+/// run keeps its prompt within (32,768 tokens unless agent.toml says), where its
+/// OpenAI-compatible endpoint would have left the server's default and dropped the start
+/// of a longer prompt. Thinking is kept and goes back with the calls it led to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ollama_run_loads_the_model_with_the_run_s_window() {
+    let call = ollama_lines(&[
+        json!({"model":"qwen3:8b","message":{"role":"assistant","content":"","thinking":"Look at the notes."},"done":false}),
+        json!({"model":"qwen3:8b","message":{"role":"assistant","content":"","tool_calls":[{"function":{"index":0,"name":"read_file","arguments":{"path":"notes.txt"}}}]},"done":false}),
+        json!({"model":"qwen3:8b","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":900,"eval_count":20}),
+    ]);
+    let answer = ollama_lines(&[
+        json!({"model":"qwen3:8b","message":{"role":"assistant","content":"They say hello."},"done":false}),
+        json!({"model":"qwen3:8b","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":60,"eval_count":5}),
+    ]);
+    let server = Server::start(vec![
+        Reply::ndjson(call),
+        Reply::ndjson(answer.clone()),
+        Reply::ndjson(answer),
+    ])
+    .await
+    .unwrap();
+    let env = notes_and("");
+    let run = |goal: &str| {
+        let args = [
+            "run",
+            "--json",
+            "--model",
+            "ollama:qwen3:8b",
+            "--base-url",
+            &server.url,
+            goal,
+        ];
+        let mut cmd = env.cmd();
+        cmd.env_remove("OLLAMA_API_KEY");
+        let out = cmd.args(args).output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.code(), v, stderr(&out))
+    };
+    let (code, v, err) = run("what do the notes say?");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(v["answer"], "They say hello.");
+    let sent = server.received();
+    assert_eq!(sent[0].path, "/api/chat");
+    assert_eq!(sent[0].header("authorization"), None);
+    assert_eq!(sent[0].body["options"]["num_ctx"], 32_768);
+    let messages = sent[1].body["messages"].as_array().unwrap();
+    let asked = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(asked["thinking"], "Look at the notes.");
+    assert_eq!(
+        asked["tool_calls"][0]["function"]["arguments"],
+        json!({"path": "notes.txt"})
+    );
+    let result = messages.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(result["tool_name"], "read_file");
+    assert_eq!(result["tool_call_id"], asked["tool_calls"][0]["id"]);
+    assert!(result["content"].as_str().unwrap().contains("hello"));
+    let show = env.run(&["show", v["run_id"].as_str().unwrap()]);
+    assert!(super::stdout(&show).contains("Look at the notes."));
+
+    // The window agent.toml gives is the one the model is loaded with.
+    std::fs::write(env.dir.path().join("agent.toml"), "context_window = 8192\n").unwrap();
+    let (code, _, err) = run("and now?");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(server.received()[2].body["options"]["num_ctx"], 8_192);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

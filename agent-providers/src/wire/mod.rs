@@ -3,6 +3,7 @@
 //! out.
 
 pub mod anthropic;
+pub mod ollama;
 pub mod openai;
 pub mod responses;
 

@@ -42,6 +42,7 @@ async fn model(dialect: Dialect, replies: Vec<Reply>) -> (Server, HttpModel) {
         Dialect::OpenAi => "openai",
         Dialect::Anthropic => "anthropic",
         Dialect::OpenAiResponses => "openai-responses",
+        _ => "ollama",
     };
     let model = HttpModel::new(
         dialect,
@@ -1298,6 +1299,7 @@ async fn the_effort_is_sent_in_each_dialect_s_words() {
                 Dialect::OpenAi => 0,
                 Dialect::OpenAiResponses => 1,
                 Dialect::Anthropic => 2,
+                _ => unreachable!("not among the cases"),
             };
             for (i, value) in sent.iter().enumerate() {
                 let want = if i == at { &expected } else { &json!(null) };
@@ -1430,4 +1432,115 @@ async fn openai_s_word_to_use_the_responses_api_is_followed_at_once_and_after() 
         assert!(failed.to_string().contains("HTTP 400"), "{failed}");
         assert_eq!(server.received().len(), 1, "{provider}");
     }
+}
+
+/// A stream of Ollama's: thinking, a text answer in pieces, then the counts.
+fn ollama_answer() -> String {
+    [
+        json!({"model":"qwen3","message":{"role":"assistant","content":"","thinking":"Easy."},"done":false}),
+        json!({"model":"qwen3","message":{"role":"assistant","content":"Sunny "},"done":false}),
+        json!({"model":"qwen3","message":{"role":"assistant","content":"in Paris."},"done":false}),
+        json!({"model":"qwen3","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":40,"eval_count":7}),
+    ]
+    .iter()
+    .map(|line| format!("{line}\n"))
+    .collect()
+}
+
+/// Ollama's own API: `/api/chat`, the window and the output cap in `options`, the effort as
+/// `think`, no key unless one is given; its lines streamed to the display as they come.
+#[tokio::test]
+async fn ollama_is_asked_with_the_window_and_streams_its_lines() {
+    let server = Server::start(vec![
+        Reply::ndjson(ollama_answer()),
+        Reply::ndjson(ollama_answer()),
+    ])
+    .await
+    .unwrap();
+    let shown = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&shown);
+    let model = HttpModel::new(Dialect::Ollama, "ollama", "qwen3:8b", &server.url, None)
+        .unwrap()
+        .with_context_window(32_768)
+        .with_max_output_tokens(2_000)
+        .with_effort(Some(Effort::Xhigh))
+        .with_text_sink(Arc::new(move |t: &str| {
+            sink.lock().unwrap().push_str(t);
+        }));
+    let p = prompt();
+    let reply = model
+        .decide(ModelRequest::new(&p, 0).with_cache_key(Some("run")))
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.decision,
+        Ok(Decision::Final {
+            answer: "Sunny in Paris.".into()
+        })
+    );
+    assert_eq!(reply.usage, Usage::tokens(40, 7));
+    assert_eq!(*shown.lock().unwrap(), "Sunny in Paris.");
+    assert!(
+        !model.counts_whole_prompts(),
+        "Ollama counts what it did not have cached"
+    );
+    let got = &server.received()[0];
+    assert_eq!(got.path, "/api/chat");
+    assert_eq!(got.header("authorization"), None);
+    assert_eq!(
+        got.body["options"],
+        json!({"num_ctx": 32_768, "num_predict": 2_000})
+    );
+    assert_eq!(got.body["think"], "high");
+    assert_eq!(got.body["stream"], true);
+    assert_eq!(
+        got.body["messages"][0],
+        json!({"role": "system", "content": "sys"})
+    );
+    assert_eq!(got.body.get("prompt_cache_key"), None);
+
+    // Whole, with a key (Ollama's cloud), no effort: no `think`, the model's own.
+    let whole = Server::start(vec![Reply::status(
+        200,
+        json!({"message":{"role":"assistant","content":"Hi."},"done":true,"prompt_eval_count":3,"eval_count":1}).to_string(),
+    )])
+    .await
+    .unwrap();
+    let model = HttpModel::new(
+        Dialect::Ollama,
+        "ollama",
+        "m",
+        &whole.url,
+        Some("ok-1".into()),
+    )
+    .unwrap()
+    .with_streaming(false);
+    let reply = model.decide(ModelRequest::new(&p, 0)).await.unwrap();
+    assert_eq!(
+        reply.decision,
+        Ok(Decision::Final {
+            answer: "Hi.".into()
+        })
+    );
+    let got = &whole.received()[0];
+    assert_eq!(got.header("authorization"), Some("Bearer ok-1"));
+    assert_eq!(got.body["stream"], false);
+    assert_eq!(got.body.get("think"), None);
+    assert_eq!(got.body.get("options"), None);
+
+    // A stream that stops before its last line was cut: retried, not taken as an answer.
+    let cut: String = ollama_answer()
+        .lines()
+        .take(3)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let server = Server::start(vec![Reply::ndjson(cut), Reply::ndjson(ollama_answer())])
+        .await
+        .unwrap();
+    let model = HttpModel::new(Dialect::Ollama, "ollama", "m", &server.url, None)
+        .unwrap()
+        .with_retry(quick());
+    let reply = model.decide(ModelRequest::new(&p, 0)).await.unwrap();
+    assert_eq!(reply.retries.len(), 1, "{:?}", reply.retries);
+    assert!(matches!(reply.decision, Ok(Decision::Final { .. })));
 }

@@ -2,7 +2,7 @@
 
 use agent_core::*;
 use agent_providers::Thinking;
-use agent_providers::wire::{anthropic, openai, responses};
+use agent_providers::wire::{anthropic, ollama, openai, responses};
 use serde_json::json;
 
 use crate::{fixture, sse};
@@ -1333,4 +1333,165 @@ fn a_responses_stream_cut_before_its_last_event_is_not_done() {
     // A `response.*` event that is not JSON is an error, not ignored.
     let mut s = responses::Stream::default();
     assert!(s.push("response.completed", "{not json").is_err());
+}
+
+/// What a stream of Ollama's `/api/chat` lines decides.
+fn ollama_lines(lines: &[serde_json::Value]) -> Result<ModelReply, agent_providers::ProviderError> {
+    let mut s = ollama::Stream::default();
+    for line in lines {
+        s.push(&format!("{line}\n"))?;
+    }
+    assert!(s.is_done(), "the last line says done");
+    Ok(s.finish().decide())
+}
+
+#[test]
+fn ollama_streams_thinking_calls_and_counts() {
+    // As Ollama streams a thinking model's call: thinking, the call whole, then the counts.
+    let reply = ollama_lines(&[
+        json!({"model":"qwen3","message":{"role":"assistant","content":"","thinking":"I should "},"done":false}),
+        json!({"model":"qwen3","message":{"role":"assistant","content":"","thinking":"read it."},"done":false}),
+        json!({"model":"qwen3","message":{"role":"assistant","content":"","tool_calls":[
+            {"id":"call_x1","function":{"index":0,"name":"read_file","arguments":{"path":"notes.txt"}}},
+            {"function":{"index":1,"name":"read_file","arguments":{"path":"todo.txt"}}}]},"done":false}),
+        json!({"model":"qwen3","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop",
+               "total_duration":885095291,"prompt_eval_count":122,"eval_count":33}),
+    ])
+    .unwrap();
+    let Ok(Decision::ToolCalls { calls }) = &reply.decision else {
+        panic!("{:?}", reply.decision)
+    };
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].id.as_str(), "call_x1");
+    assert_eq!(calls[0].arguments, json!({"path": "notes.txt"}));
+    assert!(
+        !calls[1].id.as_str().is_empty(),
+        "a call without an id gets one"
+    );
+    assert_ne!(calls[1].id, calls[0].id);
+    assert_eq!(calls[1].arguments, json!({"path": "todo.txt"}));
+    assert_eq!(reply.usage, Usage::tokens(122, 33));
+    assert_eq!(
+        reply.reasoning,
+        [Reasoning::Content {
+            field: "thinking".into(),
+            text: "I should read it.".into()
+        }]
+    );
+
+    // Text, cut at the output limit: never a final answer.
+    let cut = ollama_lines(&[
+        json!({"message":{"role":"assistant","content":"The answer is"},"done":false}),
+        json!({"message":{"role":"assistant","content":""},"done":true,"done_reason":"length","prompt_eval_count":10,"eval_count":5}),
+    ])
+    .unwrap();
+    assert!(cut.decision.is_err(), "{:?}", cut.decision);
+    let whole = ollama::parse_response(&json!({
+        "message": {"role": "assistant", "content": "It says hello."},
+        "done": true, "done_reason": "stop", "prompt_eval_count": 26, "eval_count": 5
+    }))
+    .decide();
+    assert_eq!(
+        whole.decision,
+        Ok(Decision::Final {
+            answer: "It says hello.".into()
+        })
+    );
+    assert_eq!(whole.usage, Usage::tokens(26, 5));
+
+    // An error line mid-stream is a server's failure (retried), said in a bounded excerpt;
+    // a line that is not JSON, a decoding failure.
+    let mut s = ollama::Stream::default();
+    let long = "x".repeat(10_000);
+    let error = s
+        .push(
+            &json!({"error": format!("model runner has unexpectedly stopped {long}")}).to_string(),
+        )
+        .unwrap_err();
+    assert!(error.is_retryable(), "{error}");
+    assert!(error.to_string().len() < 1_000, "{error}");
+    assert!(matches!(
+        s.push("{not json"),
+        Err(agent_providers::ProviderError::Decode(_))
+    ));
+    assert!(!s.is_done());
+}
+
+#[test]
+fn ollama_requests_carry_calls_as_objects_results_by_tool_and_thinking_back() {
+    let prompt = Prompt {
+        system: "sys".into(),
+        messages: vec![
+            Message::user_text("read the notes"),
+            Message {
+                role: Role::Assistant,
+                parts: vec![
+                    Part::Reasoning {
+                        reasoning: Reasoning::Content {
+                            field: "thinking".into(),
+                            text: "Read them first.".into(),
+                        },
+                    },
+                    Part::ToolUse {
+                        call_id: "call_1".into(),
+                        name: "read_file".into(),
+                        arguments: Arguments::new(&json!({"path": "notes.txt"})),
+                    },
+                ],
+            },
+            Message {
+                role: Role::User,
+                parts: vec![
+                    Part::ToolResult {
+                        call_id: "call_1".into(),
+                        name: "read_file".into(),
+                        ok: true,
+                        content: "hello".into(),
+                    },
+                    Part::Text {
+                        text: "and be quick".into(),
+                    },
+                ],
+            },
+            Message {
+                role: Role::Assistant,
+                parts: vec![
+                    Part::Reasoning {
+                        reasoning: Reasoning::Content {
+                            field: "thinking".into(),
+                            text: "Done.".into(),
+                        },
+                    },
+                    Part::Text {
+                        text: "It says hello.".into(),
+                    },
+                ],
+            },
+        ],
+        tools: vec![ToolSpec::new(
+            "read_file",
+            "read",
+            json!({"type": "object"}),
+            Risk::Read,
+        )],
+        answer_schema: None,
+    };
+    let body = ollama::request_body(&prompt, "qwen3:8b", true);
+    assert_eq!(body["model"], "qwen3:8b");
+    assert_eq!(body["stream"], true);
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "read the notes"},
+            {"role": "assistant", "content": "", "thinking": "Read them first.", "tool_calls": [
+                {"type": "function", "id": "call_1",
+                 "function": {"name": "read_file", "arguments": {"path": "notes.txt"}}}]},
+            {"role": "tool", "content": "hello", "tool_name": "read_file", "tool_call_id": "call_1"},
+            {"role": "user", "content": "and be quick"},
+            {"role": "assistant", "content": "It says hello."},
+        ])
+    );
+    assert_eq!(body["tools"][0]["type"], "function");
+    assert_eq!(body["tools"][0]["function"]["name"], "read_file");
 }
