@@ -138,6 +138,11 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
                 "this model thinks adaptively: set thinking = \"adaptive\" in agent.toml (and an \
                  effort, if the default's is not what you want)"
             }
+            // Ollama's word for a model whose template has no tools (an agent needs them).
+            ModelErrorKind::BadRequest if outcome.message.contains("does not support tools") => {
+                "this model cannot call tools, which an agent needs: pick one that can (Ollama \
+                 lists them at https://ollama.com/search?c=tools)"
+            }
             ModelErrorKind::RateLimited | ModelErrorKind::Server | ModelErrorKind::Transport => {
                 return Some(format!(
                     "the failure may pass: go on later with agent resume {run_id} \"…\""

@@ -389,6 +389,29 @@ async fn a_server_without_the_model_or_the_path_says_what_to_check() {
     assert_eq!(v["error_kind"], "not_found", "{v}");
     assert!(v["advice"].as_str().unwrap().contains("ollama pull"), "{v}");
     assert!(v["message"].as_str().unwrap().contains("not found"), "{v}");
+
+    // A model that cannot call tools, as Ollama refuses it.
+    let server = Server::start(vec![Reply::status(
+        400,
+        r#"{"error":"registry.ollama.ai/library/gemma:2b does not support tools"}"#,
+    )])
+    .await
+    .unwrap();
+    let args = [
+        "run",
+        "--json",
+        "--model",
+        "ollama:gemma:2b",
+        "--base-url",
+        &server.url,
+        "hi",
+    ];
+    let (code, v, err) = run_json(&env, &args, None);
+    assert_eq!(code, Some(5), "{err}");
+    assert!(
+        v["advice"].as_str().unwrap().contains("cannot call tools"),
+        "{v}"
+    );
 }
 
 #[test]
