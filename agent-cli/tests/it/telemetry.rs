@@ -117,7 +117,8 @@ async fn a_runs_spans_reach_an_otlp_collector_with_the_genai_attributes() {
             {"id": "c1", "name": "read_file", "arguments": {"path": "a.txt"}},
             {"id": "c2", "name": "read_file", "arguments": {"path": "b.txt"}},
             {"id": "c3", "name": "read_file", "arguments": {"path": "missing.txt"}}
-        ], "usage": {"input_tokens": 120, "output_tokens": 30}},
+        ], "usage": {"input_tokens": 120, "output_tokens": 30,
+                     "cache_read_tokens": 90, "cache_write_tokens": 25}},
         {"final": "read", "usage": {"input_tokens": 200, "output_tokens": 5}}
     ]));
     let out = env
@@ -175,6 +176,8 @@ async fn a_runs_spans_reach_an_otlp_collector_with_the_genai_attributes() {
     let first = attributes(chats.iter().min_by_key(|s| s.start_time_unix_nano).unwrap());
     assert_eq!(first["gen_ai.usage.input_tokens"], "120");
     assert_eq!(first["gen_ai.usage.output_tokens"], "30");
+    assert_eq!(first["gen_ai.usage.cache_read.input_tokens"], "90");
+    assert_eq!(first["gen_ai.usage.cache_creation.input_tokens"], "25");
     assert_eq!(first["gen_ai.response.finish_reasons"], "tool_calls");
 
     let tools = named("execute_tool read_file");

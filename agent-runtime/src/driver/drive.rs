@@ -822,6 +822,7 @@ impl Runtime {
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
             gen_ai.response.finish_reasons = tracing::field::Empty,
             error.type = tracing::field::Empty,
         )
@@ -858,6 +859,10 @@ fn record_chat(
         span.record(
             "gen_ai.usage.cache_read.input_tokens",
             usage.cache_read_tokens,
+        );
+        span.record(
+            "gen_ai.usage.cache_creation.input_tokens",
+            usage.cache_write_tokens,
         );
     }
     for retry in retries {
