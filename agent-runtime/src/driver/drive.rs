@@ -173,89 +173,14 @@ impl Runtime {
             match command {
                 Command::CallModel { .. } => {
                     if projector.should_compact() {
-                        let span = tracing::info_span!(
-                            "compact",
-                            agent.tokens_before = projector.tokens(),
-                            agent.tokens_after = tracing::field::Empty,
-                        );
-                        let before = projector.tokens();
-                        let (summary, usage) = match self
-                            .summarizer
-                            .summarize_digest(projector.digest())
-                        {
-                            Some(summary) => (summary, Usage::default()),
-                            // A summary the budget could not pay for (its request alone
-                            // passes it) is made from the log instead, at no cost.
-                            None if budgets_spend
-                                && !self
-                                    .affords(&machine, projector.summary_lower_bound() as u64) =>
-                            {
-                                tracing::info!(
-                                    parent: &span,
-                                    "the summary is made from the log: the budget left \
-                                     cannot pay for a model's"
-                                );
-                                (projector.digest().summary(), Usage::default())
-                            }
-                            None => {
-                                // What came before the last compaction is in its
-                                // summary; the log is read back only for a summarizer
-                                // that reads it.
-                                let log = if self.summarizer.reads_history() {
-                                    self.load_log_from(&run_id, projector.summary_from())
-                                        .instrument(span.clone())
-                                        .await?
-                                } else {
-                                    Vec::new()
-                                };
-                                // A model call like the others: cancelled with the run,
-                                // bounded by its wall-clock budget.
-                                let asked = tokio::select! {
-                                    summarized = self
-                                        .summarizer
-                                        .summarize(&log, projector.prompt())
-                                        .instrument(span.clone()) => Some(summarized),
-                                    () = cancel.cancelled() => None,
-                                    () = self.deadline(&machine) => None,
-                                };
-                                let Some(Summarized { summary, usage }) = asked else {
-                                    self.tick(&mut machine)?;
-                                    if cancel.is_cancelled() {
-                                        machine.handle(Input::Cancel)?;
-                                    }
-                                    continue;
-                                };
-                                machine.observe_time(self.clock.now_ms());
-                                // The one fallback: the extractive summary of the log,
-                                // which the projection keeps as it goes.
-                                let summary =
-                                    summary.unwrap_or_else(|_| projector.digest().summary());
-                                (summary, usage)
-                            }
-                        };
-                        let after = projector.tokens_after_compaction(&summary);
-                        span.record("agent.tokens_after", after);
-                        // Compact only when it helps; otherwise the model gets what there is,
-                        // and no summary is asked for again until the prompt grew. Either
-                        // way it is committed, with what the summary cost.
-                        let (tokens_before, tokens_after) = (before as u64, after as u64);
-                        machine.handle(if after >= before {
-                            // Its commit tells the projector too; this process knows now.
-                            projector.compaction_declined(before);
-                            Input::CompactionDeclined {
-                                tokens_before,
-                                tokens_after,
-                                usage,
-                            }
-                        } else {
-                            Input::ContextCompacted {
-                                summary,
-                                through_version: projector.version(),
-                                tokens_before,
-                                tokens_after,
-                                usage,
-                            }
-                        })?;
+                        self.compact(
+                            &run_id,
+                            &mut machine,
+                            &mut projector,
+                            budgets_spend,
+                            &cancel,
+                        )
+                        .await?;
                         continue;
                     }
                     let prompt = projector.prompt();
@@ -730,6 +655,99 @@ impl Runtime {
             }
         });
         Some(Watch(task))
+    }
+
+    /// Compacts the prompt (a summary the summarizer makes, or the one the projection keeps
+    /// from the log when the budget cannot pay for a model's) and hands the machine what came
+    /// of it: a compaction, or one declined as it would not have made the prompt smaller; or
+    /// the run cancelled or past its deadline meanwhile.
+    async fn compact(
+        &self,
+        run_id: &str,
+        machine: &mut Machine,
+        projector: &mut Projector,
+        budgets_spend: bool,
+        cancel: &CancellationToken,
+    ) -> Result<(), RuntimeError> {
+        let span = tracing::info_span!(
+            "compact",
+            agent.tokens_before = projector.tokens(),
+            agent.tokens_after = tracing::field::Empty,
+        );
+        let before = projector.tokens();
+        let (summary, usage) = match self.summarizer.summarize_digest(projector.digest()) {
+            Some(summary) => (summary, Usage::default()),
+            // A summary the budget could not pay for (its request alone
+            // passes it) is made from the log instead, at no cost.
+            None if budgets_spend
+                && !self.affords(&machine, projector.summary_lower_bound() as u64) =>
+            {
+                tracing::info!(
+                    parent: &span,
+                    "the summary is made from the log: the budget left \
+                     cannot pay for a model's"
+                );
+                (projector.digest().summary(), Usage::default())
+            }
+            None => {
+                // What came before the last compaction is in its
+                // summary; the log is read back only for a summarizer
+                // that reads it.
+                let log = if self.summarizer.reads_history() {
+                    self.load_log_from(run_id, projector.summary_from())
+                        .instrument(span.clone())
+                        .await?
+                } else {
+                    Vec::new()
+                };
+                // A model call like the others: cancelled with the run,
+                // bounded by its wall-clock budget.
+                let asked = tokio::select! {
+                    summarized = self
+                        .summarizer
+                        .summarize(&log, projector.prompt())
+                        .instrument(span.clone()) => Some(summarized),
+                    () = cancel.cancelled() => None,
+                    () = self.deadline(machine) => None,
+                };
+                let Some(Summarized { summary, usage }) = asked else {
+                    self.tick(machine)?;
+                    if cancel.is_cancelled() {
+                        machine.handle(Input::Cancel)?;
+                    }
+                    return Ok(());
+                };
+                machine.observe_time(self.clock.now_ms());
+                // The one fallback: the extractive summary of the log,
+                // which the projection keeps as it goes.
+                let summary = summary.unwrap_or_else(|_| projector.digest().summary());
+                (summary, usage)
+            }
+        };
+        let after = projector.tokens_after_compaction(&summary);
+        span.record("agent.tokens_after", after);
+        // Compact only when it helps; otherwise the model gets what there is,
+        // and no summary is asked for again until the prompt grew. Either
+        // way it is committed, with what the summary cost.
+        let (tokens_before, tokens_after) = (before as u64, after as u64);
+        machine.handle(if after >= before {
+            // Its commit tells the projector too; this process knows now.
+            projector.compaction_declined(before);
+            Input::CompactionDeclined {
+                tokens_before,
+                tokens_after,
+                usage,
+            }
+        } else {
+            Input::ContextCompacted {
+                summary,
+                through_version: projector.version(),
+                tokens_before,
+                tokens_after,
+                usage,
+            }
+        })?;
+        Ok(())
     }
 
     /// Resolves when the run's wall-clock budget is spent, as the machine counts it (the
