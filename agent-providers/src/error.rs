@@ -76,7 +76,71 @@ pub enum ProviderError {
     },
 }
 
+/// A request the provider refused because its prompt does not fit the model's window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContextOverflow {
+    /// The window, in tokens, when the provider said it.
+    pub window: Option<u64>,
+}
+
+/// How providers say a prompt is longer than the window, lowercased: OpenAI's code and its
+/// Responses API's words, the "maximum context length" of OpenAI, vLLM, Mistral and
+/// DeepSeek, Anthropic's, llama.cpp's server's, Gemini's.
+const OVERFLOW_SAID: [&str; 7] = [
+    "context_length_exceeded",
+    "maximum context length",
+    "exceeds the context window",
+    "prompt is too long",
+    "exceeds the available context size",
+    "exceed_context_size",
+    "exceeds the maximum number of tokens",
+];
+
+/// What precedes the window's size where a provider gives it: "maximum context length is
+/// 8192 tokens", "prompt is too long: 210012 tokens > 200000 maximum", llama.cpp's
+/// `"n_ctx": 4096`, Gemini's "allowed (1048576)".
+const WINDOW_SAID: [&str; 5] = [
+    "maximum context length is ",
+    "tokens > ",
+    "\"n_ctx\":",
+    "allowed (",
+    "context window of ",
+];
+
+/// The number at the start of `text` (spaces before it, thousands commas in it skipped).
+fn number_at(text: &str) -> Option<u64> {
+    let digits: String = text
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .take(20)
+        .collect();
+    digits.parse().ok().filter(|n| *n > 0)
+}
+
 impl ProviderError {
+    /// Whether the provider refused the request because its prompt is longer than the
+    /// model's window, and the window when it said. A run whose window was set too large
+    /// (a server that loads the model with less than it could hold, a model the defaults
+    /// do not know) then compacts its prompt and asks again, instead of failing.
+    pub fn context_overflow(&self) -> Option<ContextOverflow> {
+        let message = match self {
+            ProviderError::BadRequest { message } => message,
+            ProviderError::GaveUp { last, .. } => return last.context_overflow(),
+            _ => return None,
+        };
+        let lower = message.to_ascii_lowercase();
+        if !OVERFLOW_SAID.iter().any(|said| lower.contains(said)) {
+            return None;
+        }
+        let window = WINDOW_SAID.iter().find_map(|marker| {
+            let at = lower.find(marker)?;
+            number_at(&lower[at + marker.len()..])
+        });
+        Some(ContextOverflow { window })
+    }
+
     /// The class of the failure, as recorded in the log.
     pub fn kind(&self) -> ModelErrorKind {
         match self {

@@ -26,7 +26,7 @@ pub mod testing;
 mod think;
 pub mod wire;
 
-pub use error::ProviderError;
+pub use error::{ContextOverflow, ProviderError};
 #[cfg(feature = "http")]
 pub use http::{
     DEFAULT_MAX_RESPONSE_BYTES, Dialect, HttpModel, Price, RetryPolicy, TextSink, retry_after, tls,

@@ -1238,6 +1238,71 @@ async fn an_ollama_run_loads_the_model_with_the_run_s_window() {
     assert_eq!(server.received()[2].body["options"]["num_ctx"], 8_192);
 }
 
+/// A server whose model was loaded with a smaller window than the run took it to have
+/// (vLLM serving a model with `--max-model-len 3000`, here) refuses the prompt once it
+/// grows past it. The run compacts its prompt to the window the server named and asks
+/// again, instead of failing; refused again, it fails as before, having asked once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_the_server_finds_too_long_is_compacted_and_asked_again() {
+    let overflow = r#"{"object":"error","message":"This model's maximum context length is 3000 tokens. However, you requested 3912 tokens (3400 in the messages, 512 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#;
+    let read = |i: usize| {
+        openai_sse(&[
+            json!({"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":format!("call_{i}"),"type":"function","function":{"name":"read_file","arguments":format!("{{\"path\":\"part{i}.txt\"}}")}}]}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+            json!({"choices":[],"usage":{"prompt_tokens":2900,"completion_tokens":9}}),
+        ])
+    };
+    let server = Server::start(vec![
+        Reply::stream(read(0)),
+        Reply::stream(read(1)),
+        Reply::status(400, overflow),
+        // The summary the compaction asks the model for.
+        Reply::stream(fixture("openai/text_only.sse")),
+        Reply::stream(fixture("openai/text_only.sse")),
+    ])
+    .await
+    .unwrap();
+    let env = notes_and("");
+    for i in 0..2 {
+        let words: Vec<String> = (0..300).map(|w| format!("w{i}x{w}")).collect();
+        std::fs::write(env.dir.path().join(format!("part{i}.txt")), words.join(" ")).unwrap();
+    }
+    let key = ("OPENAI_API_KEY", "k");
+    let (code, v, err) = run_model(
+        &env,
+        "openai-compat:local",
+        &server.url,
+        "read the parts",
+        key,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let sent = server.received();
+    assert_eq!(sent.len(), 5);
+    assert_eq!(sent[3].body["tools"], Value::Null, "the summary's request");
+    let length = |i: usize| sent[i].body["messages"].to_string().len();
+    assert!(length(4) < length(2), "asked again with a shorter prompt");
+    let show = env.run(&["show", "--json", v["run_id"].as_str().unwrap()]);
+    let shown: Value = serde_json::from_str(&super::stdout(&show)).unwrap();
+    let kinds: Vec<&str> = shown["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"context_compacted"), "{kinds:?}");
+    assert!(!kinds.contains(&"model_failed"), "{kinds:?}");
+
+    // Refused again after the compaction (its summary's request too): the run fails,
+    // having asked twice, not forever.
+    let server = Server::start(vec![Reply::status(400, overflow); 4])
+        .await
+        .unwrap();
+    let (code, v, err) = run_model(&env, "openai-compat:local", &server.url, "hi", key);
+    assert_eq!(code, Some(5), "{err}");
+    assert_eq!(v["reason"], "model_error");
+    assert_eq!(server.received().len(), 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_responses_run_end_to_end_with_reasoning_passed_back() {
     let server = Server::start(vec![

@@ -318,6 +318,13 @@ impl Projector {
         self.sizes.messages_lower_bound().unwrap_or(0)
     }
 
+    /// The model's window is at most `tokens`: the provider refused a prompt as longer than
+    /// its window, which was taken to be larger. The prompt is compacted as this window
+    /// says from now on; a larger figure changes nothing.
+    pub fn window_at_most(&mut self, tokens: usize) {
+        self.config.context_window = self.config.context_window.min(tokens.max(1));
+    }
+
     /// The provider's counts of prompts may be of part of them (a server that counts only
     /// what it did not have cached, as Ollama does): none is taken as a prompt's size, so
     /// the bytes, or the tokenizer, say when to compact. Call it before applying entries.

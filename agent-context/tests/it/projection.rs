@@ -704,6 +704,54 @@ fn the_provider_s_count_settles_compaction_without_a_tokenizer() {
     assert!(bound > 80_000, "{bound}");
 }
 
+/// A provider whose counts may be partial (Ollama counts what its cache did not hold) does
+/// not settle compaction with them: the prompt is counted; and a window found smaller than
+/// was taken (the provider refused a prompt as too long) makes a prompt below the old
+/// threshold one to compact.
+#[test]
+fn partial_counts_and_a_smaller_window_make_the_prompt_count() {
+    let config = ContextConfig {
+        context_window: 25_000,
+        compact_at: 0.8,
+        recent_result_turns: 100,
+        ..config()
+    };
+    let project = |partial: bool| {
+        let counter = Arc::new(Counted(std::sync::atomic::AtomicUsize::new(0)));
+        let mut p = Projector::new(config.clone(), vec![], counter.clone());
+        if partial {
+            p.counts_may_be_partial();
+        }
+        p.apply_all(&reads_with_usage(40, 5_000).0);
+        (p, counter)
+    };
+    let (trusted, counter) = project(false);
+    assert!(!trusted.should_compact());
+    assert_eq!(counter.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let (partial, counter) = project(true);
+    assert!(
+        partial.should_compact(),
+        "80 KB at four bytes a token is past 20,000"
+    );
+    assert!(counter.0.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert_eq!(partial.lower_bound(), 0, "and they are no floor either");
+
+    let mut small = Projector::new(config.clone(), vec![], Arc::new(CharEstimate));
+    small.apply_all(&reads_with_usage(3, 0).0);
+    assert!(!small.should_compact());
+    small.window_at_most(small.tokens());
+    assert!(
+        small.should_compact(),
+        "past four fifths of the window found"
+    );
+    small.window_at_most(1_000_000);
+    assert_eq!(
+        small.config().context_window,
+        small.tokens(),
+        "a larger one changes nothing"
+    );
+}
+
 /// The provider's count of the last prompt is the least it will count in the next one, as
 /// long as that only grew: what the budgets check a call with before it is made.
 #[test]

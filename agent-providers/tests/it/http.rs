@@ -1544,3 +1544,67 @@ async fn ollama_is_asked_with_the_window_and_streams_its_lines() {
     assert_eq!(reply.retries.len(), 1, "{:?}", reply.retries);
     assert!(matches!(reply.decision, Ok(Decision::Final { .. })));
 }
+
+/// Each provider's refusal of a prompt past the model's window, through the transport: a
+/// context overflow (with the window when it says it), not retried; other refusals are none.
+#[tokio::test]
+async fn a_prompt_past_the_window_is_told_apart_with_the_window_when_said() {
+    let cases: [(&str, Option<u64>); 7] = [
+        // OpenAI, and vLLM in its words.
+        (
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+            Some(128_000),
+        ),
+        (
+            r#"{"object":"error","message":"This model's maximum context length is 32768 tokens. However, you requested 33010 tokens (31010 in the messages, 2000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+            Some(32_768),
+        ),
+        // OpenAI's Responses API.
+        (
+            r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#,
+            None,
+        ),
+        // Anthropic.
+        (
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210012 tokens > 200000 maximum"}}"#,
+            Some(200_000),
+        ),
+        // llama.cpp's server.
+        (
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5012,"n_ctx":4096}}"#,
+            Some(4_096),
+        ),
+        // Gemini.
+        (
+            r#"{"error":{"code":400,"message":"The input token count (1100000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
+            Some(1_048_576),
+        ),
+        // Not an overflow.
+        (
+            r#"{"error":{"message":"Invalid value for 'tool_choice'","type":"invalid_request_error"}}"#,
+            None,
+        ),
+    ];
+    for (i, (body, window)) in cases.into_iter().enumerate() {
+        let (server, model) = model(Dialect::OpenAi, vec![Reply::status(400, body)]).await;
+        let failed = ask(&model).await.unwrap_err();
+        assert_eq!(server.received().len(), 1, "not retried: {body}");
+        let overflow = failed.context_overflow();
+        if i == 6 {
+            assert_eq!(overflow, None, "{failed}");
+        } else {
+            assert_eq!(
+                overflow,
+                Some(agent_providers::ContextOverflow { window }),
+                "{failed}"
+            );
+        }
+    }
+    // A 5xx saying the same words is the server's failure, not the prompt's.
+    let (_server, model) = model(
+        Dialect::OpenAi,
+        vec![Reply::status(500, r#"{"error":"maximum context length"}"#); 4],
+    )
+    .await;
+    assert_eq!(ask(&model).await.unwrap_err().context_overflow(), None);
+}

@@ -127,6 +127,9 @@ impl Runtime {
         }
         // The name of every model call's span, made once.
         let chat_name = format!("chat {}", self.model.model());
+        // The provider refused the last call's prompt as longer than the model's window, and
+        // a compaction was made for it: one refused again fails the run.
+        let mut compacted_for_overflow = false;
         // What the prompts of this run begin as: those of the run it was forked from, if
         // it was (its first prompt is one the parent sent).
         let cache_key = machine
@@ -213,10 +216,42 @@ impl Runtime {
                     }
                     match answer {
                         Some(Ok(mut reply)) => {
+                            compacted_for_overflow = false;
                             // The machine only ever holds what the log may hold: secret
                             // values in calls become references, expanded again to run.
                             self.redactor.redact_reply(&mut reply);
                             machine.handle(Input::ModelReplied(reply))?
+                        }
+                        // The prompt is longer than the model's window, which was taken to
+                        // be larger (a server that loads the model with less than it could
+                        // hold, a model the defaults do not know, a tokenizer that counts
+                        // more than ours): the window is at most what the provider said, and
+                        // at most the prompt as counted here; the prompt is compacted to it
+                        // and the model asked again, once. (A refusal after retries that may
+                        // have cost something is recorded as a failure, with them.)
+                        Some(Err(e))
+                            if !compacted_for_overflow
+                                && e.retries().is_empty()
+                                && e.spent().is_zero()
+                                && let Some(overflow) = e.context_overflow() =>
+                        {
+                            compacted_for_overflow = true;
+                            let said = overflow
+                                .window
+                                .map_or(usize::MAX, |w| usize::try_from(w).unwrap_or(usize::MAX));
+                            projector.window_at_most(said.min(projector.tokens()));
+                            tracing::info!(
+                                window = projector.config().context_window,
+                                "the prompt is longer than the model's window: compacted to it"
+                            );
+                            self.compact(
+                                &run_id,
+                                &mut machine,
+                                &mut projector,
+                                budgets_spend,
+                                &cancel,
+                            )
+                            .await?;
                         }
                         Some(Err(e)) => {
                             let mut retries = e.retries().to_vec();
@@ -680,7 +715,7 @@ impl Runtime {
             // A summary the budget could not pay for (its request alone
             // passes it) is made from the log instead, at no cost.
             None if budgets_spend
-                && !self.affords(&machine, projector.summary_lower_bound() as u64) =>
+                && !self.affords(machine, projector.summary_lower_bound() as u64) =>
             {
                 tracing::info!(
                     parent: &span,
