@@ -876,6 +876,26 @@ struct Spent {
     grown: usize,
 }
 
+/// Whether the model's last reply in `prompt` came through OpenAI's Responses API (it
+/// carries that API's reasoning items).
+fn answered_through_responses(prompt: &agent_core::Prompt) -> bool {
+    prompt
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == agent_core::Role::Assistant)
+        .is_some_and(|m| {
+            m.parts.iter().any(|p| {
+                matches!(
+                    p,
+                    agent_core::Part::Reasoning {
+                        reasoning: agent_core::Reasoning::ResponsesItem { .. }
+                    }
+                )
+            })
+        })
+}
+
 /// Ollama's `think` for an effort: `false` for none, else its words (`low`, `medium`,
 /// `high`), the nearest of them for the others.
 fn ollama_think(effort: Option<Effort>) -> Value {
@@ -991,6 +1011,15 @@ impl Model for HttpModel {
     }
 
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
+        // A run this model already took to the Responses API (in an earlier process: the
+        // model's last reply carries that API's reasoning) goes on there.
+        if self.dialect == Dialect::OpenAi
+            && self.provider == "openai"
+            && answered_through_responses(request.prompt)
+        {
+            self.responses_instead
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut dialect = self.dialect();
         // Made once for every attempt; its size is the estimate of a prompt whose usage
         // the provider does not report.

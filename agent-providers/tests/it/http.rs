@@ -1413,6 +1413,35 @@ async fn openai_s_word_to_use_the_responses_api_is_followed_at_once_and_after() 
         );
     }
 
+    // Another process going on with that run: the model's last reply came through the
+    // Responses API, so its next call goes there at once, refused nowhere.
+    let server = Server::start(vec![Reply::stream(fixture("openai/responses_text.sse"))])
+        .await
+        .unwrap();
+    let model = HttpModel::new(
+        Dialect::OpenAi,
+        "openai",
+        "gpt-5.6-terra",
+        &server.url,
+        None,
+    )
+    .unwrap();
+    let mut resumed = prompt();
+    resumed.messages.push(Message {
+        role: Role::Assistant,
+        parts: vec![
+            Part::Reasoning {
+                reasoning: first.reasoning[0].clone(),
+            },
+            Part::Text {
+                text: "Looking.".into(),
+            },
+        ],
+    });
+    resumed.messages.push(Message::user_text("go on"));
+    model.decide(ModelRequest::new(&resumed, 1)).await.unwrap();
+    assert_eq!(server.received()[0].path, "/responses");
+
     // Not OpenAI's own API, or not that refusal: the call fails as it did.
     for (provider, refusal) in [
         ("openai-compat", USE_RESPONSES),
