@@ -86,6 +86,21 @@ pub(crate) fn openai_user_items(
     }
 }
 
+/// The tools as Chat Completions takes them (and Ollama's own API): functions, each with
+/// its name as the wire allows it and its schema as providers take it.
+pub(crate) fn function_tools(tools: &[agent_core::ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {
+                "name": wire_name(&t.name),
+                "description": t.description,
+                "parameters": agent_core::provider_schema(&t.input_schema),
+            }})
+        })
+        .collect()
+}
+
 /// A tool call as it came over the wire, arguments still text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WireCall {

@@ -5,7 +5,7 @@
 //! that endpoint leaves at the server's default and fills by dropping the start of the
 //! prompt) and `think`.
 
-use agent_core::{Part, Prompt, Reasoning, Role, Usage, provider_schema};
+use agent_core::{Part, Prompt, Reasoning, Role, Usage};
 use serde_json::{Value, json};
 
 use super::{Assembled, WireCall, wire_name};
@@ -55,17 +55,8 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
     }
     let mut body = json!({"model": model, "messages": messages, "stream": stream});
     if !prompt.tools.is_empty() {
-        body["tools"] = prompt
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": wire_name(&t.name),
-                    "description": t.description,
-                    "parameters": provider_schema(&t.input_schema),
-                }})
-            })
-            .collect();
+        // As Chat Completions takes them.
+        body["tools"] = super::function_tools(&prompt.tools);
     }
     body
 }

@@ -42,17 +42,7 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
     }
     let mut body = json!({"model": model, "messages": messages});
     if !prompt.tools.is_empty() {
-        body["tools"] = prompt
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": wire_name(&t.name),
-                    "description": t.description,
-                    "parameters": provider_schema(&t.input_schema),
-                }})
-            })
-            .collect();
+        body["tools"] = super::function_tools(&prompt.tools);
     }
     if let Some(schema) = &prompt.answer_schema {
         // Structured output for the text reply (tool calls are not affected); not strict,
