@@ -342,10 +342,10 @@ async fn anthropic_run_and_a_rejected_key() {
     assert_eq!(server.received().len(), 2, "401 is not retried");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_without_the_model_or_the_path_says_what_to_check() {
-    // Ollama's own answer to a base URL without `/v1`.
-    let server = Server::start(vec![Reply::status(404, "404 page not found")])
+/// `agent run --json --model MODEL hi` against a server that answers `status` with `body`
+/// (exit code, JSON, standard error), and how many requests it got.
+async fn refused_run(model: &str, status: u16, body: &str) -> (Option<i32>, Value, String, usize) {
+    let server = Server::start(vec![Reply::status(status, body)])
         .await
         .unwrap();
     let env = Env::new();
@@ -353,12 +353,20 @@ async fn a_server_without_the_model_or_the_path_says_what_to_check() {
         "run",
         "--json",
         "--model",
-        "openai-compat:llama3",
+        model,
         "--base-url",
         &server.url,
         "hi",
     ];
     let (code, v, err) = run_json(&env, &args, None);
+    (code, v, err, server.received().len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_model_or_the_path_says_what_to_check() {
+    // Ollama's own answer to a base URL without `/v1`.
+    let (code, v, err, asked) =
+        refused_run("openai-compat:llama3", 404, "404 page not found").await;
     assert_eq!(code, Some(5), "{err}");
     assert_eq!(v["error_kind"], "not_found", "{v}");
     let advice = v["advice"].as_str().unwrap();
@@ -366,52 +374,22 @@ async fn a_server_without_the_model_or_the_path_says_what_to_check() {
         advice.contains("--model") && advice.contains("http://localhost:11434/v1"),
         "{v}"
     );
-    assert_eq!(server.received().len(), 1, "404 is not retried");
+    assert_eq!(asked, 1, "404 is not retried");
 
     // Ollama's own API, for a model not pulled.
-    let server = Server::start(vec![Reply::status(
-        404,
-        r#"{"error":"model 'qwen3:8b' not found"}"#,
-    )])
-    .await
-    .unwrap();
-    let args = [
-        "run",
-        "--json",
-        "--model",
-        "ollama:qwen3:8b",
-        "--base-url",
-        &server.url,
-        "hi",
-    ];
-    let (code, v, err) = run_json(&env, &args, None);
+    let body = r#"{"error":"model 'qwen3:8b' not found"}"#;
+    let (code, v, err, _) = refused_run("ollama:qwen3:8b", 404, body).await;
     assert_eq!(code, Some(5), "{err}");
     assert_eq!(v["error_kind"], "not_found", "{v}");
     assert!(v["advice"].as_str().unwrap().contains("ollama pull"), "{v}");
     assert!(v["message"].as_str().unwrap().contains("not found"), "{v}");
 
     // A model that cannot call tools, as Ollama refuses it.
-    let server = Server::start(vec![Reply::status(
-        400,
-        r#"{"error":"registry.ollama.ai/library/gemma:2b does not support tools"}"#,
-    )])
-    .await
-    .unwrap();
-    let args = [
-        "run",
-        "--json",
-        "--model",
-        "ollama:gemma:2b",
-        "--base-url",
-        &server.url,
-        "hi",
-    ];
-    let (code, v, err) = run_json(&env, &args, None);
+    let body = r#"{"error":"registry.ollama.ai/library/gemma:2b does not support tools"}"#;
+    let (code, v, err, _) = refused_run("ollama:gemma:2b", 400, body).await;
     assert_eq!(code, Some(5), "{err}");
-    assert!(
-        v["advice"].as_str().unwrap().contains("cannot call tools"),
-        "{v}"
-    );
+    let advice = v["advice"].as_str().unwrap();
+    assert!(advice.contains("cannot call tools"), "{v}");
 }
 
 #[test]

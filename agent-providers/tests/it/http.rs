@@ -1370,16 +1370,11 @@ async fn openai_s_word_to_use_the_responses_api_is_followed_at_once_and_after() 
     ])
     .await
     .unwrap();
-    let model = HttpModel::new(
-        Dialect::OpenAi,
-        "openai",
-        "gpt-5.6-terra",
-        &server.url,
-        None,
-    )
-    .unwrap()
-    .with_effort(Some(Effort::High))
-    .with_max_output_tokens(1_000);
+    let terra =
+        |url: &str| HttpModel::new(Dialect::OpenAi, "openai", "gpt-5.6-terra", url, None).unwrap();
+    let model = terra(&server.url)
+        .with_effort(Some(Effort::High))
+        .with_max_output_tokens(1_000);
     let p = prompt();
     let first = model
         .decide(ModelRequest::new(&p, 0).with_cache_key(Some("run")))
@@ -1418,14 +1413,7 @@ async fn openai_s_word_to_use_the_responses_api_is_followed_at_once_and_after() 
     let server = Server::start(vec![Reply::stream(fixture("openai/responses_text.sse"))])
         .await
         .unwrap();
-    let model = HttpModel::new(
-        Dialect::OpenAi,
-        "openai",
-        "gpt-5.6-terra",
-        &server.url,
-        None,
-    )
-    .unwrap();
+    let model = terra(&server.url);
     let mut resumed = prompt();
     resumed.messages.push(Message {
         role: Role::Assistant,
