@@ -143,6 +143,16 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
                 "this model cannot call tools, which an agent needs: pick one that can (Ollama \
                  lists them at https://ollama.com/search?c=tools)"
             }
+            // Nothing listens where Ollama was looked for.
+            ModelErrorKind::Transport
+                if outcome.message.contains("/api/chat")
+                    && outcome.message.contains("connection error") =>
+            {
+                return Some(format!(
+                    "is Ollama running? Start it (ollama serve) or give --base-url where it \
+                     listens, then go on with agent resume {run_id} \"…\""
+                ));
+            }
             ModelErrorKind::RateLimited | ModelErrorKind::Server | ModelErrorKind::Transport => {
                 return Some(format!(
                     "the failure may pass: go on later with agent resume {run_id} \"…\""

@@ -390,6 +390,30 @@ async fn a_server_without_the_model_or_the_path_says_what_to_check() {
     assert_eq!(code, Some(5), "{err}");
     let advice = v["advice"].as_str().unwrap();
     assert!(advice.contains("cannot call tools"), "{v}");
+
+    // Nothing listens where Ollama was looked for (it was not started).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = notes_and("[retry]\nmax_attempts = 1\n");
+    let url = format!("http://127.0.0.1:{port}");
+    let args = [
+        "run",
+        "--json",
+        "--model",
+        "ollama:qwen3",
+        "--base-url",
+        &url,
+        "hi",
+    ];
+    let (code, v, err) = run_json(&env, &args, None);
+    assert_eq!(code, Some(5), "{err}");
+    assert!(
+        v["advice"].as_str().unwrap().contains("ollama serve"),
+        "{v}"
+    );
 }
 
 #[test]
