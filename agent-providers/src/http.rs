@@ -1040,6 +1040,15 @@ impl Model for HttpModel {
                     if reply.usage.input_tokens == 0 && reply.usage.output_tokens == 0 {
                         // No usage reported: the budgets hold on an estimate.
                         reply.usage = estimated_usage(text.len(), &reply);
+                    } else if dialect == Dialect::Ollama {
+                        // Ollama's count may leave out what its cache held (a few dozen
+                        // tokens for a prompt of thousands): the token budget counts the
+                        // prompt as at least its estimate.
+                        let least = estimated_usage(text.len(), &reply).input_tokens;
+                        if least > reply.usage.input_tokens {
+                            reply.usage.input_tokens = least;
+                            reply.usage.estimated = true;
+                        }
                     }
                     if let Some(price) = self.price {
                         reply.usage.cost_usd = price.cost(&reply.usage);
