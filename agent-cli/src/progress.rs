@@ -62,6 +62,10 @@ impl Model for Shown {
         self.inner.output_tokens_for(usd)
     }
 
+    fn counts_whole_prompts(&self) -> bool {
+        self.inner.counts_whole_prompts()
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let step = request.step + 1;
         let so_far = self.so_far.lock().map(|u| *u).unwrap_or_default();
@@ -138,7 +142,8 @@ mod tests {
     use super::*;
 
     /// The spinner wraps the model on a terminal: a run's cost budget is judged by the
-    /// model inside (see `Model::knows_cost`), priced or not.
+    /// model inside (see `Model::knows_cost`), priced or not, and its prompts' counts are
+    /// trusted as far as the model inside says (`Model::counts_whole_prompts`).
     #[test]
     fn the_shown_model_knows_its_cost_as_the_model_inside_does() {
         let model =
@@ -150,5 +155,9 @@ mod tests {
         assert_eq!(priced.least_cost(1_000_000), 1.0);
         assert_eq!(priced.output_tokens_for(1.0), Some(500_000));
         assert_eq!(Shown::new(Arc::new(model())).least_cost(1_000_000), 0.0);
+        assert!(Shown::new(Arc::new(model())).counts_whole_prompts());
+        let ollama =
+            HttpModel::new(Dialect::Ollama, "ollama", "m", "http://127.0.0.1:9", None).unwrap();
+        assert!(!Shown::new(Arc::new(ollama)).counts_whole_prompts());
     }
 }

@@ -74,6 +74,9 @@ impl Model for Guarded {
     fn output_tokens_for(&self, usd: f64) -> Option<u64> {
         self.inner.output_tokens_for(usd)
     }
+    fn counts_whole_prompts(&self) -> bool {
+        self.inner.counts_whole_prompts()
+    }
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let reply = self.inner.decide(request).await;
         if let Ok(reply) = &reply
@@ -581,5 +584,53 @@ impl Runtime {
                 .map(|(call, _, _)| call.call_id)
                 .collect(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use agent_core::Usage;
+    use agent_providers::{Model, ScriptModel};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{Guarded, Spend};
+
+    /// A child's model is its parent's, guarded: what the parent's model says of itself
+    /// (its cost known, its prompts' counts whole or not) holds for the child's.
+    #[test]
+    fn a_guarded_model_says_of_itself_what_the_model_inside_does() {
+        struct Partial(ScriptModel);
+        #[async_trait::async_trait]
+        impl Model for Partial {
+            fn provider(&self) -> &str {
+                self.0.provider()
+            }
+            fn model(&self) -> &str {
+                self.0.model()
+            }
+            fn counts_whole_prompts(&self) -> bool {
+                false
+            }
+            async fn decide(
+                &self,
+                request: agent_providers::ModelRequest<'_>,
+            ) -> Result<agent_core::ModelReply, agent_providers::ProviderError> {
+                self.0.decide(request).await
+            }
+        }
+        let guarded = |inner: Arc<dyn Model>| Guarded {
+            inner,
+            spend: Arc::new(Spend {
+                used: Mutex::new(Usage::default()),
+                max_tokens: None,
+                max_cost_usd: None,
+            }),
+            stop: CancellationToken::new(),
+        };
+        let script = || ScriptModel::from_json(r#"{"turns": []}"#).unwrap();
+        assert!(guarded(Arc::new(script())).counts_whole_prompts());
+        assert!(!guarded(Arc::new(Partial(script()))).counts_whole_prompts());
     }
 }
