@@ -60,6 +60,9 @@ pub fn model(
     if let Some(warning) = http.clear_text_key() {
         crate::app::tell(format_args!("agent: warning: {warning}\n"));
     }
+    if let Some(warning) = http.ollama_through_compat() {
+        crate::app::tell(format_args!("agent: warning: {warning}\n"));
+    }
     let mut model = HttpModel::new(
         http.dialect,
         http.provider,

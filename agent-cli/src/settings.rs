@@ -212,6 +212,28 @@ impl HttpChoice {
             )
         })
     }
+
+    /// A warning when an OpenAI-compatible model is Ollama's (its port, 11434, and its
+    /// OpenAI-compatible path): through there Ollama loads the model with its own default
+    /// window (4,096 tokens) and drops the start of a longer prompt without a word.
+    pub fn ollama_through_compat(&self) -> Option<String> {
+        if self.provider != "openai-compat" {
+            return None;
+        }
+        let url = reqwest::Url::parse(self.base_url.as_deref()?).ok()?;
+        (url.port() == Some(11434) && url.path().trim_end_matches('/').ends_with("/v1")).then(
+            || {
+                format!(
+                    "{} looks like Ollama's OpenAI-compatible endpoint, which loads the model with \
+                 Ollama's default window (4,096 tokens unless OLLAMA_CONTEXT_LENGTH says) and \
+                 drops the start of longer prompts; --model ollama:{} has it load the model \
+                 with the run's window",
+                    url.as_str(),
+                    self.model
+                )
+            },
+        )
+    }
 }
 
 /// Where the MCP servers come from.
@@ -1050,5 +1072,25 @@ mod tests {
             assert_eq!(warned(url), None, "{url}");
         }
         assert_eq!(choice("http://proxy.corp/v1", None).clear_text_key(), None);
+    }
+
+    /// Ollama's OpenAI-compatible endpoint, by its port and path, is pointed at `ollama:`.
+    #[test]
+    fn ollama_through_its_openai_compatible_endpoint_is_pointed_at_its_own() {
+        for url in ["http://localhost:11434/v1", "http://gpu-box:11434/v1/"] {
+            let warning = choice(url, None)
+                .ollama_through_compat()
+                .unwrap_or_else(|| panic!("{url}: no warning"));
+            assert!(warning.contains("--model ollama:m"), "{warning}");
+        }
+        for url in ["http://localhost:8000/v1", "http://localhost:11434"] {
+            assert_eq!(choice(url, None).ollama_through_compat(), None, "{url}");
+        }
+        let native = HttpChoice {
+            dialect: Dialect::Ollama,
+            provider: "ollama",
+            ..choice("http://localhost:11434/v1", None)
+        };
+        assert_eq!(native.ollama_through_compat(), None);
     }
 }
