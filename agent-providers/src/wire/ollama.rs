@@ -13,7 +13,8 @@ use crate::ProviderError;
 
 /// The window an Ollama model is loaded with when the run's settings name none: enough
 /// for an agent's system text, tools and some turns (Ollama's own default, 4,096 tokens,
-/// is not), and what a laptop's memory holds for a model of 8 billion parameters.
+/// is not), and what 16 GB of memory hold for a model of 8 billion parameters (its
+/// weights and about 5 GB of cache for the window).
 pub const DEFAULT_WINDOW: usize = 32_768;
 
 /// The field Ollama gives a thinking model's reasoning in, and takes it back in.
