@@ -172,6 +172,11 @@ impl Decision {
             Decision::Final { answer } if answer.trim().is_empty() => {
                 Err(DecisionProblem::EmptyAnswer)
             }
+            // Asked as it is, it would be an empty message in every later prompt (which
+            // Anthropic refuses), and a person would be asked nothing.
+            Decision::Clarification { question } if question.trim().is_empty() => {
+                Err(DecisionProblem::EmptyQuestion)
+            }
             Decision::ToolCalls { calls } if calls.is_empty() => Err(DecisionProblem::EmptyBatch),
             Decision::ToolCalls { calls } | Decision::RequestApproval { calls, .. } => {
                 check_calls(calls)
@@ -292,6 +297,9 @@ pub enum DecisionProblem {
     /// A `tool_calls` decision with no calls.
     #[error("the tool_calls batch is empty; propose at least one call or give a final answer")]
     EmptyBatch,
+    /// A clarification whose question is empty.
+    #[error("the question is empty; ask it, or call a tool or give a final answer")]
+    EmptyQuestion,
     /// Two calls of one batch share an id.
     #[error("call id {call_id} appears twice in one batch; every call needs its own id")]
     DuplicateCallId {
@@ -617,6 +625,18 @@ mod tests {
             (
                 Decision::ToolCalls { calls: vec![] },
                 Some(DecisionProblem::EmptyBatch),
+            ),
+            (
+                Decision::Clarification {
+                    question: " \n".into(),
+                },
+                Some(DecisionProblem::EmptyQuestion),
+            ),
+            (
+                Decision::Clarification {
+                    question: "Which file?".into(),
+                },
+                None,
             ),
             (
                 Decision::ToolCalls {
