@@ -319,8 +319,11 @@ fn reasoning_text(reasoning: &agent_core::Reasoning) -> std::borrow::Cow<'_, str
             signature,
         } => format!("{thinking}{signature}").into(),
         agent_core::Reasoning::RedactedThinking { data } => data.as_str().into(),
-        // Only `reasoning_content` is sent back (see the OpenAI translator).
-        agent_core::Reasoning::Content { field, text } if field == "reasoning_content" => {
+        // Only `reasoning_content` is sent back (see the OpenAI translator), and Ollama's
+        // `thinking` (see its translator).
+        agent_core::Reasoning::Content { field, text }
+            if field == "reasoning_content" || field == "thinking" =>
+        {
             text.as_str().into()
         }
         agent_core::Reasoning::Content { .. } => "".into(),
@@ -472,6 +475,27 @@ mod tests {
                 prop_assert_eq!(kept.tokens(&messages), again.tokens(&messages));
             }
         }
+    }
+
+    /// What goes back of a reasoning part counts in the prompt's bytes: Ollama's thinking
+    /// and `reasoning_content` do, another server's `reasoning` field (never sent) does not.
+    #[test]
+    fn reasoning_sent_back_counts_in_the_bytes() {
+        let with = |field: &str| {
+            let message = Message {
+                role: agent_core::Role::Assistant,
+                parts: vec![Part::Reasoning {
+                    reasoning: agent_core::Reasoning::Content {
+                        field: field.into(),
+                        text: "x".repeat(1_000),
+                    },
+                }],
+            };
+            message_bytes(&message).0
+        };
+        assert!(with("thinking") > 1_000);
+        assert!(with("reasoning_content") > 1_000);
+        assert!(with("reasoning") < 1_000);
     }
 
     /// A provider whose counts may be partial bounds nothing: the prompt's size is its

@@ -63,8 +63,8 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
 }
 
 /// An assistant message: its text, its calls (arguments as an object), and, with calls,
-/// what the model thought before them, which the templates of thinking models (gpt-oss,
-/// Qwen) render for the turn under way.
+/// what the model thought before them as Ollama gave it (`thinking`), which the templates
+/// of thinking models (gpt-oss, Qwen) render for the turn under way.
 fn assistant_message(message: &agent_core::Message) -> Value {
     let mut text = Vec::new();
     let mut calls = Vec::new();
@@ -86,8 +86,8 @@ fn assistant_message(message: &agent_core::Message) -> Value {
                 },
             })),
             Part::Reasoning {
-                reasoning: Reasoning::Content { text: t, .. },
-            } => thinking.push_str(t),
+                reasoning: Reasoning::Content { field, text: t },
+            } if field == THINKING => thinking.push_str(t),
             Part::Reasoning { .. } | Part::ToolResult { .. } => {}
         }
     }

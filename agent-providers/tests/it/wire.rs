@@ -1494,4 +1494,20 @@ fn ollama_requests_carry_calls_as_objects_results_by_tool_and_thinking_back() {
     );
     assert_eq!(body["tools"][0]["type"], "function");
     assert_eq!(body["tools"][0]["function"]["name"], "read_file");
+
+    // Another server's reasoning (a run continued on Ollama) is not Ollama's to take back.
+    let mut other = prompt.clone();
+    other.messages[1].parts[0] = Part::Reasoning {
+        reasoning: Reasoning::Content {
+            field: "reasoning_content".into(),
+            text: "Read them first.".into(),
+        },
+    };
+    let body = ollama::request_body(&other, "qwen3:8b", true);
+    assert_eq!(
+        body["messages"][2].get("thinking"),
+        None,
+        "{}",
+        body["messages"][2]
+    );
 }
