@@ -1145,6 +1145,12 @@ fn write_parts(env: &Env, count: usize, words: usize) {
     }
 }
 
+/// `agent run` of `openai-compat:local` at `url`, asked to read the parts.
+fn read_the_parts(env: &Env, url: &str) -> (Option<i32>, Value, String) {
+    let key = ("OPENAI_API_KEY", "k");
+    run_model(env, "openai-compat:local", url, "read the parts", key)
+}
+
 /// The types of the events of run `id`, in order.
 fn event_kinds(env: &Env, id: &str) -> Vec<String> {
     let show = env.run(&["show", "--json", id]);
@@ -1168,14 +1174,7 @@ async fn a_server_counting_only_uncached_tokens_still_gets_a_compacted_prompt() 
     let server = Server::start(replies).await.unwrap();
     let env = notes_and("context_window = 2000\n");
     write_parts(&env, 10, 100);
-    let key = ("OPENAI_API_KEY", "k");
-    let (code, v, err) = run_model(
-        &env,
-        "openai-compat:local",
-        &server.url,
-        "read the parts",
-        key,
-    );
+    let (code, v, err) = read_the_parts(&env, &server.url);
     assert_eq!(code, Some(0), "{err}");
     let kinds = event_kinds(&env, v["run_id"].as_str().unwrap());
     assert!(kinds.iter().any(|k| k == "context_compacted"), "{kinds:?}");
@@ -1272,14 +1271,7 @@ async fn a_prompt_the_server_finds_too_long_is_compacted_and_asked_again() {
     .unwrap();
     let env = notes_and("");
     write_parts(&env, 2, 300);
-    let key = ("OPENAI_API_KEY", "k");
-    let (code, v, err) = run_model(
-        &env,
-        "openai-compat:local",
-        &server.url,
-        "read the parts",
-        key,
-    );
+    let (code, v, err) = read_the_parts(&env, &server.url);
     assert_eq!(code, Some(0), "{err}");
     let sent = server.received();
     assert_eq!(sent.len(), 5);
@@ -1295,6 +1287,7 @@ async fn a_prompt_the_server_finds_too_long_is_compacted_and_asked_again() {
     let server = Server::start(vec![Reply::status(400, overflow); 4])
         .await
         .unwrap();
+    let key = ("OPENAI_API_KEY", "k");
     let (code, v, err) = run_model(&env, "openai-compat:local", &server.url, "hi", key);
     assert_eq!(code, Some(5), "{err}");
     assert_eq!(v["reason"], "model_error");
