@@ -138,6 +138,11 @@ fn advice(outcome: &Outcome, run_id: &str) -> Option<String> {
                 "this model thinks adaptively: set thinking = \"adaptive\" in agent.toml (and an \
                  effort, if the default's is not what you want)"
             }
+            // Ollama could not load the model with the run's window.
+            ModelErrorKind::BadRequest if outcome.message.contains("memory to load the model") => {
+                "give a smaller window (context_window in agent.toml: Ollama loads the model \
+                 with it; 32768 by default) or a smaller model"
+            }
             // Ollama's word for a model whose template has no tools (an agent needs them).
             ModelErrorKind::BadRequest if outcome.message.contains("does not support tools") => {
                 "this model cannot call tools, which an agent needs: pick one that can (Ollama \

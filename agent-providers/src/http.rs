@@ -371,6 +371,13 @@ impl HttpModel {
             429 if body.contains("insufficient_quota") => ProviderError::BadRequest {
                 message: format!("{provider} says the account is out of quota (HTTP 429): {body}"),
             },
+            // Ollama cannot load the model with this window in the memory it has: asking
+            // again changes nothing.
+            500 if body.contains("requires more system memory") => ProviderError::BadRequest {
+                message: format!(
+                    "{provider} has not the memory to load the model (HTTP 500): {body}"
+                ),
+            },
             429 => ProviderError::RateLimited {
                 message: format!("{provider} is limiting requests (HTTP 429): {body}"),
                 retry_after,

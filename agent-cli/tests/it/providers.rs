@@ -391,6 +391,17 @@ async fn a_server_without_the_model_or_the_path_says_what_to_check() {
     let advice = v["advice"].as_str().unwrap();
     assert!(advice.contains("cannot call tools"), "{v}");
 
+    // Not the memory to load it with the run's window: not retried, and said what to give.
+    let body =
+        r#"{"error":"model requires more system memory (9.1 GiB) than is available (7.2 GiB)"}"#;
+    let (code, v, err, asked) = refused_run("ollama:qwen3:8b", 500, body).await;
+    assert_eq!(code, Some(5), "{err}");
+    assert_eq!(asked, 1, "not retried");
+    assert!(
+        v["advice"].as_str().unwrap().contains("context_window"),
+        "{v}"
+    );
+
     // Nothing listens where Ollama was looked for (it was not started).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
