@@ -98,11 +98,13 @@ const OVERFLOW_SAID: [&str; 7] = [
 
 /// What precedes the window's size where a provider gives it: "maximum context length is
 /// 8192 tokens", "prompt is too long: 210012 tokens > 200000 maximum", llama.cpp's
-/// `"n_ctx": 4096`, Gemini's "allowed (1048576)".
-const WINDOW_SAID: [&str; 5] = [
+/// `"n_ctx": 4096` and "exceeds the available context size (4096 tokens)" (Ollama's
+/// words too), Gemini's "allowed (1048576)".
+const WINDOW_SAID: [&str; 6] = [
     "maximum context length is ",
     "tokens > ",
     "\"n_ctx\":",
+    "available context size (",
     "allowed (",
     "context window of ",
 ];

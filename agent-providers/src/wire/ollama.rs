@@ -54,7 +54,16 @@ pub fn request_body(prompt: &Prompt, model: &str, stream: bool) -> Value {
             }
         }
     }
-    let mut body = json!({"model": model, "messages": messages, "stream": stream});
+    // A prompt past the window is refused rather than cut from its start (the system text
+    // and the goal first), which the run can then compact; and an answer that fills the
+    // window stops there rather than pushing the prompt's start out to go on.
+    let mut body = json!({
+        "model": model,
+        "messages": messages,
+        "stream": stream,
+        "truncate": false,
+        "shift": false,
+    });
     if !prompt.tools.is_empty() {
         // As Chat Completions takes them.
         body["tools"] = super::function_tools(&prompt.tools);

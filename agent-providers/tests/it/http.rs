@@ -1509,6 +1509,9 @@ async fn ollama_is_asked_with_the_window_and_streams_its_lines() {
     );
     assert_eq!(got.body["think"], "high");
     assert_eq!(got.body["stream"], true);
+    // Refused past the window, not cut from its start; stopped at it, not shifted.
+    assert_eq!(got.body["truncate"], false);
+    assert_eq!(got.body["shift"], false);
     assert_eq!(
         got.body["messages"][0],
         json!({"role": "system", "content": "sys"})
@@ -1577,7 +1580,7 @@ async fn ollama_is_asked_with_the_window_and_streams_its_lines() {
 /// context overflow (with the window when it says it), not retried; other refusals are none.
 #[tokio::test]
 async fn a_prompt_past_the_window_is_told_apart_with_the_window_when_said() {
-    let cases: [(&str, Option<u64>); 7] = [
+    let cases: [(&str, Option<u64>); 8] = [
         // OpenAI, and vLLM in its words.
         (
             r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130512 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
@@ -1602,6 +1605,11 @@ async fn a_prompt_past_the_window_is_told_apart_with_the_window_when_said() {
             r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5012,"n_ctx":4096}}"#,
             Some(4_096),
         ),
+        // Ollama's own API, asked not to cut the prompt (`truncate: false`).
+        (
+            r#"{"error":"{\"error\":{\"code\":400,\"message\":\"request (351 tokens) exceeds the available context size (256 tokens), try increasing it\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":351,\"n_ctx\":256}}"}"#,
+            Some(256),
+        ),
         // Gemini.
         (
             r#"{"error":{"code":400,"message":"The input token count (1100000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
@@ -1618,7 +1626,7 @@ async fn a_prompt_past_the_window_is_told_apart_with_the_window_when_said() {
         let failed = ask(&model).await.unwrap_err();
         assert_eq!(server.received().len(), 1, "not retried: {body}");
         let overflow = failed.context_overflow();
-        if i == 6 {
+        if i == 7 {
             assert_eq!(overflow, None, "{failed}");
         } else {
             assert_eq!(
