@@ -676,10 +676,15 @@ fn detail(run_id: &str, event: &Event) -> String {
             tokens_before,
             tokens_after,
             usage,
+            window,
             ..
         } => format!(
-            "history through v{through_version} summarized: {tokens_before} -> {tokens_after} \
+            "{}history through v{through_version} summarized: {tokens_before} -> {tokens_after} \
              tokens{}",
+            window.map_or_else(String::new, |w| format!(
+                "the provider refused the prompt as past the model's window, {w} tokens from \
+                 now on; "
+            )),
             summary_cost(usage)
         ),
         Event::CompactionDeclined {
@@ -990,6 +995,7 @@ mod tests {
             tokens_before: 90_000,
             tokens_after: 4_000,
             usage: used,
+            window: None,
         };
         assert_eq!(
             detail("r", &compacted),
@@ -1012,6 +1018,7 @@ mod tests {
             tokens_before: 90_000,
             tokens_after: 4_000,
             usage: Default::default(),
+            window: None,
         };
         assert!(
             detail("r", &free).ends_with("4000 tokens"),

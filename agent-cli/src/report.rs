@@ -347,6 +347,7 @@ mod tests {
                     tokens_before: 9_000,
                     tokens_after: 800,
                     usage: Usage::tokens(2_000, 200),
+                    window: None,
                 },
             ),
             entry(

@@ -118,6 +118,7 @@ fn replay(log: &[Entry], config: ContextConfig, compact: bool) -> Sent {
                         tokens_before: before,
                         tokens_after: after,
                         usage: Default::default(),
+                        window: None,
                     },
                 );
                 p.apply(&compaction);

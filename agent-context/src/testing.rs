@@ -152,6 +152,7 @@ impl LogBuilder {
             tokens_before: 0,
             tokens_after: 0,
             usage: agent_core::Usage::default(),
+            window: None,
         })
     }
 

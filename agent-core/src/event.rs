@@ -328,6 +328,11 @@ pub enum Event {
         /// without a model); it counts toward the run's token and cost budgets.
         #[serde(default, skip_serializing_if = "Usage::is_zero")]
         usage: Usage,
+        /// The model's window, in tokens, when the compaction was made because the
+        /// provider refused a prompt as past it (a window smaller than the run took it to
+        /// be): from this event on the prompt is kept within it, in every process.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
     },
     /// Fact: the history was summarized, but the summary would not have made the prompt
     /// smaller, so it was not used; none is tried again before the prompt grew by a tenth

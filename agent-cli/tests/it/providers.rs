@@ -1289,9 +1289,20 @@ async fn a_prompt_the_server_finds_too_long_is_compacted_and_asked_again() {
     assert_eq!(sent[3].body["tools"], Value::Null, "the summary's request");
     let length = |i: usize| sent[i].body["messages"].to_string().len();
     assert!(length(4) < length(2), "asked again with a shorter prompt");
-    let kinds = event_kinds(&env, v["run_id"].as_str().unwrap());
+    let id = v["run_id"].as_str().unwrap();
+    let kinds = event_kinds(&env, id);
     assert!(kinds.iter().any(|k| k == "context_compacted"), "{kinds:?}");
     assert!(!kinds.iter().any(|k| k == "model_failed"), "{kinds:?}");
+    // Said where the run is shown, and kept with the compaction: another process holds the
+    // prompt within the window the server named.
+    let shown = super::stdout(&env.run(&["show", id]));
+    assert!(
+        shown.contains("past the model's window, 3000 tokens from now on"),
+        "{shown}"
+    );
+    let context = env.run(&["context", "--json", id]);
+    let context: Value = serde_json::from_str(&super::stdout(&context)).unwrap();
+    assert_eq!(context["context_window"], 3000, "{context}");
 
     // Refused again after the compaction (its summary's request too): the run fails,
     // having asked twice, not forever.

@@ -467,7 +467,15 @@ impl Projector {
                 self.user_texts.push(text.clone());
                 self.user_said(text);
             }
-            Event::ContextCompacted { summary, .. } => self.compact(summary),
+            Event::ContextCompacted {
+                summary, window, ..
+            } => {
+                // A window the provider showed to be smaller holds from here on.
+                if let Some(window) = window {
+                    self.window_at_most(usize::try_from(*window).unwrap_or(usize::MAX));
+                }
+                self.compact(summary);
+            }
             // The prompt stays as it is; the next try waits until it grew.
             Event::CompactionDeclined { tokens_before, .. } => {
                 self.compaction_declined(usize::try_from(*tokens_before).unwrap_or(usize::MAX));

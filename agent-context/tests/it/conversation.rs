@@ -67,6 +67,7 @@ pub fn compact_extractively(log: &mut Log, tokens_before: usize) {
         tokens_before: tokens_before as u64,
         tokens_after: 0,
         usage: Default::default(),
+        window: None,
     });
 }
 

@@ -478,6 +478,7 @@ fn compaction_keeps_the_facts_and_the_newest_user_messages() {
         tokens_before: before as u64,
         tokens_after: 0,
         usage: Default::default(),
+        window: None,
     });
     let small = ContextConfig {
         kept_user_tokens: 250,

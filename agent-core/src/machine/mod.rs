@@ -365,6 +365,7 @@ impl Machine {
                     tokens_before,
                     tokens_after,
                     usage,
+                    window,
                 },
             ) => {
                 // Not a step: after the commit the same turn asks the model again, once
@@ -375,6 +376,7 @@ impl Machine {
                     tokens_before,
                     tokens_after,
                     usage,
+                    window,
                 });
                 self.commit();
             }

@@ -129,6 +129,8 @@ pub enum Input {
         tokens_after: u64,
         /// What the summary's model calls used.
         usage: Usage,
+        /// The model's window, when the provider refused a prompt as past it.
+        window: Option<u64>,
     },
     /// Before the outstanding `CallModel`: the runtime summarized the history, but the
     /// summary would not make the prompt smaller; the machine commits that (and what the

@@ -555,6 +555,7 @@ fn a_summary_s_usage_counts_toward_the_budget() {
                 tokens_before: 5_000,
                 tokens_after: 500,
                 usage,
+                window: None,
             }
         })
         .unwrap();

@@ -182,6 +182,7 @@ impl Runtime {
                             &mut projector,
                             budgets_spend,
                             &cancel,
+                            None,
                         )
                         .await?;
                         continue;
@@ -240,8 +241,9 @@ impl Runtime {
                                 .window
                                 .map_or(usize::MAX, |w| usize::try_from(w).unwrap_or(usize::MAX));
                             projector.window_at_most(said.min(projector.tokens()));
+                            let window = projector.config().context_window;
                             tracing::info!(
-                                window = projector.config().context_window,
+                                window,
                                 "the prompt is longer than the model's window: compacted to it"
                             );
                             self.compact(
@@ -250,6 +252,7 @@ impl Runtime {
                                 &mut projector,
                                 budgets_spend,
                                 &cancel,
+                                u64::try_from(window).ok(),
                             )
                             .await?;
                         }
@@ -695,7 +698,8 @@ impl Runtime {
     /// Compacts the prompt (a summary the summarizer makes, or the one the projection keeps
     /// from the log when the budget cannot pay for a model's) and hands the machine what came
     /// of it: a compaction, or one declined as it would not have made the prompt smaller; or
-    /// the run cancelled or past its deadline meanwhile.
+    /// the run cancelled or past its deadline meanwhile. `window`: the model's window the
+    /// provider's refusal of a prompt showed, recorded with the compaction.
     async fn compact(
         &self,
         run_id: &str,
@@ -703,6 +707,7 @@ impl Runtime {
         projector: &mut Projector,
         budgets_spend: bool,
         cancel: &CancellationToken,
+        window: Option<u64>,
     ) -> Result<(), RuntimeError> {
         let span = tracing::info_span!(
             "compact",
@@ -780,6 +785,7 @@ impl Runtime {
                 tokens_before,
                 tokens_after,
                 usage,
+                window,
             }
         })?;
         Ok(())
