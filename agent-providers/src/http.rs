@@ -732,64 +732,29 @@ struct Piece {
     data: String,
 }
 
-/// The lines of a stream of bytes, without their `\n`; the last one may have none. Each
-/// byte is looked at once and moved at most once however the stream is cut, so a line sent
-/// in many small pieces, or many lines in one, cost what they would sent otherwise.
-fn lines<B: AsRef<[u8]>>(
+/// The lines of a stream of bytes, without their `\n` (nor a `\r` before it); the last
+/// one may have none. tokio-util's line codec, which looks at each byte once however the
+/// stream is cut; the stream's own bound (`Cut::TooLarge`) bounds a line too.
+fn lines<B: AsRef<[u8]> + Send>(
     bytes: impl futures::Stream<Item = Result<B, Cut>> + Send + Unpin,
 ) -> impl futures::Stream<Item = Result<String, Cut>> + Send {
-    struct Lines<S> {
-        bytes: S,
-        buffer: Vec<u8>,
-        /// Where the lines not yet handed out begin.
-        start: usize,
-        /// From here on `buffer` has not been searched for a `\n`.
-        searched: usize,
-        ended: bool,
-    }
-    let state = Lines {
-        bytes,
-        buffer: Vec::new(),
-        start: 0,
-        searched: 0,
-        ended: false,
-    };
-    futures::stream::unfold(state, |mut s| async move {
-        loop {
-            if let Some(at) = s.buffer[s.searched..].iter().position(|&b| b == b'\n') {
-                let end = s.searched + at;
-                let line = String::from_utf8_lossy(&s.buffer[s.start..end]).into_owned();
-                s.start = end + 1;
-                s.searched = s.start;
-                return Some((Ok(line), s));
-            }
-            s.searched = s.buffer.len();
-            if s.ended {
-                if s.start == s.buffer.len() {
-                    return None;
-                }
-                let line = String::from_utf8_lossy(&s.buffer[s.start..]).into_owned();
-                s.start = s.buffer.len();
-                return Some((Ok(line), s));
-            }
-            match s.bytes.next().await {
-                Some(Ok(chunk)) => {
-                    // What was handed out goes: at most the rest of one line moves.
-                    s.buffer.drain(..s.start);
-                    s.searched -= s.start;
-                    s.start = 0;
-                    s.buffer.extend_from_slice(chunk.as_ref());
-                }
-                Some(Err(cut)) => {
-                    s.ended = true;
-                    s.start = s.buffer.len();
-                    return Some((Err(cut), s));
-                }
-                None => s.ended = true,
-            }
-        }
+    let reader = tokio_util::io::StreamReader::new(bytes.map(|chunk| {
+        chunk
+            .map(std::io::Cursor::new)
+            .map_err(std::io::Error::other)
+    }));
+    tokio_util::codec::FramedRead::new(reader, tokio_util::codec::LinesCodec::new()).map(|line| {
+        line.map_err(|e| match e {
+            tokio_util::codec::LinesCodecError::Io(e) => match e.downcast::<Cut>() {
+                Ok(cut) => cut,
+                Err(e) => Cut::Broken(e.to_string()),
+            },
+            other => Cut::Broken(other.to_string()),
+        })
     })
 }
+
+impl std::error::Error for Cut {}
 
 impl std::fmt::Display for Cut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
