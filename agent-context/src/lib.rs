@@ -39,7 +39,9 @@ pub mod testing;
 mod tokens;
 
 pub use facts::Facts;
-pub use project::{ContextConfig, Projector, REJECTED_REPLY_CHARS, SUMMARY_PREFIX, project};
+pub use project::{
+    ContextConfig, MIN_LEARNED_WINDOW, Projector, REJECTED_REPLY_CHARS, SUMMARY_PREFIX, project,
+};
 pub use render::PromptText;
 pub use summarize::{
     DEFAULT_SUMMARY_CHARS, Digest, Extractive, SUMMARY_INSTRUCTION, Summarized, Summarizer,

@@ -39,6 +39,10 @@ const READ_RESULT: &str = "read_result";
 /// answer, thousands of calls) is not sent back, and billed, whole on the next call.
 pub const REJECTED_REPLY_CHARS: usize = 4_000;
 
+/// The smallest window [`Projector::window_at_most`] takes from a provider: as small as
+/// `context_window` may be set, and smaller than any agent's system text and tools.
+pub const MIN_LEARNED_WINDOW: usize = 1_000;
+
 /// Default of [`ContextConfig::unmasked_result_chars`].
 pub const DEFAULT_UNMASKED_RESULT_CHARS: usize = 12_000;
 
@@ -320,9 +324,14 @@ impl Projector {
 
     /// The model's window is at most `tokens`: the provider refused a prompt as longer than
     /// its window, which was taken to be larger. The prompt is compacted as this window
-    /// says from now on; a larger figure changes nothing.
+    /// says from now on; a larger figure changes nothing, and none goes below
+    /// [`MIN_LEARNED_WINDOW`] (a server's figure is not trusted to make every turn a
+    /// compaction).
     pub fn window_at_most(&mut self, tokens: usize) {
-        self.config.context_window = self.config.context_window.min(tokens.max(1));
+        self.config.context_window = self
+            .config
+            .context_window
+            .min(tokens.max(MIN_LEARNED_WINDOW));
     }
 
     /// The provider's counts of prompts may be of part of them (a server that counts only

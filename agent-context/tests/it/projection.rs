@@ -751,6 +751,13 @@ fn partial_counts_and_a_smaller_window_make_the_prompt_count() {
         small.tokens(),
         "a larger one changes nothing"
     );
+    // A server saying its window is a token long is not taken at its word.
+    let mut told = Projector::new(config.clone(), vec![], Arc::new(CharEstimate));
+    told.window_at_most(1);
+    assert_eq!(
+        told.config().context_window,
+        agent_context::MIN_LEARNED_WINDOW
+    );
 }
 
 /// The provider's count of the last prompt is the least it will count in the next one, as
