@@ -60,6 +60,7 @@ fn main() {
         answer: Default::default(),
         sub_agents: false,
         shell_env: Vec::new(),
+        sandbox: None,
         calls: Default::default(),
     };
     let spec = serde_json::to_string(&spec).unwrap();

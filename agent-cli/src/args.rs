@@ -288,6 +288,17 @@ pub struct Setup {
     /// name marks a secret (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) (repeatable).
     #[arg(long = "shell-env", value_name = "NAME")]
     pub shell_env: Vec<String>,
+    /// Run shell commands in a sandbox (Linux): they may write only in the workspace, a
+    /// /tmp of their own and the --sandbox-write directories, and reach no network.
+    #[arg(long)]
+    pub sandbox: bool,
+    /// Let sandboxed shell commands reach the network (implies --sandbox).
+    #[arg(long)]
+    pub sandbox_network: bool,
+    /// Let sandboxed shell commands write beneath this directory too (implies --sandbox;
+    /// repeatable).
+    #[arg(long = "sandbox-write", value_name = "DIR")]
+    pub sandbox_write: Vec<PathBuf>,
 }
 
 /// Options of `agent run`.

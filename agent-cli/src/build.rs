@@ -185,7 +185,7 @@ pub fn gateway(
     for h in &settings.hooks {
         gateway = gateway.with_hook(Arc::new(hook(h, &root)?));
     }
-    if !settings.shell_env.is_empty() {
+    if !settings.shell_env.is_empty() || settings.sandbox.is_some() {
         // A name mistyped passes nothing: said, not silently run without it.
         for name in &settings.shell_env {
             if std::env::var_os(name).is_none() {
@@ -195,7 +195,10 @@ pub fn gateway(
                 ));
             }
         }
-        let shell = agent_tools::builtin::Shell::passing(settings.shell_env.iter().cloned());
+        let mut shell = agent_tools::builtin::Shell::passing(settings.shell_env.iter().cloned());
+        if let Some(sandbox) = &settings.sandbox {
+            shell = shell.sandboxed(sandbox.clone());
+        }
         gateway
             .replace(Arc::new(agent_tools::Typed(shell)))
             .map_err(failed)?;

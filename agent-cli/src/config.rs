@@ -62,6 +62,13 @@ pub struct Config {
     /// `--shell-env` names (before the flags' own).
     #[serde(default)]
     pub shell_env: Vec<String>,
+    /// `--sandbox`.
+    pub sandbox: Option<bool>,
+    /// `--sandbox-network`.
+    pub sandbox_network: Option<bool>,
+    /// `--sandbox-write` directories (relative to the file; before the flags' own).
+    #[serde(default)]
+    pub sandbox_write: Vec<PathBuf>,
     /// `--answer-schema` (relative to the file).
     pub answer_schema: Option<PathBuf>,
     /// `--check` commands (before the flags' own).

@@ -379,6 +379,9 @@ pub struct Settings {
     /// The variables named like secrets that shell commands are given all the same
     /// (agent.toml's `shell_env`, then `--shell-env`).
     pub shell_env: Vec<String>,
+    /// The sandbox shell commands run in, when one was asked for (agent.toml's `sandbox`,
+    /// `sandbox_network` and `sandbox_write`, then the flags).
+    pub sandbox: Option<agent_tools::Sandbox>,
     /// The validators of the final answer of a run this command starts (set by
     /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
     pub answer: agent_core::AnswerSpec,
@@ -617,6 +620,8 @@ impl Settings {
             }
         }
 
+        let sandbox = sandbox_of(&config, setup, &relative)?;
+
         let budget = budget_changes(&config, limits)?;
         let retry = config.retry.as_ref().map(|r| {
             let mut policy = RetryPolicy::default();
@@ -687,6 +692,7 @@ impl Settings {
             answer: agent_core::AnswerSpec::default(),
             sub_agents: setup.sub_agents || config.sub_agents.unwrap_or(false),
             shell_env,
+            sandbox,
             check_timeout: config
                 .check_timeout_secs
                 .map_or(agent_tools::DEFAULT_CHECK_TIMEOUT, Duration::from_secs_f64),
@@ -890,6 +896,21 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
             secrets.join(", ")
         ));
     }
+    if c.sandbox_network == Some(true) && !setup.sandbox_network {
+        brings.push("sandbox_network (sandboxed commands may reach the network)".to_owned());
+    }
+    let writable: Vec<String> = c
+        .sandbox_write
+        .iter()
+        .filter(|dir| !setup.sandbox_write.contains(dir))
+        .map(|dir| dir.display().to_string())
+        .collect();
+    if !writable.is_empty() {
+        brings.push(format!(
+            "sandbox_write {} (sandboxed commands may write there)",
+            writable.join(", ")
+        ));
+    }
     if let Some(thinking) = c.thinking {
         brings.push(format!(
             "thinking {thinking} (what the model thinks each turn is billed as output)"
@@ -938,6 +959,44 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
         brings.push(format!("base_url {url} (where your API key is sent)"));
     }
     brings
+}
+
+/// The sandbox of shell commands the settings file and the flags ask for, if any: the
+/// file's writable directories (relative to it, by `relative`), then the flags' (relative
+/// to the current directory). Each must be a directory.
+fn sandbox_of(
+    config: &Config,
+    setup: &Setup,
+    relative: &dyn Fn(&Path) -> PathBuf,
+) -> Result<Option<agent_tools::Sandbox>, SettingsError> {
+    let network = setup.sandbox_network || config.sandbox_network == Some(true);
+    let file_dirs = config
+        .sandbox_write
+        .iter()
+        .map(|dir| ("sandbox_write in the settings file", relative(dir)));
+    let flag_dirs = setup
+        .sandbox_write
+        .iter()
+        .map(|dir| ("--sandbox-write", dir.clone()));
+    let dirs: Vec<(&str, PathBuf)> = file_dirs.chain(flag_dirs).collect();
+    let asked = setup.sandbox || config.sandbox == Some(true) || network || !dirs.is_empty();
+    if !asked {
+        return Ok(None);
+    }
+    let mut sandbox = agent_tools::Sandbox::new().with_network(network);
+    for (whose, dir) in dirs {
+        if !dir.is_dir() {
+            return Err(bad(format!(
+                "{whose} {}: no such directory; give a directory sandboxed commands may \
+                 write in",
+                dir.display()
+            )));
+        }
+        let dir = std::path::absolute(&dir)
+            .map_err(|e| bad(format!("{whose} {}: {e}", dir.display())))?;
+        sandbox = sandbox.writing(dir);
+    }
+    Ok(Some(sandbox))
 }
 
 #[cfg(test)]

@@ -74,9 +74,24 @@ pub struct RunSpec {
     /// the worker's environment.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shell_env: Vec<String>,
+    /// The sandbox shell commands run in, if one was asked for (absent in runs queued
+    /// before sandboxes: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
     /// How the model is called (absent in runs queued before: the defaults).
     #[serde(default, skip_serializing_if = "Calls::is_default")]
     pub calls: Calls,
+}
+
+/// A queued run's sandbox of shell commands ([`agent_tools::Sandbox`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SandboxSpec {
+    /// Whether commands may reach the network.
+    #[serde(default)]
+    pub network: bool,
+    /// Directories beyond the workspace where they may write, as absolute paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write: Vec<PathBuf>,
 }
 
 /// How a queued run's model is called, as the submitter's agent.toml said: streamed or
@@ -243,6 +258,10 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         answer: settings.answer.clone(),
         sub_agents: settings.sub_agents,
         shell_env: settings.shell_env.clone(),
+        sandbox: settings.sandbox.as_ref().map(|sandbox| SandboxSpec {
+            network: sandbox.network(),
+            write: sandbox.writable().to_vec(),
+        }),
         calls: Calls::of(settings),
     };
     // A worker would refuse it for want of a price: the person hears it now.
@@ -288,6 +307,13 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
         no_input: true,
         sub_agents: spec.sub_agents,
         shell_env: spec.shell_env.clone(),
+        sandbox: spec.sandbox.is_some(),
+        sandbox_network: spec.sandbox.as_ref().is_some_and(|s| s.network),
+        sandbox_write: spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.write.clone())
+            .unwrap_or_default(),
         ..Setup::default()
     };
     let mut settings =

@@ -190,14 +190,17 @@ async fn run_watched(
     input: &[u8],
     timeout: Duration,
 ) -> std::io::Result<Answer> {
-    use crate::process::{Ended, Link, Pipes, spawn_watched};
+    use crate::process::{Ended, KeptFrom, Link, Pipes, spawn_watched};
     let spawned = spawn_watched(
         program,
         Link::Fed,
         "bash",
         ["-c", command],
         env.iter().copied(),
-        withheld,
+        KeptFrom {
+            unset: withheld,
+            sandbox: None,
+        },
         cwd,
     )?;
     let (mut watched, stdout, stderr) = match spawned {

@@ -34,6 +34,8 @@ mod policy;
 #[cfg(feature = "process")]
 mod process;
 mod replay;
+#[cfg(feature = "process")]
+mod sandbox;
 mod tool;
 mod workspace;
 
@@ -55,5 +57,7 @@ pub use process::{
     PID_NAMESPACE_ENV, check_pid_namespace_env, keep_from_commands, watch_if_asked, watch_with,
 };
 pub use replay::ToolReplay;
+#[cfg(feature = "process")]
+pub use sandbox::Sandbox;
 pub use tool::{Tool, ToolContext, Typed, TypedTool, Unavailable};
 pub use workspace::{INLINE_READ_BYTES, Resolved, Seen, Workspace, is_local_file_system};

@@ -285,14 +285,17 @@ impl Server {
         let withheld = withheld_from_servers(config, std::env::vars_os().map(|(name, _)| name));
         #[cfg(target_os = "linux")]
         if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
-            use crate::process::{Link, Pipes, spawn_watched};
+            use crate::process::{KeptFrom, Link, Pipes, spawn_watched};
             let spawned = spawn_watched(
                 program,
                 Link::Stderr,
                 &config.command,
                 config.args.iter().map(String::as_str),
                 config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                &withheld,
+                KeptFrom {
+                    unset: &withheld,
+                    sandbox: None,
+                },
                 cwd,
             );
             match spawned {

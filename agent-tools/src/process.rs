@@ -234,8 +234,17 @@ pub(crate) struct Pipes {
     pub(crate) stderr: Option<tokio::process::ChildStderr>,
 }
 
-/// Starts `program` with `args`, `env` added and the variables named in `unset` removed,
-/// in `cwd`, under `watcher` (this binary, see [`watch_with`]) linked by `link`. `Err`
+/// What a watched program is kept from: the variables of this process's environment it is
+/// not given, and, when it runs in a sandbox ([`crate::Sandbox`]), that sandbox as its
+/// watcher makes it.
+#[cfg(target_os = "linux")]
+pub(crate) struct KeptFrom<'a> {
+    pub(crate) unset: &'a [std::ffi::OsString],
+    pub(crate) sandbox: Option<&'a str>,
+}
+
+/// Starts `program` with `args`, `env` added and what `kept_from` says kept from it, in
+/// `cwd`, under `watcher` (this binary, see [`watch_with`]) linked by `link`. `Err`
 /// when the watcher cannot be started; a program that cannot be started is told on the
 /// link ([`Watched::ended`], [`Watched::why_not_started`]).
 #[cfg(target_os = "linux")]
@@ -245,9 +254,10 @@ pub(crate) fn spawn_watched<'a>(
     program: &str,
     args: impl IntoIterator<Item = &'a str>,
     env: impl IntoIterator<Item = (&'a str, &'a str)>,
-    unset: &[std::ffi::OsString],
+    kept_from: KeptFrom<'_>,
     cwd: &std::path::Path,
 ) -> std::io::Result<(Watched, Pipes)> {
+    let KeptFrom { unset, sandbox } = kept_from;
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     let theirs = Stdio::from(std::os::fd::OwnedFd::from(theirs));
     let mut command = tokio::process::Command::new(watcher);
@@ -265,6 +275,11 @@ pub(crate) fn spawn_watched<'a>(
     match std::env::var_os(PID_NAMESPACE_ENV) {
         Some(value) => command.env(PID_NAMESPACE_ENV, value),
         None => command.env_remove(PID_NAMESPACE_ENV),
+    };
+    // Nor whether it is sandboxed.
+    match sandbox {
+        Some(spec) => command.env(crate::sandbox::SANDBOX_ENV, spec),
+        None => command.env_remove(crate::sandbox::SANDBOX_ENV),
     };
     // The watcher passes its environment on to the program: what the program must not
     // see, the watcher does not have.
@@ -416,6 +431,7 @@ mod watching {
     use nix::unistd::Pid;
 
     use super::{Ended, Link, PID_NAMESPACE_ENV, WATCH_ENV};
+    use crate::sandbox::{SANDBOX_ENV, Spec};
 
     /// Set by a watcher for the init it starts when it gave the namespace mounts of its
     /// own ([`own_mounts`]), so that the init may put this PID namespace's `/proc` in
@@ -447,18 +463,40 @@ mod watching {
         ] {
             let _ = signal_hook::flag::register(signal as i32, polite.clone());
         }
+        let refuse = |why: String| {
+            if let Some(link) = link_of(which) {
+                let _ = (&link).write_all(Ended::NotStarted(why).line().as_bytes());
+            }
+        };
+        // A sandbox asked for is made, or the program is not started.
+        let sandbox = match Spec::asked().transpose() {
+            Ok(sandbox) => sandbox,
+            Err(why) => return refuse(why),
+        };
         // The first process of a PID namespace is its init, this watcher started again.
         let init = std::process::id() == 1;
         if !init {
-            match enter_pid_namespace() {
-                Namespace::Entered { own_mounts } => return start_init(which, own_mounts),
-                Namespace::NotAllowed => {}
-                Namespace::Broken(why) => {
-                    if let Some(link) = link_of(which) {
-                        let _ = (&link).write_all(Ended::NotStarted(why).line().as_bytes());
-                    }
-                    return;
+            let own_network = sandbox.as_ref().is_some_and(Spec::own_network);
+            match (enter_pid_namespace(own_network), &sandbox) {
+                (Namespace::Entered { own_mounts }, None) => {
+                    return start_init(which, own_mounts);
                 }
+                (Namespace::Entered { own_mounts: true }, Some(sandbox)) => {
+                    return match sandbox.prepare() {
+                        Ok(()) => start_init(which, true),
+                        Err(why) => refuse(format!("its sandbox cannot be made: {why}")),
+                    };
+                }
+                (Namespace::Broken(why), _) => return refuse(why),
+                (_, Some(_)) => {
+                    return refuse(format!(
+                        "its sandbox cannot be made: it needs namespaces of its own (user, \
+                         PID, mount, network), which this system does not allow (or \
+                         {PID_NAMESPACE_ENV}=off says not to use them); run without the \
+                         sandbox, or where they are allowed"
+                    ));
+                }
+                (Namespace::NotAllowed, None) => {}
             }
         }
         if init {
@@ -474,10 +512,11 @@ mod watching {
                 own_proc();
             }
             if let Err(why) = drop_capabilities() {
-                if let Some(link) = link_of(which) {
-                    let _ = (&link).write_all(Ended::NotStarted(why).line().as_bytes());
-                }
-                return;
+                return refuse(why);
+            }
+            // The last: a confined process can mount nothing.
+            if let Some(Err(why)) = sandbox.as_ref().map(Spec::confine) {
+                return refuse(format!("its sandbox cannot be made: {why}"));
             }
         } else {
             // Without it, a process that left the group still escapes; the rest holds.
@@ -505,6 +544,7 @@ mod watching {
             .args(args)
             .env_remove(WATCH_ENV)
             .env_remove(OWN_MOUNTS_ENV)
+            .env_remove(SANDBOX_ENV)
             // This watcher's own group, whose id is the watcher's pid, which `agent` knows:
             // should the program kill this watcher (`kill -9 $PPID`, possible outside a
             // PID namespace), `agent` kills the group itself.
@@ -612,14 +652,21 @@ mod watching {
     /// Not through a user namespace where AppArmor would leave it powerless
     /// ([`apparmor_restricts_userns`]). [`PID_NAMESPACE_ENV`] set to `off` says never,
     /// `user` always through a user namespace (restricted or not).
-    fn enter_pid_namespace() -> Namespace {
+    fn enter_pid_namespace(own_network: bool) -> Namespace {
         use nix::sched::{CloneFlags, unshare};
         let asked = std::env::var(PID_NAMESPACE_ENV).unwrap_or_default();
         if asked == "off" {
             return Namespace::NotAllowed;
         }
+        // A network namespace, for a sandbox without network, goes with the mounts: a
+        // namespace without either is no sandbox, and is refused one.
+        let network = if own_network {
+            CloneFlags::CLONE_NEWNET
+        } else {
+            CloneFlags::empty()
+        };
         if asked != "user" {
-            if unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS).is_ok() {
+            if unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS | network).is_ok() {
                 return Namespace::Entered {
                     own_mounts: own_mounts(),
                 };
@@ -635,7 +682,7 @@ mod watching {
         }
         let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
         let namespaces = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID;
-        let with_mounts = if unshare(namespaces | CloneFlags::CLONE_NEWNS).is_ok() {
+        let with_mounts = if unshare(namespaces | CloneFlags::CLONE_NEWNS | network).is_ok() {
             true
         } else if unshare(namespaces).is_ok() {
             false

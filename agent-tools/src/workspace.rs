@@ -248,6 +248,26 @@ impl Workspace {
             })
     }
 
+    /// The places in the workspace no tool may change that are there now, as absolute
+    /// paths: those [`Workspace::protect`] named, and those named
+    /// [`Workspace::protect_everywhere`] at the root (not deeper: finding them would mean
+    /// walking the whole workspace). What a sandboxed command may not change either.
+    pub fn protected_places(&self) -> Vec<PathBuf> {
+        let named = self.protected.iter().map(|(place, _)| place.as_os_str());
+        let everywhere = self
+            .protected_names
+            .iter()
+            .map(|(name, _)| name.as_os_str());
+        let mut places: Vec<PathBuf> = named
+            .chain(everywhere)
+            .map(|place| self.root.join(place))
+            .filter(|place| std::fs::symlink_metadata(place).is_ok())
+            .collect();
+        places.sort();
+        places.dedup();
+        places
+    }
+
     /// Whether the root is on a local disk or memory file system (ext4, XFS, Btrfs, tmpfs,
     /// overlayfs and the like; not NFS, SMB, FUSE or an unknown kind), where reading a small
     /// file cannot hang. Only known on Linux; `false` elsewhere.

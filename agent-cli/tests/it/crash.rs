@@ -968,7 +968,7 @@ const LEAVES_THE_GROUP: &str = "setsid sh -c 'read -r pid _ </proc/self/stat; ec
     echo late >> effects.txt' </dev/null >/dev/null 2>&1 &";
 
 /// A script: one `shell` call of `command`, then an answer.
-fn one_shell_call(env: &Env, command: &str) -> String {
+pub(crate) fn one_shell_call(env: &Env, command: &str) -> String {
     env.script(json!([
         {"tool_calls": [{"id": "call-1", "name": "shell", "arguments": {"command": command}}]},
         {"final": "done"}
@@ -994,7 +994,7 @@ fn shell_results_with(env: &Env, model: &str, namespace: Option<&str>) -> impl F
 }
 
 /// The result of each call of the run `out` reports, once it completed, by call id.
-fn call_results(env: &Env, out: &Output) -> impl Fn(&str) -> Value + use<> {
+pub(crate) fn call_results(env: &Env, out: &Output) -> impl Fn(&str) -> Value + use<> {
     assert_eq!(out.status.code(), Some(0), "{}", crate::stderr(out));
     let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
         .as_str()
@@ -1146,7 +1146,7 @@ fn a_command_cannot_read_agents_environment_or_open_files_through_proc() {
 
 /// `agent` run as a user who is not root (`nobody`, through `setpriv`) when the tests run
 /// as root, in the test's directory (made writable by all); else as [`Env::bare`] does.
-fn not_root(env: &Env) -> std::process::Command {
+pub(crate) fn not_root(env: &Env) -> std::process::Command {
     use std::os::unix::fs::PermissionsExt;
     if !nix::unistd::geteuid().is_root() {
         return env.bare();

@@ -21,6 +21,7 @@ mod postgres;
 mod providers;
 mod reasons;
 mod report;
+mod sandbox;
 mod settings;
 mod shared;
 mod sub_agents;

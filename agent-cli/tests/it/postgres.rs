@@ -850,6 +850,7 @@ fn three_workers_drain_a_hundred_runs_through_kills() {
                 answer: Default::default(),
                 sub_agents: false,
                 shell_env: Vec::new(),
+                sandbox: None,
                 calls: Default::default(),
             };
             let id = format!("run-{i:03}");

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{HeadTail, head_tail};
+use crate::Sandbox;
 use crate::process::Watcher;
 use crate::tool::{ToolContext, TypedTool};
 
@@ -18,9 +19,13 @@ const OUTPUT_CAP: usize = 30_000;
 /// `OPENAI_API_KEY`, `GH_TOKEN`, ...) that were not passed ([`Shell::passing`]). A model
 /// asked to run commands must not be able to read the keys the run is paid with: the
 /// redaction of what it is shown stops a value copied whole, not one encoded or sent away.
+///
+/// [`Shell::sandboxed`] runs each command in a [`Sandbox`]: the kernel then keeps it from
+/// writing outside the workspace and from the network, whatever the command says.
 #[derive(Clone, Debug, Default)]
 pub struct Shell {
     passed: std::collections::BTreeSet<String>,
+    sandbox: Option<Sandbox>,
 }
 
 impl Shell {
@@ -29,7 +34,22 @@ impl Shell {
     pub fn passing(names: impl IntoIterator<Item = impl Into<String>>) -> Shell {
         Shell {
             passed: names.into_iter().map(Into::into).collect(),
+            sandbox: None,
         }
+    }
+
+    /// This shell, its commands run in `sandbox` (Linux; elsewhere, and where the sandbox
+    /// cannot be made, each command is refused, saying why: never run without it). It
+    /// needs `agent`'s watcher ([`crate::watch_with`], called first thing in `main`).
+    #[must_use]
+    pub fn sandboxed(mut self, sandbox: Sandbox) -> Shell {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// The sandbox its commands run in, if any.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
     }
 
     /// Of the variables named in `names` (those of an environment), the ones a command is
@@ -67,24 +87,65 @@ impl TypedTool for Shell {
     const MAIN_ARGUMENT: Option<&'static str> = Some("command");
 
     fn description(&self) -> String {
-        "Run a shell command (bash -c) in the workspace root. Returns the exit code, stdout \
-         and stderr; long output keeps its beginning and its end. The command and every \
-         process it starts are killed when it times out or the run is cancelled. \
+        let mut text = "Run a shell command (bash -c) in the workspace root. Returns the exit \
+         code, stdout and stderr; long output keeps its beginning and its end. The command \
+         and every process it starts are killed when it times out or the run is cancelled. \
          Environment variables named like secrets (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) \
          are unset unless the person passed them."
-            .to_owned()
+            .to_owned();
+        if let Some(sandbox) = &self.sandbox {
+            text.push(' ');
+            text.push_str(sandbox.told());
+        }
+        text
     }
 
     async fn run(&self, args: ShellArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let limit = Duration::from_millis(args.timeout_ms.unwrap_or(u64::MAX));
         let withheld = self.withheld_here();
+        if let Some(sandbox) = &self.sandbox {
+            return run_sandboxed(sandbox, &args.command, &withheld, limit, ctx).await;
+        }
         // A binary replaced or deleted since it started cannot serve: the group's watcher
         // does, as for a binary that never offered.
         #[cfg(target_os = "linux")]
         if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
-            return run_under(program, &args.command, &withheld, limit, ctx).await;
+            return run_under(program, &args.command, &withheld, limit, ctx, None).await;
         }
         run_in_group(&args.command, &withheld, limit, ctx).await
+    }
+}
+
+/// Runs `command` in `sandbox`, under this binary as its watcher, which makes the sandbox
+/// (see [`crate::Sandbox`]); refused, with the reason, wherever that cannot be.
+async fn run_sandboxed(
+    sandbox: &Sandbox,
+    command_line: &str,
+    withheld: &[std::ffi::OsString],
+    limit: Duration,
+    ctx: &ToolContext,
+) -> Result<String, ToolError> {
+    let refused = |why: &str| {
+        ToolError::new(
+            ErrorKind::ExecutionFailed,
+            format!("the command was not run: {why}"),
+        )
+    };
+    #[cfg(target_os = "linux")]
+    {
+        let spec = sandbox.spec(&ctx.workspace).map_err(|why| refused(&why))?;
+        let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) else {
+            return Err(refused(
+                "its sandbox is made by agent's watcher, and this program offers none \
+                 (agent_tools::watch_with, first thing in main)",
+            ));
+        };
+        run_under(program, command_line, withheld, limit, ctx, Some(&spec)).await
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (sandbox, command_line, withheld, limit, ctx);
+        Err(refused("commands are sandboxed on Linux only"))
     }
 }
 
@@ -151,8 +212,9 @@ async fn run_under(
     withheld: &[std::ffi::OsString],
     limit: Duration,
     ctx: &ToolContext,
+    sandbox: Option<&str>,
 ) -> Result<String, ToolError> {
-    use crate::process::{Ended, Link, Pipes, spawn_watched};
+    use crate::process::{Ended, KeptFrom, Link, Pipes, spawn_watched};
     let failed = |what: String| ToolError::new(ErrorKind::ExecutionFailed, what);
     let spawned = spawn_watched(
         program,
@@ -160,7 +222,10 @@ async fn run_under(
         "bash",
         ["-c", command_line],
         [],
-        withheld,
+        KeptFrom {
+            unset: withheld,
+            sandbox,
+        },
         ctx.workspace.root(),
     );
     let (mut watched, stdout, stderr) = match spawned {
@@ -176,6 +241,12 @@ async fn run_under(
             return Err(failed(
                 "the command's watcher started without its pipes".into(),
             ));
+        }
+        Err(e) if sandbox.is_some() => {
+            return Err(failed(format!(
+                "the command was not run: cannot start {} to make its sandbox: {e}",
+                program.display()
+            )));
         }
         Err(e) => {
             // A binary that cannot be started again (a file system mounted `noexec`, say):
@@ -194,6 +265,9 @@ async fn run_under(
         match watched.ended().await {
             Some(Ended::Code(code)) => Ok(Some(code)),
             Some(Ended::Signal(_)) => Ok(None),
+            Some(Ended::NotStarted(why)) if why.starts_with("its sandbox") => {
+                Err(failed(format!("the command was not run: {why}")))
+            }
             Some(Ended::NotStarted(why)) => Err(failed(format!("cannot start bash: {why}"))),
             None => Err(failed(
                 "the command's watcher ended without saying how the command ended".into(),

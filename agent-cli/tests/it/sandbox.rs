@@ -1,0 +1,203 @@
+//! Shell commands in a sandbox (`--sandbox`): what the kernel keeps them from, as root and
+//! as another user (through a user namespace), each beside the same command run without
+//! the sandbox, which does what the sandbox stops; and the sandbox is never left out.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::crash::{call_results, not_root, one_shell_call};
+use crate::{Env, stderr};
+
+/// Runs one `shell` call of `command` with `flags` added to `run`, as `agent` runs here or
+/// as `nobody`; the call's result.
+fn one_call(env: &Env, as_nobody: bool, command: &str, flags: &[&str]) -> Value {
+    let model = one_shell_call(env, command);
+    let mut cmd = if as_nobody {
+        let mut cmd = not_root(env);
+        cmd.arg("--store").arg(env.store());
+        cmd
+    } else {
+        env.cmd()
+    };
+    let out = cmd
+        .args(["run", "--json", "--allow", "shell", "--model", &model])
+        .args(flags)
+        .arg("go")
+        .output()
+        .unwrap();
+    call_results(env, &out)("call-1")
+}
+
+/// The call's output (stdout and stderr as the model reads them).
+fn output(result: &Value) -> &str {
+    result["output"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no output: {result}"))
+}
+
+/// A directory anyone may write in, outside the system's temporary one (a sandboxed
+/// command has a `/tmp` of its own, so a place there proves nothing about its writes).
+fn writable_by_all(in_dir: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir_in(in_dir).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// Who the tests can run `agent` as: itself, and `nobody` when it is root.
+fn users() -> Vec<bool> {
+    if nix::unistd::geteuid().is_root() {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+/// A sandboxed command writes in the workspace, and nowhere else: not a directory outside
+/// it (Landlock refuses), not the run store or the repository's `.git` inside it
+/// (read-only), not the system's `/tmp`, which it does not even see (a file beside the
+/// workspace there is not found; what it writes in its own `/tmp` is gone after). Without
+/// the sandbox the same command does all of it.
+#[test]
+fn a_sandboxed_command_writes_in_the_workspace_and_nowhere_else() {
+    for as_nobody in users() {
+        for sandboxed in [false, true] {
+            let env = Env::new();
+            let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+            let beside = writable_by_all(&std::env::temp_dir());
+            std::fs::write(beside.path().join("seen.txt"), "seen-5519\n").unwrap();
+            let git = env.dir.path().join(".git");
+            std::fs::create_dir(&git).unwrap();
+            std::fs::write(git.join("config"), "[core]\n").unwrap();
+            std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o777)).unwrap();
+            std::fs::set_permissions(git.join("config"), std::fs::Permissions::from_mode(0o666))
+                .unwrap();
+            // The store is made before the call, as a run makes it.
+            let command = format!(
+                "echo made > made.txt; echo a > {outside}/escaped.txt; cat {beside}/seen.txt; \
+                 echo b > {beside}/escaped.txt; echo c > /tmp/own-5519.txt && cat /tmp/own-5519.txt; \
+                 echo '[core] hooksPath = /x' >> .git/config; echo d > store/planted; \
+                 echo end",
+                outside = outside.path().display(),
+                beside = beside.path().display(),
+            );
+            let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
+            let result = one_call(&env, as_nobody, &command, flags);
+            let said = output(&result);
+            let case = format!("nobody: {as_nobody}, sandboxed: {sandboxed}: {said}");
+            assert!(said.contains("\nc\nend\n"), "{case}");
+            assert!(env.dir.path().join("made.txt").exists(), "{case}");
+            assert_eq!(
+                outside.path().join("escaped.txt").exists(),
+                !sandboxed,
+                "{case}"
+            );
+            assert_eq!(said.contains("seen-5519"), !sandboxed, "{case}");
+            assert_eq!(
+                beside.path().join("escaped.txt").exists(),
+                !sandboxed,
+                "{case}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(git.join("config")).unwrap() == "[core]\n",
+                sandboxed,
+                "{case}"
+            );
+            assert_eq!(env.store().join("planted").exists(), !sandboxed, "{case}");
+            if sandboxed {
+                assert!(said.contains("Read-only file system"), "{case}");
+                assert!(!Path::new("/tmp/own-5519.txt").exists(), "{case}");
+            } else {
+                let _ = std::fs::remove_file("/tmp/own-5519.txt");
+            }
+        }
+    }
+}
+
+/// A sandboxed command reaches no server outside its own network (here one listening on
+/// the host's 127.0.0.1), and a server it starts on its own 127.0.0.1 answers it;
+/// `--sandbox-network` gives the network back, the rest of the sandbox kept.
+#[test]
+fn a_sandboxed_command_has_a_network_of_its_own() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let command = format!(
+        "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached-host; \
+         python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); \
+         s.listen(); socket.create_connection(s.getsockname()); print(\"own-loopback\")'"
+    );
+    for as_nobody in users() {
+        for (flags, reached) in [
+            (&[][..], true),
+            (&["--sandbox"][..], false),
+            (&["--sandbox-network"][..], true),
+        ] {
+            let env = Env::new();
+            let result = one_call(&env, as_nobody, &command, flags);
+            let said = output(&result);
+            let case = format!("nobody: {as_nobody}, {flags:?}: {said}");
+            assert_eq!(said.contains("reached-host"), reached, "{case}");
+            assert!(said.contains("own-loopback"), "{case}");
+        }
+    }
+}
+
+/// Where the sandbox cannot be made (here: namespaces turned off), a sandboxed command is
+/// not run at all, and the model is told why; the run goes on.
+#[test]
+fn a_sandbox_that_cannot_be_made_runs_nothing() {
+    let env = Env::new();
+    let model = one_shell_call(&env, "echo ran > ran.txt");
+    let out = env
+        .cmd()
+        .env("AGENT_LOOP_PID_NAMESPACE", "off")
+        .args(["run", "--json", "--sandbox", "--allow", "shell", "--model"])
+        .arg(&model)
+        .arg("go")
+        .output()
+        .unwrap();
+    let result = call_results(&env, &out)("call-1");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("the command was not run: its sandbox cannot be made")
+            && message.contains("namespaces"),
+        "{result}"
+    );
+    assert!(!env.dir.path().join("ran.txt").exists());
+}
+
+/// `--sandbox-write` lets commands write in one more directory; one that is not there is
+/// refused before anything runs, in one line.
+#[test]
+fn a_directory_named_for_sandboxed_writes_must_be_there() {
+    let env = Env::new();
+    let cache = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let result = one_call(
+        &env,
+        false,
+        &format!("echo x > {}/built", cache.path().display()),
+        &["--sandbox-write", cache.path().to_str().unwrap()],
+    );
+    assert!(output(&result).starts_with("exit code: 0"), "{result}");
+    assert!(cache.path().join("built").exists());
+
+    let env = Env::new();
+    let model = one_shell_call(&env, "true");
+    let out = env.run(&[
+        "run",
+        "--sandbox-write",
+        "no-such-dir",
+        "--model",
+        &model,
+        "go",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--sandbox-write no-such-dir: no such directory"),
+        "{err}"
+    );
+    assert!(!env.store().exists(), "nothing written");
+}

@@ -1,0 +1,384 @@
+//! The sandbox of `shell` commands (Linux; the `process` feature): what a command the
+//! model asked for may change, and whether it may reach the network, enforced by the
+//! kernel rather than judged from the command's text.
+//!
+//! A sandboxed command is started by its watcher (see `process::watch_with`) in
+//! namespaces of its own (user where needed, PID, mount and, without network, network),
+//! and there:
+//!
+//! - it may write only beneath the workspace, the directories the person named, and a
+//!   `/tmp` and `/dev/shm` of its own (Landlock: the kernel refuses every other write,
+//!   creation, removal, rename or truncation, whatever the file's permissions, and for
+//!   root too; reads are left alone);
+//! - what the file tools may not change either (the run store, agent's settings, the
+//!   repository's `.git`: see [`crate::Workspace::protected_places`]) is mounted
+//!   read-only, so a command cannot rewrite the log its run is judged by or plant a git
+//!   hook;
+//! - the system's sockets under `/run` and `/tmp` (Docker's, D-Bus's, which would start
+//!   programs outside, an SSH agent's, X's) are not there: both are empty directories of
+//!   its own;
+//! - without network it has a network of its own with only a loopback interface: servers
+//!   it starts on 127.0.0.1 answer it, nothing else does;
+//! - it cannot gain privileges (`no_new_privs`: `sudo` and other set-user-ID programs
+//!   run with none).
+//!
+//! A sandbox that cannot be made (a kernel without Landlock, a system that allows no
+//! namespaces) is never run without: the command is refused, saying why.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Workspace;
+
+/// The variable that carries a sandbox's [`Spec`] from `agent` to the watcher of a
+/// command; set or removed by `agent` for each command, after any variables a program is
+/// given, and removed before the program starts.
+pub(crate) const SANDBOX_ENV: &str = "AGENT_LOOP_SANDBOX";
+
+/// What a sandboxed `shell` command may do beyond reading: write in the workspace (and in
+/// the directories given with [`Sandbox::writing`]), and reach the network only when
+/// [`Sandbox::with_network`] says so. See the module's documentation for the whole of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sandbox {
+    network: bool,
+    writable: Vec<PathBuf>,
+}
+
+impl Sandbox {
+    /// A sandbox whose commands write only in the workspace and reach no network.
+    pub fn new() -> Sandbox {
+        Sandbox::default()
+    }
+
+    /// Lets commands reach the network (`true`), or not.
+    #[must_use]
+    pub fn with_network(mut self, network: bool) -> Sandbox {
+        self.network = network;
+        self
+    }
+
+    /// Lets commands also write beneath `dir` (a cache a build needs, say:
+    /// `~/.cargo`). A directory that does not exist when a command starts gives nothing.
+    #[must_use]
+    pub fn writing(mut self, dir: impl Into<PathBuf>) -> Sandbox {
+        self.writable.push(dir.into());
+        self
+    }
+
+    /// Whether commands may reach the network.
+    pub fn network(&self) -> bool {
+        self.network
+    }
+
+    /// The directories beyond the workspace commands may write in.
+    pub fn writable(&self) -> &[PathBuf] {
+        &self.writable
+    }
+
+    /// What the watcher of a command in `workspace` makes, as [`SANDBOX_ENV`] carries it.
+    pub(crate) fn spec(&self, workspace: &Workspace) -> Result<String, String> {
+        let spec = Spec {
+            workspace: workspace.root().to_path_buf(),
+            writable: self
+                .writable
+                .iter()
+                .filter_map(|dir| dir.canonicalize().ok())
+                .collect(),
+            read_only: workspace.protected_places(),
+            network: self.network,
+        };
+        serde_json::to_string(&spec)
+            .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))
+    }
+
+    /// A sentence for the model: what its commands may not do.
+    pub(crate) fn told(&self) -> &'static str {
+        if self.network {
+            "Commands run in a sandbox: they may write only in the workspace and /tmp (the \
+             repository's .git and agent's own files are read-only)."
+        } else {
+            "Commands run in a sandbox: they may write only in the workspace and /tmp (the \
+             repository's .git and agent's own files are read-only), and have no network \
+             beyond their own 127.0.0.1."
+        }
+    }
+}
+
+/// A sandbox as the watcher of one command makes it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    /// The workspace's root, where the command may write.
+    workspace: PathBuf,
+    /// Other directories where it may write.
+    writable: Vec<PathBuf>,
+    /// Places in the workspace it may not change.
+    read_only: Vec<PathBuf>,
+    /// Whether it may reach the network.
+    network: bool,
+}
+
+/// Directories the command gets empty ones of its own in place of, each with its mode:
+/// where the system's sockets are, and temporary files other programs share.
+#[cfg(target_os = "linux")]
+const COVERED: [(&str, &str); 3] = [("/tmp", "1777"), ("/dev/shm", "1777"), ("/run", "755")];
+
+/// Devices a command may write to, wherever its files may not be.
+#[cfg(target_os = "linux")]
+const DEVICES: [&str; 5] = [
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+#[cfg(target_os = "linux")]
+impl Spec {
+    /// The sandbox this watcher was asked to make, if any: `Err` when the variable is
+    /// there but does not say one (the command is then refused, not run without).
+    pub(crate) fn asked() -> Option<Result<Spec, String>> {
+        let value = std::env::var_os(SANDBOX_ENV)?;
+        Some(
+            value
+                .to_str()
+                .and_then(|text| serde_json::from_str(text).ok())
+                .ok_or_else(|| format!("{SANDBOX_ENV} does not describe a sandbox")),
+        )
+    }
+
+    /// Whether commands have a network namespace of their own.
+    pub(crate) fn own_network(&self) -> bool {
+        !self.network
+    }
+
+    /// In the watcher, once in the new mount (and network) namespace, before the
+    /// namespace's init starts: the covered directories emptied (the workspace, or a
+    /// writable directory, that lies beneath one put back in place), the protected places
+    /// made read-only, and the loopback interface brought up.
+    pub(crate) fn prepare(&self) -> Result<(), String> {
+        use nix::mount::{MsFlags, mount};
+        use std::os::fd::AsRawFd;
+        let is_dir = |dir: &str| std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+        let covered = |path: &Path| {
+            COVERED
+                .iter()
+                .any(|(dir, _)| path.starts_with(dir) && is_dir(dir))
+        };
+        // Opened before the covering, put back after it.
+        let mut kept = Vec::new();
+        for dir in std::iter::once(&self.workspace).chain(&self.writable) {
+            if covered(dir) {
+                let file = std::fs::File::open(dir)
+                    .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+                kept.push((dir, file));
+            }
+        }
+        for (dir, mode) in COVERED {
+            if !is_dir(dir) {
+                continue;
+            }
+            mount(
+                Some("tmpfs"),
+                dir,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(format!("mode={mode}").as_str()),
+            )
+            .map_err(|e| format!("cannot mount an empty {dir} for the command: {e}"))?;
+        }
+        for (dir, file) in kept {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot make {} again: {e}", dir.display()))?;
+            let source = format!("/proc/self/fd/{}", file.as_raw_fd());
+            let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
+            mount(
+                Some(source.as_str()),
+                dir,
+                None::<&str>,
+                flags,
+                None::<&str>,
+            )
+            .map_err(|e| format!("cannot put {} back in place: {e}", dir.display()))?;
+        }
+        for place in &self.read_only {
+            read_only(place)?;
+        }
+        // The command starts in the workspace as mounted now: its `..` leads through the
+        // covered directories, not to the system's beneath them.
+        std::env::set_current_dir(&self.workspace)
+            .map_err(|e| format!("cannot enter {}: {e}", self.workspace.display()))?;
+        if self.own_network() {
+            loopback_up()?;
+        }
+        Ok(())
+    }
+
+    /// In the namespace's init, as the last thing before it starts the command: writes
+    /// confined (Landlock) to the workspace, the writable directories, the covered ones
+    /// and a few devices, and no privilege to gain. For this process and every process it
+    /// starts, with no way back.
+    pub(crate) fn confine(&self) -> Result<(), String> {
+        use landlock::{
+            ABI, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+            path_beneath_rules,
+        };
+        let failed = |e: landlock::RulesetError| format!("cannot confine its writes: {e}");
+        // Truncation (ABI 3, Linux 6.2) is confined where the kernel can; writes, creation,
+        // removal and renames from ABI 1 (Linux 5.13) on.
+        let abi = ABI::V3;
+        let write = AccessFs::from_write(abi);
+        let dirs = std::iter::once(&self.workspace)
+            .chain(&self.writable)
+            .map(PathBuf::as_path)
+            .chain(COVERED.iter().map(|(dir, _)| Path::new(dir)));
+        let status = Ruleset::default()
+            .handle_access(write)
+            .map_err(failed)?
+            .create()
+            .map_err(failed)?
+            .add_rules(path_beneath_rules(dirs, write))
+            .map_err(failed)?
+            .add_rules(path_beneath_rules(
+                DEVICES,
+                AccessFs::from_file(abi) & write,
+            ))
+            .map_err(failed)?
+            .restrict_self()
+            .map_err(failed)?;
+        match status.ruleset {
+            RulesetStatus::NotEnforced => Err("cannot confine its writes: this kernel has no \
+                 Landlock (Linux 5.13 or later, with landlock among its security modules)"
+                .to_owned()),
+            RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced => Ok(()),
+        }
+    }
+}
+
+/// Makes `place` read-only in this mount namespace: bound onto itself, then the binding
+/// remounted read-only, with the flags the system's mount has (a user namespace may not
+/// drop them).
+#[cfg(target_os = "linux")]
+fn read_only(place: &Path) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    use nix::sys::statvfs::{FsFlags, statvfs};
+    let failed = |e: nix::Error| format!("cannot make {} read-only: {e}", place.display());
+    let recursive = MsFlags::MS_BIND | MsFlags::MS_REC;
+    mount(Some(place), place, None::<&str>, recursive, None::<&str>).map_err(failed)?;
+    let has = statvfs(place).map_err(failed)?.flags();
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for (kept, flag) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if has.contains(kept) {
+            flags |= flag;
+        }
+    }
+    mount(None::<&str>, place, None::<&str>, flags, None::<&str>).map_err(failed)
+}
+
+/// Brings up the loopback interface of the network namespace this process is in (a new
+/// one has it down): one `RTM_NEWLINK` request over rtnetlink, its answer read.
+#[cfg(target_os = "linux")]
+fn loopback_up() -> Result<(), String> {
+    use nix::sys::socket::{
+        AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto,
+        socket,
+    };
+    use std::os::fd::AsRawFd;
+    let failed = |e: nix::Error| format!("cannot bring up its loopback interface: {e}");
+    let socket = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkRoute,
+    )
+    .map_err(failed)?;
+    sendto(
+        socket.as_raw_fd(),
+        &loopback_up_request(),
+        &NetlinkAddr::new(0, 0),
+        MsgFlags::empty(),
+    )
+    .map_err(failed)?;
+    let mut answer = [0u8; 512];
+    let read = recv(socket.as_raw_fd(), &mut answer, MsgFlags::empty()).map_err(failed)?;
+    match acknowledged(&answer[..read]) {
+        Some(0) => Ok(()),
+        Some(errno) => Err(failed(nix::Error::from_raw(-errno))),
+        None => Err(
+            "cannot bring up its loopback interface: the kernel's answer was not \
+                     an acknowledgement"
+                .to_owned(),
+        ),
+    }
+}
+
+/// `RTM_NEWLINK` for interface 1 (every network namespace's loopback) with `IFF_UP` set,
+/// asking for an acknowledgement: a `nlmsghdr` and an `ifinfomsg`, in this machine's
+/// byte order.
+#[cfg(target_os = "linux")]
+fn loopback_up_request() -> Vec<u8> {
+    const RTM_NEWLINK: u16 = 16;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLM_F_ACK: u16 = 4;
+    const IFF_UP: u32 = 1;
+    const LOOPBACK: i32 = 1;
+    let mut message = Vec::with_capacity(32);
+    message.extend(32u32.to_ne_bytes());
+    message.extend(RTM_NEWLINK.to_ne_bytes());
+    message.extend((NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    message.extend(1u32.to_ne_bytes()); // sequence number
+    message.extend(0u32.to_ne_bytes()); // port id: the kernel's
+    message.extend([0u8, 0u8]); // family (unspecified), padding
+    message.extend(0u16.to_ne_bytes()); // device type
+    message.extend(LOOPBACK.to_ne_bytes());
+    message.extend(IFF_UP.to_ne_bytes()); // flags
+    message.extend(IFF_UP.to_ne_bytes()); // which flags change
+    message
+}
+
+/// The error number of a netlink acknowledgement (`NLMSG_ERROR`; 0 for success, a
+/// negated `errno` otherwise), if `answer` begins with one.
+#[cfg(target_os = "linux")]
+fn acknowledged(answer: &[u8]) -> Option<i32> {
+    const NLMSG_ERROR: u16 = 2;
+    let kind = u16::from_ne_bytes(answer.get(4..6)?.try_into().ok()?);
+    let errno = i32::from_ne_bytes(answer.get(16..20)?.try_into().ok()?);
+    (kind == NLMSG_ERROR).then_some(errno)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loopback_request_is_a_whole_netlink_message() {
+        let request = loopback_up_request();
+        assert_eq!(request.len(), 32);
+        let length = u32::from_ne_bytes(request[0..4].try_into().unwrap());
+        assert_eq!(
+            length as usize,
+            request.len(),
+            "the header counts the message"
+        );
+        let index = i32::from_ne_bytes(request[20..24].try_into().unwrap());
+        assert_eq!(index, 1, "the loopback interface");
+    }
+
+    #[test]
+    fn only_an_acknowledgement_is_read_as_one() {
+        let mut answer = vec![0u8; 36];
+        answer[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        answer[16..20].copy_from_slice(&(-1i32).to_ne_bytes());
+        assert_eq!(acknowledged(&answer), Some(-1));
+        answer[4..6].copy_from_slice(&3u16.to_ne_bytes());
+        assert_eq!(acknowledged(&answer), None, "NLMSG_DONE is not an answer");
+        assert_eq!(acknowledged(&answer[..10]), None, "cut short");
+    }
+}
