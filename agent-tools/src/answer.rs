@@ -39,6 +39,9 @@ pub struct AnswerChecker {
     timeout: Duration,
     /// Variables named like secrets that check commands are given all the same.
     passed: std::collections::BTreeSet<String>,
+    /// The sandbox check commands run in, and the workspace it is made for.
+    #[cfg(feature = "process")]
+    sandbox: Option<(crate::Sandbox, crate::Workspace)>,
 }
 
 impl std::fmt::Debug for AnswerChecker {
@@ -75,7 +78,25 @@ impl AnswerChecker {
             cwd: cwd.into(),
             timeout: DEFAULT_CHECK_TIMEOUT,
             passed: std::collections::BTreeSet::new(),
+            #[cfg(feature = "process")]
+            sandbox: None,
         })
+    }
+
+    /// Runs check commands in `sandbox`, as `shell` commands in `workspace` run in it
+    /// ([`crate::builtin::Shell::sandboxed`]): a check runs what the model left in the
+    /// workspace (its tests, its build scripts), which must not do there what a command
+    /// the model ran could not. Where the sandbox cannot be made, a check rejects the
+    /// answer, saying why.
+    #[cfg(feature = "process")]
+    #[must_use]
+    pub fn sandboxed(
+        mut self,
+        sandbox: crate::Sandbox,
+        workspace: crate::Workspace,
+    ) -> AnswerChecker {
+        self.sandbox = Some((sandbox, workspace));
+        self
     }
 
     /// Gives check commands these variables named like secrets, which they are not
@@ -142,7 +163,21 @@ impl AnswerChecker {
                 self.passed.contains(name)
             });
         let input = answer.as_bytes().to_vec();
-        match run_command(command, &self.cwd, &env, &withheld, input, self.timeout).await {
+        let spec = match self.sandbox.as_ref().map(|(sandbox, ws)| sandbox.spec(ws)) {
+            Some(Err(why)) => {
+                return Some(format!(
+                    "the check `{command}` could not judge the answer ({why}); the answer \
+                     is rejected"
+                ));
+            }
+            Some(Ok(spec)) => Some(spec),
+            None => None,
+        };
+        let kept_from = crate::process::KeptFrom {
+            unset: &withheld,
+            sandbox: spec.as_deref(),
+        };
+        match run_command(command, &self.cwd, &env, kept_from, input, self.timeout).await {
             Answer::Exited { code: Some(0), .. } => None,
             Answer::Exited {
                 code,

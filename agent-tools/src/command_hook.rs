@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::hooks::{DEFAULT_HOOK_TIMEOUT, Hook, HookCall, HookDecision, HookEvent};
-use crate::process::Watcher;
+use crate::process::{KeptFrom, Watcher};
 
 /// An external hook: `bash -c COMMAND` gets one JSON object on stdin and answers with its
 /// exit code (0 allow, 2 deny with stderr as the reason) or a JSON object on stdout with
@@ -73,7 +73,10 @@ impl CommandHook {
             &self.command,
             &self.cwd,
             &[],
-            &[],
+            KeptFrom {
+                unset: &[],
+                sandbox: None,
+            },
             input.to_string().into_bytes(),
             self.timeout,
         )
@@ -96,8 +99,8 @@ impl CommandHook {
     }
 }
 
-/// Runs `bash -c command` in `cwd` with `env` added and the variables `withheld` removed,
-/// `input` on its stdin: its answer read
+/// Runs `bash -c command` in `cwd` with `env` added and what `kept_from` says kept from it
+/// (in its sandbox, when it names one: never without), `input` on its stdin: its answer read
 /// and its exit awaited, all within `timeout`. However this ends (answered, timed out, or
 /// this process killed), the command and every process it started that stayed in its
 /// process group are killed ([`Watcher`]); on Linux, under this binary as its watcher
@@ -106,13 +109,33 @@ pub(crate) async fn run_command(
     command: &str,
     cwd: &std::path::Path,
     env: &[(&str, &str)],
-    withheld: &[std::ffi::OsString],
+    kept_from: KeptFrom<'_>,
     input: Vec<u8>,
     timeout: Duration,
 ) -> Answer {
+    // A sandbox is made by the watcher, or the command is not run.
+    if kept_from.sandbox.is_some() {
+        #[cfg(target_os = "linux")]
+        if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
+            return run_watched(program, command, cwd, env, kept_from, &input, timeout)
+                .await
+                .unwrap_or_else(|e| {
+                    Answer::Failed(format!(
+                        "its sandbox cannot be made: cannot start {}: {e}",
+                        program.display()
+                    ))
+                });
+        }
+        return Answer::Failed(
+            "its sandbox cannot be made: that takes Linux, and agent's watcher \
+             (agent_tools::watch_with, first thing in main)"
+                .to_owned(),
+        );
+    }
+    let withheld = kept_from.unset;
     #[cfg(target_os = "linux")]
     if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
-        match run_watched(program, command, cwd, env, withheld, &input, timeout).await {
+        match run_watched(program, command, cwd, env, kept_from, &input, timeout).await {
             Ok(answer) => return answer,
             // A binary that cannot be started again (a file system mounted `noexec`, say):
             // the group's watcher serves.
@@ -186,21 +209,18 @@ async fn run_watched(
     command: &str,
     cwd: &std::path::Path,
     env: &[(&str, &str)],
-    withheld: &[std::ffi::OsString],
+    kept_from: KeptFrom<'_>,
     input: &[u8],
     timeout: Duration,
 ) -> std::io::Result<Answer> {
-    use crate::process::{Ended, KeptFrom, Link, Pipes, spawn_watched};
+    use crate::process::{Ended, Link, Pipes, spawn_watched};
     let spawned = spawn_watched(
         program,
         Link::Fed,
         "bash",
         ["-c", command],
         env.iter().copied(),
-        KeptFrom {
-            unset: withheld,
-            sandbox: None,
-        },
+        kept_from,
         cwd,
     )?;
     let (mut watched, stdout, stderr) = match spawned {

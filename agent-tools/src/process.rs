@@ -237,7 +237,7 @@ pub(crate) struct Pipes {
 /// What a watched program is kept from: the variables of this process's environment it is
 /// not given, and, when it runs in a sandbox ([`crate::Sandbox`]), that sandbox as its
 /// watcher makes it.
-#[cfg(target_os = "linux")]
+#[derive(Clone, Copy)]
 pub(crate) struct KeptFrom<'a> {
     pub(crate) unset: &'a [std::ffi::OsString],
     pub(crate) sandbox: Option<&'a str>,

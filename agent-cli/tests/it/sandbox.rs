@@ -201,3 +201,32 @@ fn a_directory_named_for_sandboxed_writes_must_be_there() {
     );
     assert!(!env.store().exists(), "nothing written");
 }
+
+/// An answer check runs what the model left in the workspace (its tests, its build
+/// scripts): with `--sandbox` it runs in the sandbox too, writing in the workspace and
+/// nowhere else, where without it the same check writes outside.
+#[test]
+fn an_answer_check_runs_in_the_sandbox_too() {
+    for sandboxed in [false, true] {
+        let env = Env::new();
+        let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+        let model = env.script(serde_json::json!([{"final": "yes"}]));
+        let check = format!(
+            "echo x > {}/escaped; echo y > made-by-check",
+            outside.path().display()
+        );
+        let mut args = vec!["run", "--json", "--check", &check, "--model", &model];
+        if sandboxed {
+            args.push("--sandbox");
+        }
+        args.push("go");
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(env.dir.path().join("made-by-check").exists());
+        assert_eq!(
+            outside.path().join("escaped").exists(),
+            !sandboxed,
+            "sandboxed: {sandboxed}"
+        );
+    }
+}

@@ -456,9 +456,17 @@ impl Runtime {
         let spec = machine.state().manifest.as_ref()?.answer.as_ref()?;
         let span = tracing::info_span!("check_answer", agent.checks = spec.checks.len());
         let checker = match agent_tools::AnswerChecker::new(spec, &self.check_dir) {
-            Ok(checker) => checker
-                .with_timeout(self.check_timeout)
-                .passing(self.check_passing.iter().cloned()),
+            Ok(checker) => {
+                let checker = checker
+                    .with_timeout(self.check_timeout)
+                    .passing(self.check_passing.iter().cloned());
+                match &self.check_sandbox {
+                    Some(sandbox) => {
+                        checker.sandboxed(sandbox.clone(), self.gateway.workspace().clone())
+                    }
+                    None => checker,
+                }
+            }
             Err(e) => return Some(format!("the answer cannot be validated: {e}")),
         };
         checker.check(run_id, answer).instrument(span).await

@@ -167,6 +167,8 @@ pub struct Runtime {
     check_timeout: std::time::Duration,
     /// Variables named like secrets that check commands are given all the same.
     check_passing: Vec<String>,
+    /// The sandbox answer check commands run in, if any.
+    check_sandbox: Option<agent_tools::Sandbox>,
     /// The only tools of the gateway this runtime's runs may use (a sub-agent's).
     only_tools: Option<std::collections::BTreeSet<String>>,
     /// The call a sub-agent's run answers, recorded in the manifest of the run it starts.
@@ -215,6 +217,7 @@ impl Runtime {
             check_dir: std::path::PathBuf::from("."),
             check_timeout: agent_tools::DEFAULT_CHECK_TIMEOUT,
             check_passing: Vec::new(),
+            check_sandbox: None,
             only_tools: None,
             parent: None,
             asks_denied: false,
@@ -337,6 +340,14 @@ impl Runtime {
     /// in the workspace.
     pub fn with_checks_passing(mut self, names: impl IntoIterator<Item = String>) -> Runtime {
         self.check_passing = names.into_iter().collect();
+        self
+    }
+
+    /// Runs check commands in `sandbox` ([`agent_tools::AnswerChecker::sandboxed`]), in
+    /// the gateway's workspace: where `shell` commands run in one, a check must not run
+    /// what the model left there outside it.
+    pub fn with_checks_sandboxed(mut self, sandbox: Option<agent_tools::Sandbox>) -> Runtime {
+        self.check_sandbox = sandbox;
         self
     }
 
