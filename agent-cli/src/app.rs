@@ -761,7 +761,8 @@ fn fork(settings: &Settings, json: bool, parent: &str, at: u32) -> Result<u8, Fa
 
 /// `settings` for taking up run `run_id` (`log`, its log), or a fork of it: in the
 /// workspace it was started in ([`Settings::in_run_workspace`], said on the terminal when
-/// it is not this directory), and with sub-agents when it was started with them.
+/// it is not this directory), with sub-agents when it was started with them, and in the
+/// sandbox it was started in unless this command says otherwise (said too).
 pub(crate) fn taken_up<'a>(
     settings: &'a Settings,
     run_id: &str,
@@ -783,6 +784,24 @@ pub(crate) fn taken_up<'a>(
     };
     if had_sub_agents && !taken.sub_agents {
         taken.to_mut().sub_agents = true;
+    }
+    // Its commands stay in the sandbox they started in, unless this command says: a run
+    // whose calls a person approves from another shell runs them as it was started to.
+    // (Any sandbox, whatever a log says of it, confines more than none.)
+    let recorded = match log.first().map(|e| &e.event) {
+        Some(Event::RunStarted { manifest, .. }) => manifest.sandbox.as_deref(),
+        _ => None,
+    };
+    if let Some(recorded) = recorded.filter(|_| !taken.sandbox_said) {
+        let mut sandbox = agent_tools::Sandbox::new().with_network(recorded.network);
+        for dir in &recorded.write {
+            sandbox = sandbox.writing(dir);
+        }
+        tell(format_args!(
+            "agent: run {run_id} runs its commands in a sandbox, as it started (--no-sandbox \
+             runs them without)\n"
+        ));
+        taken.to_mut().sandbox = Some(sandbox);
     }
     Ok(taken)
 }

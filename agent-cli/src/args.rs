@@ -295,6 +295,9 @@ pub struct Setup {
     /// Let sandboxed shell commands reach the network (implies --sandbox).
     #[arg(long)]
     pub sandbox_network: bool,
+    /// Run shell commands without a sandbox, even in a run started with one.
+    #[arg(long, conflicts_with_all = ["sandbox", "sandbox_network", "sandbox_write"])]
+    pub no_sandbox: bool,
     /// Let sandboxed shell commands write beneath this directory too (implies --sandbox;
     /// repeatable).
     #[arg(long = "sandbox-write", value_name = "DIR")]

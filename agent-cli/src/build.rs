@@ -497,7 +497,7 @@ pub fn runtime(
         .with_answer_checks(settings.answer.clone())
         .with_check_commands_in(&settings.workspace, settings.check_timeout)
         .with_checks_passing(settings.shell_env.iter().cloned())
-        .with_checks_sandboxed(settings.sandbox.clone());
+        .with_sandbox(settings.sandbox.clone());
     if real_model {
         runtime = runtime.with_summarizer(Arc::new(ModelSummarizer::new(model)));
     } else {

@@ -538,6 +538,16 @@ fn detail(run_id: &str, event: &Event) -> String {
                     origin.run_id, origin.at, origin.version
                 );
             }
+            if let Some(sandbox) = &manifest.sandbox {
+                line.push_str(if sandbox.network {
+                    " commands sandboxed (with network)"
+                } else {
+                    " commands sandboxed (no network)"
+                });
+                if !sandbox.write.is_empty() {
+                    let _ = write!(line, ", writing also in {:?}", sandbox.write);
+                }
+            }
             line
         }
         Event::DecisionProposed {

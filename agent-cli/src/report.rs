@@ -295,6 +295,7 @@ mod tests {
             forked_from: None,
             parent: None,
             workspace: None,
+            sandbox: None,
         }
     }
 

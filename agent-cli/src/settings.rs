@@ -382,6 +382,9 @@ pub struct Settings {
     /// The sandbox shell commands run in, when one was asked for (agent.toml's `sandbox`,
     /// `sandbox_network` and `sandbox_write`, then the flags).
     pub sandbox: Option<agent_tools::Sandbox>,
+    /// Whether this command said whether to sandbox (a sandbox flag, `--no-sandbox`, or
+    /// agent.toml's `sandbox`): if not, a run taken up keeps the sandbox it started with.
+    pub sandbox_said: bool,
     /// The validators of the final answer of a run this command starts (set by
     /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
     pub answer: agent_core::AnswerSpec,
@@ -692,6 +695,7 @@ impl Settings {
             answer: agent_core::AnswerSpec::default(),
             sub_agents: setup.sub_agents || config.sub_agents.unwrap_or(false),
             shell_env,
+            sandbox_said: sandbox.is_some() || setup.no_sandbox || config.sandbox.is_some(),
             sandbox,
             check_timeout: config
                 .check_timeout_secs
@@ -980,7 +984,7 @@ fn sandbox_of(
         .map(|dir| ("--sandbox-write", dir.clone()));
     let dirs: Vec<(&str, PathBuf)> = file_dirs.chain(flag_dirs).collect();
     let asked = setup.sandbox || config.sandbox == Some(true) || network || !dirs.is_empty();
-    if !asked {
+    if !asked || setup.no_sandbox {
         return Ok(None);
     }
     let mut sandbox = agent_tools::Sandbox::new().with_network(network);
@@ -1028,6 +1032,7 @@ mod tests {
             forked_from: None,
             parent: None,
             workspace: workspace.map(str::to_owned),
+            sandbox: None,
         };
         let event = agent_core::Event::RunStarted {
             run_id: "r".into(),

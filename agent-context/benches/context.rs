@@ -41,6 +41,7 @@ fn run_log(turns: u32, size: usize) -> Vec<Entry> {
         forked_from: None,
         parent: None,
         workspace: None,
+        sandbox: None,
     };
     let mut log = vec![entry(
         1,

@@ -22,6 +22,7 @@
 //!     forked_from: None,
 //!     parent: None,
 //!     workspace: None,
+//!     sandbox: None,
 //! };
 //! let log = [Entry { version: 1, at_ms: 0, event: Event::RunStarted {
 //!     run_id: "r1".into(), goal: "Summarize notes.txt".into(), manifest } }];

@@ -52,6 +52,7 @@ impl LogBuilder {
             forked_from: None,
             parent: None,
             workspace: None,
+            sandbox: None,
         };
         LogBuilder {
             entries: Vec::new(),

@@ -33,6 +33,7 @@ fn manifest(max_steps: u32) -> Manifest {
         forked_from: None,
         parent: None,
         workspace: None,
+        sandbox: None,
     }
 }
 

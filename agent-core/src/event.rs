@@ -83,6 +83,22 @@ pub struct Manifest {
     /// too unless told otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// The sandbox its commands run in, when they do (`agent run --sandbox`): a process
+    /// that takes the run up keeps them in it unless told otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Box<SandboxRecord>>,
+}
+
+/// The sandbox a run's commands run in, as its manifest records it: what they may do
+/// beyond reading and writing in the workspace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    /// Whether they may reach the network.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
+    /// The directories beyond the workspace where they may write (absolute).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write: Vec<String>,
 }
 
 /// The call of another run that a sub-agent's run answers.

@@ -30,6 +30,7 @@
 //!     forked_from: None,
 //!     parent: None,
 //!     workspace: None,
+//!     sandbox: None,
 //! };
 //! let config = RunConfig { run_id: "r1".into(), goal: "say hi".into(), manifest, tools: vec![] };
 //! let mut machine = Machine::start(config, 0);
@@ -76,7 +77,9 @@ pub use decision::{
 };
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;
-pub use event::{AnswerSpec, Entry, Event, Finding, ForkOrigin, Manifest, ParentCall, Resolution};
+pub use event::{
+    AnswerSpec, Entry, Event, Finding, ForkOrigin, Manifest, ParentCall, Resolution, SandboxRecord,
+};
 pub use family::{ancestor_run_ids, in_family_of, parent_run_id, sub_agent_run_id};
 pub use fork::{ForkError, before_model_call, fork_log, model_call_of};
 pub use handle::{BLOB_PREFIX, Handle, HandleError};

@@ -161,6 +161,7 @@ pub fn started(run_id: &str, at_ms: u64) -> Entry {
                 forked_from: None,
                 parent: None,
                 workspace: None,
+                sandbox: None,
             },
         },
     }

@@ -230,3 +230,43 @@ fn an_answer_check_runs_in_the_sandbox_too() {
         );
     }
 }
+
+/// A run started with `--sandbox` records it: `agent show` says so, and a call approved
+/// later from a command that says nothing of a sandbox runs in it (said on the terminal),
+/// while `--no-sandbox` runs it without, as the person then asked.
+#[test]
+fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
+    for no_sandbox in [false, true] {
+        let env = Env::new();
+        let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+        let model = one_shell_call(
+            &env,
+            &format!("echo x > {}/escaped", outside.path().display()),
+        );
+        let out = env.run(&["run", "--json", "--sandbox", "--model", &model, "go"]);
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let shown = crate::stdout(&env.run(&["show", &id]));
+        assert!(shown.contains("commands sandboxed (no network)"), "{shown}");
+        let mut args = vec!["approve", &id, "--model", &model];
+        if no_sandbox {
+            args.push("--no-sandbox");
+        }
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            stderr(&out).contains("runs its commands in a sandbox, as it started"),
+            !no_sandbox,
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(
+            outside.path().join("escaped").exists(),
+            no_sandbox,
+            "--no-sandbox: {no_sandbox}"
+        );
+    }
+}

@@ -28,6 +28,7 @@ impl Log {
                 forked_from: None,
                 parent: None,
                 workspace: None,
+                sandbox: None,
             },
         });
         log

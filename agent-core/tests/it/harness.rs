@@ -280,6 +280,7 @@ pub fn manifest(budget: Budget) -> Manifest {
         forked_from: None,
         parent: None,
         workspace: None,
+        sandbox: None,
     }
 }
 

@@ -167,7 +167,7 @@ pub struct Runtime {
     check_timeout: std::time::Duration,
     /// Variables named like secrets that check commands are given all the same.
     check_passing: Vec<String>,
-    /// The sandbox answer check commands run in, if any.
+    /// The sandbox the runs' commands and answer checks run in, if any.
     check_sandbox: Option<agent_tools::Sandbox>,
     /// The only tools of the gateway this runtime's runs may use (a sub-agent's).
     only_tools: Option<std::collections::BTreeSet<String>>,
@@ -343,10 +343,12 @@ impl Runtime {
         self
     }
 
-    /// Runs check commands in `sandbox` ([`agent_tools::AnswerChecker::sandboxed`]), in
-    /// the gateway's workspace: where `shell` commands run in one, a check must not run
-    /// what the model left there outside it.
-    pub fn with_checks_sandboxed(mut self, sandbox: Option<agent_tools::Sandbox>) -> Runtime {
+    /// The sandbox the runs' commands run in (give the gateway's `shell` the same,
+    /// [`agent_tools::builtin::Shell::sandboxed`]): recorded in each new run's manifest,
+    /// for the processes that take the run up, and answer check commands run in it, in the
+    /// gateway's workspace ([`agent_tools::AnswerChecker::sandboxed`]): a check must not
+    /// run what the model left there outside it.
+    pub fn with_sandbox(mut self, sandbox: Option<agent_tools::Sandbox>) -> Runtime {
         self.check_sandbox = sandbox;
         self
     }
@@ -420,6 +422,16 @@ impl Runtime {
             forked_from: None,
             parent: self.parent.clone().map(Box::new),
             workspace: Some(self.gateway.workspace().root().display().to_string()),
+            sandbox: self.check_sandbox.as_ref().map(|sandbox| {
+                Box::new(agent_core::SandboxRecord {
+                    network: sandbox.network(),
+                    write: sandbox
+                        .writable()
+                        .iter()
+                        .map(|dir| dir.display().to_string())
+                        .collect(),
+                })
+            }),
         }
     }
 
