@@ -977,7 +977,7 @@ fn sandbox_of(
     let file_dirs = config
         .sandbox_write
         .iter()
-        .map(|dir| ("sandbox_write in the settings file", relative(dir)));
+        .map(|dir| ("sandbox_write in the settings file:", relative(dir)));
     let flag_dirs = setup
         .sandbox_write
         .iter()

@@ -1141,6 +1141,35 @@ fn a_run_whose_process_died_here_is_taken_over_at_once() {
     assert_eq!(q.runs()[0]["live"], Value::Null);
 }
 
+/// A queued run submitted with `--sandbox` runs its commands in the sandbox on the worker
+/// that drives it: a write outside the workspace is refused there, one inside is made.
+#[test]
+fn a_queued_run_s_commands_run_in_its_sandbox_on_the_worker() {
+    let q = Queue::new();
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let command = format!(
+        "echo x > {}/escaped; echo y > made",
+        outside.path().display()
+    );
+    let model = q.script(
+        "sandboxed",
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": command}}]},
+            {"final": "done"}
+        ]),
+    );
+    let id = q.submit(&model, &["--sandbox", "--allow", "shell"], "write");
+    let out = q
+        .worker(&["--until-empty"], true)
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = q.events(&id);
+    assert_eq!(events.last().unwrap()["outcome"]["reason"], "completed");
+    assert!(q.ws.join("made").exists());
+    assert!(!outside.path().join("escaped").exists());
+}
+
 /// A queued run carries its answer validators to the worker that drives it.
 #[test]
 fn a_queued_run_s_answer_is_checked_by_the_worker() {

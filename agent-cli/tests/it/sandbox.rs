@@ -30,10 +30,11 @@ fn one_call(env: &Env, as_nobody: bool, command: &str, flags: &[&str]) -> Value 
     call_results(env, &out)("call-1")
 }
 
-/// The call's output (stdout and stderr as the model reads them).
+/// The call's output (stdout and stderr as the model reads them, a failed command's too).
 fn output(result: &Value) -> &str {
     result["output"]
         .as_str()
+        .or_else(|| result["error"]["message"].as_str())
         .unwrap_or_else(|| panic!("no output: {result}"))
 }
 
@@ -269,4 +270,50 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
             "--no-sandbox: {no_sandbox}"
         );
     }
+}
+
+/// agent.toml may ask for the sandbox with no one's trust (it only narrows what commands
+/// do), but what it widens in it, the network or a directory to write in, needs trust as
+/// an `allow` rule does; a directory it names is relative to it.
+#[test]
+fn agent_toml_asks_for_the_sandbox_and_needs_trust_to_widen_it() {
+    let env = Env::new();
+    let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let toml = env.dir.path().join("agent.toml");
+    let model = one_shell_call(
+        &env,
+        &format!(
+            "echo x > {}/escaped; echo y > cache/made",
+            outside.path().display()
+        ),
+    );
+    std::fs::write(&toml, "sandbox = true\n").unwrap();
+    let result = one_call_with(&env, &model);
+    assert!(output(&result).contains("cache/made"), "{result}");
+    assert!(!outside.path().join("escaped").exists());
+
+    std::fs::create_dir(env.dir.path().join("cache")).unwrap();
+    for widening in ["sandbox_network = true\n", "sandbox_write = [\"cache\"]\n"] {
+        std::fs::write(&toml, format!("sandbox = true\n{widening}")).unwrap();
+        let out = env.run(&["run", "--allow", "shell", "--model", &model, "go"]);
+        assert_eq!(out.status.code(), Some(2), "{widening}: {}", stderr(&out));
+        let err = stderr(&out);
+        let named = widening.split(' ').next().unwrap();
+        assert!(
+            err.contains(named) && err.contains("agent trust"),
+            "{widening}: {err}"
+        );
+    }
+    let out = env.run(&["trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let result = one_call_with(&env, &model);
+    assert!(output(&result).starts_with("exit code: 0"), "{result}");
+    assert!(env.dir.path().join("cache/made").exists());
+    assert!(!outside.path().join("escaped").exists());
+}
+
+/// Runs `model` with `shell` allowed and no other flag; its call's result.
+fn one_call_with(env: &Env, model: &str) -> Value {
+    let out = env.run(&["run", "--json", "--allow", "shell", "--model", model, "go"]);
+    call_results(env, &out)("call-1")
 }
