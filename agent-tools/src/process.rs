@@ -511,7 +511,7 @@ mod watching {
             if std::env::var_os(OWN_MOUNTS_ENV).is_some_and(|own| own == "1") {
                 own_proc();
             }
-            if let Err(why) = drop_capabilities() {
+            if let Err(why) = drop_capabilities(sandbox.is_some()) {
                 return refuse(why);
             }
             // The last: a confined process can mount nothing.
@@ -763,10 +763,25 @@ mod watching {
     /// In the init of a namespace, before it starts the program: every capability the
     /// init holds dropped, unless it is root (the program then runs as root, as `agent`
     /// does). The program must not inherit what let the init mount its `/proc`, with
-    /// which it could take the namespace's mounts away.
-    fn drop_capabilities() -> Result<(), String> {
+    /// which it could take the namespace's mounts away. A sandboxed program gets none,
+    /// root's included, nor can it gain one by starting another (the bounding set is
+    /// emptied first): root's capabilities would load a kernel module, make a device node
+    /// to write a disk through, or reach the hardware, none of which the sandbox's rules
+    /// on files and the network see.
+    fn drop_capabilities(sandboxed: bool) -> Result<(), String> {
         use caps::CapSet;
-        let sets: &[CapSet] = if nix::unistd::geteuid().is_root() {
+        let root = nix::unistd::geteuid().is_root();
+        // Only root gains the bounding set's capabilities by starting a program (another
+        // user, here or in a user namespace, gains none, and may not empty it).
+        let sets: &[CapSet] = if sandboxed && root {
+            &[
+                CapSet::Bounding,
+                CapSet::Ambient,
+                CapSet::Inheritable,
+                CapSet::Effective,
+                CapSet::Permitted,
+            ]
+        } else if root && !sandboxed {
             &[CapSet::Ambient]
         } else {
             &[

@@ -19,8 +19,8 @@
 //!   its own;
 //! - without network it has a network of its own with only a loopback interface: servers
 //!   it starts on 127.0.0.1 answer it, nothing else does;
-//! - it cannot gain privileges (`no_new_privs`: `sudo` and other set-user-ID programs
-//!   run with none).
+//! - it holds no capability, root's neither, and cannot gain one (`no_new_privs`: `sudo`
+//!   and other set-user-ID programs run with none); it makes no device node.
 //!
 //! A sandbox that cannot be made (a kernel without Landlock, a system that allows no
 //! namespaces) is never run without: the command is refused, saying why.
@@ -227,13 +227,15 @@ impl Spec {
         // Truncation (ABI 3, Linux 6.2) is confined where the kernel can; writes, creation,
         // removal and renames from ABI 1 (Linux 5.13) on.
         let abi = ABI::V3;
-        let write = AccessFs::from_write(abi);
+        let handled = AccessFs::from_write(abi);
+        // No device nodes, even in the workspace (a node for a disk is a way to it).
+        let write = handled & !(AccessFs::MakeChar | AccessFs::MakeBlock);
         let dirs = std::iter::once(&self.workspace)
             .chain(&self.writable)
             .map(PathBuf::as_path)
             .chain(COVERED.iter().map(|(dir, _)| Path::new(dir)));
         let status = Ruleset::default()
-            .handle_access(write)
+            .handle_access(handled)
             .map_err(failed)?
             .create()
             .map_err(failed)?

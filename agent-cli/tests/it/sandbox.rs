@@ -317,3 +317,27 @@ fn one_call_with(env: &Env, model: &str) -> Value {
     let out = env.run(&["run", "--json", "--allow", "shell", "--model", model, "go"]);
     call_results(env, &out)("call-1")
 }
+
+/// A sandboxed command holds no capability, and as root neither (its bounding set is
+/// empty: nothing it starts gains one), so it makes no device node, in the workspace
+/// either, where without the sandbox root makes one (a node for a disk is a way to write
+/// it whatever the file rules say).
+#[test]
+fn a_sandboxed_command_holds_no_capability_even_as_root() {
+    let command = "grep -E '^Cap(Eff|Bnd)' /proc/self/status; mknod node c 1 3 && echo made-node";
+    let as_root = nix::unistd::geteuid().is_root();
+    for sandboxed in [false, true] {
+        let env = Env::new();
+        let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
+        let result = one_call(&env, false, command, flags);
+        let said = output(&result);
+        if sandboxed {
+            assert!(said.contains("CapEff:\t0000000000000000"), "{said}");
+            assert!(said.contains("CapBnd:\t0000000000000000"), "{said}");
+            assert!(!said.contains("made-node"), "{said}");
+            assert!(!env.dir.path().join("node").exists(), "{said}");
+        } else if as_root {
+            assert!(said.contains("made-node"), "{said}");
+        }
+    }
+}
