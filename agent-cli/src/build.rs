@@ -197,6 +197,15 @@ pub fn gateway(
         }
         let mut shell = agent_tools::builtin::Shell::passing(settings.shell_env.iter().cloned());
         if let Some(sandbox) = &settings.sandbox {
+            // Told now, not by every command the model tries.
+            rt.block_on(sandbox.probe(gateway.workspace()))
+                .map_err(|why| {
+                    let why = why.trim_start_matches("its sandbox cannot be made: ");
+                    usage(format!(
+                        "commands cannot be sandboxed here: {why}; run without --sandbox (and \
+                     without sandbox in agent.toml)"
+                    ))
+                })?;
             shell = shell.sandboxed(sandbox.clone());
         }
         gateway

@@ -492,8 +492,7 @@ mod watching {
                     return refuse(format!(
                         "its sandbox cannot be made: it needs namespaces of its own (user, \
                          PID, mount, network), which this system does not allow (or \
-                         {PID_NAMESPACE_ENV}=off says not to use them); run without the \
-                         sandbox, or where they are allowed"
+                         {PID_NAMESPACE_ENV}=off says not to use them)"
                     ));
                 }
                 (Namespace::NotAllowed, None) => {}

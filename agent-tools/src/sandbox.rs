@@ -92,6 +92,51 @@ impl Sandbox {
             .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))
     }
 
+    /// Whether commands in `workspace` can run in this sandbox here: one is made, as for a
+    /// command, and `true` run in it. `Err` says why not, in the words a refused command
+    /// would get. Worth a few milliseconds before a run, so that a person learns it then
+    /// rather than from every command the model tries.
+    pub async fn probe(&self, workspace: &Workspace) -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        {
+            use crate::process::{Ended, KeptFrom, Link, spawn_watched};
+            let spec = self.spec(workspace)?;
+            let program = crate::process::watch_program()
+                .filter(|p| p.is_file())
+                .ok_or(
+                    "its sandbox is made by agent's watcher, and this program offers none \
+                        (agent_tools::watch_with, first thing in main)",
+                )?;
+            let kept_from = KeptFrom {
+                unset: &[],
+                sandbox: Some(&spec),
+            };
+            let no_env: [(&str, &str); 0] = [];
+            let (mut watched, _pipes) = spawn_watched(
+                program,
+                Link::Stdin,
+                "true",
+                [],
+                no_env,
+                kept_from,
+                workspace.root(),
+            )
+            .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+            match watched.ended().await {
+                Some(Ended::Code(0)) => Ok(()),
+                Some(Ended::NotStarted(why)) => Err(why),
+                Some(Ended::Code(code)) => Err(format!("`true` exited {code} in it")),
+                Some(Ended::Signal(signal)) => Err(format!("`true` was killed in it ({signal})")),
+                None => Err("its watcher ended without saying how".to_owned()),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = workspace;
+            Err("commands are sandboxed on Linux only".to_owned())
+        }
+    }
+
     /// A sentence for the model: what its commands may not do.
     pub(crate) fn told(&self) -> &'static str {
         if self.network {

@@ -144,10 +144,11 @@ fn a_sandboxed_command_has_a_network_of_its_own() {
     }
 }
 
-/// Where the sandbox cannot be made (here: namespaces turned off), a sandboxed command is
-/// not run at all, and the model is told why; the run goes on.
+/// Where the sandbox cannot be made (here: namespaces turned off), a run that asks for it
+/// does not start: one line says why (before, every command the model tried was refused),
+/// and nothing runs or is written.
 #[test]
-fn a_sandbox_that_cannot_be_made_runs_nothing() {
+fn a_sandbox_that_cannot_be_made_stops_the_run_before_it_starts() {
     let env = Env::new();
     let model = one_shell_call(&env, "echo ran > ran.txt");
     let out = env
@@ -158,14 +159,17 @@ fn a_sandbox_that_cannot_be_made_runs_nothing() {
         .arg("go")
         .output()
         .unwrap();
-    let result = call_results(&env, &out)("call-1");
-    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        message.starts_with("the command was not run: its sandbox cannot be made")
-            && message.contains("namespaces"),
-        "{result}"
+        err.starts_with("agent: commands cannot be sandboxed here: it needs namespaces")
+            && err.contains("run without --sandbox"),
+        "{err}"
     );
     assert!(!env.dir.path().join("ran.txt").exists());
+    let runs = crate::stdout(&env.run(&["runs", "--json"]));
+    assert!(!runs.contains("run_id"), "no run was made: {runs}");
 }
 
 /// `--sandbox-write` lets commands write in one more directory; one that is not there is

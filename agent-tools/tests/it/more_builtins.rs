@@ -430,3 +430,32 @@ async fn shell_commands_are_not_given_secrets() {
         "exit code: 0\n--- stdout ---\nunset|tok-0123456789|visible\n"
     );
 }
+
+/// A sandboxed shell in a program that offers no watcher (this test binary calls no
+/// `watch_with`) cannot make its sandbox: each command is refused, saying why, and nothing
+/// runs; the probe a program makes before a run says the same. Never run without it.
+#[tokio::test]
+async fn a_sandbox_that_cannot_be_made_is_never_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = agent_tools::Sandbox::new();
+    let shell = Shell::default().sandboxed(sandbox.clone());
+    let told = agent_tools::TypedTool::description(&shell);
+    assert!(told.contains("sandbox"), "the model is told: {told}");
+    let err = call(
+        &Typed(shell),
+        dir.path(),
+        json!({"command": "echo ran > ran.txt"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::ExecutionFailed);
+    assert!(
+        err.message.starts_with("the command was not run:") && err.message.contains("offers none"),
+        "{}",
+        err.message
+    );
+    assert!(!dir.path().join("ran.txt").exists());
+    let workspace = agent_tools::Workspace::new(dir.path()).unwrap();
+    let probed = sandbox.probe(&workspace).await.unwrap_err();
+    assert!(probed.contains("offers none"), "{probed}");
+}
