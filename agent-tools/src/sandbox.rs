@@ -18,7 +18,8 @@
 //!   programs outside, an SSH agent's, X's) are not there: both are empty directories of
 //!   its own;
 //! - without network it has a network of its own with only a loopback interface: servers
-//!   it starts on 127.0.0.1 answer it, nothing else does;
+//!   it starts on 127.0.0.1 answer it, nothing else does; with network, it still reaches
+//!   no socket of the abstract namespace made outside it (Linux 6.12 on);
 //! - it holds no capability, root's neither, and cannot gain one (`no_new_privs`: `sudo`
 //!   and other set-user-ID programs run with none); it makes no device node.
 //!
@@ -265,7 +266,7 @@ impl Spec {
     /// starts, with no way back.
     pub(crate) fn confine(&self) -> Result<(), String> {
         use landlock::{
-            ABI, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+            ABI, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
             path_beneath_rules,
         };
         let failed = |e: landlock::RulesetError| format!("cannot confine its writes: {e}");
@@ -281,6 +282,11 @@ impl Spec {
             .chain(COVERED.iter().map(|(dir, _)| Path::new(dir)));
         let status = Ruleset::default()
             .handle_access(handled)
+            .map_err(failed)?
+            // Nor a socket of the abstract namespace made outside (the network's own
+            // keeps them out without network; with it, X's and D-Bus's are there), nor a
+            // signal to a process outside: where the kernel can (ABI 6, Linux 6.12).
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
             .map_err(failed)?
             .create()
             .map_err(failed)?

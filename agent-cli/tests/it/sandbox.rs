@@ -345,3 +345,41 @@ fn a_sandboxed_command_holds_no_capability_even_as_root() {
         }
     }
 }
+
+/// With the network given back, a sandboxed command still reaches no socket of the
+/// abstract namespace made outside it (an X server's, a D-Bus bus's; here one this test
+/// listens on), where the kernel scopes them (Landlock ABI 6, Linux 6.12); without the
+/// sandbox it does.
+#[test]
+fn a_sandboxed_command_with_network_reaches_no_abstract_socket_outside() {
+    use std::os::linux::net::SocketAddrExt;
+    if !kernel_at_least(6, 12) {
+        return;
+    }
+    let name = format!("agent-sandbox-test-{}", std::process::id());
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+    let command = format!(
+        "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); \
+         s.connect(\"\\0{name}\"); print(\"reached-abstract\")'"
+    );
+    for (flags, reached) in [(&[][..], true), (&["--sandbox-network"][..], false)] {
+        let env = Env::new();
+        let result = one_call(&env, false, &command, flags);
+        let said = output(&result);
+        assert_eq!(
+            said.contains("reached-abstract"),
+            reached,
+            "{flags:?}: {said}"
+        );
+    }
+}
+
+/// Whether this machine's kernel is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
