@@ -154,6 +154,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             keep,
             max_tokens,
             max_cost,
+            sandbox,
         } => {
             let model_calls = model_calls
                 .transpose()
@@ -174,6 +175,7 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 compare,
                 keep,
                 json,
+                sandbox,
             });
         }
         Commands::Trust {

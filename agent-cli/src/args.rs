@@ -204,6 +204,10 @@ pub enum Commands {
         /// agent.toml), shared out as --max-tokens is.
         #[arg(long, value_name = "USD")]
         max_cost: Option<f64>,
+        /// Run every trial's shell commands and checks in a sandbox with no network,
+        /// whatever its case says (see `agent run --sandbox`): for cases you did not write.
+        #[arg(long)]
+        sandbox: bool,
     },
     /// Fork a run: a new run whose log begins with RUN's committed events before its model
     /// call N, then goes on with the options given (another model, budget, policy, tools).
@@ -390,6 +394,8 @@ A case is a TOML file (or JSON with the same keys). Paths are relative to it. Ex
     model = "script:scripts/write-report.json"   # or openai:gpt-4o, ...; --model overrides
     workspace = "workspaces/notes"          # copied fresh for each trial (default: empty)
     # mcp_config = "servers.mcp.json"
+    # sandbox = true                        # shell commands and checks in a sandbox;
+                                            # sandbox_network = true gives the network
     allow = ["write_file(summary.txt)"]     # ask = [...], deny = [...]
     max_steps = 8                           # max_tool_calls, timeout (seconds)
     # answer_schema = "answer.schema.json"  # checks = ["test -s summary.txt"]
@@ -413,4 +419,5 @@ A case is a TOML file (or JSON with the same keys). Paths are relative to it. Ex
     regex = "launch"                        # or content = "exact", or absent = true
 
 A directory runs the *.toml files directly in it, not those below it (keep broken variants
-or fixtures in subdirectories)."#;
+or fixtures in subdirectories). --sandbox runs every trial's commands and checks in a
+sandbox without network, whatever the cases say."#;

@@ -21,6 +21,10 @@ struct RawCase {
     workspace: Option<PathBuf>,
     mcp_config: Option<PathBuf>,
     #[serde(default)]
+    sandbox: bool,
+    #[serde(default)]
+    sandbox_network: bool,
+    #[serde(default)]
     allow: Vec<String>,
     #[serde(default)]
     ask: Vec<String>,
@@ -103,6 +107,10 @@ pub struct Case {
     pub workspace: Option<PathBuf>,
     /// `--mcp-config`.
     pub mcp_config: Option<PathBuf>,
+    /// `--sandbox`.
+    pub sandbox: bool,
+    /// `--sandbox-network`.
+    pub sandbox_network: bool,
     /// Policy flags.
     pub allow: Vec<String>,
     /// Policy flags.
@@ -316,6 +324,8 @@ impl Case {
             model,
             workspace,
             mcp_config,
+            sandbox: raw.sandbox,
+            sandbox_network: raw.sandbox_network,
             allow: raw.allow,
             ask: raw.ask,
             deny: raw.deny,

@@ -51,6 +51,8 @@ pub struct EvalOptions {
     pub keep: Option<PathBuf>,
     /// Print the result as JSON.
     pub json: bool,
+    /// Every trial in a sandbox without network, whatever its case says.
+    pub sandbox: bool,
 }
 
 /// Runs the cases and prints the result; 0 when every trial passed.
@@ -107,6 +109,7 @@ pub fn eval(options: &EvalOptions) -> Result<u8, Failure> {
         settings: options.model_calls.clone(),
         model: options.model.clone(),
         base_url: options.base_url.clone(),
+        sandbox: options.sandbox,
         // The trials' processes run in their workspaces: paths given to them are absolute.
         keep: options
             .keep

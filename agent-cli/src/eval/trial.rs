@@ -56,6 +56,8 @@ pub struct Invocation {
     pub model: Option<String>,
     /// `--base-url`.
     pub base_url: Option<String>,
+    /// `--sandbox`: every trial in a sandbox without network.
+    pub sandbox: bool,
     /// Keep each trial's workspace and store under this directory (`--keep`).
     pub keep: Option<PathBuf>,
     /// The `agent` processes the trials run now.
@@ -203,6 +205,7 @@ impl Invocation {
             config: &config,
             model: &model,
             base_url: self.base_url.as_deref(),
+            sandbox: self.sandbox,
             case,
             allowance,
         };
@@ -297,6 +300,8 @@ struct World<'a> {
     config: &'a Path,
     model: &'a str,
     base_url: Option<&'a str>,
+    /// Every trial in a sandbox without network (`agent eval --sandbox`).
+    sandbox: bool,
     case: &'a Case,
     allowance: super::Allowance,
 }
@@ -340,6 +345,12 @@ impl World<'_> {
         }
         if let Some(mcp) = &case.mcp_config {
             cmd.arg("--mcp-config").arg(mcp);
+        }
+        if self.sandbox || case.sandbox {
+            cmd.arg("--sandbox");
+        }
+        if case.sandbox_network && !self.sandbox {
+            cmd.arg("--sandbox-network");
         }
         for (flag, patterns) in [
             ("--allow", &case.allow),

@@ -383,3 +383,53 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
         .filter_map(|p| p.parse::<u32>().ok());
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
+
+/// An evaluation's trials run their commands in a sandbox when their case says
+/// `sandbox = true`, and all of them with `agent eval --sandbox`, whatever the case says:
+/// a case's model that writes outside its trial's workspace then cannot.
+#[test]
+fn evaluation_trials_run_in_the_sandbox_their_case_or_the_flag_asks_for() {
+    for (case_says, flag, sandboxed) in [
+        ("", false, false),
+        ("sandbox = true\n", false, true),
+        ("sandbox_network = false\n", true, true),
+    ] {
+        let env = Env::new();
+        let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+        let model = one_shell_call(
+            &env,
+            &format!(
+                "echo x > {}/escaped; echo y > made",
+                outside.path().display()
+            ),
+        );
+        let case = env.dir.path().join("case.toml");
+        std::fs::write(
+            &case,
+            format!(
+                "goal = \"write\"\nmodel = {model:?}\nallow = [\"shell\"]\n{case_says}\
+                 [expect]\nreason = \"completed\"\n\n[[expect.files]]\npath = \"made\"\n\
+                 content = \"y\\n\"\n"
+            ),
+        )
+        .unwrap();
+        let mut cmd = env.bare();
+        cmd.arg("eval");
+        if flag {
+            cmd.arg("--sandbox");
+        }
+        let out = cmd.arg(&case).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}{}",
+            crate::stdout(&out),
+            stderr(&out)
+        );
+        assert_eq!(
+            outside.path().join("escaped").exists(),
+            !sandboxed,
+            "case: {case_says:?}, --sandbox: {flag}"
+        );
+    }
+}
