@@ -100,6 +100,25 @@ pub fn outcome_text(report: &Report) -> String {
             )
         };
         let _ = write!(out, "\n  {hint}");
+        // What an approved command may do, where the run keeps its commands in a sandbox.
+        let sandbox = s.manifest.as_ref().and_then(|m| m.sandbox.as_deref());
+        if let Some(sandbox) = sandbox.filter(|_| o.reason != TerminalReason::OutcomeUnknown) {
+            let network = if sandbox.network {
+                "with network"
+            } else {
+                "no network"
+            };
+            let also: String = sandbox
+                .write
+                .iter()
+                .map(|dir| format!(" and {dir:?}"))
+                .collect();
+            let _ = write!(
+                out,
+                "\n  approved, a command runs in the run's sandbox: it writes only in the \
+                 workspace{also}, {network}"
+            );
+        }
     } else if o.reason == TerminalReason::ClarificationRequired {
         let _ = write!(
             out,

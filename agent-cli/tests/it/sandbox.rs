@@ -248,12 +248,22 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
             &env,
             &format!("echo x > {}/escaped", outside.path().display()),
         );
-        let out = env.run(&["run", "--json", "--sandbox", "--model", &model, "go"]);
+        let out = env.run(&["run", "--sandbox", "--model", &model, "go"]);
         assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-        let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
-            .as_str()
-            .unwrap()
+        let said = stderr(&out);
+        let id = said
+            .strip_prefix("agent: run ")
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("{said}"))
             .to_owned();
+        assert!(
+            stderr(&out).contains(
+                "approved, a command runs in the run's sandbox: it writes \
+                                   only in the workspace, no network"
+            ),
+            "{}",
+            stderr(&out)
+        );
         let shown = crate::stdout(&env.run(&["show", &id]));
         assert!(shown.contains("commands sandboxed (no network)"), "{shown}");
         let mut args = vec!["approve", &id, "--model", &model];
