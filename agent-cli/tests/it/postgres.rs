@@ -1159,13 +1159,7 @@ fn a_queued_run_s_commands_run_in_its_sandbox_on_the_worker() {
         ]),
     );
     let id = q.submit(&model, &["--sandbox", "--allow", "shell"], "write");
-    let out = q
-        .worker(&["--until-empty"], true)
-        .wait_with_output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let events = q.events(&id);
-    assert_eq!(events.last().unwrap()["outcome"]["reason"], "completed");
+    assert_eq!(drained(&q, &id)["reason"], "completed");
     assert!(q.ws.join("made").exists());
     assert!(!outside.path().join("escaped").exists());
 }
