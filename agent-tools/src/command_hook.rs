@@ -126,11 +126,12 @@ pub(crate) async fn run_command(
                     ))
                 });
         }
-        return Answer::Failed(
-            "its sandbox cannot be made: that takes Linux, and agent's watcher \
-             (agent_tools::watch_with, first thing in main)"
-                .to_owned(),
-        );
+        let why = if cfg!(target_os = "linux") {
+            crate::sandbox::NO_WATCHER
+        } else {
+            "its sandbox cannot be made: commands are sandboxed on Linux only"
+        };
+        return Answer::Failed(why.to_owned());
     }
     let withheld = kept_from.unset;
     #[cfg(target_os = "linux")]

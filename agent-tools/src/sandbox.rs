@@ -37,6 +37,10 @@ use crate::Workspace;
 /// given, and removed before the program starts.
 pub(crate) const SANDBOX_ENV: &str = "AGENT_LOOP_SANDBOX";
 
+/// Why a sandbox cannot be made by a program that offers no watcher.
+pub(crate) const NO_WATCHER: &str = "its sandbox cannot be made: that takes agent's watcher, \
+     which this program does not offer (agent_tools::watch_with, first thing in main)";
+
 /// What a sandboxed `shell` command may do beyond reading: write in the workspace (and in
 /// the directories given with [`Sandbox::writing`]), and reach the network only when
 /// [`Sandbox::with_network`] says so. See the module's documentation for the whole of it.
@@ -104,10 +108,7 @@ impl Sandbox {
             let spec = self.spec(workspace)?;
             let program = crate::process::watch_program()
                 .filter(|p| p.is_file())
-                .ok_or(
-                    "its sandbox is made by agent's watcher, and this program offers none \
-                        (agent_tools::watch_with, first thing in main)",
-                )?;
+                .ok_or(NO_WATCHER)?;
             let kept_from = KeptFrom {
                 unset: &[],
                 sandbox: Some(&spec),
@@ -138,16 +139,22 @@ impl Sandbox {
         }
     }
 
-    /// A sentence for the model: what its commands may not do.
-    pub(crate) fn told(&self) -> &'static str {
-        if self.network {
-            "Commands run in a sandbox: they may write only in the workspace and /tmp (the \
-             repository's .git and agent's own files are read-only)."
+    /// Sentences for the model: what its commands may not do.
+    pub(crate) fn told(&self) -> String {
+        let also: String = self
+            .writable
+            .iter()
+            .map(|dir| format!(", {}", dir.display()))
+            .collect();
+        let network = if self.network {
+            ""
         } else {
-            "Commands run in a sandbox: they may write only in the workspace and /tmp (the \
-             repository's .git and agent's own files are read-only), and have no network \
-             beyond their own 127.0.0.1."
-        }
+            ", and have no network beyond their own 127.0.0.1"
+        };
+        format!(
+            "Commands run in a sandbox: they may write only in the workspace{also} and /tmp \
+             (the repository's .git and agent's own files are read-only){network}."
+        )
     }
 }
 

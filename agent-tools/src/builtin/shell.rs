@@ -95,7 +95,7 @@ impl TypedTool for Shell {
             .to_owned();
         if let Some(sandbox) = &self.sandbox {
             text.push(' ');
-            text.push_str(sandbox.told());
+            text.push_str(&sandbox.told());
         }
         text
     }
@@ -135,10 +135,7 @@ async fn run_sandboxed(
     {
         let spec = sandbox.spec(&ctx.workspace).map_err(|why| refused(&why))?;
         let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) else {
-            return Err(refused(
-                "its sandbox is made by agent's watcher, and this program offers none \
-                 (agent_tools::watch_with, first thing in main)",
-            ));
+            return Err(refused(crate::sandbox::NO_WATCHER));
         };
         run_under(program, command_line, withheld, limit, ctx, Some(&spec)).await
     }

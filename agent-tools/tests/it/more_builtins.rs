@@ -440,7 +440,16 @@ async fn a_sandbox_that_cannot_be_made_is_never_left_out() {
     let sandbox = agent_tools::Sandbox::new();
     let shell = Shell::default().sandboxed(sandbox.clone());
     let told = agent_tools::TypedTool::description(&shell);
-    assert!(told.contains("sandbox"), "the model is told: {told}");
+    assert!(
+        told.contains("sandbox") && told.contains("no network"),
+        "the model is told: {told}"
+    );
+    let wider = Shell::default().sandboxed(sandbox.clone().writing("/cache").with_network(true));
+    let told = agent_tools::TypedTool::description(&wider);
+    assert!(
+        told.contains("workspace, /cache and /tmp") && !told.contains("no network"),
+        "{told}"
+    );
     let err = call(
         &Typed(shell),
         dir.path(),
@@ -450,12 +459,14 @@ async fn a_sandbox_that_cannot_be_made_is_never_left_out() {
     .unwrap_err();
     assert_eq!(err.kind, ErrorKind::ExecutionFailed);
     assert!(
-        err.message.starts_with("the command was not run:") && err.message.contains("offers none"),
+        err.message
+            .starts_with("the command was not run: its sandbox cannot be made")
+            && err.message.contains("watch_with"),
         "{}",
         err.message
     );
     assert!(!dir.path().join("ran.txt").exists());
     let workspace = agent_tools::Workspace::new(dir.path()).unwrap();
     let probed = sandbox.probe(&workspace).await.unwrap_err();
-    assert!(probed.contains("offers none"), "{probed}");
+    assert!(probed.contains("watch_with"), "{probed}");
 }
