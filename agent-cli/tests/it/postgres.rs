@@ -1146,7 +1146,7 @@ fn a_run_whose_process_died_here_is_taken_over_at_once() {
 #[test]
 fn a_queued_run_s_commands_run_in_its_sandbox_on_the_worker() {
     let q = Queue::new();
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = crate::sandbox::outside_covered();
     let command = format!(
         "echo x > {}/escaped; echo y > made",
         outside.path().display()

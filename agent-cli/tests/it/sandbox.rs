@@ -46,6 +46,26 @@ fn writable_by_all(in_dir: &Path) -> tempfile::TempDir {
     dir
 }
 
+/// A directory anyone may write in where a sandboxed command has no directory of its own
+/// in place of the system's (not beneath `/tmp`, `/run` or `/dev/shm`, where a write
+/// would land in its own and prove nothing of the rules on writes): `/var/tmp`, else
+/// cargo's directory for the tests' files.
+pub(crate) fn outside_covered() -> tempfile::TempDir {
+    let covered = |dir: &Path| {
+        ["/tmp", "/run", "/dev/shm"]
+            .iter()
+            .any(|c| dir.starts_with(c))
+    };
+    let place = [
+        Path::new("/var/tmp"),
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+    ]
+    .into_iter()
+    .find(|dir| dir.is_dir() && !covered(dir))
+    .expect("a directory for the tests outside /tmp: /var/tmp, or the target directory");
+    writable_by_all(place)
+}
+
 /// Who the tests can run `agent` as: itself, and `nobody` when it is root.
 fn users() -> Vec<bool> {
     if nix::unistd::geteuid().is_root() {
@@ -65,7 +85,7 @@ fn a_sandboxed_command_writes_in_the_workspace_and_nowhere_else() {
     for as_nobody in users() {
         for sandboxed in [false, true] {
             let env = Env::new();
-            let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+            let outside = outside_covered();
             let beside = writable_by_all(&std::env::temp_dir());
             std::fs::write(beside.path().join("seen.txt"), "seen-5519\n").unwrap();
             let git = env.dir.path().join(".git");
@@ -177,7 +197,7 @@ fn a_sandbox_that_cannot_be_made_stops_the_run_before_it_starts() {
 #[test]
 fn a_directory_named_for_sandboxed_writes_must_be_there() {
     let env = Env::new();
-    let cache = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let cache = outside_covered();
     let result = one_call(
         &env,
         false,
@@ -214,7 +234,7 @@ fn a_directory_named_for_sandboxed_writes_must_be_there() {
 fn an_answer_check_runs_in_the_sandbox_too() {
     for sandboxed in [false, true] {
         let env = Env::new();
-        let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+        let outside = outside_covered();
         let model = env.script(serde_json::json!([{"final": "yes"}]));
         let check = format!(
             "echo x > {}/escaped; echo y > made-by-check",
@@ -243,7 +263,7 @@ fn an_answer_check_runs_in_the_sandbox_too() {
 fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
     for no_sandbox in [false, true] {
         let env = Env::new();
-        let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+        let outside = outside_covered();
         let model = one_shell_call(
             &env,
             &format!("echo x > {}/escaped", outside.path().display()),
@@ -292,7 +312,7 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
 #[test]
 fn agent_toml_asks_for_the_sandbox_and_needs_trust_to_widen_it() {
     let env = Env::new();
-    let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+    let outside = outside_covered();
     let toml = env.dir.path().join("agent.toml");
     let model = one_shell_call(
         &env,
@@ -405,7 +425,7 @@ fn evaluation_trials_run_in_the_sandbox_their_case_or_the_flag_asks_for() {
         ("sandbox_network = false\n", true, true),
     ] {
         let env = Env::new();
-        let outside = writable_by_all(Path::new(env!("CARGO_TARGET_TMPDIR")));
+        let outside = outside_covered();
         let model = one_shell_call(
             &env,
             &format!(
