@@ -366,6 +366,15 @@ impl Watched {
         }
     }
 
+    /// Ends the watch and waits for the watcher to be gone: in a PID namespace, whatever
+    /// the program started is gone with it (its init's end kills the rest), so what it
+    /// left can be looked at without a process of it changing it meanwhile.
+    pub(crate) async fn end(mut self) {
+        use tokio::io::AsyncWriteExt;
+        let _ = self.link.get_mut().shutdown().await;
+        let _ = self._watcher.wait().await;
+    }
+
     /// Ends the watch (the watcher kills what it started) and returns why the program
     /// could not be started, if that is what its watcher reported.
     #[cfg(feature = "mcp")]

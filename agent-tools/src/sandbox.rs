@@ -13,7 +13,8 @@
 //! - what the file tools may not change either (the run store, agent's settings, the
 //!   repository's `.git`: see [`crate::Workspace::protected_places`]) is mounted
 //!   read-only, so a command cannot rewrite the log its run is judged by or plant a git
-//!   hook;
+//!   hook; one that is not there, a `shell` command that makes it sees taken away once it
+//!   and all it started are gone ([`remove_made`]);
 //! - the system's sockets under `/run` and `/tmp` (Docker's, D-Bus's, which would start
 //!   programs outside, an SSH agent's, X's) are not there: both are empty directories of
 //!   its own;
@@ -156,6 +157,29 @@ impl Sandbox {
              (the repository's .git and agent's own files are read-only){network}."
         )
     }
+}
+
+/// Takes away those of `absent` (protected places, each with what it is, that were not
+/// there before a sandboxed command) that are there now, links as links, directories
+/// whole; what was taken, named relative to `root` with what it is, for the model.
+pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<String> {
+    let mut removed = Vec::new();
+    for (place, what) in absent {
+        let Ok(found) = std::fs::symlink_metadata(place) else {
+            continue;
+        };
+        let gone = if found.is_dir() {
+            std::fs::remove_dir_all(place)
+        } else {
+            std::fs::remove_file(place)
+        };
+        let name = place.strip_prefix(root).unwrap_or(place).display();
+        match gone {
+            Ok(()) => removed.push(format!("{name} ({what}): removed")),
+            Err(e) => removed.push(format!("{name} ({what}): could not be removed ({e})")),
+        }
+    }
+    removed
 }
 
 /// A sandbox as the watcher of one command makes it.

@@ -248,24 +248,36 @@ impl Workspace {
             })
     }
 
-    /// The places in the workspace no tool may change that are there now, as absolute
-    /// paths: those [`Workspace::protect`] named, and those named
-    /// [`Workspace::protect_everywhere`] at the root (not deeper: finding them would mean
-    /// walking the whole workspace). What a sandboxed command may not change either.
-    pub fn protected_places(&self) -> Vec<PathBuf> {
-        let named = self.protected.iter().map(|(place, _)| place.as_os_str());
+    /// The places in the workspace no tool may change, as absolute paths, each with what
+    /// it is, whether they are there or not: those [`Workspace::protect`] named, and those
+    /// named [`Workspace::protect_everywhere`] at the root (not deeper: finding them would
+    /// mean walking the whole workspace). What a sandboxed command may neither change nor
+    /// make either.
+    pub fn protected_paths(&self) -> Vec<(PathBuf, &str)> {
+        let named = self
+            .protected
+            .iter()
+            .map(|(place, what)| (place.as_os_str(), what.as_str()));
         let everywhere = self
             .protected_names
             .iter()
-            .map(|(name, _)| name.as_os_str());
-        let mut places: Vec<PathBuf> = named
+            .map(|(name, what)| (name.as_os_str(), what.as_str()));
+        let mut paths: Vec<(PathBuf, &str)> = named
             .chain(everywhere)
-            .map(|place| self.root.join(place))
-            .filter(|place| std::fs::symlink_metadata(place).is_ok())
+            .map(|(place, what)| (self.root.join(place), what))
             .collect();
-        places.sort();
-        places.dedup();
-        places
+        paths.sort();
+        paths.dedup_by(|a, b| a.0 == b.0);
+        paths
+    }
+
+    /// Those of [`Workspace::protected_paths`] that are there now.
+    pub fn protected_places(&self) -> Vec<PathBuf> {
+        self.protected_paths()
+            .into_iter()
+            .map(|(place, _)| place)
+            .filter(|place| std::fs::symlink_metadata(place).is_ok())
+            .collect()
     }
 
     /// Whether the root is on a local disk or memory file system (ext4, XFS, Btrfs, tmpfs,

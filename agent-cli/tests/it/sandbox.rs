@@ -463,3 +463,29 @@ fn evaluation_trials_run_in_the_sandbox_their_case_or_the_flag_asks_for() {
         );
     }
 }
+
+/// A protected place that is not there cannot be bound read-only: one a sandboxed
+/// command makes (a `.git` with a hook, where the workspace had no repository; an
+/// `agent.toml`) is taken away once the command and all it started are gone, and the
+/// model is told. Without the sandbox the same command leaves them (the file tools, not
+/// the shell, keep them from being made there).
+#[test]
+fn what_a_sandboxed_command_may_not_make_is_taken_away() {
+    for sandboxed in [false, true] {
+        let env = Env::new();
+        let command = "mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit; \
+                       echo 'model = \"openai:o1-pro\"' > agent.toml; echo kept > kept.txt";
+        let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
+        let result = one_call(&env, false, command, flags);
+        let said = output(&result);
+        let ws = env.dir.path();
+        assert!(ws.join("kept.txt").exists(), "{said}");
+        assert_eq!(ws.join(".git").exists(), !sandboxed, "{said}");
+        assert_eq!(ws.join("agent.toml").exists(), !sandboxed, "{said}");
+        assert_eq!(
+            said.contains("the command made what no command may make: .git (a git directory): removed; agent.toml (agent's settings file): removed"),
+            sandboxed,
+            "{said}"
+        );
+    }
+}

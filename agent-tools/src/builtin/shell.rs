@@ -1,3 +1,4 @@
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -137,7 +138,35 @@ async fn run_sandboxed(
         let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) else {
             return Err(refused(crate::sandbox::NO_WATCHER));
         };
-        run_under(program, command_line, withheld, limit, ctx, Some(&spec)).await
+        // The protected places its sandbox could not bind read-only, not being there: one
+        // it makes is taken away after it, as the file tools would not have made it.
+        let absent: Vec<(PathBuf, String)> = ctx
+            .workspace
+            .protected_paths()
+            .into_iter()
+            .filter(|(place, _)| std::fs::symlink_metadata(place).is_err())
+            .map(|(place, what)| (place, what.to_owned()))
+            .collect();
+        let outcome = run_under(program, command_line, withheld, limit, ctx, Some(&spec)).await;
+        let removed = crate::sandbox::remove_made(&absent, ctx.workspace.root());
+        if removed.is_empty() {
+            return outcome;
+        }
+        let note = format!(
+            "--- agent ---\nthe command made what no command may make: {}\n",
+            removed.join("; ")
+        );
+        match outcome {
+            Ok(mut text) => {
+                text.push_str(&note);
+                Ok(text)
+            }
+            Err(mut error) => {
+                error.message.push('\n');
+                error.message.push_str(&note);
+                Err(error)
+            }
+        }
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -273,7 +302,12 @@ async fn run_under(
     };
     // Closing the link when this returns (done, timed out, cancelled) has the watcher kill
     // what is left; it is reaped by tokio once it exits.
-    finish(stdout, stderr, ended, limit, ctx).await
+    let outcome = finish(stdout, stderr, ended, limit, ctx).await;
+    if sandbox.is_some() {
+        // What a sandboxed command left is looked at next: nothing of it runs by then.
+        watched.end().await;
+    }
+    outcome
 }
 
 /// Reads the command's output until its pipes close and `ended` says how it ended, within
