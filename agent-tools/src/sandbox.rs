@@ -278,6 +278,28 @@ impl Spec {
             )
             .map_err(|e| format!("cannot put {} back in place: {e}", dir.display()))?;
         }
+        // The workspace and every directory between it and a protected place are bound
+        // onto themselves, outermost first: a mount point cannot be renamed or removed,
+        // so the command cannot move a protected place away with its parent and make
+        // another where it was (`mv config c2; mkdir config`).
+        let mut pinned: Vec<&Path> = vec![self.workspace.as_path()];
+        for place in &self.read_only {
+            let mut ancestors: Vec<&Path> = place
+                .ancestors()
+                .skip(1)
+                .take_while(|dir| dir.starts_with(&self.workspace) && *dir != self.workspace)
+                .collect();
+            ancestors.reverse();
+            pinned.extend(ancestors);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for dir in pinned {
+            if seen.insert(dir) {
+                let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
+                mount(Some(dir), dir, None::<&str>, flags, None::<&str>)
+                    .map_err(|e| format!("cannot pin {} in place: {e}", dir.display()))?;
+            }
+        }
         for place in &self.read_only {
             read_only(place)?;
         }

@@ -489,3 +489,49 @@ fn what_a_sandboxed_command_may_not_make_is_taken_away() {
         );
     }
 }
+
+/// A protected place cannot be moved away with its directory and another made where it
+/// was: the directories between the workspace and it, and the workspace itself, are
+/// mount points for the command, which cannot be renamed (here the settings file named by
+/// `--config` in a subdirectory, and a workspace whose parent the command may write in).
+/// Without the sandbox both moves succeed.
+#[test]
+fn a_protected_place_cannot_be_moved_away_with_its_directory() {
+    for sandboxed in [false, true] {
+        let env = Env::new();
+        let parent = outside_covered();
+        let ws = parent.path().join("ws");
+        std::fs::create_dir_all(ws.join("conf")).unwrap();
+        std::fs::write(ws.join("conf/agent.toml"), "max_steps = 20\n").unwrap();
+        let command = "mv conf conf2; mkdir -p conf && echo 'max_steps = 999' > conf/agent.toml; \
+                       mv ../ws ../moved; echo end";
+        let model = one_shell_call(&env, command);
+        let mut cmd = env.cmd();
+        cmd.arg("--config")
+            .arg(ws.join("conf/agent.toml"))
+            .args(["run", "--json", "--allow", "shell", "--workspace"])
+            .arg(&ws)
+            .args(["--model", &model]);
+        if sandboxed {
+            cmd.arg("--sandbox")
+                .arg("--sandbox-write")
+                .arg(parent.path());
+        }
+        let out = cmd.arg("go").output().unwrap();
+        let said = call_results(&env, &out)("call-1").to_string();
+        assert_eq!(parent.path().join("moved").exists(), !sandboxed, "{said}");
+        let conf = if sandboxed {
+            ws.join("conf/agent.toml")
+        } else {
+            parent.path().join("moved/conf2/agent.toml")
+        };
+        assert_eq!(
+            std::fs::read_to_string(&conf).unwrap(),
+            "max_steps = 20\n",
+            "{said}"
+        );
+        if sandboxed {
+            assert!(!ws.join("conf2").exists(), "{said}");
+        }
+    }
+}
