@@ -143,6 +143,11 @@ fn ask_pending_now(
             "? {} {call}{leads}\n  ({})\n",
             p.call_id, p.why
         ));
+        if p.tool == <agent_tools::builtin::Shell as agent_tools::TypedTool>::NAME
+            && let Some(note) = render::sandbox_note(&report.state)
+        {
+            tell(format_args!("  (approved, it {note})\n"));
+        }
         let prompt = format!("approve? [y]es / [n]o [reason] / [a]lways {} > ", p.tool);
         loop {
             let answer = read(editor, &prompt)?;

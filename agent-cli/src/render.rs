@@ -67,6 +67,25 @@ fn answer_json(report: &Report) -> Value {
     }
 }
 
+/// What a `shell` command of the run `state` is of may do in the run's sandbox, when it
+/// has one: "runs in the run's sandbox: ...".
+pub(crate) fn sandbox_note(state: &agent_core::RunState) -> Option<String> {
+    let sandbox = state.manifest.as_ref()?.sandbox.as_deref()?;
+    let network = if sandbox.network {
+        "with network"
+    } else {
+        "no network"
+    };
+    let also: String = sandbox
+        .write
+        .iter()
+        .map(|dir| format!(" and {dir:?}"))
+        .collect();
+    Some(format!(
+        "runs in the run's sandbox: it writes only in the workspace{also}, {network}"
+    ))
+}
+
 /// The human summary of an invocation, for standard error.
 pub fn outcome_text(report: &Report) -> String {
     let o: &Outcome = &report.outcome;
@@ -101,23 +120,14 @@ pub fn outcome_text(report: &Report) -> String {
         };
         let _ = write!(out, "\n  {hint}");
         // What an approved command may do, where the run keeps its commands in a sandbox.
-        let sandbox = s.manifest.as_ref().and_then(|m| m.sandbox.as_deref());
-        if let Some(sandbox) = sandbox.filter(|_| o.reason != TerminalReason::OutcomeUnknown) {
-            let network = if sandbox.network {
-                "with network"
-            } else {
-                "no network"
-            };
-            let also: String = sandbox
-                .write
-                .iter()
-                .map(|dir| format!(" and {dir:?}"))
-                .collect();
-            let _ = write!(
-                out,
-                "\n  approved, a command runs in the run's sandbox: it writes only in the \
-                 workspace{also}, {network}"
-            );
+        let commands = o
+            .pending
+            .iter()
+            .any(|p| p.tool == <agent_tools::builtin::Shell as agent_tools::TypedTool>::NAME);
+        if let Some(note) = sandbox_note(s).filter(|_| commands) {
+            if o.reason != TerminalReason::OutcomeUnknown {
+                let _ = write!(out, "\n  approved, a shell command {note}");
+            }
         }
     } else if o.reason == TerminalReason::ClarificationRequired {
         let _ = write!(

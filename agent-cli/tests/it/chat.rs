@@ -942,3 +942,23 @@ fn a_chat_on_a_run_with_sub_agents_goes_on_with_them() {
     let kinds = crate::event_types(&env, &run);
     assert!(kinds.iter().any(|k| k == "sub_agent_finished"), "{kinds:?}");
 }
+
+/// Asked on a terminal to approve a `shell` command of a sandboxed run, the person is told
+/// what it may do there.
+#[test]
+fn an_approval_asked_inline_says_the_command_runs_in_the_sandbox() {
+    let env = Env::new();
+    let model = env.script(json!([
+        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "echo hi"}}]},
+        {"final": "done"}
+    ]));
+    let mut t = Terminal::spawn(&env, &["run", "--sandbox", "--model", &model, "go"]);
+    t.expect("s1 shell command=");
+    t.expect(
+        "(approved, it runs in the run's sandbox: it writes only in the workspace, no network)",
+    );
+    t.expect("[a]lways shell > ");
+    t.type_line("y");
+    let (code, screen) = t.wait();
+    assert_eq!(code, Some(0), "{screen}");
+}

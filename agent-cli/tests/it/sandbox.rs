@@ -278,8 +278,8 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
             .to_owned();
         assert!(
             stderr(&out).contains(
-                "approved, a command runs in the run's sandbox: it writes \
-                                   only in the workspace, no network"
+                "approved, a shell command runs in the run's sandbox: it writes only in \
+                 the workspace, no network"
             ),
             "{}",
             stderr(&out)
