@@ -124,10 +124,9 @@ pub fn outcome_text(report: &Report) -> String {
             .pending
             .iter()
             .any(|p| p.tool == <agent_tools::builtin::Shell as agent_tools::TypedTool>::NAME);
-        if let Some(note) = sandbox_note(s).filter(|_| commands) {
-            if o.reason != TerminalReason::OutcomeUnknown {
-                let _ = write!(out, "\n  approved, a shell command {note}");
-            }
+        let asked = commands && o.reason != TerminalReason::OutcomeUnknown;
+        if let Some(note) = sandbox_note(s).filter(|_| asked) {
+            let _ = write!(out, "\n  approved, a shell command {note}");
         }
     } else if o.reason == TerminalReason::ClarificationRequired {
         let _ = write!(
