@@ -382,8 +382,9 @@ pub struct Settings {
     /// The sandbox shell commands run in, when one was asked for (agent.toml's `sandbox`,
     /// `sandbox_network` and `sandbox_write`, then the flags).
     pub sandbox: Option<agent_tools::Sandbox>,
-    /// Whether this command said whether to sandbox (a sandbox flag, `--no-sandbox`, or
-    /// agent.toml's `sandbox`): if not, a run taken up keeps the sandbox it started with.
+    /// Whether this command said whether to sandbox (a sandbox of its own, from the flags
+    /// or the settings file, or `--no-sandbox`): if not, a run taken up keeps the sandbox
+    /// it started with.
     pub sandbox_said: bool,
     /// The validators of the final answer of a run this command starts (set by
     /// [`Settings::with_answer`]; runs that exist keep the ones they recorded).
@@ -695,7 +696,9 @@ impl Settings {
             answer: agent_core::AnswerSpec::default(),
             sub_agents: setup.sub_agents || config.sub_agents.unwrap_or(false),
             shell_env,
-            sandbox_said: sandbox.is_some() || setup.no_sandbox || config.sandbox.is_some(),
+            // A settings file's `sandbox = false` does not take away the sandbox a run
+            // was started in: only the person's `--no-sandbox` does.
+            sandbox_said: sandbox.is_some() || setup.no_sandbox,
             sandbox,
             check_timeout: config
                 .check_timeout_secs

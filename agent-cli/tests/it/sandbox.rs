@@ -258,10 +258,11 @@ fn an_answer_check_runs_in_the_sandbox_too() {
 
 /// A run started with `--sandbox` records it: `agent show` says so, and a call approved
 /// later from a command that says nothing of a sandbox runs in it (said on the terminal),
-/// while `--no-sandbox` runs it without, as the person then asked.
+/// as it does where a project's agent.toml says `sandbox = false` (a file does not take a
+/// run's sandbox away), while `--no-sandbox` runs it without, as the person then asked.
 #[test]
 fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
-    for no_sandbox in [false, true] {
+    for (no_sandbox, file_says_no) in [(false, false), (false, true), (true, false)] {
         let env = Env::new();
         let outside = outside_covered();
         let model = one_shell_call(
@@ -286,6 +287,9 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
         );
         let shown = crate::stdout(&env.run(&["show", &id]));
         assert!(shown.contains("commands sandboxed (no network)"), "{shown}");
+        if file_says_no {
+            std::fs::write(env.dir.path().join("agent.toml"), "sandbox = false\n").unwrap();
+        }
         let mut args = vec!["approve", &id, "--model", &model];
         if no_sandbox {
             args.push("--no-sandbox");
@@ -301,7 +305,7 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
         assert_eq!(
             outside.path().join("escaped").exists(),
             no_sandbox,
-            "--no-sandbox: {no_sandbox}"
+            "--no-sandbox: {no_sandbox}, sandbox = false: {file_says_no}"
         );
     }
 }
