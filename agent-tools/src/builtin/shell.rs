@@ -1,4 +1,3 @@
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -140,7 +139,7 @@ async fn run_sandboxed(
         };
         // The protected places its sandbox could not bind read-only, not being there: one
         // it makes is taken away after it, as the file tools would not have made it.
-        let absent: Vec<(PathBuf, String)> = ctx
+        let absent: Vec<(std::path::PathBuf, String)> = ctx
             .workspace
             .protected_paths()
             .into_iter()
