@@ -27,7 +27,9 @@
 //! A sandbox that cannot be made (a kernel without Landlock, a system that allows no
 //! namespaces) is never run without: the command is refused, saying why.
 
-use std::path::{Path, PathBuf};
+#[cfg(target_os = "linux")]
+use std::path::Path;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -162,6 +164,7 @@ impl Sandbox {
 /// Takes away those of `absent` (protected places, each with what it is, that were not
 /// there before a sandboxed command) that are there now, links as links, directories
 /// whole; what was taken, named relative to `root` with what it is, for the model.
+#[cfg(target_os = "linux")]
 pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<String> {
     let mut removed = Vec::new();
     for (place, what) in absent {
