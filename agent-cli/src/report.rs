@@ -44,6 +44,9 @@ struct Data {
     run_id: String,
     goal: String,
     model: String,
+    /// How its commands ran, when in a sandbox: "sandboxed (no network)".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox: Option<String>,
     started_ms: u64,
     ended_ms: u64,
     outcome: Option<String>,
@@ -60,6 +63,7 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
         run_id: run_id.to_owned(),
         goal: String::new(),
         model: String::new(),
+        sandbox: None,
         started_ms: entries.first().map_or(0, |e| e.at_ms),
         ended_ms: entries.last().map_or(0, |e| e.at_ms),
         outcome: None,
@@ -91,6 +95,14 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
             Event::RunStarted { goal, manifest, .. } => {
                 d.goal.clone_from(goal);
                 d.model = format!("{}:{}", manifest.provider, manifest.model);
+                d.sandbox = manifest.sandbox.as_deref().map(|sandbox| {
+                    let network = if sandbox.network {
+                        "with network"
+                    } else {
+                        "no network"
+                    };
+                    format!("sandboxed ({network})")
+                });
             }
             Event::DecisionProposed { turn, decision, .. } => {
                 let label = match decision {

@@ -51,6 +51,7 @@ fn the_report_of_a_run_renders_its_timeline_and_chart_in_a_browser() {
         .args([
             "run",
             "--json",
+            "--sandbox",
             "--model",
             &model,
             "read the records </script><script>alert(1)</script>",
@@ -108,6 +109,10 @@ fn the_report_of_a_run_renders_its_timeline_and_chart_in_a_browser() {
         "the denial is listed"
     );
     assert!(dom_text.contains("Ended completed"), "{dom_text}");
+    assert!(
+        dom_text.contains("commands: <b>sandboxed (no network)</b>"),
+        "{dom_text}"
+    );
     // The three calls of the first turn ran side by side: a row each, over the same time.
     let tool_bars: Vec<(String, String, String)> = dom_text
         .split("<rect class=\"bar tool")
