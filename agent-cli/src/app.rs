@@ -795,7 +795,9 @@ pub(crate) fn taken_up<'a>(
         _ => None,
     };
     if let Some(recorded) = recorded.filter(|_| !taken.sandbox_said) {
-        let mut sandbox = agent_tools::Sandbox::new().with_network(recorded.network);
+        let mut sandbox = agent_tools::Sandbox::new()
+            .with_network(recorded.network)
+            .with_read_only(recorded.read_only);
         for dir in &recorded.write {
             sandbox = sandbox.writing(dir);
         }

@@ -299,8 +299,15 @@ pub struct Setup {
     /// Let sandboxed shell commands reach the network (implies --sandbox).
     #[arg(long)]
     pub sandbox_network: bool,
+    /// Let sandboxed shell commands write nowhere in the workspace either, only in their
+    /// own /tmp and the --sandbox-write directories (implies --sandbox).
+    #[arg(long)]
+    pub sandbox_read_only: bool,
     /// Run shell commands without a sandbox, even in a run started with one.
-    #[arg(long, conflicts_with_all = ["sandbox", "sandbox_network", "sandbox_write"])]
+    #[arg(
+        long,
+        conflicts_with_all = ["sandbox", "sandbox_network", "sandbox_write", "sandbox_read_only"]
+    )]
     pub no_sandbox: bool,
     /// Let sandboxed shell commands write beneath this directory too (implies --sandbox;
     /// repeatable).

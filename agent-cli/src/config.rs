@@ -66,6 +66,8 @@ pub struct Config {
     pub sandbox: Option<bool>,
     /// `--sandbox-network`.
     pub sandbox_network: Option<bool>,
+    /// `--sandbox-read-only`.
+    pub sandbox_read_only: Option<bool>,
     /// `--sandbox-write` directories (relative to the file; before the flags' own).
     #[serde(default)]
     pub sandbox_write: Vec<PathBuf>,

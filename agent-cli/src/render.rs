@@ -76,14 +76,33 @@ pub(crate) fn sandbox_note(state: &agent_core::RunState) -> Option<String> {
     } else {
         "no network"
     };
-    let also: String = sandbox
-        .write
-        .iter()
-        .map(|dir| format!(" and {dir:?}"))
-        .collect();
+    let mut places: Vec<String> = Vec::new();
+    if !sandbox.read_only {
+        places.push("the workspace".to_owned());
+    }
+    places.extend(sandbox.write.iter().map(|dir| format!("{dir:?}")));
+    let places = if places.is_empty() {
+        "its own /tmp".to_owned()
+    } else {
+        places.join(" and ")
+    };
     Some(format!(
-        "runs in the run's sandbox: it writes only in the workspace{also}, {network}"
+        "runs in the run's sandbox: it writes only in {places}, {network}"
     ))
+}
+
+/// A run's sandbox in a few words: "no network", "read-only, with network".
+pub(crate) fn sandbox_kind(sandbox: &agent_core::SandboxRecord) -> String {
+    let network = if sandbox.network {
+        "with network"
+    } else {
+        "no network"
+    };
+    if sandbox.read_only {
+        format!("read-only, {network}")
+    } else {
+        network.to_owned()
+    }
 }
 
 /// The human summary of an invocation, for standard error.
@@ -567,11 +586,7 @@ fn detail(run_id: &str, event: &Event) -> String {
                 );
             }
             if let Some(sandbox) = &manifest.sandbox {
-                line.push_str(if sandbox.network {
-                    " commands sandboxed (with network)"
-                } else {
-                    " commands sandboxed (no network)"
-                });
+                let _ = write!(line, " commands sandboxed ({})", sandbox_kind(sandbox));
                 if !sandbox.write.is_empty() {
                     let _ = write!(line, ", writing also in {:?}", sandbox.write);
                 }

@@ -95,14 +95,10 @@ fn data(run_id: &str, entries: &[Entry]) -> Data {
             Event::RunStarted { goal, manifest, .. } => {
                 d.goal.clone_from(goal);
                 d.model = format!("{}:{}", manifest.provider, manifest.model);
-                d.sandbox = manifest.sandbox.as_deref().map(|sandbox| {
-                    let network = if sandbox.network {
-                        "with network"
-                    } else {
-                        "no network"
-                    };
-                    format!("sandboxed ({network})")
-                });
+                d.sandbox = manifest
+                    .sandbox
+                    .as_deref()
+                    .map(|sandbox| format!("sandboxed ({})", crate::render::sandbox_kind(sandbox)));
             }
             Event::DecisionProposed { turn, decision, .. } => {
                 let label = match decision {

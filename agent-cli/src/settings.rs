@@ -977,6 +977,8 @@ fn sandbox_of(
     relative: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<Option<agent_tools::Sandbox>, SettingsError> {
     let network = setup.sandbox_network || config.sandbox_network == Some(true);
+    // Narrows: a settings file may ask for it with no one's trust.
+    let read_only = setup.sandbox_read_only || config.sandbox_read_only == Some(true);
     let file_dirs = config
         .sandbox_write
         .iter()
@@ -986,11 +988,14 @@ fn sandbox_of(
         .iter()
         .map(|dir| ("--sandbox-write", dir.clone()));
     let dirs: Vec<(&str, PathBuf)> = file_dirs.chain(flag_dirs).collect();
-    let asked = setup.sandbox || config.sandbox == Some(true) || network || !dirs.is_empty();
+    let asked =
+        setup.sandbox || config.sandbox == Some(true) || network || read_only || !dirs.is_empty();
     if !asked || setup.no_sandbox {
         return Ok(None);
     }
-    let mut sandbox = agent_tools::Sandbox::new().with_network(network);
+    let mut sandbox = agent_tools::Sandbox::new()
+        .with_network(network)
+        .with_read_only(read_only);
     for (whose, dir) in dirs {
         if !dir.is_dir() {
             return Err(bad(format!(

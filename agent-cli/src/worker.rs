@@ -89,6 +89,9 @@ pub struct SandboxSpec {
     /// Whether commands may reach the network.
     #[serde(default)]
     pub network: bool,
+    /// Whether they may not write in the workspace either.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
     /// Directories beyond the workspace where they may write, as absolute paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub write: Vec<PathBuf>,
@@ -260,6 +263,7 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         shell_env: settings.shell_env.clone(),
         sandbox: settings.sandbox.as_ref().map(|sandbox| SandboxSpec {
             network: sandbox.network(),
+            read_only: sandbox.read_only(),
             write: sandbox.writable().to_vec(),
         }),
         calls: Calls::of(settings),
@@ -309,6 +313,7 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
         shell_env: spec.shell_env.clone(),
         sandbox: spec.sandbox.is_some(),
         sandbox_network: spec.sandbox.as_ref().is_some_and(|s| s.network),
+        sandbox_read_only: spec.sandbox.as_ref().is_some_and(|s| s.read_only),
         sandbox_write: spec
             .sandbox
             .as_ref()

@@ -96,6 +96,9 @@ pub struct SandboxRecord {
     /// Whether they may reach the network.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub network: bool,
+    /// Whether they may not write in the workspace either.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
     /// The directories beyond the workspace where they may write (absolute).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub write: Vec<String>,

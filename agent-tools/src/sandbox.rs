@@ -50,6 +50,7 @@ pub(crate) const NO_WATCHER: &str = "its sandbox cannot be made: that takes agen
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sandbox {
     network: bool,
+    read_only: bool,
     writable: Vec<PathBuf>,
 }
 
@@ -64,6 +65,20 @@ impl Sandbox {
     pub fn with_network(mut self, network: bool) -> Sandbox {
         self.network = network;
         self
+    }
+
+    /// Keeps commands from writing in the workspace too (`true`): they write only in their
+    /// own `/tmp` (and the directories given with [`Sandbox::writing`]), and may run
+    /// whatever they like to look at it.
+    #[must_use]
+    pub fn with_read_only(mut self, read_only: bool) -> Sandbox {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Whether commands may not write in the workspace either.
+    pub fn read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Lets commands also write beneath `dir` (a cache a build needs, say:
@@ -93,7 +108,8 @@ impl Sandbox {
                 .iter()
                 .filter_map(|dir| dir.canonicalize().ok())
                 .collect(),
-            read_only: workspace.protected_places(),
+            protected: workspace.protected_places(),
+            read_only: self.read_only,
             network: self.network,
         };
         serde_json::to_string(&spec)
@@ -144,20 +160,29 @@ impl Sandbox {
 
     /// Sentences for the model: what its commands may not do.
     pub(crate) fn told(&self) -> String {
-        let also: String = self
-            .writable
-            .iter()
-            .map(|dir| format!(", {}", dir.display()))
-            .collect();
+        let mut places: Vec<String> = Vec::new();
+        if !self.read_only {
+            places.push("the workspace".to_owned());
+        }
+        places.extend(self.writable.iter().map(|dir| dir.display().to_string()));
+        places.push("/tmp".to_owned());
+        let last = places.pop().unwrap_or_default();
+        let places = if places.is_empty() {
+            last
+        } else {
+            format!("{} and {last}", places.join(", "))
+        };
+        let kept = if self.read_only {
+            "the workspace is read-only"
+        } else {
+            "the repository's .git and agent's own files are read-only"
+        };
         let network = if self.network {
             ""
         } else {
             ", and have no network beyond their own 127.0.0.1"
         };
-        format!(
-            "Commands run in a sandbox: they may write only in the workspace{also} and /tmp \
-             (the repository's .git and agent's own files are read-only){network}."
-        )
+        format!("Commands run in a sandbox: they may write only in {places} ({kept}){network}.")
     }
 }
 
@@ -193,7 +218,9 @@ pub(crate) struct Spec {
     /// Other directories where it may write.
     writable: Vec<PathBuf>,
     /// Places in the workspace it may not change.
-    read_only: Vec<PathBuf>,
+    protected: Vec<PathBuf>,
+    /// Whether it may not write in the workspace either.
+    read_only: bool,
     /// Whether it may reach the network.
     network: bool,
 }
@@ -286,7 +313,7 @@ impl Spec {
         // so the command cannot move a protected place away with its parent and make
         // another where it was (`mv config c2; mkdir config`).
         let mut pinned: Vec<&Path> = vec![self.workspace.as_path()];
-        for place in &self.read_only {
+        for place in &self.protected {
             let mut ancestors: Vec<&Path> = place
                 .ancestors()
                 .skip(1)
@@ -303,8 +330,13 @@ impl Spec {
                     .map_err(|e| format!("cannot pin {} in place: {e}", dir.display()))?;
             }
         }
-        for place in &self.read_only {
+        for place in &self.protected {
             read_only(place)?;
+        }
+        // Read-only, the workspace is so as a whole, by its mount: whatever the rules on
+        // writes say of a directory it lies in (`/tmp`, one of its own).
+        if self.read_only {
+            read_only(&self.workspace)?;
         }
         // The command starts in the workspace as mounted now: its `..` leads through the
         // covered directories, not to the system's beneath them.

@@ -539,3 +539,93 @@ fn a_protected_place_cannot_be_moved_away_with_its_directory() {
         }
     }
 }
+
+/// `--sandbox-read-only`: a command writes nothing in the workspace, even where the
+/// workspace lies in `/tmp` (whose own copy it may write in), while its own `/tmp` works;
+/// the model is told, and the run records it (`agent show`). Without it the same
+/// command writes there.
+#[test]
+fn a_read_only_sandbox_writes_nothing_in_the_workspace() {
+    for (in_tmp, read_only) in [(true, false), (true, true), (false, true)] {
+        let env = Env::new();
+        let elsewhere = outside_covered();
+        let ws = if in_tmp {
+            env.dir.path().to_path_buf()
+        } else {
+            elsewhere.path().to_path_buf()
+        };
+        let model = one_shell_call(
+            &env,
+            "echo x > made.txt; echo y > /tmp/own && cat /tmp/own; echo end",
+        );
+        let flag = if read_only {
+            "--sandbox-read-only"
+        } else {
+            "--sandbox"
+        };
+        let out = env
+            .cmd()
+            .args(["run", "--json", "--allow", "shell", flag, "--workspace"])
+            .arg(&ws)
+            .args(["--model", &model, "go"])
+            .output()
+            .unwrap();
+        let result = call_results(&env, &out)("call-1");
+        let said = output(&result);
+        let case = format!("in /tmp: {in_tmp}, read-only: {read_only}: {said}");
+        assert_eq!(ws.join("made.txt").exists(), !read_only, "{case}");
+        assert!(said.contains("\ny\nend\n"), "{case}");
+        assert_eq!(said.contains("Read-only file system"), read_only, "{case}");
+        let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let shown = crate::stdout(&env.run(&["show", &id]));
+        let kind = if read_only {
+            "read-only, no network"
+        } else {
+            "no network"
+        };
+        assert!(
+            shown.contains(&format!("commands sandboxed ({kind})")),
+            "{shown}"
+        );
+        let log: Value =
+            serde_json::from_str(&crate::stdout(&env.run(&["show", "--json", &id]))).unwrap();
+        let told = log["events"][0]["manifest"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "shell")
+            .map(|t| t["description"].to_string())
+            .unwrap();
+        assert_eq!(
+            told.contains("may write only in /tmp (the workspace is read-only)"),
+            read_only,
+            "{told}"
+        );
+    }
+}
+
+/// A read-only sandbox is kept as such by a process that takes the run up: a command
+/// approved later writes nothing in the workspace either.
+#[test]
+fn a_read_only_sandbox_is_kept_when_the_run_is_taken_up() {
+    let env = Env::new();
+    let model = one_shell_call(&env, "echo x > made.txt");
+    let out = env.run(&["run", "--sandbox-read-only", "--model", &model, "go"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("approved, a shell command runs in the run's sandbox: it writes only in its own /tmp, no network"),
+        "{said}"
+    );
+    let id = said
+        .strip_prefix("agent: run ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_owned();
+    let out = env.run(&["approve", &id, "--model", &model]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!env.dir.path().join("made.txt").exists());
+}

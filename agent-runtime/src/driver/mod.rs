@@ -425,6 +425,7 @@ impl Runtime {
             sandbox: self.check_sandbox.as_ref().map(|sandbox| {
                 Box::new(agent_core::SandboxRecord {
                     network: sandbox.network(),
+                    read_only: sandbox.read_only(),
                     write: sandbox
                         .writable()
                         .iter()
