@@ -71,11 +71,7 @@ fn answer_json(report: &Report) -> Value {
 /// has one: "runs in the run's sandbox: ...".
 pub(crate) fn sandbox_note(state: &agent_core::RunState) -> Option<String> {
     let sandbox = state.manifest.as_ref()?.sandbox.as_deref()?;
-    let network = if sandbox.network {
-        "with network"
-    } else {
-        "no network"
-    };
+    let network = network_words(sandbox);
     let mut places: Vec<String> = Vec::new();
     if !sandbox.read_only {
         places.push("the workspace".to_owned());
@@ -91,13 +87,18 @@ pub(crate) fn sandbox_note(state: &agent_core::RunState) -> Option<String> {
     ))
 }
 
-/// A run's sandbox in a few words: "no network", "read-only, with network".
-pub(crate) fn sandbox_kind(sandbox: &agent_core::SandboxRecord) -> String {
-    let network = if sandbox.network {
+/// Whether a run's sandbox lets its commands reach the network, in words.
+fn network_words(sandbox: &agent_core::SandboxRecord) -> &'static str {
+    if sandbox.network {
         "with network"
     } else {
         "no network"
-    };
+    }
+}
+
+/// A run's sandbox in a few words: "no network", "read-only, with network".
+pub(crate) fn sandbox_kind(sandbox: &agent_core::SandboxRecord) -> String {
+    let network = network_words(sandbox);
     if sandbox.read_only {
         format!("read-only, {network}")
     } else {
