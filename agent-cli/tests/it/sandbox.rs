@@ -13,7 +13,12 @@ use crate::{Env, stderr};
 /// Runs one `shell` call of `command` with `flags` added to `run`, as `agent` runs here or
 /// as `nobody`; the call's result.
 fn one_call(env: &Env, as_nobody: bool, command: &str, flags: &[&str]) -> Value {
-    let model = one_shell_call(env, command);
+    call_of(env, as_nobody, &one_shell_call(env, command), flags)
+}
+
+/// Runs `model`, whose call is `call-1`, with `shell` allowed and `flags`, as [`one_call`]
+/// does; the call's result.
+fn call_of(env: &Env, as_nobody: bool, model: &str, flags: &[&str]) -> Value {
     let mut cmd = if as_nobody {
         let mut cmd = not_root(env);
         cmd.arg("--store").arg(env.store());
@@ -22,7 +27,7 @@ fn one_call(env: &Env, as_nobody: bool, command: &str, flags: &[&str]) -> Value 
         env.cmd()
     };
     let out = cmd
-        .args(["run", "--json", "--allow", "shell", "--model", &model])
+        .args(["run", "--json", "--allow", "shell", "--model", model])
         .args(flags)
         .arg("go")
         .output()
@@ -64,6 +69,15 @@ pub(crate) fn outside_covered() -> tempfile::TempDir {
     .find(|dir| dir.is_dir() && !covered(dir))
     .expect("a directory for the tests outside /tmp: /var/tmp, or the target directory");
     writable_by_all(place)
+}
+
+/// The run a paused `agent run` (not `--json`) named first on standard error.
+fn paused_run_id(out: &std::process::Output) -> String {
+    let said = stderr(out);
+    said.strip_prefix("agent: run ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{said}"))
+        .to_owned()
 }
 
 /// Who the tests can run `agent` as: itself, and `nobody` when it is root.
@@ -271,12 +285,7 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
         );
         let out = env.run(&["run", "--sandbox", "--model", &model, "go"]);
         assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-        let said = stderr(&out);
-        let id = said
-            .strip_prefix("agent: run ")
-            .and_then(|rest| rest.split(' ').next())
-            .unwrap_or_else(|| panic!("{said}"))
-            .to_owned();
+        let id = paused_run_id(&out);
         assert!(
             stderr(&out).contains(
                 "approved, a shell command runs in the run's sandbox: it writes only in \
@@ -326,7 +335,7 @@ fn agent_toml_asks_for_the_sandbox_and_needs_trust_to_widen_it() {
         ),
     );
     std::fs::write(&toml, "sandbox = true\n").unwrap();
-    let result = one_call_with(&env, &model);
+    let result = call_of(&env, false, &model, &[]);
     assert!(output(&result).contains("cache/made"), "{result}");
     assert!(!outside.path().join("escaped").exists());
 
@@ -344,16 +353,10 @@ fn agent_toml_asks_for_the_sandbox_and_needs_trust_to_widen_it() {
     }
     let out = env.run(&["trust"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let result = one_call_with(&env, &model);
+    let result = call_of(&env, false, &model, &[]);
     assert!(output(&result).starts_with("exit code: 0"), "{result}");
     assert!(env.dir.path().join("cache/made").exists());
     assert!(!outside.path().join("escaped").exists());
-}
-
-/// Runs `model` with `shell` allowed and no other flag; its call's result.
-fn one_call_with(env: &Env, model: &str) -> Value {
-    let out = env.run(&["run", "--json", "--allow", "shell", "--model", model, "go"]);
-    call_results(env, &out)("call-1")
 }
 
 /// A sandboxed command holds no capability, and as root neither (its bounding set is
@@ -620,11 +623,7 @@ fn a_read_only_sandbox_is_kept_when_the_run_is_taken_up() {
         said.contains("approved, a shell command runs in the run's sandbox: it writes only in its own /tmp, no network"),
         "{said}"
     );
-    let id = said
-        .strip_prefix("agent: run ")
-        .and_then(|rest| rest.split(' ').next())
-        .unwrap()
-        .to_owned();
+    let id = paused_run_id(&out);
     let out = env.run(&["approve", &id, "--model", &model]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!env.dir.path().join("made.txt").exists());

@@ -169,7 +169,7 @@ impl Runtime {
             check_dir: self.check_dir.clone(),
             check_timeout: self.check_timeout,
             check_passing: self.check_passing.clone(),
-            check_sandbox: self.check_sandbox.clone(),
+            sandbox: self.sandbox.clone(),
             only_tools: Some(tools),
             parent: Some(parent),
             asks_denied: read_only,

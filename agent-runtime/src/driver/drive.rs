@@ -460,7 +460,7 @@ impl Runtime {
                 let checker = checker
                     .with_timeout(self.check_timeout)
                     .passing(self.check_passing.iter().cloned());
-                match &self.check_sandbox {
+                match &self.sandbox {
                     Some(sandbox) => {
                         checker.sandboxed(sandbox.clone(), self.gateway.workspace().clone())
                     }

@@ -168,7 +168,7 @@ pub struct Runtime {
     /// Variables named like secrets that check commands are given all the same.
     check_passing: Vec<String>,
     /// The sandbox the runs' commands and answer checks run in, if any.
-    check_sandbox: Option<agent_tools::Sandbox>,
+    sandbox: Option<agent_tools::Sandbox>,
     /// The only tools of the gateway this runtime's runs may use (a sub-agent's).
     only_tools: Option<std::collections::BTreeSet<String>>,
     /// The call a sub-agent's run answers, recorded in the manifest of the run it starts.
@@ -217,7 +217,7 @@ impl Runtime {
             check_dir: std::path::PathBuf::from("."),
             check_timeout: agent_tools::DEFAULT_CHECK_TIMEOUT,
             check_passing: Vec::new(),
-            check_sandbox: None,
+            sandbox: None,
             only_tools: None,
             parent: None,
             asks_denied: false,
@@ -349,7 +349,7 @@ impl Runtime {
     /// gateway's workspace ([`agent_tools::AnswerChecker::sandboxed`]): a check must not
     /// run what the model left there outside it.
     pub fn with_sandbox(mut self, sandbox: Option<agent_tools::Sandbox>) -> Runtime {
-        self.check_sandbox = sandbox;
+        self.sandbox = sandbox;
         self
     }
 
@@ -422,7 +422,7 @@ impl Runtime {
             forked_from: None,
             parent: self.parent.clone().map(Box::new),
             workspace: Some(self.gateway.workspace().root().display().to_string()),
-            sandbox: self.check_sandbox.as_ref().map(|sandbox| {
+            sandbox: self.sandbox.as_ref().map(|sandbox| {
                 Box::new(agent_core::SandboxRecord {
                     network: sandbox.network(),
                     read_only: sandbox.read_only(),

@@ -290,7 +290,8 @@ async fn run_under(
         match watched.ended().await {
             Some(Ended::Code(code)) => Ok(Some(code)),
             Some(Ended::Signal(_)) => Ok(None),
-            Some(Ended::NotStarted(why)) if why.starts_with("its sandbox") => {
+            // What keeps a sandboxed command from starting, its sandbox's making included.
+            Some(Ended::NotStarted(why)) if sandbox.is_some() => {
                 Err(failed(format!("the command was not run: {why}")))
             }
             Some(Ended::NotStarted(why)) => Err(failed(format!("cannot start bash: {why}"))),
