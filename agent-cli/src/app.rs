@@ -801,6 +801,12 @@ pub(crate) fn taken_up<'a>(
         for dir in &recorded.write {
             sandbox = sandbox.writing(dir);
         }
+        for place in &recorded.hide {
+            sandbox = sandbox.hiding(place);
+        }
+        for place in &recorded.show {
+            sandbox = sandbox.showing(place);
+        }
         tell(format_args!(
             "agent: run {run_id} runs its commands in a sandbox, as it started (--no-sandbox \
              runs them without)\n"

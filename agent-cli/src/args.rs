@@ -306,13 +306,28 @@ pub struct Setup {
     /// Run shell commands without a sandbox, even in a run started with one.
     #[arg(
         long,
-        conflicts_with_all = ["sandbox", "sandbox_network", "sandbox_write", "sandbox_read_only"]
+        conflicts_with_all = [
+            "sandbox",
+            "sandbox_network",
+            "sandbox_write",
+            "sandbox_read_only",
+            "sandbox_hide",
+            "sandbox_show",
+        ]
     )]
     pub no_sandbox: bool,
     /// Let sandboxed shell commands write beneath this directory too (implies --sandbox;
     /// repeatable).
     #[arg(long = "sandbox-write", value_name = "DIR")]
     pub sandbox_write: Vec<PathBuf>,
+    /// Hide this file or directory from sandboxed shell commands too, as the home
+    /// directory's keys and tokens are (implies --sandbox; repeatable).
+    #[arg(long = "sandbox-hide", value_name = "PATH")]
+    pub sandbox_hide: Vec<PathBuf>,
+    /// Leave the home directory's keys and tokens at or beneath this path visible to
+    /// sandboxed shell commands (~/.ssh for git over SSH; implies --sandbox; repeatable).
+    #[arg(long = "sandbox-show", value_name = "PATH")]
+    pub sandbox_show: Vec<PathBuf>,
 }
 
 /// Options of `agent run`.

@@ -71,6 +71,12 @@ pub struct Config {
     /// `--sandbox-write` directories (relative to the file; before the flags' own).
     #[serde(default)]
     pub sandbox_write: Vec<PathBuf>,
+    /// `--sandbox-hide` places (relative to the file; before the flags' own).
+    #[serde(default)]
+    pub sandbox_hide: Vec<PathBuf>,
+    /// `--sandbox-show` places (relative to the file; before the flags' own).
+    #[serde(default)]
+    pub sandbox_show: Vec<PathBuf>,
     /// `--answer-schema` (relative to the file).
     pub answer_schema: Option<PathBuf>,
     /// `--check` commands (before the flags' own).

@@ -83,8 +83,19 @@ pub(crate) fn sandbox_note(state: &agent_core::RunState) -> Option<String> {
         places.join(" and ")
     };
     Some(format!(
-        "runs in the run's sandbox: it writes only in {places}, {network}"
+        "runs in the run's sandbox: it writes only in {places}, {network}, {}",
+        credential_words(sandbox)
     ))
+}
+
+/// Which credentials a run's sandbox leaves its commands, in words.
+fn credential_words(sandbox: &agent_core::SandboxRecord) -> String {
+    if sandbox.show.is_empty() {
+        "no credentials".to_owned()
+    } else {
+        let shown: Vec<String> = sandbox.show.iter().map(|p| format!("{p:?}")).collect();
+        format!("the credentials in {} visible", shown.join(" and "))
+    }
 }
 
 /// Whether a run's sandbox lets its commands reach the network, in words.
@@ -98,12 +109,14 @@ fn network_words(sandbox: &agent_core::SandboxRecord) -> &'static str {
 
 /// A run's sandbox in a few words: "no network", "read-only, with network".
 pub(crate) fn sandbox_kind(sandbox: &agent_core::SandboxRecord) -> String {
-    let network = network_words(sandbox);
+    let mut kind = network_words(sandbox).to_owned();
     if sandbox.read_only {
-        format!("read-only, {network}")
-    } else {
-        network.to_owned()
+        kind = format!("read-only, {kind}");
     }
+    if !sandbox.show.is_empty() {
+        kind = format!("{kind}, {}", credential_words(sandbox));
+    }
+    kind
 }
 
 /// The human summary of an invocation, for standard error.

@@ -380,7 +380,8 @@ pub struct Settings {
     /// (agent.toml's `shell_env`, then `--shell-env`).
     pub shell_env: Vec<String>,
     /// The sandbox shell commands run in, when one was asked for (agent.toml's `sandbox`,
-    /// `sandbox_network` and `sandbox_write`, then the flags).
+    /// `sandbox_network`, `sandbox_write`, `sandbox_hide` and `sandbox_show`, then the
+    /// flags).
     pub sandbox: Option<agent_tools::Sandbox>,
     /// Whether this command said whether to sandbox (a sandbox of its own, from the flags
     /// or the settings file, or `--no-sandbox`): if not, a run taken up keeps the sandbox
@@ -918,6 +919,18 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
             writable.join(", ")
         ));
     }
+    let shown: Vec<String> = c
+        .sandbox_show
+        .iter()
+        .filter(|place| !setup.sandbox_show.contains(place))
+        .map(|place| place.display().to_string())
+        .collect();
+    if !shown.is_empty() {
+        brings.push(format!(
+            "sandbox_show {} (sandboxed commands may read the credentials there)",
+            shown.join(", ")
+        ));
+    }
     if let Some(thinking) = c.thinking {
         brings.push(format!(
             "thinking {thinking} (what the model thinks each turn is billed as output)"
@@ -988,8 +1001,21 @@ fn sandbox_of(
         .iter()
         .map(|dir| ("--sandbox-write", dir.clone()));
     let dirs: Vec<(&str, PathBuf)> = file_dirs.chain(flag_dirs).collect();
-    let asked =
-        setup.sandbox || config.sandbox == Some(true) || network || read_only || !dirs.is_empty();
+    let hide: Vec<(&str, PathBuf)> = (config.sandbox_hide.iter())
+        .map(|place| ("sandbox_hide in the settings file:", relative(place)))
+        .chain((setup.sandbox_hide.iter()).map(|place| ("--sandbox-hide", place.clone())))
+        .collect();
+    let show: Vec<(&str, PathBuf)> = (config.sandbox_show.iter())
+        .map(|place| ("sandbox_show in the settings file:", relative(place)))
+        .chain((setup.sandbox_show.iter()).map(|place| ("--sandbox-show", place.clone())))
+        .collect();
+    let asked = setup.sandbox
+        || config.sandbox == Some(true)
+        || network
+        || read_only
+        || !dirs.is_empty()
+        || !hide.is_empty()
+        || !show.is_empty();
     if !asked || setup.no_sandbox {
         return Ok(None);
     }
@@ -1007,6 +1033,23 @@ fn sandbox_of(
         let dir = std::path::absolute(&dir)
             .map_err(|e| bad(format!("{whose} {}: {e}", dir.display())))?;
         sandbox = sandbox.writing(dir);
+    }
+    for (whose, place) in hide {
+        // A place misspelt would hide nothing, and say nothing of it.
+        if std::fs::symlink_metadata(&place).is_err() {
+            return Err(bad(format!(
+                "{whose} {}: no such file or directory; give a file or directory to hide                  from sandboxed commands",
+                place.display()
+            )));
+        }
+        let place = std::path::absolute(&place)
+            .map_err(|e| bad(format!("{whose} {}: {e}", place.display())))?;
+        sandbox = sandbox.hiding(place);
+    }
+    for (whose, place) in show {
+        let place = std::path::absolute(&place)
+            .map_err(|e| bad(format!("{whose} {}: {e}", place.display())))?;
+        sandbox = sandbox.showing(place);
     }
     Ok(Some(sandbox))
 }

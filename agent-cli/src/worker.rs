@@ -95,6 +95,12 @@ pub struct SandboxSpec {
     /// Directories beyond the workspace where they may write, as absolute paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub write: Vec<PathBuf>,
+    /// Places hidden from them beyond a home directory's credentials, as absolute paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<PathBuf>,
+    /// Places where a home directory's credentials are left visible to them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub show: Vec<PathBuf>,
 }
 
 /// How a queued run's model is called, as the submitter's agent.toml said: streamed or
@@ -265,6 +271,8 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
             network: sandbox.network(),
             read_only: sandbox.read_only(),
             write: sandbox.writable().to_vec(),
+            hide: sandbox.hidden().to_vec(),
+            show: sandbox.shown().to_vec(),
         }),
         calls: Calls::of(settings),
     };
@@ -318,6 +326,16 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
             .sandbox
             .as_ref()
             .map(|s| s.write.clone())
+            .unwrap_or_default(),
+        sandbox_hide: spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.hide.clone())
+            .unwrap_or_default(),
+        sandbox_show: spec
+            .sandbox
+            .as_ref()
+            .map(|s| s.show.clone())
             .unwrap_or_default(),
         ..Setup::default()
     };

@@ -102,6 +102,12 @@ pub struct SandboxRecord {
     /// The directories beyond the workspace where they may write (absolute).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub write: Vec<String>,
+    /// The places they do not see beyond a home directory's credentials (absolute).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<String>,
+    /// The places where a home directory's credentials are left visible (absolute).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub show: Vec<String>,
 }
 
 /// The call of another run that a sub-agent's run answers.

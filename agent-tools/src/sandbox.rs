@@ -15,6 +15,12 @@
 //!   read-only, so a command cannot rewrite the log its run is judged by or plant a git
 //!   hook; one that is not there, a `shell` command that makes it sees taken away once it
 //!   and all it started are gone ([`remove_made`]);
+//! - what holds the person's credentials in a home directory ([`CREDENTIALS`]: SSH and
+//!   GnuPG keys, cloud and registry tokens, `.netrc`, shell histories, browser profiles) is
+//!   hidden, a directory behind an empty read-only one, a file behind an empty read-only
+//!   one, so that a command cannot read a key and print it to the model (and so to its
+//!   provider and the run's log); [`Sandbox::showing`] leaves one visible,
+//!   [`Sandbox::hiding`] hides more;
 //! - the system's sockets under `/run` and `/tmp` (Docker's, D-Bus's, which would start
 //!   programs outside, an SSH agent's, X's) are not there: both are empty directories of
 //!   its own;
@@ -52,7 +58,59 @@ pub struct Sandbox {
     network: bool,
     read_only: bool,
     writable: Vec<PathBuf>,
+    hidden: Vec<PathBuf>,
+    shown: Vec<PathBuf>,
 }
+
+/// The places in a home directory, relative to it, that a sandboxed command does not see
+/// (each behind an empty read-only one) unless shown with [`Sandbox::showing`]: keys,
+/// tokens and passwords the person's own tools keep there, and what often holds them
+/// (shell histories, browser profiles with their cookies). In the home directory of the
+/// person running `agent` (`HOME`), in `/root` and in each directory of `/home`.
+pub const CREDENTIALS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".password-store",
+    ".local/share/keyrings",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".oci",
+    ".kube",
+    ".docker",
+    ".config/containers/auth.json",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/glab-cli",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".pgpass",
+    ".my.cnf",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/rclone",
+    ".config/op",
+    ".bash_history",
+    ".zsh_history",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+    ".node_repl_history",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+];
 
 impl Sandbox {
     /// A sandbox whose commands write only in the workspace and reach no network.
@@ -89,6 +147,62 @@ impl Sandbox {
         self
     }
 
+    /// Hides `place` (a file or a directory) from commands too, as [`CREDENTIALS`] are:
+    /// a directory is seen empty, a file empty, neither writable. One that does not exist
+    /// when a command starts, or that holds the workspace or a writable directory, is left
+    /// as it is.
+    #[must_use]
+    pub fn hiding(mut self, place: impl Into<PathBuf>) -> Sandbox {
+        self.hidden.push(place.into());
+        self
+    }
+
+    /// Leaves the places of [`CREDENTIALS`] at or beneath `place` visible to commands (a
+    /// command that needs them: `git push` over SSH with [`Sandbox::with_network`] needs
+    /// `~/.ssh`); those given with [`Sandbox::hiding`] stay hidden.
+    #[must_use]
+    pub fn showing(mut self, place: impl Into<PathBuf>) -> Sandbox {
+        self.shown.push(place.into());
+        self
+    }
+
+    /// The places hidden beyond [`CREDENTIALS`].
+    pub fn hidden(&self) -> &[PathBuf] {
+        &self.hidden
+    }
+
+    /// The places where [`CREDENTIALS`] are left visible.
+    pub fn shown(&self) -> &[PathBuf] {
+        &self.shown
+    }
+
+    /// Every place a command is to have hidden, whether there or not: [`CREDENTIALS`] in
+    /// each home directory but those shown, then those given with [`Sandbox::hiding`].
+    fn to_hide(&self) -> Vec<PathBuf> {
+        let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|home| home.is_absolute())
+            .into_iter()
+            .collect();
+        homes.push(PathBuf::from("/root"));
+        if let Ok(entries) = std::fs::read_dir("/home") {
+            homes.extend(entries.filter_map(|entry| Some(entry.ok()?.path())));
+        }
+        let same = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| path.clone());
+        let shown: Vec<PathBuf> = self.shown.iter().map(same).collect();
+        let mut places: Vec<PathBuf> = Vec::new();
+        for home in homes.iter().map(same) {
+            for place in CREDENTIALS.iter().map(|name| home.join(name)) {
+                let visible = shown.iter().any(|dir| same(&place).starts_with(dir));
+                if !visible && !places.contains(&place) {
+                    places.push(place);
+                }
+            }
+        }
+        places.extend(self.hidden.iter().cloned());
+        places
+    }
+
     /// Whether commands may reach the network.
     pub fn network(&self) -> bool {
         self.network
@@ -109,6 +223,7 @@ impl Sandbox {
                 .filter_map(|dir| dir.canonicalize().ok())
                 .collect(),
             protected: workspace.protected_places(),
+            hidden: self.to_hide(),
             read_only: self.read_only,
             network: self.network,
         };
@@ -182,7 +297,19 @@ impl Sandbox {
         } else {
             ", and have no network beyond their own 127.0.0.1"
         };
-        format!("Commands run in a sandbox: they may write only in {places} ({kept}){network}.")
+        let mut hidden =
+            "the home directory's keys and tokens (.ssh, .aws, .netrc and the like)".to_owned();
+        let shown: Vec<String> = self.shown.iter().map(|p| p.display().to_string()).collect();
+        if !shown.is_empty() {
+            hidden.push_str(&format!(" but those in {}", shown.join(" and ")));
+        }
+        for place in &self.hidden {
+            hidden.push_str(&format!(", {}", place.display()));
+        }
+        format!(
+            "Commands run in a sandbox: they may write only in {places} ({kept}){network}; \
+             {hidden} are hidden from them (seen empty)."
+        )
     }
 }
 
@@ -219,6 +346,9 @@ pub(crate) struct Spec {
     writable: Vec<PathBuf>,
     /// Places in the workspace it may not change.
     protected: Vec<PathBuf>,
+    /// Places it may not see (nor change), where they are there.
+    #[serde(default)]
+    hidden: Vec<PathBuf>,
     /// Whether it may not write in the workspace either.
     read_only: bool,
     /// Whether it may reach the network.
@@ -338,6 +468,29 @@ impl Spec {
         if self.read_only {
             read_only(&self.workspace)?;
         }
+        // Files are hidden behind an empty one made in a covered directory, of the
+        // command's own, and unlinked there once bound: written through none of its
+        // places (`/dev/null`'s would take writes and say nothing).
+        let empty = COVERED
+            .iter()
+            .map(|(dir, _)| Path::new(dir))
+            .find(|dir| is_dir(&dir.to_string_lossy()))
+            .map(|dir| dir.join(".agent-loop-hidden"))
+            .filter(|empty| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(empty)
+                    .is_ok()
+            });
+        let hidden = self
+            .hidden
+            .iter()
+            .try_for_each(|place| self.hide(place, empty.as_deref()));
+        if let Some(empty) = &empty {
+            let _ = std::fs::remove_file(empty);
+        }
+        hidden?;
         // The command starts in the workspace as mounted now: its `..` leads through the
         // covered directories, not to the system's beneath them.
         std::env::set_current_dir(&self.workspace)
@@ -346,6 +499,46 @@ impl Spec {
             loopback_up()?;
         }
         Ok(())
+    }
+
+    /// Hides `place` from the command, where it is there (through any links) and holds
+    /// neither the workspace nor a writable directory: a directory behind an empty
+    /// read-only one, anything else behind an empty read-only file (`empty`, else
+    /// `/dev/null`).
+    fn hide(&self, place: &Path, empty: Option<&Path>) -> Result<(), String> {
+        use nix::mount::{MsFlags, mount};
+        let Ok(found) = place.canonicalize() else {
+            // Not there, or not for this user to reach: nothing to read.
+            return Ok(());
+        };
+        let needed = std::iter::once(&self.workspace)
+            .chain(&self.writable)
+            .any(|dir| dir.starts_with(&found));
+        if needed {
+            return Ok(());
+        }
+        let failed = |e: nix::Error| {
+            format!(
+                "cannot hide {} from the command: {e} (--sandbox-show leaves a home \
+                 directory's credentials visible)",
+                found.display()
+            )
+        };
+        if found.is_dir() {
+            let flags =
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            mount(
+                Some("tmpfs"),
+                &found,
+                Some("tmpfs"),
+                flags,
+                Some("mode=755,size=4k,nr_inodes=1"),
+            )
+            .map_err(failed)
+        } else {
+            let empty = empty.unwrap_or(Path::new("/dev/null"));
+            bind_read_only(empty, &found).map_err(failed)
+        }
     }
 
     /// In the namespace's init, as the last thing before it starts the command: writes
@@ -401,12 +594,18 @@ impl Spec {
 /// drop them).
 #[cfg(target_os = "linux")]
 fn read_only(place: &Path) -> Result<(), String> {
+    bind_read_only(place, place)
+        .map_err(|e| format!("cannot make {} read-only: {e}", place.display()))
+}
+
+/// Binds `source` onto `place`, read-only, with the flags `source`'s mount has.
+#[cfg(target_os = "linux")]
+fn bind_read_only(source: &Path, place: &Path) -> Result<(), nix::Error> {
     use nix::mount::{MsFlags, mount};
     use nix::sys::statvfs::{FsFlags, statvfs};
-    let failed = |e: nix::Error| format!("cannot make {} read-only: {e}", place.display());
     let recursive = MsFlags::MS_BIND | MsFlags::MS_REC;
-    mount(Some(place), place, None::<&str>, recursive, None::<&str>).map_err(failed)?;
-    let has = statvfs(place).map_err(failed)?.flags();
+    mount(Some(source), place, None::<&str>, recursive, None::<&str>)?;
+    let has = statvfs(place)?.flags();
     let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
     for (kept, flag) in [
         (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
@@ -420,7 +619,7 @@ fn read_only(place: &Path) -> Result<(), String> {
             flags |= flag;
         }
     }
-    mount(None::<&str>, place, None::<&str>, flags, None::<&str>).map_err(failed)
+    mount(None::<&str>, place, None::<&str>, flags, None::<&str>)
 }
 
 /// Brings up the loopback interface of the network namespace this process is in (a new
@@ -497,6 +696,26 @@ fn acknowledged(answer: &[u8]) -> Option<i32> {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_is_told_what_its_commands_may_not_see() {
+        let told = Sandbox::new()
+            .showing("/home/p/.ssh")
+            .hiding("/srv/secrets")
+            .told();
+        assert!(
+            told.ends_with(
+                "; the home directory's keys and tokens (.ssh, .aws, .netrc and the like) but \
+                 those in /home/p/.ssh, /srv/secrets are hidden from them (seen empty)."
+            ),
+            "{told}"
+        );
+        let told = Sandbox::new().told();
+        assert!(
+            told.contains("no network beyond their own 127.0.0.1; the home"),
+            "{told}"
+        );
+    }
 
     #[test]
     fn the_loopback_request_is_a_whole_netlink_message() {

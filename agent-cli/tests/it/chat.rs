@@ -955,7 +955,8 @@ fn an_approval_asked_inline_says_the_command_runs_in_the_sandbox() {
     let mut t = Terminal::spawn(&env, &["run", "--sandbox", "--model", &model, "go"]);
     t.expect("s1 shell command=");
     t.expect(
-        "(approved, it runs in the run's sandbox: it writes only in the workspace, no network)",
+        "(approved, it runs in the run's sandbox: it writes only in the workspace, no network, \
+         no credentials)",
     );
     t.expect("[a]lways shell > ");
     t.type_line("y");

@@ -1142,13 +1142,17 @@ fn a_run_whose_process_died_here_is_taken_over_at_once() {
 }
 
 /// A queued run submitted with `--sandbox` runs its commands in the sandbox on the worker
-/// that drives it: a write outside the workspace is refused there, one inside is made.
+/// that drives it: a write outside the workspace is refused there, one inside is made, and
+/// a file it was to hide is not read.
 #[test]
 fn a_queued_run_s_commands_run_in_its_sandbox_on_the_worker() {
     let q = Queue::new();
     let outside = crate::sandbox::outside_covered();
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, "secret-4417").unwrap();
     let command = format!(
-        "echo x > {}/escaped; echo y > made",
+        "cat {}; echo x > {}/escaped; echo y > made",
+        secret.display(),
         outside.path().display()
     );
     let model = q.script(
@@ -1158,10 +1162,23 @@ fn a_queued_run_s_commands_run_in_its_sandbox_on_the_worker() {
             {"final": "done"}
         ]),
     );
-    let id = q.submit(&model, &["--sandbox", "--allow", "shell"], "write");
+    let hide = secret.to_str().unwrap();
+    let id = q.submit(
+        &model,
+        &["--sandbox-hide", hide, "--allow", "shell"],
+        "write",
+    );
     assert_eq!(drained(&q, &id)["reason"], "completed");
     assert!(q.ws.join("made").exists());
     assert!(!outside.path().join("escaped").exists());
+    let events = q.events(&id);
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_finished")
+        .unwrap();
+    let output = finished["result"]["output"].as_str().unwrap();
+    assert!(output.starts_with("exit code: 0"), "{output}");
+    assert!(!output.contains("secret-4417"), "{output}");
 }
 
 /// A queued run carries its answer validators to the worker that drives it.

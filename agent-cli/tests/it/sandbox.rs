@@ -289,7 +289,7 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
         assert!(
             stderr(&out).contains(
                 "approved, a shell command runs in the run's sandbox: it writes only in \
-                 the workspace, no network"
+                 the workspace, no network, no credentials"
             ),
             "{}",
             stderr(&out)
@@ -320,8 +320,8 @@ fn a_run_keeps_its_sandbox_when_taken_up_unless_told_otherwise() {
 }
 
 /// agent.toml may ask for the sandbox with no one's trust (it only narrows what commands
-/// do), but what it widens in it, the network or a directory to write in, needs trust as
-/// an `allow` rule does; a directory it names is relative to it.
+/// do), but what it widens in it, the network, a directory to write in or credentials to
+/// show, needs trust as an `allow` rule does; a directory it names is relative to it.
 #[test]
 fn agent_toml_asks_for_the_sandbox_and_needs_trust_to_widen_it() {
     let env = Env::new();
@@ -340,7 +340,11 @@ fn agent_toml_asks_for_the_sandbox_and_needs_trust_to_widen_it() {
     assert!(!outside.path().join("escaped").exists());
 
     std::fs::create_dir(env.dir.path().join("cache")).unwrap();
-    for widening in ["sandbox_network = true\n", "sandbox_write = [\"cache\"]\n"] {
+    for widening in [
+        "sandbox_network = true\n",
+        "sandbox_write = [\"cache\"]\n",
+        "sandbox_show = [\"cache\"]\n",
+    ] {
         std::fs::write(&toml, format!("sandbox = true\n{widening}")).unwrap();
         let out = env.run(&["run", "--allow", "shell", "--model", &model, "go"]);
         assert_eq!(out.status.code(), Some(2), "{widening}: {}", stderr(&out));
@@ -620,11 +624,215 @@ fn a_read_only_sandbox_is_kept_when_the_run_is_taken_up() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let said = stderr(&out);
     assert!(
-        said.contains("approved, a shell command runs in the run's sandbox: it writes only in its own /tmp, no network"),
+        said.contains("approved, a shell command runs in the run's sandbox: it writes only in its own /tmp, no network, no credentials"),
         "{said}"
     );
     let id = paused_run_id(&out);
     let out = env.run(&["approve", &id, "--model", &model]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(!env.dir.path().join("made.txt").exists());
+}
+
+/// A home directory with credentials where the tools of the person keep them, each file
+/// holding its own marker, and a file of notes that is none; readable by anyone (so that
+/// `nobody`, outside the sandbox, reads them all).
+fn home_with_credentials() -> tempfile::TempDir {
+    let home = outside_covered();
+    for (place, text) in [
+        (".ssh/id_ed25519", "ssh-key-7301"),
+        (".netrc", "netrc-password-7301"),
+        (".config/gh/hosts.yml", "gh-token-7301"),
+        ("notes.txt", "notes-7301"),
+    ] {
+        let path = home.path().join(place);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    home
+}
+
+/// A sandboxed command reads none of the credentials of the home directory (`HOME`): an
+/// SSH key, a `.netrc`, the GitHub CLI's token, which the same command without the sandbox
+/// prints to the model (and so to its provider and the run's log); it reads the rest of
+/// the home. `--sandbox-show` leaves the places beneath it visible, the others hidden;
+/// `--sandbox-hide` hides one more. As root and as `nobody`.
+#[test]
+fn a_sandboxed_command_reads_no_credentials_of_the_home_directory() {
+    let home = home_with_credentials();
+    let h = home.path().display().to_string();
+    let command = format!(
+        "cat {h}/.ssh/id_ed25519 {h}/.netrc {h}/.config/gh/hosts.yml {h}/notes.txt; ls -a {h}/.ssh"
+    );
+    let show_ssh = format!("{h}/.ssh");
+    let hide_notes = format!("{h}/notes.txt");
+    let all = ["ssh-key", "netrc-password", "gh-token", "notes"];
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&[], &all),
+        (&["--sandbox"], &["notes"]),
+        (&["--sandbox-show", &show_ssh], &["ssh-key", "notes"]),
+        (&["--sandbox-hide", &hide_notes], &[]),
+    ];
+    for as_nobody in users() {
+        for (flags, seen) in cases {
+            let env = Env::new();
+            let model = one_shell_call(&env, &command);
+            let mut cmd = if as_nobody {
+                let mut cmd = not_root(&env);
+                cmd.arg("--store").arg(env.store());
+                cmd
+            } else {
+                env.cmd()
+            };
+            let out = cmd
+                .env("HOME", home.path())
+                .args(["run", "--json", "--allow", "shell", "--model", &model])
+                .args(flags)
+                .arg("go")
+                .output()
+                .unwrap();
+            let result = call_results(&env, &out)("call-1");
+            let said = output(&result);
+            for marker in all {
+                assert_eq!(
+                    said.contains(&format!("{marker}-7301")),
+                    seen.contains(&marker),
+                    "nobody: {as_nobody}, {flags:?}, {marker}: {said}"
+                );
+            }
+            assert_eq!(
+                said.contains("id_ed25519\n"),
+                seen.contains(&"ssh-key"),
+                "{said}"
+            );
+        }
+    }
+}
+
+/// Where the workspace is the home directory, so that the rules on writes let a command
+/// write there, a hidden place takes no write either: no key planted in
+/// `~/.ssh/authorized_keys`, nothing added to `~/.netrc` (refused, not swallowed), and
+/// nothing of how files are hidden is left in the command's own directories.
+#[test]
+fn a_hidden_place_takes_no_write_where_the_workspace_is_the_home_directory() {
+    let home = home_with_credentials();
+    let command = "echo key >> .ssh/authorized_keys; echo 'machine m password p' >> .netrc; \
+                   ls -a /tmp /run /dev/shm; echo end";
+    for sandboxed in [false, true] {
+        let env = Env::new();
+        let mut flags = vec!["--workspace", home.path().to_str().unwrap()];
+        if sandboxed {
+            flags.push("--sandbox");
+        }
+        let model = one_shell_call(&env, command);
+        let out = env
+            .cmd()
+            .env("HOME", home.path())
+            .args(["run", "--json", "--allow", "shell", "--model", &model])
+            .args(&flags)
+            .arg("go")
+            .output()
+            .unwrap();
+        let result = call_results(&env, &out)("call-1");
+        let said = output(&result);
+        assert!(said.contains("\nend\n"), "{said}");
+        assert_eq!(
+            home.path().join(".ssh/authorized_keys").exists(),
+            !sandboxed,
+            "{said}"
+        );
+        let netrc = std::fs::read_to_string(home.path().join(".netrc")).unwrap();
+        assert_eq!(netrc == "netrc-password-7301", sandboxed, "{said}");
+        assert_eq!(
+            said.matches("Read-only file system").count(),
+            if sandboxed { 2 } else { 0 },
+            "{said}"
+        );
+        assert!(!said.contains("agent-loop"), "{said}");
+        let _ = std::fs::remove_file(home.path().join(".ssh/authorized_keys"));
+        std::fs::write(home.path().join(".netrc"), "netrc-password-7301").unwrap();
+    }
+}
+
+/// A place named to hide must be there (a misspelt one would hide nothing and say
+/// nothing): refused before anything runs, in one line. One that holds the workspace is
+/// left visible, or no command could run.
+#[test]
+fn a_place_named_to_hide_must_be_there_and_never_hides_the_workspace() {
+    let env = Env::new();
+    let model = one_shell_call(&env, "true");
+    let out = env.run(&[
+        "run",
+        "--sandbox-hide",
+        "no-such-place",
+        "--model",
+        &model,
+        "go",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--sandbox-hide no-such-place: no such file or directory"),
+        "{err}"
+    );
+    assert!(!env.store().exists(), "nothing written");
+
+    let env = Env::new();
+    let workspace = env.dir.path().to_str().unwrap();
+    let result = one_call(
+        &env,
+        false,
+        "echo x > made.txt && cat made.txt",
+        &["--sandbox-hide", workspace],
+    );
+    assert!(output(&result).starts_with("exit code: 0"), "{result}");
+    assert!(env.dir.path().join("made.txt").exists());
+}
+
+/// What a run's sandbox hides and shows is recorded with it and kept by a process that
+/// takes the run up: a command approved later reads what was shown and not what was
+/// hidden; `agent show` and the person asked to approve are told what it may read.
+#[test]
+fn what_a_sandbox_hides_and_shows_is_kept_when_the_run_is_taken_up() {
+    let home = home_with_credentials();
+    let h = home.path().display().to_string();
+    let env = Env::new();
+    let model = one_shell_call(
+        &env,
+        &format!("cat {h}/.ssh/id_ed25519 {h}/.netrc {h}/notes.txt"),
+    );
+    let show = format!("{h}/.ssh");
+    let hide = format!("{h}/notes.txt");
+    let out = env
+        .cmd()
+        .env("HOME", home.path())
+        .args(["run", "--sandbox-show", &show, "--sandbox-hide", &hide])
+        .args(["--model", &model, "go"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("no network, the credentials in {show:?} visible")),
+        "{said}"
+    );
+    let id = paused_run_id(&out);
+    let shown = crate::stdout(&env.run(&["show", &id]));
+    assert!(
+        shown.contains(&format!(
+            "commands sandboxed (no network, the credentials in {show:?} visible)"
+        )),
+        "{shown}"
+    );
+    let out = env
+        .cmd()
+        .env("HOME", home.path())
+        .args(["approve", &id, "--json", "--model", &model])
+        .output()
+        .unwrap();
+    let result = call_results(&env, &out)("call-1");
+    let said = output(&result);
+    assert!(said.contains("ssh-key-7301"), "{said}");
+    assert!(!said.contains("netrc-password-7301"), "{said}");
+    assert!(!said.contains("notes-7301"), "{said}");
 }

@@ -426,11 +426,9 @@ impl Runtime {
                 Box::new(agent_core::SandboxRecord {
                     network: sandbox.network(),
                     read_only: sandbox.read_only(),
-                    write: sandbox
-                        .writable()
-                        .iter()
-                        .map(|dir| dir.display().to_string())
-                        .collect(),
+                    write: paths(sandbox.writable()),
+                    hide: paths(sandbox.hidden()),
+                    show: paths(sandbox.shown()),
                 })
             }),
         }
@@ -1044,6 +1042,14 @@ pub(crate) fn report(run_id: &str, machine: Machine, outcome: Outcome) -> Report
 }
 
 /// Why a message could not be added to a run: a log that does not fold is damaged.
+/// Paths as a manifest records them.
+fn paths(paths: &[std::path::PathBuf]) -> Vec<String> {
+    paths
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect()
+}
+
 fn reply_error(run_id: &str, e: ReplyError) -> RuntimeError {
     match e {
         ReplyError::Fold(e) => RuntimeError::Damaged {
