@@ -189,12 +189,15 @@ impl Sandbox {
             homes.extend(entries.filter_map(|entry| Some(entry.ok()?.path())));
         }
         let same = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| path.clone());
+        let mut homes: Vec<PathBuf> = homes.iter().map(same).collect();
+        homes.sort();
+        homes.dedup();
         let shown: Vec<PathBuf> = self.shown.iter().map(same).collect();
         let mut places: Vec<PathBuf> = Vec::new();
-        for home in homes.iter().map(same) {
+        for home in homes {
             for place in CREDENTIALS.iter().map(|name| home.join(name)) {
-                let visible = shown.iter().any(|dir| same(&place).starts_with(dir));
-                if !visible && !places.contains(&place) {
+                // (Each place is looked up only when something is shown.)
+                if !shown.iter().any(|dir| same(&place).starts_with(dir)) {
                     places.push(place);
                 }
             }
