@@ -176,6 +176,10 @@ pub fn gateway(
     if let Some(schema) = &settings.file_answer.0 {
         ws = ws.protect(schema, "the answer schema in use");
     }
+    // A workspace that is a home directory (or holds one) holds the person's keys: a model
+    // prompted by what it read there reads them, and its provider with it, only if a
+    // person says so.
+    ws = ws.conceal_credentials();
     let root = ws.root().to_path_buf();
     // Read once: the servers started are the ones judged, whatever the file says later.
     let mcp = trusted_project(settings, &root)?;

@@ -396,7 +396,12 @@ impl Gateway {
             Ok(subject) => subject,
             Err(refused) => return (refused, None),
         };
-        let verdict = self.judge_subject(run_id, call, registered, &subject).await;
+        let concealed = path
+            .as_ref()
+            .and_then(|(_, resolved)| self.workspace.concealed(resolved));
+        let verdict = self
+            .judge_subject(run_id, call, registered, &subject, concealed)
+            .await;
         let Some((given, resolved)) = path else {
             return (verdict, None);
         };
@@ -452,15 +457,29 @@ impl Gateway {
     }
 
     /// Policy's verdict on a call's subject, then the pre-call hooks' (unless policy
-    /// denied it).
+    /// denied it). A path in a place the workspace conceals (`concealed`, what it is) is
+    /// asked about where policy would let it run by default (see [`Workspace::conceal`]).
     async fn judge_subject(
         &self,
         run_id: &str,
         call: &ToolCall,
         registered: &Registered,
         subject: &Subject,
+        concealed: Option<&str>,
     ) -> Verdict {
-        let verdict = self.policy.judge(&registered.spec, subject);
+        let mut verdict = self.policy.judge(&registered.spec, subject);
+        if let (Verdict::Allow, Some(what), Subject::Path { resolved, .. }) =
+            (&verdict, concealed, subject)
+            && !self.policy.allows_by_name(&registered.spec, subject)
+        {
+            verdict = Verdict::Ask {
+                why: format!(
+                    "{resolved} holds {what}, which a tool reads only with a person's \
+                     approval or an allow rule naming it (`{}({resolved})`)",
+                    registered.spec.name
+                ),
+            };
+        }
         if matches!(verdict, Verdict::Deny { .. }) {
             return verdict;
         }

@@ -60,4 +60,6 @@ pub use replay::ToolReplay;
 #[cfg(feature = "process")]
 pub use sandbox::Sandbox;
 pub use tool::{Tool, ToolContext, Typed, TypedTool, Unavailable};
-pub use workspace::{INLINE_READ_BYTES, Resolved, Seen, Workspace, is_local_file_system};
+pub use workspace::{
+    CREDENTIALS, INLINE_READ_BYTES, Resolved, Seen, Workspace, home_dirs, is_local_file_system,
+};

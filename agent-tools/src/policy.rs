@@ -251,6 +251,17 @@ impl Policy {
         self.judge(spec, &Subject::of(spec, call))
     }
 
+    /// Whether an allow rule for `spec` that names what it may act on (not one for the
+    /// whole tool) matches `subject`.
+    pub fn allows_by_name(&self, spec: &ToolSpec, subject: &Subject) -> bool {
+        self.rules.iter().any(|r| {
+            r.action == Action::Allow
+                && r.pattern.is_some()
+                && r.applies_to(&spec.name)
+                && r.matches_any(subject, false)
+        })
+    }
+
     /// The verdict for a call of `spec` whose main argument means `subject`.
     pub fn judge(&self, spec: &ToolSpec, subject: &Subject) -> Verdict {
         let rules: Vec<&Rule> = self

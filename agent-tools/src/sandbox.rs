@@ -15,7 +15,7 @@
 //!   read-only, so a command cannot rewrite the log its run is judged by or plant a git
 //!   hook; one that is not there, a `shell` command that makes it sees taken away once it
 //!   and all it started are gone ([`remove_made`]);
-//! - what holds the person's credentials in a home directory ([`CREDENTIALS`]: SSH and
+//! - what holds the person's credentials in a home directory ([`CREDENTIALS`](crate::CREDENTIALS): SSH and
 //!   GnuPG keys, cloud and registry tokens, `.netrc`, shell histories, browser profiles) is
 //!   hidden, a directory behind an empty read-only one, a file behind an empty read-only
 //!   one, so that a command cannot read a key and print it to the model (and so to its
@@ -40,6 +40,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::Workspace;
+use crate::workspace::{CREDENTIALS, home_dirs};
 
 /// The variable that carries a sandbox's [`Spec`] from `agent` to the watcher of a
 /// command; set or removed by `agent` for each command, after any variables a program is
@@ -61,56 +62,6 @@ pub struct Sandbox {
     hidden: Vec<PathBuf>,
     shown: Vec<PathBuf>,
 }
-
-/// The places in a home directory, relative to it, that a sandboxed command does not see
-/// (each behind an empty read-only one) unless shown with [`Sandbox::showing`]: keys,
-/// tokens and passwords the person's own tools keep there, and what often holds them
-/// (shell histories, browser profiles with their cookies). In the home directory of the
-/// person running `agent` (`HOME`), in `/root` and in each directory of `/home`.
-pub const CREDENTIALS: &[&str] = &[
-    ".ssh",
-    ".gnupg",
-    ".password-store",
-    ".local/share/keyrings",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".oci",
-    ".kube",
-    ".docker",
-    ".config/containers/auth.json",
-    ".netrc",
-    ".git-credentials",
-    ".config/git/credentials",
-    ".config/gh",
-    ".config/hub",
-    ".config/glab-cli",
-    ".npmrc",
-    ".yarnrc.yml",
-    ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".gem/credentials",
-    ".m2/settings.xml",
-    ".gradle/gradle.properties",
-    ".pgpass",
-    ".my.cnf",
-    ".vault-token",
-    ".terraform.d/credentials.tfrc.json",
-    ".config/rclone",
-    ".config/op",
-    ".bash_history",
-    ".zsh_history",
-    ".local/share/fish/fish_history",
-    ".python_history",
-    ".psql_history",
-    ".mysql_history",
-    ".node_repl_history",
-    ".mozilla",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/BraveSoftware",
-];
 
 impl Sandbox {
     /// A sandbox whose commands write only in the workspace and reach no network.
@@ -147,7 +98,7 @@ impl Sandbox {
         self
     }
 
-    /// Hides `place` (a file or a directory) from commands too, as [`CREDENTIALS`] are:
+    /// Hides `place` (a file or a directory) from commands too, as [`CREDENTIALS`](crate::CREDENTIALS) are:
     /// a directory is seen empty, a file empty, neither writable. One that does not exist
     /// when a command starts, or that holds the workspace or a writable directory, is left
     /// as it is.
@@ -157,7 +108,7 @@ impl Sandbox {
         self
     }
 
-    /// Leaves the places of [`CREDENTIALS`] at or beneath `place` visible to commands (a
+    /// Leaves the places of [`CREDENTIALS`](crate::CREDENTIALS) at or beneath `place` visible to commands (a
     /// command that needs them: `git push` over SSH with [`Sandbox::with_network`] needs
     /// `~/.ssh`); those given with [`Sandbox::hiding`] stay hidden.
     #[must_use]
@@ -166,35 +117,23 @@ impl Sandbox {
         self
     }
 
-    /// The places hidden beyond [`CREDENTIALS`].
+    /// The places hidden beyond [`CREDENTIALS`](crate::CREDENTIALS).
     pub fn hidden(&self) -> &[PathBuf] {
         &self.hidden
     }
 
-    /// The places where [`CREDENTIALS`] are left visible.
+    /// The places where [`CREDENTIALS`](crate::CREDENTIALS) are left visible.
     pub fn shown(&self) -> &[PathBuf] {
         &self.shown
     }
 
-    /// Every place a command is to have hidden, whether there or not: [`CREDENTIALS`] in
+    /// Every place a command is to have hidden, whether there or not: [`CREDENTIALS`](crate::CREDENTIALS) in
     /// each home directory but those shown, then those given with [`Sandbox::hiding`].
     fn to_hide(&self) -> Vec<PathBuf> {
-        let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .filter(|home| home.is_absolute())
-            .into_iter()
-            .collect();
-        homes.push(PathBuf::from("/root"));
-        if let Ok(entries) = std::fs::read_dir("/home") {
-            homes.extend(entries.filter_map(|entry| Some(entry.ok()?.path())));
-        }
         let same = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| path.clone());
-        let mut homes: Vec<PathBuf> = homes.iter().map(same).collect();
-        homes.sort();
-        homes.dedup();
         let shown: Vec<PathBuf> = self.shown.iter().map(same).collect();
         let mut places: Vec<PathBuf> = Vec::new();
-        for home in homes {
+        for home in home_dirs() {
             for place in CREDENTIALS.iter().map(|name| home.join(name)) {
                 // (Each place is looked up only when something is shown.)
                 if !shown.iter().any(|dir| same(&place).starts_with(dir)) {

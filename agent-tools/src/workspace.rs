@@ -34,6 +34,89 @@ fn same_name(a: &OsStr, b: &OsStr) -> bool {
     a.as_bytes().eq_ignore_ascii_case(b.as_bytes())
 }
 
+/// The places in a home directory, relative to it, that hold credentials: keys, tokens and
+/// passwords the person's own tools keep there, and what often holds them (shell
+/// histories, browser profiles with their cookies). In each of [`home_dirs`], a sandboxed
+/// command does not see them (`Sandbox`, unless shown), and where one lies in the
+/// workspace its file tools do not read them without asking
+/// ([`Workspace::conceal_credentials`]).
+pub const CREDENTIALS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".password-store",
+    ".local/share/keyrings",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".oci",
+    ".kube",
+    ".docker",
+    ".config/containers/auth.json",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/glab-cli",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".pgpass",
+    ".my.cnf",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/rclone",
+    ".config/op",
+    ".bash_history",
+    ".zsh_history",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+    ".node_repl_history",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+];
+
+/// The home directories whose [`CREDENTIALS`] are kept from the model: the person's
+/// (`HOME`), `/root`, and each directory of `/home`; each once, links resolved.
+pub fn home_dirs() -> Vec<PathBuf> {
+    let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|home| home.is_absolute())
+        .into_iter()
+        .collect();
+    homes.push(PathBuf::from("/root"));
+    if let Ok(entries) = std::fs::read_dir("/home") {
+        homes.extend(entries.filter_map(|entry| Some(entry.ok()?.path())));
+    }
+    let mut homes: Vec<PathBuf> = homes
+        .into_iter()
+        .map(|home| home.canonicalize().unwrap_or(home))
+        .collect();
+    homes.sort();
+    homes.dedup();
+    homes
+}
+
+/// Whether `rel` is `place` or lies beneath it (both relative to the root), names compared
+/// without regard to ASCII case.
+fn lies_in(rel: &Path, place: &Path) -> bool {
+    let mut names = rel.components();
+    place.components().all(|c| {
+        names
+            .next()
+            .is_some_and(|n| same_name(n.as_os_str(), c.as_os_str()))
+    })
+}
+
 /// Bytes of a file a tool may read on the async thread instead of tokio's blocking pool
 /// (see [`Workspace::reads_inline`]).
 pub const INLINE_READ_BYTES: u64 = 64 << 10;
@@ -51,6 +134,9 @@ pub struct Workspace {
     /// Names no tool may change wherever they are ([`Workspace::protect_everywhere`]),
     /// each with what it is.
     protected_names: Vec<(OsString, String)>,
+    /// Places in the workspace no tool reads without asking ([`Workspace::conceal`]),
+    /// relative to the root, each with what it is.
+    concealed: Vec<(PathBuf, String)>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -175,6 +261,7 @@ impl Workspace {
             local_dev,
             protected: Vec::new(),
             protected_names: Vec::new(),
+            concealed: Vec::new(),
         })
     }
 
@@ -200,6 +287,44 @@ impl Workspace {
         self.protected_names
             .push((OsString::from(name), what.to_owned()));
         self
+    }
+
+    /// Keeps every tool from reading `path`, and what lies below it, without a person's
+    /// approval, where it is in the workspace: a call on a path that resolves there asks,
+    /// naming `what`, where policy would let it run by default (a read), unless an allow
+    /// rule names the path (a rule for the whole tool does not); a call that asks or is
+    /// denied anyway stays so. Where `path` is a link, the place it leads to is concealed
+    /// (paths are judged where they lead). A `path` outside the workspace is ignored.
+    pub fn conceal(mut self, path: &Path, what: &str) -> Workspace {
+        if let Some(rel) = self.inside(path) {
+            self.concealed.push((rel, what.to_owned()));
+        }
+        self
+    }
+
+    /// Conceals ([`Workspace::conceal`]) the [`CREDENTIALS`] of each of [`home_dirs`] that
+    /// lies in the workspace (the workspace is a home directory, or holds some): a model
+    /// reads none of the person's keys with the file tools without asking. Costs nothing
+    /// where no home directory lies in the workspace.
+    pub fn conceal_credentials(mut self) -> Workspace {
+        for home in home_dirs() {
+            if !home.starts_with(&self.root) {
+                continue;
+            }
+            for name in CREDENTIALS {
+                self = self.conceal(&home.join(name), "a home directory's credentials");
+            }
+        }
+        self
+    }
+
+    /// What keeps `resolved` from being read without asking, when it lies in a place
+    /// [`Workspace::conceal`] named (names compared as [`Workspace::protected`] does).
+    pub fn concealed(&self, resolved: &Resolved) -> Option<&str> {
+        self.concealed
+            .iter()
+            .find(|(place, _)| lies_in(&resolved.rel, place))
+            .map(|(_, what)| what.as_str())
     }
 
     /// Where `path` is relative to the root, links resolved as far as it exists; `None`
@@ -231,14 +356,7 @@ impl Workspace {
         let rel = &resolved.rel;
         self.protected
             .iter()
-            .find(|(place, _)| {
-                let mut names = rel.components();
-                place.components().all(|c| {
-                    names
-                        .next()
-                        .is_some_and(|n| same_name(n.as_os_str(), c.as_os_str()))
-                })
-            })
+            .find(|(place, _)| lies_in(rel, place))
             .map(|(_, what)| what.as_str())
             .or_else(|| {
                 self.protected_names

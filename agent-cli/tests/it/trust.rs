@@ -782,3 +782,68 @@ fn with_mcp(model: &str) -> [&str; 7] {
         "g",
     ]
 }
+
+/// Run where the workspace is the home directory (`agent` started in `~`), a model that
+/// reads files freely does not read the person's keys with the file tools: the call waits
+/// for a person, saying why, where the same run in a workspace that is no home directory
+/// reads the file at once. The rest of the home is read as before.
+#[test]
+fn a_workspace_that_is_a_home_directory_keeps_its_credentials_from_the_file_tools() {
+    for is_home in [false, true] {
+        let env = Env::new();
+        std::fs::create_dir(env.dir.path().join(".ssh")).unwrap();
+        std::fs::write(env.dir.path().join(".ssh/id_ed25519"), "ssh-key-5150").unwrap();
+        std::fs::write(env.dir.path().join("notes.txt"), "notes-5150").unwrap();
+        let model = env.script(serde_json::json!([
+            {"tool_calls": [
+                {"id": "c1", "name": "read_file", "arguments": {"path": "notes.txt"}},
+                {"id": "c2", "name": "read_file", "arguments": {"path": ".ssh/id_ed25519"}}
+            ]},
+            {"final": "done"}
+        ]));
+        let home = if is_home {
+            env.dir.path().to_path_buf()
+        } else {
+            env.dir.path().join("elsewhere")
+        };
+        let out = env
+            .cmd()
+            .env("HOME", &home)
+            .args(["run", "--json", "--model", &model, "go"])
+            .output()
+            .unwrap();
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if is_home {
+            assert_eq!(out.status.code(), Some(3), "{said}");
+            let pending = said["pending"].as_array().unwrap();
+            assert_eq!(pending.len(), 1, "{said}");
+            assert_eq!(pending[0]["call_id"], "c2", "{said}");
+            let why = pending[0]["why"].as_str().unwrap();
+            assert!(
+                why.starts_with(".ssh/id_ed25519 holds a home directory's credentials"),
+                "{why}"
+            );
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{said}");
+        }
+        let id = said["run_id"].as_str().unwrap();
+        let log = stdout(&env.run(&["show", "--json", id]));
+        assert_eq!(log.contains("ssh-key-5150"), !is_home, "{log}");
+        let log = if !is_home {
+            log
+        } else {
+            // A person who says yes has it read.
+            let out = env
+                .cmd()
+                .env("HOME", &home)
+                .args(["approve", id, "--model", &model])
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            let log = stdout(&env.run(&["show", "--json", id]));
+            assert!(log.contains("ssh-key-5150"), "{log}");
+            log
+        };
+        assert!(log.contains("notes-5150"), "{log}");
+    }
+}

@@ -941,3 +941,100 @@ proptest! {
         }
     }
 }
+
+/// Credentials in the workspace (a workspace that is a home directory): no tool reads or
+/// writes them without a person's approval, by any spelling or link, and where a link
+/// names one, where it leads is concealed too; a rule for the whole tool does not let it,
+/// a rule naming the place does, and a deny rule still denies. The rest of the workspace
+/// is judged as before.
+#[test]
+fn credentials_in_the_workspace_are_touched_only_with_a_person_s_approval() {
+    let t = tree();
+    std::fs::create_dir_all(t.ws.join(".ssh")).unwrap();
+    std::fs::write(t.ws.join(".ssh/id_ed25519"), "KEY\n").unwrap();
+    std::fs::create_dir_all(t.ws.join("dotfiles/aws")).unwrap();
+    std::fs::write(t.ws.join("dotfiles/aws/credentials"), "AWS\n").unwrap();
+    std::os::unix::fs::symlink("dotfiles/aws", t.ws.join(".aws")).unwrap();
+    std::os::unix::fs::symlink(".ssh/id_ed25519", t.ws.join("key")).unwrap();
+    let gateway = |rules: &[(Action, &str)]| {
+        let mut policy = Policy::new();
+        for (action, rule) in rules {
+            policy.add(*action, rule).unwrap();
+        }
+        Gateway::with_builtins(
+            Workspace::new(&t.ws)
+                .unwrap()
+                .conceal(&t.ws.join(".ssh"), "credentials")
+                .conceal(&t.ws.join(".aws"), "credentials")
+                .conceal(&t.outside, "elsewhere"),
+        )
+        .unwrap()
+        .with_policy(policy)
+    };
+    let rt = rt();
+    let calls = [
+        ("read_file", json!({"path": ".ssh/id_ed25519"})),
+        ("read_file", json!({"path": "./src/../.ssh/id_ed25519"})),
+        ("read_file", json!({"path": ".SSH/id_ed25519"})),
+        ("read_file", json!({"path": "key"})),
+        ("read_file", json!({"path": ".aws/credentials"})),
+        ("read_file", json!({"path": "dotfiles/aws/credentials"})),
+        ("list_dir", json!({"path": ".ssh"})),
+        ("grep", json!({"pattern": "KEY", "path": ".ssh"})),
+        (
+            "write_file",
+            json!({"path": ".ssh/authorized_keys", "content": "x"}),
+        ),
+    ];
+    let whole_tools = [
+        (Action::Allow, "read_file"),
+        (Action::Allow, "list_dir"),
+        (Action::Allow, "grep"),
+        (Action::Allow, "write_file"),
+    ];
+    for rules in [&[][..], &whole_tools[..]] {
+        let g = gateway(rules);
+        for (tool, args) in &calls {
+            let v = rt.block_on(verdict(&g, tool, args.clone()));
+            // (A write asks anyway, for its own reason, where no rule lets it.)
+            let why = if rules.is_empty() && *tool == "write_file" {
+                "asks by default"
+            } else {
+                "holds credentials, which a tool reads only"
+            };
+            assert!(
+                matches!(&v, Verdict::Ask { why: said } if said.contains(why)),
+                "{rules:?} {tool} {args}: {v:?}"
+            );
+        }
+        for (tool, args) in [
+            ("read_file", json!({"path": "notes/a.txt"})),
+            ("list_dir", json!({"path": "."})),
+            ("grep", json!({"pattern": "KEY", "path": "."})),
+        ] {
+            let v = rt.block_on(verdict(&g, tool, args.clone()));
+            assert_eq!(v, Verdict::Allow, "{rules:?} {tool} {args}");
+        }
+    }
+    let named = gateway(&[(Action::Allow, "read_file(.ssh/**)")]);
+    let v = rt.block_on(verdict(&named, "read_file", json!({"path": "key"})));
+    assert_eq!(v, Verdict::Allow);
+    let v = rt.block_on(verdict(
+        &named,
+        "read_file",
+        json!({"path": ".aws/credentials"}),
+    ));
+    assert_eq!(kind(&v), V::Ask);
+    let denied = gateway(&[(Action::Deny, "read_file(.ssh/**)")]);
+    let v = rt.block_on(verdict(&denied, "read_file", json!({"path": "key"})));
+    assert_eq!(kind(&v), V::Deny);
+    // A search of the whole workspace passes by them (hidden directories are not walked).
+    let g = gateway(&[]);
+    let found = rt
+        .block_on(run(&g, "grep", json!({"pattern": "KEY|AWS", "path": "."})))
+        .unwrap();
+    assert!(
+        !found.contains(".ssh") && !found.contains(".aws"),
+        "{found}"
+    );
+}
