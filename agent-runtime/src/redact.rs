@@ -515,7 +515,7 @@ fn escape_pointer(key: &str) -> String {
 ///
 /// Lowered in ASCII only: the patterns that ignore case (`authorization`, `bearer`) hold
 /// no letter whose other case is outside ASCII (as `k` and `s` have: `K`, `ſ`).
-const ANCHORS: [&str; 8] = [
+const ANCHORS: [&str; 9] = [
     "sk-",
     "gh",
     "github_pat_",
@@ -524,6 +524,7 @@ const ANCHORS: [&str; 8] = [
     "xox",
     "authorization",
     "bearer",
+    "private key",
 ];
 
 /// The quick check: [`ANCHORS`] searched for in the text lowered, each with a substring
@@ -601,6 +602,12 @@ fn patterns() -> Vec<Pattern> {
         (r"(?i)\bbearer[ \t]+([A-Za-z0-9._~+/-]{16,}=*)", 1),
         // The password of a URL.
         (r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/?#@]+:([^\s/?#@]+)@", 1),
+        // A private key in PEM or OpenPGP armour (an SSH key, a TLS key, a GnuPG secret
+        // key): its headers and body, to the end of the text where it was cut short.
+        (
+            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----((?:\s|[A-Za-z][A-Za-z-]*:[^\n]*)*[A-Za-z0-9+/=\s]{16,})",
+            1,
+        ),
     ]
     .into_iter()
     .filter_map(|(re, group)| Regex::new(re).ok().map(|regex| Pattern { regex, group }))
@@ -691,6 +698,10 @@ mod tests {
             format!("postgres://me:{}@db/x", "hunter2"),
             "the value ab\"c\\d\ne-123456 leaked".to_owned(),
             "plainsecretvalue42".to_owned(),
+            format!(
+                "{}\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU=\n",
+                pem_begin("OPENSSH ")
+            ),
         ];
         for sample in &samples {
             assert_ne!(
@@ -703,6 +714,55 @@ mod tests {
         }
         let clean = serde_json::to_string(&json!({"content": "fn main() {}\n"})).unwrap();
         assert!(!r.may_hold_secrets(&clean));
+    }
+
+    /// A key's first line, written in pieces: this file itself goes through the redactor.
+    fn pem_begin(kind: &str) -> String {
+        format!("-----BEGIN {kind}{}-----", "PRIVATE KEY")
+    }
+
+    /// A private key printed whole (an SSH key, a TLS key with its encryption headers, a
+    /// GnuPG secret key) keeps its first and last lines and loses the rest; one cut short
+    /// loses all after its first line; a text that only names the format is left alone.
+    #[test]
+    fn a_private_key_is_redacted_whole_or_cut_short() {
+        let r = Redactor::new([]);
+        let body =
+            "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAAAAAAAAEAAAAzAAAAC3NzaC1lZDI1NTE5\n";
+        for kind in ["OPENSSH ", "RSA ", "EC ", "ENCRYPTED ", ""] {
+            let end = format!("-----END {kind}PRIVATE KEY-----");
+            let key = format!("{}\n{body}{end}\n", pem_begin(kind));
+            let text = format!("$ cat id\n{key}$ echo done\n");
+            let redacted = r.redact_str(&text);
+            assert_eq!(
+                redacted,
+                format!(
+                    "$ cat id\n{}[REDACTED]{end}\n$ echo done\n",
+                    pem_begin(kind)
+                ),
+                "{kind}"
+            );
+            let cut = format!("{}\n{}", pem_begin(kind), &body[..50]);
+            assert_eq!(r.redact_str(&cut), format!("{}[REDACTED]", pem_begin(kind)));
+        }
+        let encrypted = format!(
+            "{}\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,3F17F5316E2BAC89\n\n{body}",
+            pem_begin("RSA ")
+        );
+        assert_eq!(
+            r.redact_str(&encrypted),
+            format!("{}[REDACTED]", pem_begin("RSA "))
+        );
+        let pgp = format!(
+            "-----BEGIN PGP {}-----\n\nlQOYBGXhZ2kBCADx9k1Y2V\n=J4s1\n-----END PGP {0}-----",
+            "PRIVATE KEY BLOCK"
+        );
+        assert!(!r.redact_str(&pgp).contains("lQOYBGXhZ2kBCADx9k1Y2V"));
+        let named = format!(
+            "a key starts with `{}` and 4 more lines",
+            pem_begin("OPENSSH ")
+        );
+        assert_eq!(r.redact_str(&named), named);
     }
 
     /// The quick check matches its literals in ASCII case only: a superset of the patterns
