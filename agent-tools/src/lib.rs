@@ -58,7 +58,7 @@ pub use process::{
 };
 pub use replay::ToolReplay;
 #[cfg(feature = "process")]
-pub use sandbox::Sandbox;
+pub use sandbox::{SYSTEM_CREDENTIALS, Sandbox};
 pub use tool::{Tool, ToolContext, Typed, TypedTool, Unavailable};
 pub use workspace::{
     CREDENTIALS, INLINE_READ_BYTES, Resolved, Seen, Workspace, home_dirs, is_local_file_system,

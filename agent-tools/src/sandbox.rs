@@ -19,7 +19,8 @@
 //!   GnuPG keys, cloud and registry tokens, `.netrc`, shell histories, browser profiles) is
 //!   hidden, a directory behind an empty read-only one, a file behind an empty read-only
 //!   one, so that a command cannot read a key and print it to the model (and so to its
-//!   provider and the run's log); [`Sandbox::showing`] leaves one visible,
+//!   provider and the run's log), and as root the system's ([`SYSTEM_CREDENTIALS`]);
+//!   [`Sandbox::showing`] leaves one visible,
 //!   [`Sandbox::hiding`] hides more;
 //! - the system's sockets under `/run` and `/tmp` (Docker's, D-Bus's, which would start
 //!   programs outside, an SSH agent's, X's) are not there: both are empty directories of
@@ -132,15 +133,17 @@ impl Sandbox {
     fn to_hide(&self) -> Vec<PathBuf> {
         let same = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| path.clone());
         let shown: Vec<PathBuf> = self.shown.iter().map(same).collect();
-        let mut places: Vec<PathBuf> = Vec::new();
-        for home in home_dirs() {
-            for place in CREDENTIALS.iter().map(|name| home.join(name)) {
-                // (Each place is looked up only when something is shown.)
-                if !shown.iter().any(|dir| same(&place).starts_with(dir)) {
-                    places.push(place);
-                }
-            }
+        let mut places: Vec<PathBuf> = home_dirs()
+            .iter()
+            .flat_map(|home| CREDENTIALS.iter().map(|name| home.join(name)))
+            .collect();
+        // Only root reads these (the commands of another user could not).
+        #[cfg(target_os = "linux")]
+        if nix::unistd::geteuid().is_root() {
+            places.extend(SYSTEM_CREDENTIALS.iter().map(PathBuf::from));
         }
+        // (Each place is looked up only when something is shown.)
+        places.retain(|place| !shown.iter().any(|dir| same(place).starts_with(dir)));
         places.extend(self.hidden.iter().cloned());
         places
     }
@@ -278,6 +281,22 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
     }
     removed
 }
+
+/// What holds the system's credentials, hidden from a sandboxed command that runs as root
+/// (which reads them without any capability, as their owner): password hashes, the SSH
+/// server's keys, TLS keys, Kerberos keys. Unless shown, as [`crate::CREDENTIALS`] are.
+pub const SYSTEM_CREDENTIALS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssh/ssh_host_dsa_key",
+    "/etc/ssl/private",
+    "/etc/krb5.keytab",
+];
 
 /// A sandbox as the watcher of one command makes it.
 #[derive(Debug, Serialize, Deserialize)]

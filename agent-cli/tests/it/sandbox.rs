@@ -836,3 +836,34 @@ fn what_a_sandbox_hides_and_shows_is_kept_when_the_run_is_taken_up() {
     assert!(!said.contains("netrc-password-7301"), "{said}");
     assert!(!said.contains("notes-7301"), "{said}");
 }
+
+/// Root's sandboxed commands, which hold no capability but own the system's credential
+/// files, read none of them (here the password hashes of `/etc/shadow`), where the same
+/// command without the sandbox, or with them shown, reads them; another user reads them
+/// in no case.
+#[test]
+fn a_sandboxed_command_run_as_root_reads_no_password_hashes() {
+    let as_root = nix::unistd::geteuid().is_root();
+    let command = "wc -c < /etc/shadow";
+    for as_nobody in users() {
+        for (flags, read) in [
+            (&[][..], true),
+            (&["--sandbox"][..], false),
+            (&["--sandbox-show", "/etc/shadow"][..], true),
+        ] {
+            let env = Env::new();
+            let result = one_call(&env, as_nobody, command, flags);
+            let said = output(&result);
+            let bytes: Option<u64> = said
+                .lines()
+                .find_map(|line| line.trim().parse().ok())
+                .filter(|_| said.starts_with("exit code: 0"));
+            let readable = as_root && !as_nobody && read;
+            assert_eq!(
+                bytes.is_some_and(|n| n > 0),
+                readable,
+                "nobody: {as_nobody}, {flags:?}: {said}"
+            );
+        }
+    }
+}
