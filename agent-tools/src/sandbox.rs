@@ -9,7 +9,7 @@
 //! - it may write only beneath the workspace, the directories the person named, and a
 //!   `/tmp` and `/dev/shm` of its own (Landlock: the kernel refuses every other write,
 //!   creation, removal, rename or truncation, whatever the file's permissions, and for
-//!   root too; reads are left alone);
+//!   root too; reads are left alone, but for credentials, below);
 //! - what the file tools may not change either (the run store, agent's settings, the
 //!   repository's `.git`: see [`crate::Workspace::protected_places`]) is mounted
 //!   read-only, so a command cannot rewrite the log its run is judged by or plant a git
