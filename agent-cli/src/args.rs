@@ -289,7 +289,8 @@ pub struct Setup {
     #[arg(long)]
     pub sub_agents: bool,
     /// Let shell commands see this environment variable, which they are not given when its
-    /// name marks a secret (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) (repeatable).
+    /// name marks a secret (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*, *_PASS...) or whose value
+    /// is a URL with a password (repeatable).
     #[arg(long = "shell-env", value_name = "NAME")]
     pub shell_env: Vec<String>,
     /// Run shell commands in a sandbox (Linux): they may write only in the workspace, a

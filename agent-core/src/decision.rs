@@ -70,11 +70,43 @@ impl ToolCall {
 /// what is logged, and kept from the commands a model runs.
 pub const SECRET_WORDS: [&str; 4] = ["KEY", "TOKEN", "SECRET", "PASSWORD"];
 
+/// Words that make a name a secret's where they are a whole part of it, between
+/// underscores, beside another (`SMTP_PASS`, `MYSQL_PWD`, `GPG_PASSPHRASE`, `GITLAB_PAT`;
+/// not `PWD`, the working directory, nor `COMPASS_HOME`).
+pub const SECRET_PARTS: [&str; 5] = ["PASS", "PASSWD", "PWD", "PASSPHRASE", "PAT"];
+
 /// Whether an environment variable named `name` holds a secret, by its name
-/// ([`SECRET_WORDS`], in any case): `OPENAI_API_KEY`, `GH_TOKEN`, `db_password`.
+/// ([`SECRET_WORDS`] anywhere in it, or one of [`SECRET_PARTS`] as one of its parts, in any
+/// case): `OPENAI_API_KEY`, `GH_TOKEN`, `db_password`, `SMTP_PASS`.
 pub fn named_like_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    SECRET_WORDS.iter().any(|word| upper.contains(word))
+    if SECRET_WORDS.iter().any(|word| upper.contains(word)) {
+        return true;
+    }
+    let parts: Vec<&str> = upper.split('_').filter(|p| !p.is_empty()).collect();
+    parts.len() > 1 && parts.iter().any(|part| SECRET_PARTS.contains(part))
+}
+
+/// Whether an environment variable holds a secret, by its name ([`named_like_secret`]) or
+/// by its value: a URL with a password in it (`DATABASE_URL=postgres://app:pw@db/app`, a
+/// proxy's `http://user:pw@proxy:3128`).
+pub fn holds_secret(name: &str, value: &str) -> bool {
+    named_like_secret(name) || url_with_password(value)
+}
+
+/// Whether `value` holds a URL whose authority names a user and a password
+/// (`scheme://user:password@host`).
+fn url_with_password(value: &str) -> bool {
+    value.match_indices("://").any(|(at, _)| {
+        let authority = value[at + 3..]
+            .split(['/', '?', '#', ' '])
+            .next()
+            .unwrap_or_default();
+        authority
+            .rsplit_once('@')
+            .and_then(|(user_info, _)| user_info.split_once(':'))
+            .is_some_and(|(user, password)| !user.is_empty() && !password.is_empty())
+    })
 }
 
 /// A known secret value inside a proposed call, logged as a reference: the string at
@@ -608,6 +640,53 @@ impl ModelReply {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Names that hold secrets by a word anywhere in them or by a part of them, and values
+    /// that do: URLs with a password; and what is none.
+    #[test]
+    fn secrets_are_known_by_name_or_by_a_url_s_password() {
+        for name in [
+            "OPENAI_API_KEY",
+            "gh_token",
+            "DB_PASSWORD",
+            "SMTP_PASS",
+            "MYSQL_PWD",
+            "GPG_PASSPHRASE",
+            "GITLAB_PAT",
+            "ldap_passwd",
+        ] {
+            assert!(named_like_secret(name), "{name}");
+        }
+        for name in [
+            "PWD",
+            "OLDPWD",
+            "PATH",
+            "COMPASS_HOME",
+            "PATTERN",
+            "PAT",
+            "_PASS_",
+        ] {
+            assert!(!named_like_secret(name), "{name}");
+        }
+        for value in [
+            "postgres://app:pw@db:5432/app",
+            "http://user:hunter@proxy:3128",
+            "redis://default:x@cache/0 and more",
+            "see https://example.org then amqp://u:v@mq",
+        ] {
+            assert!(holds_secret("DATABASE_URL", value), "{value}");
+        }
+        for value in [
+            "postgres://app@db/app",
+            "postgres://db/app",
+            "https://example.org/a:b@c",
+            "mailto:me@example.org",
+            "http://:pw@host",
+            "http://user:@host",
+        ] {
+            assert!(!holds_secret("DATABASE_URL", value), "{value}");
+        }
+    }
 
     fn call(id: &str, args: Value) -> ToolCall {
         ToolCall::new(id, "read_file", args)

@@ -73,7 +73,8 @@ pub use budget::{Budget, Usage};
 pub use decision::{
     CallId, Decision, DecisionProblem, InvalidReply, MAX_ARGUMENT_BYTES, MAX_ARGUMENT_DEPTH,
     MAX_CALLS, MAX_ID_BYTES, MAX_TEXT_BYTES, ModelErrorKind, ModelReply, Reasoning, Retry,
-    SECRET_WORDS, SecretRef, ToolCall, named_like_secret, nesting_depth,
+    SECRET_PARTS, SECRET_WORDS, SecretRef, ToolCall, holds_secret, named_like_secret,
+    nesting_depth,
 };
 pub use digest::{canonical_json, sha256_hex};
 pub use effect::effect_key;

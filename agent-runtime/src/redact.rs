@@ -2,8 +2,9 @@
 //!
 //! Two kinds of secret are known:
 //!
-//! - **Exact values**: the values of the process's environment variables named like
-//!   secrets (`*KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`) and every value of an MCP
+//! - **Exact values**: the values of the process's environment variables that hold
+//!   secrets ([`agent_core::holds_secret`]: `*KEY*`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`,
+//!   `*_PASS`, `*_PWD` and the like, or a URL with a password) and every value of an MCP
 //!   server's `env` block. Anywhere they appear in text bound for the log or a blob, they
 //!   become `[REDACTED:NAME]`. Inside a *proposed call* they become a reference,
 //!   `[secret:$NAME]`, recorded in the call's [`SecretRef`]s and expanded back to the
@@ -78,17 +79,18 @@ struct Pattern {
 }
 
 impl Redactor {
-    /// Secrets from this process's environment: every variable whose name contains `KEY`,
-    /// `TOKEN`, `SECRET` or `PASSWORD`.
+    /// Secrets from this process's environment: every variable that holds one
+    /// ([`agent_core::holds_secret`]).
     pub fn from_env() -> Redactor {
         Redactor::from_vars(std::env::vars())
     }
 
-    /// Secrets from the given environment: the variables named like secrets.
+    /// Secrets from the given environment: the variables that hold secrets
+    /// ([`agent_core::holds_secret`]: named like secrets, or a URL with a password).
     pub fn from_vars(vars: impl IntoIterator<Item = (String, String)>) -> Redactor {
         Redactor::new(
             vars.into_iter()
-                .filter(|(name, _)| agent_core::named_like_secret(name)),
+                .filter(|(name, value)| agent_core::holds_secret(name, value)),
         )
     }
 

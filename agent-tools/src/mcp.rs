@@ -282,7 +282,9 @@ impl Server {
         config: &ServerConfig,
         cwd: &Path,
     ) -> Result<Box<Connection>, String> {
-        let withheld = withheld_from_servers(config, std::env::vars_os().map(|(name, _)| name));
+        // As `withheld_from_servers` says, and the variables whose value is a URL with a
+        // password in it.
+        let withheld = crate::process::withheld_here(|name| config.env.contains_key(name));
         #[cfg(target_os = "linux")]
         if let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) {
             use crate::process::{KeptFrom, Link, Pipes, spawn_watched};

@@ -985,6 +985,19 @@ mod tests {
     }
 }
 
+/// The variables of this process's environment that hold secrets
+/// ([`agent_core::holds_secret`]: named like secrets, or a URL with a password in it) and
+/// that `given` does not pass on: what a program started for the run is not handed.
+pub(crate) fn withheld_here(given: impl Fn(&str) -> bool) -> Vec<std::ffi::OsString> {
+    std::env::vars_os()
+        .filter(|(name, value)| {
+            let name = name.to_string_lossy();
+            agent_core::holds_secret(&name, &value.to_string_lossy()) && !given(&name)
+        })
+        .map(|(name, _)| name)
+        .collect()
+}
+
 /// Of the variables named in `names` (those of an environment), the ones named like
 /// secrets ([`agent_core::named_like_secret`]: `OPENAI_API_KEY`, `GH_TOKEN`, ...) that
 /// `given` does not pass on: what a program started for the run is not handed.

@@ -584,12 +584,13 @@ fn mcp_servers_see_secrets_only_through_their_env_block() {
 }
 
 /// A shell command is not given the variables named like secrets (the run's own key
-/// among them) unless the person passes them; passed, what it prints is redacted. A
+/// among them, an `SMTP_PASS`), nor those whose value is a URL with a password (a
+/// `DATABASE_URL`), unless the person passes them; passed, what it prints is redacted. A
 /// project file that passes one needs trust.
 #[test]
 fn shell_commands_see_secrets_only_when_the_person_passes_them() {
     let env = Env::new();
-    let line = r#"printf '%s|%s|%s\n' "${MY_API_KEY-unset}" "${GH_TOKEN-unset}" "$PLAIN_VALUE""#;
+    let line = r#"printf '%s|%s|%s|%s|%s|%s\n' "${MY_API_KEY-unset}" "${GH_TOKEN-unset}" "$PLAIN_VALUE" "${SMTP_PASS-unset}" "${DATABASE_URL-unset}" "$PLAIN_URL""#;
     let model = env.script(json!([
         {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": line}}]},
         {"final": "done"}
@@ -601,6 +602,13 @@ fn shell_commands_see_secrets_only_when_the_person_passes_them() {
             .env("MY_API_KEY", "key-0123456789abcdef")
             .env("GH_TOKEN", token)
             .env("PLAIN_VALUE", "visible")
+            .env("SMTP_PASS", "smtp-0123456789")
+            // Written in pieces: the tests run the redactor over this file.
+            .env(
+                "DATABASE_URL",
+                format!("postgres://app:{}@db/app", "db-0123456789"),
+            )
+            .env("PLAIN_URL", "postgres://db/app")
             .args(["run", "--json", "--allow", "shell", "--model", &model])
             .args(extra)
             .arg("g")
@@ -615,7 +623,17 @@ fn shell_commands_see_secrets_only_when_the_person_passes_them() {
     };
     let (code, err, shown) = run(&[]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(shown.contains("unset|unset|visible"), "{shown}");
+    assert!(
+        shown.contains("unset|unset|visible|unset|unset|postgres://db/app"),
+        "{shown}"
+    );
+    let (code, err, shown) = run(&["--shell-env", "DATABASE_URL"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        shown.contains("|unset|[REDACTED:DATABASE_URL]|postgres://db/app"),
+        "{shown}"
+    );
+    assert!(!shown.contains("db-0123456789"), "{shown}");
     let (code, err, shown) = run(&["--shell-env", "GH_TOKEN"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(

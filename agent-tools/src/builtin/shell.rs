@@ -61,9 +61,10 @@ impl Shell {
         crate::process::withheld_secrets(names, |name| self.passed.contains(name))
     }
 
-    /// What this process's environment holds that a command is not given.
+    /// What this process's environment holds that a command is not given: the variables
+    /// named like secrets, and those whose value is a URL with a password, not passed.
     fn withheld_here(&self) -> Vec<std::ffi::OsString> {
-        self.withheld(std::env::vars_os().map(|(name, _)| name))
+        crate::process::withheld_here(|name| self.passed.contains(name))
     }
 }
 
@@ -90,8 +91,9 @@ impl TypedTool for Shell {
         let mut text = "Run a shell command (bash -c) in the workspace root. Returns the exit \
          code, stdout and stderr; long output keeps its beginning and its end. The command \
          and every process it starts are killed when it times out or the run is cancelled. \
-         Environment variables named like secrets (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) \
-         are unset unless the person passed them."
+         Environment variables named like secrets (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*, \
+         *_PASS and the like) or holding a URL with a password are unset unless the person \
+         passed them."
             .to_owned();
         if let Some(sandbox) = &self.sandbox {
             text.push(' ');
