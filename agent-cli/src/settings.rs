@@ -982,13 +982,19 @@ fn brings(c: &Config, setup: &Setup, limits: &Limits) -> Vec<String> {
 }
 
 /// The sandbox of shell commands the settings file and the flags ask for, if any: the
-/// file's writable directories (relative to it, by `relative`), then the flags' (relative
-/// to the current directory). Each must be a directory.
+/// file's places (relative to it, by `relative`, or to the home directory where they begin
+/// with `~`), then the flags' (relative to the current directory). Each writable one must
+/// be a directory, each to hide be there.
 fn sandbox_of(
     config: &Config,
     setup: &Setup,
     relative: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<Option<agent_tools::Sandbox>, SettingsError> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let relative = |place: &Path| match (place.strip_prefix("~"), &home) {
+        (Ok(rest), Some(home)) => home.join(rest),
+        _ => relative(place),
+    };
     let network = setup.sandbox_network || config.sandbox_network == Some(true);
     // Narrows: a settings file may ask for it with no one's trust.
     let read_only = setup.sandbox_read_only || config.sandbox_read_only == Some(true);

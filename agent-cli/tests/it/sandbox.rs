@@ -867,3 +867,70 @@ fn a_sandboxed_command_run_as_root_reads_no_password_hashes() {
         }
     }
 }
+
+/// agent.toml may hide a place with no one's trust and show credentials with it, each
+/// place named from the home directory with `~` as a person writes it (not relative to
+/// the file, where `~/.ssh` would name nothing and show nothing).
+#[test]
+fn agent_toml_names_what_the_sandbox_hides_and_shows_from_the_home_directory() {
+    let home = home_with_credentials();
+    let h = home.path().display().to_string();
+    let env = Env::new();
+    let model = one_shell_call(
+        &env,
+        &format!("cat {h}/.ssh/id_ed25519 {h}/.netrc {h}/notes.txt"),
+    );
+    let agent = |args: &[&str]| {
+        env.cmd()
+            .env("HOME", home.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let run = || agent(&["run", "--json", "--allow", "shell", "--model", &model, "go"]);
+    // The call's output, read with the same home (the file names places from it).
+    let output_of = |out: &std::process::Output| {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+        let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let shown = agent(&["show", "--json", run["run_id"].as_str().unwrap()]);
+        let log: Value = serde_json::from_slice(&shown.stdout).unwrap();
+        let finished = log["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "tool_finished")
+            .unwrap()
+            .clone();
+        output(&finished["result"]).to_owned()
+    };
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "sandbox_hide = [\"~/notes.txt\"]\n",
+    )
+    .unwrap();
+    let said = output_of(&run());
+    assert!(
+        !said.contains("notes-7301") && !said.contains("ssh-key-7301"),
+        "{said}"
+    );
+    std::fs::write(
+        env.dir.path().join("agent.toml"),
+        "sandbox_show = [\"~/.ssh\"]\n",
+    )
+    .unwrap();
+    let out = run();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("sandbox_show ~/.ssh"),
+        "{}",
+        stderr(&out)
+    );
+    let out = agent(&["trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = output_of(&run());
+    assert!(said.contains("ssh-key-7301"), "{said}");
+    assert!(
+        said.contains("notes-7301") && !said.contains("netrc-password-7301"),
+        "{said}"
+    );
+}
