@@ -222,7 +222,11 @@ pub fn gateway(
         }
     }
     if let Some(McpInUse { config, .. }) = &mcp {
-        let started = rt.block_on(mcp::connect_reporting(config, &root, settings.mcp_timeout));
+        let started = rt.block_on(mcp::connect_reporting_in(
+            config,
+            gateway.workspace(),
+            settings.mcp_timeout,
+        ));
         let tools = started.map_err(|e| match e {
             mcp::McpError::TimedOut { .. } => usage(format!(
                 "{e}; set MCP_TIMEOUT (milliseconds) to wait longer"

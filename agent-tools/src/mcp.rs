@@ -59,6 +59,71 @@ pub struct ServerConfig {
     /// Extra environment variables.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The sandbox it runs in, if any (`"sandbox": true`, or `{"network": false,
+    /// "write": ["~/.npm"]}`): see [`ServerSandbox`].
+    #[serde(default, deserialize_with = "server_sandbox")]
+    pub sandbox: Option<ServerSandbox>,
+}
+
+/// The sandbox of a server that asks for one (Linux): the sandbox of `shell` commands
+/// ([`crate::Sandbox`]), with the network unless it says otherwise. The server writes only
+/// in the workspace, a `/tmp` of its own and `write`, reads none of the person's
+/// credentials but those its `env` block gives it, holds no privilege, and cannot change
+/// the run store, agent's settings or the repository's `.git`. One that cannot be made
+/// keeps the server from starting.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSandbox {
+    /// Whether it may reach the network (default: yes; most servers call an API).
+    #[serde(default = "yes")]
+    pub network: bool,
+    /// Directories beyond the workspace where it may write (a cache: `~/.npm` for `npx`,
+    /// `~/.cache/uv` for `uvx`), absolute, from the home directory (`~/`), or relative to
+    /// the workspace.
+    #[serde(default)]
+    pub write: Vec<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `"sandbox": true | false | {...}`.
+fn server_sandbox<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ServerSandbox>, D::Error> {
+    use serde::de::Error;
+    const GIVE: &str = r#"give true, false or {"network": false, "write": ["DIR"]}"#;
+    match Value::deserialize(deserializer)? {
+        Value::Bool(false) | Value::Null => Ok(None),
+        Value::Bool(true) => Ok(Some(ServerSandbox {
+            network: true,
+            write: Vec::new(),
+        })),
+        spec @ Value::Object(_) => serde_json::from_value(spec)
+            .map(Some)
+            .map_err(|e| D::Error::custom(format!("sandbox: {e}; {GIVE}"))),
+        other => Err(D::Error::custom(format!(
+            "sandbox: {other} is not one; {GIVE}"
+        ))),
+    }
+}
+
+impl ServerSandbox {
+    /// The sandbox's description for the watcher of a server started in `workspace`.
+    #[cfg(feature = "process")]
+    fn spec(&self, workspace: &crate::Workspace) -> Result<String, String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let mut sandbox = crate::Sandbox::new().with_network(self.network);
+        for dir in &self.write {
+            let dir = match (dir.strip_prefix("~"), &home) {
+                (Ok(rest), Some(home)) => home.join(rest),
+                _ => workspace.root().join(dir),
+            };
+            sandbox = sandbox.writing(dir);
+        }
+        sandbox.spec(workspace)
+    }
 }
 
 /// An MCP configuration or server that cannot be used.
@@ -259,6 +324,8 @@ struct Server {
     name: String,
     config: ServerConfig,
     cwd: PathBuf,
+    /// Its sandbox's description, when it runs in one.
+    sandbox: Option<String>,
     state: Mutex<State>,
 }
 
@@ -281,6 +348,7 @@ impl Server {
         name: &str,
         config: &ServerConfig,
         cwd: &Path,
+        sandbox: Option<&str>,
     ) -> Result<Box<Connection>, String> {
         // As `withheld_from_servers` says, and the variables whose value is a URL with a
         // password in it.
@@ -296,7 +364,7 @@ impl Server {
                 config.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
                 KeptFrom {
                     unset: &withheld,
-                    sandbox: None,
+                    sandbox,
                 },
                 cwd,
             );
@@ -332,6 +400,10 @@ impl Server {
                     program.display()
                 ),
             }
+        }
+        if sandbox.is_some() {
+            // Never run without the sandbox it asked for.
+            return Err(format!("server {name}: {}", crate::sandbox::NO_WATCHER));
         }
         let watcher = Watcher::start()?;
         let mut command = tokio::process::Command::new(&config.command);
@@ -371,7 +443,8 @@ impl Server {
                     server: format!("MCP server {}", self.name),
                 })
             } else {
-                match Server::spawn(&self.name, &self.config, &self.cwd).await {
+                let sandbox = self.sandbox.as_deref();
+                match Server::spawn(&self.name, &self.config, &self.cwd, sandbox).await {
                     Ok(connection) => State::Up {
                         connection,
                         restarts_left: restarts_left - 1,
@@ -685,10 +758,35 @@ fn shown_name(name: &str) -> String {
     }
 }
 
-/// [`connect_within`], returning what was left out instead of logging it.
+/// [`connect_within`], returning what was left out instead of logging it. A server that
+/// asks for a sandbox has the repository's `.git` kept from it
+/// ([`connect_reporting_in`] names what else).
 pub async fn connect_reporting(
     config: &McpConfig,
     cwd: &Path,
+    timeout: Duration,
+) -> Result<Connected, McpError> {
+    let workspace = crate::Workspace::new(cwd)
+        .ok()
+        .map(|workspace| workspace.protect_everywhere(".git", "a git directory"));
+    connect_servers(config, cwd, workspace.as_ref(), timeout).await
+}
+
+/// [`connect_reporting`] for servers started in `workspace`'s root, those that ask for a
+/// sandbox kept from changing what it protects ([`crate::Workspace::protected_places`]:
+/// the run store, agent's settings, `.git`), as `shell` commands are.
+pub async fn connect_reporting_in(
+    config: &McpConfig,
+    workspace: &crate::Workspace,
+    timeout: Duration,
+) -> Result<Connected, McpError> {
+    connect_servers(config, workspace.root(), Some(workspace), timeout).await
+}
+
+async fn connect_servers(
+    config: &McpConfig,
+    cwd: &Path,
+    workspace: Option<&crate::Workspace>,
     timeout: Duration,
 ) -> Result<Connected, McpError> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
@@ -698,8 +796,18 @@ pub async fn connect_reporting(
             server: name.clone(),
             message,
         };
+        let sandbox = match (&server_config.sandbox, workspace) {
+            (Some(sandbox), Some(workspace)) => Some(sandbox.spec(workspace).map_err(start)?),
+            (Some(_), None) => {
+                return Err(start(format!(
+                    "its sandbox cannot be made: {} is not a directory it can be made in",
+                    cwd.display()
+                )));
+            }
+            (None, _) => None,
+        };
         let started = tokio::time::timeout(timeout, async {
-            let connection = Server::spawn(name, server_config, cwd).await?;
+            let connection = Server::spawn(name, server_config, cwd, sandbox.as_deref()).await?;
             let defs = list_tools(&connection.client).await?;
             Ok::<_, String>((connection, defs))
         })
@@ -717,6 +825,7 @@ pub async fn connect_reporting(
             name: name.clone(),
             config: server_config.clone(),
             cwd: cwd.to_path_buf(),
+            sandbox,
             state: Mutex::new(State::Up {
                 connection,
                 restarts_left: 1,
@@ -814,11 +923,53 @@ mod tests {
     }
 
     #[test]
+    fn a_server_s_sandbox_is_read_from_true_false_or_what_it_may_do() {
+        use serde_json::json;
+        let sandbox_of = |entry: Value| {
+            let config: McpConfig = serde_json::from_value(
+                serde_json::json!({"mcpServers": {"s": {"command": "x", "sandbox": entry}}}),
+            )
+            .map_err(|e| e.to_string())?;
+            Ok::<_, String>(config.servers["s"].sandbox.clone())
+        };
+        let with_network = ServerSandbox {
+            network: true,
+            write: Vec::new(),
+        };
+        assert_eq!(sandbox_of(json!(true)), Ok(Some(with_network.clone())));
+        assert_eq!(sandbox_of(json!(false)), Ok(None));
+        assert_eq!(sandbox_of(json!({})), Ok(Some(with_network)));
+        assert_eq!(
+            sandbox_of(json!({"network": false, "write": ["~/.npm"]})),
+            Ok(Some(ServerSandbox {
+                network: false,
+                write: vec![PathBuf::from("~/.npm")],
+            }))
+        );
+        // A misspelt key is not a sandbox with nothing said.
+        let misspelt = sandbox_of(json!({"netwrk": false})).unwrap_err();
+        assert!(
+            misspelt.starts_with("sandbox: unknown field `netwrk`") && misspelt.contains("give"),
+            "{misspelt}"
+        );
+        let other = sandbox_of(json!("yes")).unwrap_err();
+        assert!(
+            other.starts_with("sandbox: \"yes\" is not one; give true"),
+            "{other}"
+        );
+        let none: McpConfig =
+            serde_json::from_value(serde_json::json!({"mcpServers": {"s": {"command": "x"}}}))
+                .unwrap();
+        assert_eq!(none.servers["s"].sandbox, None);
+    }
+
+    #[test]
     fn servers_are_not_given_variables_named_like_secrets_unless_their_env_sets_them() {
         let server = ServerConfig {
             command: "x".into(),
             args: Vec::new(),
             env: [("GH_TOKEN".to_owned(), "v".to_owned())].into(),
+            sandbox: None,
         };
         let names = ["PATH", "OPENAI_API_KEY", "GH_TOKEN", "HOME", "DB_PASSWORD"];
         assert_eq!(

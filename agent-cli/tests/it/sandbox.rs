@@ -934,3 +934,127 @@ fn agent_toml_names_what_the_sandbox_hides_and_shows_from_the_home_directory() {
         "{said}"
     );
 }
+
+/// An MCP server, in Python, whose one tool (`run`, read-only by its annotation) runs a
+/// command line with `bash -c` and answers with what it printed.
+const PY_RUNNER: &str = r#"
+import json, subprocess, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, mid = msg.get("method"), msg["id"]
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "runner", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "run", "description": "runs a command",
+                             "annotations": {"readOnlyHint": True},
+                             "inputSchema": {"type": "object",
+                                             "properties": {"command": {"type": "string"}}}}]}
+    elif method == "tools/call":
+        done = subprocess.run(["bash", "-c", msg["params"]["arguments"]["command"]],
+                              capture_output=True, text=True)
+        result = {"content": [{"type": "text", "text": done.stdout + done.stderr}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// An MCP server whose entry says `"sandbox": true` runs in the sandbox `shell` commands
+/// run in, with the network: it reads none of the home directory's credentials, writes
+/// nowhere outside the workspace, not in the run store; `{"network": false}` takes the
+/// network away too. The same server without it does all of that. One whose sandbox
+/// cannot be made does not start, and nothing runs.
+#[test]
+fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let home = home_with_credentials();
+    let outside = outside_covered();
+    let command = format!(
+        "cat {h}/.ssh/id_ed25519; echo x > {o}/escaped; echo d > store/planted; \
+         (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached-host; echo end",
+        h = home.path().display(),
+        o = outside.path().display(),
+    );
+    for (sandbox, confined, network) in [
+        ("false", false, true),
+        ("true", true, true),
+        ("{\"network\": false}", true, false),
+        // The network is a server's unless it says otherwise.
+        ("{\"write\": []}", true, true),
+    ] {
+        let env = Env::new();
+        std::fs::write(env.dir.path().join("runner.py"), PY_RUNNER).unwrap();
+        let config = format!(
+            "{{\"mcpServers\": {{\"r\": {{\"command\": \"python3\", \"args\": [\"runner.py\"], \
+             \"sandbox\": {sandbox}}}}}}}"
+        );
+        std::fs::write(env.dir.path().join("mcp.json"), config).unwrap();
+        std::fs::create_dir_all(env.store()).unwrap();
+        let model = env.script(serde_json::json!([
+            {"tool_calls": [{"id": "call-1", "name": "mcp__r__run",
+                             "arguments": {"command": command}}]},
+            {"final": "done"}
+        ]));
+        let out = env
+            .cmd()
+            .env("HOME", home.path())
+            .args([
+                "run",
+                "--json",
+                "--mcp-config",
+                "mcp.json",
+                "--model",
+                &model,
+                "go",
+            ])
+            .output()
+            .unwrap();
+        let result = call_results(&env, &out)("call-1");
+        let said = output(&result);
+        let case = format!("sandbox {sandbox}: {said}");
+        assert!(said.contains("end"), "{case}");
+        assert_eq!(said.contains("ssh-key-7301"), !confined, "{case}");
+        assert_eq!(outside.path().join("escaped").exists(), !confined, "{case}");
+        assert_eq!(env.store().join("planted").exists(), !confined, "{case}");
+        assert_eq!(said.contains("reached-host"), network, "{case}");
+        let _ = std::fs::remove_file(outside.path().join("escaped"));
+    }
+
+    let env = Env::new();
+    std::fs::write(env.dir.path().join("runner.py"), PY_RUNNER).unwrap();
+    std::fs::write(
+        env.dir.path().join("mcp.json"),
+        r#"{"mcpServers": {"r": {"command": "python3", "args": ["runner.py"], "sandbox": true}}}"#,
+    )
+    .unwrap();
+    let model = env.script(serde_json::json!([
+        {"tool_calls": [{"id": "call-1", "name": "mcp__r__run",
+                         "arguments": {"command": "echo ran > ran.txt"}}]},
+        {"final": "done"}
+    ]));
+    let out = env
+        .cmd()
+        .env("AGENT_LOOP_PID_NAMESPACE", "off")
+        .args([
+            "run",
+            "--json",
+            "--mcp-config",
+            "mcp.json",
+            "--model",
+            &model,
+            "go",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("MCP server \"r\" failed to start") && err.contains("sandbox cannot be made"),
+        "{err}"
+    );
+    assert!(!env.dir.path().join("ran.txt").exists());
+}

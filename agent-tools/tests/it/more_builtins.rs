@@ -469,4 +469,20 @@ async fn a_sandbox_that_cannot_be_made_is_never_left_out() {
     let workspace = agent_tools::Workspace::new(dir.path()).unwrap();
     let probed = sandbox.probe(&workspace).await.unwrap_err();
     assert!(probed.contains("watch_with"), "{probed}");
+    // Nor an MCP server that asks for one: it is not started.
+    let config: agent_tools::mcp::McpConfig = serde_json::from_value(json!({"mcpServers": {
+        "s": {"command": "sh", "args": ["-c", "echo ran > ran.txt"], "sandbox": true}
+    }}))
+    .unwrap();
+    let timeout = std::time::Duration::from_secs(30);
+    let refused = agent_tools::mcp::connect_reporting(&config, dir.path(), timeout)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        refused.contains("sandbox cannot be made") && refused.contains("watch_with"),
+        "{refused}"
+    );
+    assert!(!dir.path().join("ran.txt").exists());
 }
