@@ -326,6 +326,10 @@ struct Server {
     cwd: PathBuf,
     /// Its sandbox's description, when it runs in one.
     sandbox: Option<String>,
+    /// In a sandbox, the places in the workspace it may not change, each with what it is:
+    /// one that is not there cannot be bound read-only, and one a call makes is taken away
+    /// after the call, as after a `shell` command.
+    protected: Vec<(PathBuf, String)>,
     state: Mutex<State>,
 }
 
@@ -480,6 +484,42 @@ impl Server {
             _ => serde_json::Map::new(),
         };
         let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let absent: Vec<(PathBuf, String)> = self
+            .protected
+            .iter()
+            .filter(|(place, _)| std::fs::symlink_metadata(place).is_err())
+            .cloned()
+            .collect();
+        let outcome = self.call_peer(&peer, generation, request).await;
+        #[cfg(target_os = "linux")]
+        {
+            let removed = crate::sandbox::remove_made(&absent, &self.cwd);
+            if !removed.is_empty() {
+                let note = format!(
+                    "\n--- agent ---\nthe server made what it may not make: {}\n",
+                    removed.join("; ")
+                );
+                return match outcome {
+                    Ok(text) => Ok(text + &note),
+                    Err(mut error) => {
+                        error.message.push_str(&note);
+                        Err(error)
+                    }
+                };
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = absent;
+        outcome
+    }
+
+    /// One call of the server's, on the connection `generation` (marked down if it died).
+    async fn call_peer(
+        &self,
+        peer: &rmcp::Peer<rmcp::RoleClient>,
+        generation: u8,
+        request: CallToolRequestParams,
+    ) -> Result<String, ToolError> {
         match peer.call_tool(request).await {
             Ok(result) => {
                 let text = result
@@ -825,6 +865,14 @@ async fn connect_servers(
             name: name.clone(),
             config: server_config.clone(),
             cwd: cwd.to_path_buf(),
+            protected: match (&sandbox, workspace) {
+                (Some(_), Some(workspace)) => workspace
+                    .protected_paths()
+                    .into_iter()
+                    .map(|(place, what)| (place, what.to_owned()))
+                    .collect(),
+                _ => Vec::new(),
+            },
             sandbox,
             state: Mutex::new(State::Up {
                 connection,

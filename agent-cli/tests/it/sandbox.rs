@@ -964,8 +964,8 @@ for line in sys.stdin:
 
 /// An MCP server whose entry says `"sandbox": true` runs in the sandbox `shell` commands
 /// run in, with the network: it reads none of the home directory's credentials, writes
-/// nowhere outside the workspace, not in the run store; `{"network": false}` takes the
-/// network away too. The same server without it does all of that. One whose sandbox
+/// nowhere outside the workspace, not in the run store, and a `.git` it makes where there
+/// was none is taken away after the call; `{"network": false}` takes the network away too. The same server without it does all of that. One whose sandbox
 /// cannot be made does not start, and nothing runs.
 #[test]
 fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
@@ -975,6 +975,7 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
     let outside = outside_covered();
     let command = format!(
         "cat {h}/.ssh/id_ed25519; echo x > {o}/escaped; echo d > store/planted; \
+         mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit; \
          (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached-host; echo end",
         h = home.path().display(),
         o = outside.path().display(),
@@ -1021,6 +1022,13 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
         assert_eq!(outside.path().join("escaped").exists(), !confined, "{case}");
         assert_eq!(env.store().join("planted").exists(), !confined, "{case}");
         assert_eq!(said.contains("reached-host"), network, "{case}");
+        // A protected place that was not there, made by a call, is taken away after it.
+        assert_eq!(env.dir.path().join(".git").exists(), !confined, "{case}");
+        assert_eq!(
+            said.contains("the server made what it may not make: .git (a git directory): removed"),
+            confined,
+            "{case}"
+        );
         let _ = std::fs::remove_file(outside.path().join("escaped"));
     }
 
