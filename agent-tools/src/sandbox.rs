@@ -15,13 +15,12 @@
 //!   read-only, so a command cannot rewrite the log its run is judged by or plant a git
 //!   hook; one that is not there, a `shell` command that makes it sees taken away once it
 //!   and all it started are gone ([`remove_made`]);
-//! - what holds the person's credentials in a home directory ([`CREDENTIALS`](crate::CREDENTIALS): SSH and
-//!   GnuPG keys, cloud and registry tokens, `.netrc`, shell histories, browser profiles) is
-//!   hidden, a directory behind an empty read-only one, a file behind an empty read-only
-//!   one, so that a command cannot read a key and print it to the model (and so to its
-//!   provider and the run's log), and as root the system's ([`SYSTEM_CREDENTIALS`]);
-//!   [`Sandbox::showing`] leaves one visible,
-//!   [`Sandbox::hiding`] hides more;
+//! - what holds the person's credentials in a home directory ([`CREDENTIALS`]: SSH and
+//!   GnuPG keys, cloud and registry tokens, `.netrc`, shell histories, browser profiles),
+//!   and as root the system's ([`SYSTEM_CREDENTIALS`]), is hidden, a directory behind an
+//!   empty read-only one, a file behind an empty read-only one, so that a command cannot
+//!   read a key and print it to the model (and so to its provider and the run's log);
+//!   [`Sandbox::showing`] leaves one visible, [`Sandbox::hiding`] hides more;
 //! - the system's sockets under `/run` and `/tmp` (Docker's, D-Bus's, which would start
 //!   programs outside, an SSH agent's, X's) are not there: both are empty directories of
 //!   its own;
@@ -99,7 +98,7 @@ impl Sandbox {
         self
     }
 
-    /// Hides `place` (a file or a directory) from commands too, as [`CREDENTIALS`](crate::CREDENTIALS) are:
+    /// Hides `place` (a file or a directory) from commands too, as [`CREDENTIALS`] are:
     /// a directory is seen empty, a file empty, neither writable. One that does not exist
     /// when a command starts, or that holds the workspace or a writable directory, is left
     /// as it is.
@@ -109,27 +108,29 @@ impl Sandbox {
         self
     }
 
-    /// Leaves the places of [`CREDENTIALS`](crate::CREDENTIALS) at or beneath `place` visible to commands (a
-    /// command that needs them: `git push` over SSH with [`Sandbox::with_network`] needs
-    /// `~/.ssh`); those given with [`Sandbox::hiding`] stay hidden.
+    /// Leaves the places of [`CREDENTIALS`] (and [`SYSTEM_CREDENTIALS`]) at or beneath
+    /// `place` visible to commands (a command that needs them: `git push` over SSH with
+    /// [`Sandbox::with_network`] needs `~/.ssh`); those given with [`Sandbox::hiding`] stay
+    /// hidden.
     #[must_use]
     pub fn showing(mut self, place: impl Into<PathBuf>) -> Sandbox {
         self.shown.push(place.into());
         self
     }
 
-    /// The places hidden beyond [`CREDENTIALS`](crate::CREDENTIALS).
+    /// The places hidden beyond [`CREDENTIALS`].
     pub fn hidden(&self) -> &[PathBuf] {
         &self.hidden
     }
 
-    /// The places where [`CREDENTIALS`](crate::CREDENTIALS) are left visible.
+    /// The places where [`CREDENTIALS`] are left visible.
     pub fn shown(&self) -> &[PathBuf] {
         &self.shown
     }
 
-    /// Every place a command is to have hidden, whether there or not: [`CREDENTIALS`](crate::CREDENTIALS) in
-    /// each home directory but those shown, then those given with [`Sandbox::hiding`].
+    /// Every place a command is to have hidden, whether there or not: [`CREDENTIALS`] in
+    /// each home directory and, as root, [`SYSTEM_CREDENTIALS`], but those shown; then
+    /// those given with [`Sandbox::hiding`].
     fn to_hide(&self) -> Vec<PathBuf> {
         let same = |path: &PathBuf| path.canonicalize().unwrap_or_else(|_| path.clone());
         let shown: Vec<PathBuf> = self.shown.iter().map(same).collect();
