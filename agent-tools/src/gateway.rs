@@ -474,7 +474,7 @@ impl Gateway {
         {
             verdict = Verdict::Ask {
                 why: format!(
-                    "{resolved} holds {what}, which a tool reads only with a person's \
+                    "{resolved} holds {what}, which a tool touches only with a person's \
                      approval or an allow rule naming it (`{}({resolved})`)",
                     registered.spec.name
                 ),

@@ -289,8 +289,8 @@ impl Workspace {
         self
     }
 
-    /// Keeps every tool from reading `path`, and what lies below it, without a person's
-    /// approval, where it is in the workspace: a call on a path that resolves there asks,
+    /// Keeps every tool from reading or changing `path`, and what lies below it, without a
+    /// person's approval, where it is in the workspace: a call on a path that resolves there asks,
     /// naming `what`, where policy would let it run by default (a read), unless an allow
     /// rule names the path (a rule for the whole tool does not); a call that asks or is
     /// denied anyway stays so. Where `path` is a link, the place it leads to is concealed
@@ -318,7 +318,7 @@ impl Workspace {
         self
     }
 
-    /// What keeps `resolved` from being read without asking, when it lies in a place
+    /// What keeps `resolved` from being touched without asking, when it lies in a place
     /// [`Workspace::conceal`] named (names compared as [`Workspace::protected`] does).
     pub fn concealed(&self, resolved: &Resolved) -> Option<&str> {
         self.concealed

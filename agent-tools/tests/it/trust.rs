@@ -1000,7 +1000,7 @@ fn credentials_in_the_workspace_are_touched_only_with_a_person_s_approval() {
             let why = if rules.is_empty() && *tool == "write_file" {
                 "asks by default"
             } else {
-                "holds credentials, which a tool reads only"
+                "holds credentials, which a tool touches only"
             };
             assert!(
                 matches!(&v, Verdict::Ask { why: said } if said.contains(why)),
