@@ -318,6 +318,10 @@ fn an_mcp_tool_beyond_a_bound_is_left_out_and_the_servers_others_are_offered() {
         .collect();
     assert_eq!(
         tools,
-        [format!("mcp__{server}__die"), format!("mcp__{server}__env")]
+        [
+            format!("mcp__{server}__die"),
+            format!("mcp__{server}__env"),
+            format!("mcp__{server}__run")
+        ]
     );
 }

@@ -79,7 +79,8 @@ impl Env {
 
 /// A minimal MCP server over stdio (JSON-RPC lines), in Python, for the tests that need a
 /// server the `agent` binary starts itself: `env` prints one of its environment variables,
-/// `die` kills the server in the middle of the call, and `slow` writes its pid to
+/// `run` runs a command line with `bash -c` and answers with what it printed, `die` kills
+/// the server in the middle of the call, and `slow` writes its pid to
 /// `server.pid`, then a line to `effects.txt` a minute later; `env` of `NSpid` prints that
 /// line of its `/proc/self/status`. The pids written are those of
 /// the server's PID namespace, whose `/proc` it sees.
@@ -108,12 +109,18 @@ for line in sys.stdin:
         result = {"tools": [
             {"name": "env", "description": "prints a variable", "annotations": read_only,
              "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+            {"name": "run", "description": "runs a command", "annotations": read_only,
+             "inputSchema": {"type": "object", "properties": {"command": {"type": "string"}}}},
             {"name": "die", "description": "exits", "annotations": read_only,
              "inputSchema": {"type": "object"}},
             {"name": "slow", "description": "writes its pid, then a line a minute later",
              "annotations": {"destructiveHint": True}, "inputSchema": {"type": "object"}}]}
     elif method == "tools/call" and msg["params"]["name"] == "die":
         os._exit(3)
+    elif method == "tools/call" and msg["params"]["name"] == "run":
+        done = subprocess.run(["bash", "-c", msg["params"]["arguments"]["command"]],
+                              capture_output=True, text=True)
+        result = {"content": [{"type": "text", "text": done.stdout + done.stderr}]}
     elif method == "tools/call" and msg["params"]["name"] == "slow":
         with open("server.pid", "w") as f:
             f.write(os.readlink("/proc/self") + "\n")
@@ -138,8 +145,15 @@ for line in sys.stdin:
 /// Writes [`PY_MCP_SERVER`] as `server.py` and an `mcp.json` that starts it as the server
 /// `name`; returns the configuration's file name, for `--mcp-config`.
 fn py_mcp_config(env: &Env, name: &str) -> &'static str {
+    py_mcp_config_sandboxed(env, name, Value::Bool(false))
+}
+
+/// [`py_mcp_config`], the server's entry saying `"sandbox": sandbox`.
+fn py_mcp_config_sandboxed(env: &Env, name: &str, sandbox: Value) -> &'static str {
     std::fs::write(env.dir.path().join("server.py"), PY_MCP_SERVER).unwrap();
-    let config = json!({"mcpServers": {name: {"command": "python3", "args": ["server.py"]}}});
+    let config = json!({"mcpServers": {name: {
+        "command": "python3", "args": ["server.py"], "sandbox": sandbox
+    }}});
     std::fs::write(env.dir.path().join("mcp.json"), config.to_string()).unwrap();
     "mcp.json"
 }

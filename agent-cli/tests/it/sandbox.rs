@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::crash::{call_results, not_root, one_shell_call};
 use crate::{Env, stderr};
@@ -221,23 +221,28 @@ fn a_directory_named_for_sandboxed_writes_must_be_there() {
     assert!(output(&result).starts_with("exit code: 0"), "{result}");
     assert!(cache.path().join("built").exists());
 
+    refused_at_start(
+        &["--sandbox-write", "no-such-dir"],
+        "--sandbox-write no-such-dir: no such directory",
+    );
+}
+
+/// `agent run` with `flags` is refused before anything runs or is written: exit 2, one
+/// line, saying `says`.
+fn refused_at_start(flags: &[&str], says: &str) {
     let env = Env::new();
     let model = one_shell_call(&env, "true");
-    let out = env.run(&[
-        "run",
-        "--sandbox-write",
-        "no-such-dir",
-        "--model",
-        &model,
-        "go",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
+    let out = env
+        .cmd()
+        .arg("run")
+        .args(flags)
+        .args(["--model", &model, "go"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("--sandbox-write no-such-dir: no such directory"),
-        "{err}"
-    );
+    assert!(err.contains(says), "{err}");
     assert!(!env.store().exists(), "nothing written");
 }
 
@@ -249,7 +254,7 @@ fn an_answer_check_runs_in_the_sandbox_too() {
     for sandboxed in [false, true] {
         let env = Env::new();
         let outside = outside_covered();
-        let model = env.script(serde_json::json!([{"final": "yes"}]));
+        let model = env.script(json!([{"final": "yes"}]));
         let check = format!(
             "echo x > {}/escaped; echo y > made-by-check",
             outside.path().display()
@@ -758,24 +763,10 @@ fn a_hidden_place_takes_no_write_where_the_workspace_is_the_home_directory() {
 /// left visible, or no command could run.
 #[test]
 fn a_place_named_to_hide_must_be_there_and_never_hides_the_workspace() {
-    let env = Env::new();
-    let model = one_shell_call(&env, "true");
-    let out = env.run(&[
-        "run",
-        "--sandbox-hide",
-        "no-such-place",
-        "--model",
-        &model,
-        "go",
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("--sandbox-hide no-such-place: no such file or directory"),
-        "{err}"
+    refused_at_start(
+        &["--sandbox-hide", "no-such-place"],
+        "--sandbox-hide no-such-place: no such file or directory",
     );
-    assert!(!env.store().exists(), "nothing written");
 
     let env = Env::new();
     let workspace = env.dir.path().to_str().unwrap();
@@ -935,33 +926,6 @@ fn agent_toml_names_what_the_sandbox_hides_and_shows_from_the_home_directory() {
     );
 }
 
-/// An MCP server, in Python, whose one tool (`run`, read-only by its annotation) runs a
-/// command line with `bash -c` and answers with what it printed.
-const PY_RUNNER: &str = r#"
-import json, subprocess, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method, mid = msg.get("method"), msg["id"]
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"],
-                  "capabilities": {"tools": {}}, "serverInfo": {"name": "runner", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "run", "description": "runs a command",
-                             "annotations": {"readOnlyHint": True},
-                             "inputSchema": {"type": "object",
-                                             "properties": {"command": {"type": "string"}}}}]}
-    elif method == "tools/call":
-        done = subprocess.run(["bash", "-c", msg["params"]["arguments"]["command"]],
-                              capture_output=True, text=True)
-        result = {"content": [{"type": "text", "text": done.stdout + done.stderr}]}
-    else:
-        result = {}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
-    sys.stdout.flush()
-"#;
-
 /// An MCP server whose entry says `"sandbox": true` runs in the sandbox `shell` commands
 /// run in, with the network: it reads none of the home directory's credentials, writes
 /// nowhere outside the workspace, not in the run store, and a `.git` it makes where there
@@ -981,21 +945,16 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
         o = outside.path().display(),
     );
     for (sandbox, confined, network) in [
-        ("false", false, true),
-        ("true", true, true),
-        ("{\"network\": false}", true, false),
+        (json!(false), false, true),
+        (json!(true), true, true),
+        (json!({"network": false}), true, false),
         // The network is a server's unless it says otherwise.
-        ("{\"write\": []}", true, true),
+        (json!({"write": []}), true, true),
     ] {
         let env = Env::new();
-        std::fs::write(env.dir.path().join("runner.py"), PY_RUNNER).unwrap();
-        let config = format!(
-            "{{\"mcpServers\": {{\"r\": {{\"command\": \"python3\", \"args\": [\"runner.py\"], \
-             \"sandbox\": {sandbox}}}}}}}"
-        );
-        std::fs::write(env.dir.path().join("mcp.json"), config).unwrap();
+        let config = crate::py_mcp_config_sandboxed(&env, "r", sandbox.clone());
         std::fs::create_dir_all(env.store()).unwrap();
-        let model = env.script(serde_json::json!([
+        let model = env.script(json!([
             {"tool_calls": [{"id": "call-1", "name": "mcp__r__run",
                              "arguments": {"command": command}}]},
             {"final": "done"}
@@ -1007,7 +966,7 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
                 "run",
                 "--json",
                 "--mcp-config",
-                "mcp.json",
+                config,
                 "--model",
                 &model,
                 "go",
@@ -1033,13 +992,8 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
     }
 
     let env = Env::new();
-    std::fs::write(env.dir.path().join("runner.py"), PY_RUNNER).unwrap();
-    std::fs::write(
-        env.dir.path().join("mcp.json"),
-        r#"{"mcpServers": {"r": {"command": "python3", "args": ["runner.py"], "sandbox": true}}}"#,
-    )
-    .unwrap();
-    let model = env.script(serde_json::json!([
+    let config = crate::py_mcp_config_sandboxed(&env, "r", json!(true));
+    let model = env.script(json!([
         {"tool_calls": [{"id": "call-1", "name": "mcp__r__run",
                          "arguments": {"command": "echo ran > ran.txt"}}]},
         {"final": "done"}
@@ -1051,7 +1005,7 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
             "run",
             "--json",
             "--mcp-config",
-            "mcp.json",
+            config,
             "--model",
             &model,
             "go",
