@@ -152,6 +152,7 @@ impl Redactor {
         self.escaped_secrets
             .iter()
             .any(|s| json.contains(s.as_str()))
+            || (self.formats && assigns_to_secret(json))
             || self
                 .anchors
                 .as_ref()
@@ -161,6 +162,11 @@ impl Redactor {
     /// `text` with every known value and credential format replaced.
     pub fn redact_str(&self, text: &str) -> String {
         let mut out = self.replace_values(text, |name| format!("[REDACTED:{name}]"), |_, _| {});
+        if self.formats
+            && let Some(assigned) = redact_assignments(&out)
+        {
+            out = assigned;
+        }
         // Almost every text holds none of the literals a credential format contains.
         if !self.formats
             || self
@@ -584,6 +590,96 @@ fn anchored(anchors: &Anchors, text: &str) -> bool {
     text.rfind('@').is_some_and(|at| text[..at].contains("://")) || anchors.found_in(text)
 }
 
+/// Whether `text` may assign a value to a name that holds a secret: a name
+/// ([`agent_core::named_like_secret`]) just before one of its `=` (a superset of what
+/// [`redact_assignments`] replaces: lines are not looked at, so that it holds of an
+/// entry's JSON text, where a line break is written `\n`).
+fn assigns_to_secret(text: &str) -> bool {
+    memchr::memchr_iter(b'=', text.as_bytes()).any(|at| {
+        let before = text[..at].trim_end_matches([' ', '\t', '"', '\'']);
+        let name = &before[before
+            .rfind(|c: char| !is_name_char(c))
+            .map_or(0, |i| i + 1)..];
+        !name.is_empty() && agent_core::named_like_secret(&name.replace(['.', '-'], "_"))
+    })
+}
+
+/// A character of a name assigned to: `A-Z`, `a-z`, `0-9`, `_`, `.`, `-`.
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// `text` with the value of each assignment to a name that holds a secret replaced by
+/// `[REDACTED]`, or `None` where there is none: a line `NAME=value` (a `.env` file, a
+/// shell script, TOML, INI, Java properties, a compose file's `- NAME=value`), with
+/// `export ` before it, spaces around the `=` and the value quoted or not, whose name is
+/// named like a secret ([`agent_core::named_like_secret`]: `STRIPE_SECRET_KEY`,
+/// `db.password`) and whose value is one word of 8 characters or more of those secrets are
+/// written with, a letter and a digit among them: no number (`max_tokens = 200000000`), no
+/// reference to another (`$VAR`, `${VAR}`), no code.
+/// Code (`let api_key = load();`) is left alone: the name must begin its line, and the
+/// value be no expression.
+fn redact_assignments(text: &str) -> Option<String> {
+    if !assigns_to_secret(text) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut changed = false;
+    for line in text.split_inclusive('\n') {
+        match secret_value_in(line) {
+            Some((start, end)) => {
+                out.push_str(&line[..start]);
+                out.push_str("[REDACTED]");
+                out.push_str(&line[end..]);
+                changed = true;
+            }
+            None => out.push_str(line),
+        }
+    }
+    changed.then_some(out)
+}
+
+/// Where the secret value assigned on `line` lies (byte offsets), if it assigns one.
+fn secret_value_in(line: &str) -> Option<(usize, usize)> {
+    let mut rest = line.trim_start();
+    for prefix in ["export ", "- "] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest).trim_start();
+    }
+    let name_len = rest.find(|c: char| !is_name_char(c)).unwrap_or(rest.len());
+    let (name, after) = rest.split_at(name_len);
+    let after = after.trim_start_matches([' ', '\t']);
+    let value = after.strip_prefix('=')?;
+    if name.is_empty()
+        || value.starts_with('=')
+        || !agent_core::named_like_secret(&name.replace(['.', '-'], "_"))
+    {
+        return None;
+    }
+    let value = value.trim_start_matches([' ', '\t']);
+    let (value, quote) = match value.chars().next() {
+        Some(q @ ('"' | '\'')) => (&value[1..], Some(q)),
+        _ => (value, None),
+    };
+    // A value is a word of the characters secrets are written with: no call, index or
+    // statement of code (`usage["output_tokens"].as_u64();`); a quoted one is closed on
+    // its line.
+    let len = match quote {
+        Some(q) => value.find(q)?,
+        None => value
+            .find(|c: char| c.is_whitespace() || c == '#')
+            .unwrap_or(value.len()),
+    };
+    let secret = &value[..len];
+    let start = line.len() - value.len();
+    (secret.chars().count() >= 8
+        && secret.chars().any(|c| c.is_ascii_digit())
+        && secret.chars().any(|c| c.is_ascii_alphabetic())
+        && secret
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_+/=.:@~%!*^&?".contains(c)))
+    .then_some((start, start + len))
+}
+
 fn patterns() -> Vec<Pattern> {
     [
         // OpenAI (sk-, sk-proj-, sk-svcacct-) and Anthropic (sk-ant-api03-…) keys.
@@ -716,6 +812,64 @@ mod tests {
         }
         let clean = serde_json::to_string(&json!({"content": "fn main() {}\n"})).unwrap();
         assert!(!r.may_hold_secrets(&clean));
+    }
+
+    /// The value assigned to a name that holds a secret, on a line of its own (a `.env`
+    /// file, a shell script, TOML, INI, properties, a compose file's list) is redacted,
+    /// quoted or not, the rest of the line kept; a value that is short, has no digit or
+    /// refers to another variable, a name that holds none, a comparison and code where
+    /// the name does not begin the line are left alone. The quick check sees it in JSON.
+    #[test]
+    fn values_assigned_to_secret_names_are_redacted() {
+        let r = Redactor::new([]);
+        // Written with `{eq}`: this file itself goes through the redactor in a test.
+        let eq = "=";
+        let redacted = [
+            (
+                format!("STRIPE_SECRET_KEY{eq}rk_live_51H8x2"),
+                "STRIPE_SECRET_KEY=[REDACTED]",
+            ),
+            (
+                format!("export GH_TOKEN{eq}'abc123def456' # mine"),
+                "export GH_TOKEN='[REDACTED]' # mine",
+            ),
+            (
+                format!("  - POSTGRES_PASSWORD{eq}pg-2024-secret"),
+                "  - POSTGRES_PASSWORD=[REDACTED]",
+            ),
+            (
+                format!("db.password {eq} \"hunter2hunter2\""),
+                "db.password = \"[REDACTED]\"",
+            ),
+            (format!("SMTP_PASS{eq}mail12345"), "SMTP_PASS=[REDACTED]"),
+        ];
+        for (line, expected) in &redacted {
+            let text = format!("# settings\nDEBUG{eq}1\n{line}\nPORT{eq}8080\n");
+            assert_eq!(
+                r.redact_str(&text),
+                format!("# settings\nDEBUG=1\n{expected}\nPORT=8080\n"),
+                "{line}"
+            );
+            let json = serde_json::to_string(&json!({ "output": text })).unwrap();
+            assert!(r.may_hold_secrets(&json), "{json}");
+        }
+        for kept in [
+            format!("API_KEY{eq}changeme"),
+            format!("API_KEY{eq}abc1"),
+            format!("DB_PASSWORD{eq}${{DB_PASSWORD_2}}"),
+            format!("DB_PASSWORD{eq}$SECRET_1"),
+            format!("USER_NAME{eq}admin12345"),
+            format!("if API_KEY {eq}{eq} 12345678; then"),
+            format!("let api_key {eq} load(\"k12345678\");"),
+            format!("    api_key: str {eq} field(default{eq}\"x1234567\")"),
+            format!("self.output_tokens {eq} usage[\"output_tokens\"].as_u64().unwrap_or(0);"),
+            format!("total_tokens {eq} 12345678;"),
+            format!("max_tokens {eq} 200000000"),
+            format!("API_KEY{eq}\"never closed 12345678"),
+        ] {
+            assert_eq!(r.redact_str(&kept), kept);
+        }
+        assert!(!r.may_hold_secrets(r#"{"output":"PORT=8080, x == y"}"#));
     }
 
     /// A key's first line, written in pieces: this file itself goes through the redactor.

@@ -192,7 +192,17 @@ async fn a_call_whose_secret_is_gone_is_not_run_and_the_reason_is_given() {
 async fn results_answers_and_blobs_are_redacted() {
     let s = setup();
     let big = format!("{}\n{}", fake("github"), "x".repeat(60_000));
-    std::fs::write(s.dir.path().join("ws/env.txt"), format!("T={VALUE}\n{big}")).unwrap();
+    // A `.env` line and a private key, in pieces: this file goes through the redactor.
+    let assigned = format!("STRIPE_SECRET_KEY{}rk_live_{}", "=", "51H8x2abc9");
+    let key = format!(
+        "-----BEGIN {}-----\n{}\n-----END {0}-----",
+        "OPENSSH PRIVATE KEY", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU0"
+    );
+    std::fs::write(
+        s.dir.path().join("ws/env.txt"),
+        format!("T={VALUE}\n{assigned}\n{key}\n{big}"),
+    )
+    .unwrap();
     let script = json!({"turns": [
         {"tool_calls": [{"id": "r1", "name": "dump", "arguments": {"path": "env.txt"}}]},
         {"final": format!("found {VALUE} and {}", fake("aws"))}
@@ -218,6 +228,9 @@ async fn results_answers_and_blobs_are_redacted() {
     );
     let log = serde_json::to_string(&store.load("run-c").unwrap()).unwrap();
     assert!(!log.contains(VALUE) && !log.contains(&fake("github")));
+    for gone in ["51H8x2abc9", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU0"] {
+        assert!(!log.contains(gone), "{gone}");
+    }
     let handle = stored_handle(&log);
     let blob = String::from_utf8(store.get_blob(&handle).unwrap().unwrap()).unwrap();
     assert!(
@@ -225,6 +238,14 @@ async fn results_answers_and_blobs_are_redacted() {
         "the blob is redacted"
     );
     assert!(!blob.contains(VALUE) && !blob.contains(&fake("github")));
+    assert!(
+        blob.contains("STRIPE_SECRET_KEY=[REDACTED]"),
+        "{}",
+        &blob[..200]
+    );
+    for gone in ["51H8x2abc9", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU0"] {
+        assert!(!blob.contains(gone), "{gone}");
+    }
 }
 
 #[test]
