@@ -1044,7 +1044,8 @@ fn sandbox_of(
         // A place misspelt would hide nothing, and say nothing of it.
         if std::fs::symlink_metadata(&place).is_err() {
             return Err(bad(format!(
-                "{whose} {}: no such file or directory; give a file or directory to hide                  from sandboxed commands",
+                "{whose} {}: no such file or directory; give a file or directory to hide \
+                 from sandboxed commands",
                 place.display()
             )));
         }

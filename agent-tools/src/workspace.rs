@@ -290,9 +290,10 @@ impl Workspace {
     }
 
     /// Keeps every tool from reading or changing `path`, and what lies below it, without a
-    /// person's approval, where it is in the workspace: a call on a path that resolves there asks,
-    /// naming `what`, where policy would let it run by default (a read), unless an allow
-    /// rule names the path (a rule for the whole tool does not); a call that asks or is
+    /// person's approval, where it is in the workspace: a call on a path that resolves
+    /// there asks, naming `what`, where policy would let it run by default (a read, or a
+    /// write a rule for the whole tool allows), unless an allow rule names the path (a
+    /// rule for the whole tool does not); a call that asks or is
     /// denied anyway stays so. Where `path` is a link, the place it leads to is concealed
     /// (paths are judged where they lead). A `path` outside the workspace is ignored.
     pub fn conceal(mut self, path: &Path, what: &str) -> Workspace {
