@@ -795,18 +795,7 @@ pub(crate) fn taken_up<'a>(
         _ => None,
     };
     if let Some(recorded) = recorded.filter(|_| !taken.sandbox_said) {
-        let mut sandbox = agent_tools::Sandbox::new()
-            .with_network(recorded.network)
-            .with_read_only(recorded.read_only);
-        for dir in &recorded.write {
-            sandbox = sandbox.writing(dir);
-        }
-        for place in &recorded.hide {
-            sandbox = sandbox.hiding(place);
-        }
-        for place in &recorded.show {
-            sandbox = sandbox.showing(place);
-        }
+        let sandbox = agent_tools::Sandbox::from_record(recorded);
         tell(format_args!(
             "agent: run {run_id} runs its commands in a sandbox, as it started (--no-sandbox \
              runs them without)\n"

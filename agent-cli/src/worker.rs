@@ -77,30 +77,10 @@ pub struct RunSpec {
     /// The sandbox shell commands run in, if one was asked for (absent in runs queued
     /// before sandboxes: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<SandboxSpec>,
+    pub sandbox: Option<agent_core::SandboxRecord>,
     /// How the model is called (absent in runs queued before: the defaults).
     #[serde(default, skip_serializing_if = "Calls::is_default")]
     pub calls: Calls,
-}
-
-/// A queued run's sandbox of shell commands ([`agent_tools::Sandbox`]).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SandboxSpec {
-    /// Whether commands may reach the network.
-    #[serde(default)]
-    pub network: bool,
-    /// Whether they may not write in the workspace either.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read_only: bool,
-    /// Directories beyond the workspace where they may write, as absolute paths.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub write: Vec<PathBuf>,
-    /// Places hidden from them beyond a home directory's credentials, as absolute paths.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hide: Vec<PathBuf>,
-    /// Places where a home directory's credentials are left visible to them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub show: Vec<PathBuf>,
 }
 
 /// How a queued run's model is called, as the submitter's agent.toml said: streamed or
@@ -267,13 +247,7 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
         answer: settings.answer.clone(),
         sub_agents: settings.sub_agents,
         shell_env: settings.shell_env.clone(),
-        sandbox: settings.sandbox.as_ref().map(|sandbox| SandboxSpec {
-            network: sandbox.network(),
-            read_only: sandbox.read_only(),
-            write: sandbox.writable().to_vec(),
-            hide: sandbox.hidden().to_vec(),
-            show: sandbox.shown().to_vec(),
-        }),
+        sandbox: settings.sandbox.as_ref().map(agent_tools::Sandbox::record),
         calls: Calls::of(settings),
     };
     // A worker would refuse it for want of a price: the person hears it now.
@@ -308,6 +282,13 @@ pub fn submit(settings: &Settings, json: bool, goal: &str) -> Result<u8, Failure
 /// The settings a worker drives `spec` with: the spec's, this worker's store and keys, and
 /// never a question on a terminal.
 fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> {
+    // The sandbox's places, given to this worker as the flags would give them.
+    let sandbox_paths = |of: fn(&agent_core::SandboxRecord) -> &Vec<String>| -> Vec<PathBuf> {
+        spec.sandbox
+            .iter()
+            .flat_map(|s| of(s).iter().map(PathBuf::from))
+            .collect()
+    };
     let setup = Setup {
         model: Some(spec.model.clone()),
         base_url: spec.base_url.clone(),
@@ -322,21 +303,9 @@ fn settings_for(spec: &RunSpec, worker: &Settings) -> Result<Settings, Failure> 
         sandbox: spec.sandbox.is_some(),
         sandbox_network: spec.sandbox.as_ref().is_some_and(|s| s.network),
         sandbox_read_only: spec.sandbox.as_ref().is_some_and(|s| s.read_only),
-        sandbox_write: spec
-            .sandbox
-            .as_ref()
-            .map(|s| s.write.clone())
-            .unwrap_or_default(),
-        sandbox_hide: spec
-            .sandbox
-            .as_ref()
-            .map(|s| s.hide.clone())
-            .unwrap_or_default(),
-        sandbox_show: spec
-            .sandbox
-            .as_ref()
-            .map(|s| s.show.clone())
-            .unwrap_or_default(),
+        sandbox_write: sandbox_paths(|s| &s.write),
+        sandbox_hide: sandbox_paths(|s| &s.hide),
+        sandbox_show: sandbox_paths(|s| &s.show),
         ..Setup::default()
     };
     let mut settings =

@@ -149,6 +149,33 @@ impl Sandbox {
         places
     }
 
+    /// The sandbox as a run's manifest records it (and a queued run's spec carries it).
+    pub fn record(&self) -> agent_core::SandboxRecord {
+        let paths = |paths: &[PathBuf]| -> Vec<String> {
+            paths.iter().map(|p| p.display().to_string()).collect()
+        };
+        agent_core::SandboxRecord {
+            network: self.network,
+            read_only: self.read_only,
+            write: paths(&self.writable),
+            hide: paths(&self.hidden),
+            show: paths(&self.shown),
+        }
+    }
+
+    /// The sandbox `record` describes ([`Sandbox::record`]'s inverse).
+    pub fn from_record(record: &agent_core::SandboxRecord) -> Sandbox {
+        let paths =
+            |paths: &[String]| -> Vec<PathBuf> { paths.iter().map(PathBuf::from).collect() };
+        Sandbox {
+            network: record.network,
+            read_only: record.read_only,
+            writable: paths(&record.write),
+            hidden: paths(&record.hide),
+            shown: paths(&record.show),
+        }
+    }
+
     /// Whether commands may reach the network.
     pub fn network(&self) -> bool {
         self.network

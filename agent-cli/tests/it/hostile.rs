@@ -277,8 +277,9 @@ fn a_3_gb_file_and_a_flood_of_shell_output_cost_under_64_mb() {
 
 #[test]
 fn an_mcp_tool_beyond_a_bound_is_left_out_and_the_servers_others_are_offered() {
-    // Named so that `mcp__<server>__env` and `__die` take the 64 characters model APIs
-    // accept and `__slow` one more: that tool alone is left out, with a line saying why.
+    // Named so that `mcp__<server>__env`, `__run` and `__die` take the 64 characters
+    // model APIs accept and `__slow` one more: that tool alone is left out, with a line
+    // saying why.
     let env = Env::new();
     let server = "s".repeat(54);
     let config = crate::py_mcp_config(&env, &server);

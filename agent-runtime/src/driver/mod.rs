@@ -422,15 +422,10 @@ impl Runtime {
             forked_from: None,
             parent: self.parent.clone().map(Box::new),
             workspace: Some(self.gateway.workspace().root().display().to_string()),
-            sandbox: self.sandbox.as_ref().map(|sandbox| {
-                Box::new(agent_core::SandboxRecord {
-                    network: sandbox.network(),
-                    read_only: sandbox.read_only(),
-                    write: paths(sandbox.writable()),
-                    hide: paths(sandbox.hidden()),
-                    show: paths(sandbox.shown()),
-                })
-            }),
+            sandbox: self
+                .sandbox
+                .as_ref()
+                .map(|sandbox| Box::new(sandbox.record())),
         }
     }
 
@@ -1042,14 +1037,6 @@ pub(crate) fn report(run_id: &str, machine: Machine, outcome: Outcome) -> Report
 }
 
 /// Why a message could not be added to a run: a log that does not fold is damaged.
-/// Paths as a manifest records them.
-fn paths(paths: &[std::path::PathBuf]) -> Vec<String> {
-    paths
-        .iter()
-        .map(|path| path.display().to_string())
-        .collect()
-}
-
 fn reply_error(run_id: &str, e: ReplyError) -> RuntimeError {
     match e {
         ReplyError::Fold(e) => RuntimeError::Damaged {
