@@ -770,6 +770,61 @@ fn a_message_to_a_queued_run_not_begun_is_read_by_its_first_model_call() {
     assert!(goal < note, "{prompt}");
 }
 
+/// A message to a queued run not begun outlives the workers that take the run and die:
+/// one before the run's first commit (the run has no log), one right after it (the
+/// message is in it); the worker that takes it over last reads the message after the
+/// goal, once.
+#[test]
+fn a_message_to_a_queued_run_outlives_workers_that_die_as_the_run_begins() {
+    let q = Queue::new();
+    let model = q.script("one", json!([{"final": "done"}]));
+    let id = q.submit(&model, &[], "say done");
+    let told = q.agent(&["resume", &id, "also say hello"]);
+    assert_eq!(told.status.code(), Some(0), "{}", stderr(&told));
+    let dying = |before_commit: u32| {
+        // Each worker waits for the lease of the one before to run out.
+        let mut waited = Vec::new();
+        loop {
+            let died = q
+                .env
+                .bare()
+                .env(
+                    "FAILPOINTS",
+                    format!("before_commit={}*off->return", before_commit - 1),
+                )
+                .args(["--store", &q.url, "worker", "--lease", "1", "--until-empty"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .unwrap();
+            if died.code().is_none() {
+                return;
+            }
+            waited.push(died);
+            assert!(waited.len() < 200, "no worker took the run: {waited:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    dying(1);
+    assert!(q.events(&id).is_empty(), "the run has no log");
+    dying(2);
+    let events = q.events(&id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["run_started", "user_note"]);
+    let mut last = q.worker(&["--lease", "1"], false);
+    until("the last worker completes the run", || {
+        q.runs()[0]["reason"] == "completed"
+    });
+    last.kill().unwrap();
+    last.wait().unwrap();
+    let events = q.events(&id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds[..2], ["run_started", "user_note"], "{kinds:?}");
+    assert_eq!(count(&events, "user_note"), 1, "{kinds:?}");
+    assert_eq!(events[1]["text"], "also say hello");
+    assert_eq!(events.last().unwrap()["outcome"]["answer"], "done");
+}
+
 /// A worker stopped (SIGSTOP) past its lease: another worker finishes the run, and when
 /// the first wakes up it learns it lost the lease and writes nothing.
 #[test]

@@ -117,6 +117,14 @@ pub struct Machine {
 impl Machine {
     /// A new run. The first command commits `run_started`; the model is asked only after.
     pub fn start(config: RunConfig, now_ms: u64) -> Machine {
+        Machine::start_noted(config, Vec::new(), now_ms)
+    }
+
+    /// A new run with what people said to it before it began (a queued run's notes): the
+    /// first command commits `run_started` and a `user_note` for each, in their order, as
+    /// one batch, so that the run exists with its notes or not at all; the model reads
+    /// them after the goal.
+    pub fn start_noted(config: RunConfig, notes: Vec<String>, now_ms: u64) -> Machine {
         let budget = config.manifest.budget.clone();
         let mut machine = Machine::empty(config.tools, budget, RunState::default(), now_ms);
         machine.stage(Event::RunStarted {
@@ -124,6 +132,9 @@ impl Machine {
             goal: config.goal,
             manifest: config.manifest,
         });
+        for text in notes {
+            machine.stage(Event::UserNote { text });
+        }
         machine.commit();
         machine
     }

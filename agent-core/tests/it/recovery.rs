@@ -490,6 +490,58 @@ fn a_run_let_go_with_calls_in_flight_commits_what_came_and_stands_as_its_log_say
     );
 }
 
+/// Notes people left for a run before it began are committed with its start, in one batch:
+/// a process that dies before that commit leaves a run with no log (begun again with the
+/// notes), never a run without them. The model is asked only after.
+#[test]
+fn a_run_begun_with_notes_commits_them_with_its_start() {
+    let config = RunConfig {
+        run_id: "noted".into(),
+        goal: "append lines".into(),
+        manifest: manifest(Budget::default()),
+        tools: tools(),
+    };
+    let notes = vec!["first this".to_owned(), "then that".to_owned()];
+    let mut machine = Machine::start_noted(config, notes, T0);
+    let Some(Command::Commit {
+        expected_version,
+        entries,
+    }) = machine.poll_command()
+    else {
+        panic!("a new run begins with a commit")
+    };
+    assert_eq!(expected_version, 0);
+    let kinds: Vec<&str> = entries.iter().map(|e| e.event.name()).collect();
+    assert_eq!(kinds, ["run_started", "user_note", "user_note"]);
+    let texts: Vec<&Event> = entries[1..].iter().map(|e| &e.event).collect();
+    assert_eq!(
+        texts,
+        [
+            &Event::UserNote {
+                text: "first this".into()
+            },
+            &Event::UserNote {
+                text: "then that".into()
+            }
+        ]
+    );
+    let versions: Vec<u64> = entries.iter().map(|e| e.version).collect();
+    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(machine.poll_command(), None, "nothing before the commit");
+    machine.handle(Input::Committed { version: 3 }).unwrap();
+    assert_eq!(machine.poll_command(), Some(Command::CallModel { turn: 1 }));
+    // The notes open no exchange of their own: the goal's limits hold.
+    let state = RunState::fold(&entries).unwrap();
+    let goal_only = RunState::fold(&entries[..1]).unwrap();
+    assert_eq!(
+        (state.steps, state.exchange),
+        (0, goal_only.exchange),
+        "{state:?}"
+    );
+    let mut resumed = Machine::resume(tools(), &entries, T0).unwrap();
+    assert_eq!(resumed.poll_command(), Some(Command::CallModel { turn: 1 }));
+}
+
 /// A person's note to a running run, given instead of the model's reply, is committed and
 /// the same turn asks the model again: not a step, no new exchange; its log folds and
 /// resumes as any. A note while the run waits for a person does not fold.

@@ -364,6 +364,8 @@ impl Runtime {
                     expected_version,
                     entries,
                 } => {
+                    // Test point: the process dies before this commit is sent.
+                    fail::fail_point!("before_commit", |_| std::process::abort());
                     let id = run_id.clone();
                     // Two a turn: at debug level, so that `RUST_LOG=info` does not pay for
                     // them.

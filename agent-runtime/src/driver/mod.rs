@@ -493,7 +493,9 @@ impl Runtime {
     }
 
     /// [`Runtime::start`], with what a person said to the run before it began (`notes`,
-    /// each a `user_note`) read before its first model call, after its goal.
+    /// each a `user_note`) committed with its start, in one batch (a queued run's notes
+    /// are not lost to a worker that dies before its first commit), and read by its first
+    /// model call after its goal.
     pub async fn start_noted(
         &self,
         request: RunRequest,
@@ -509,9 +511,12 @@ impl Runtime {
             manifest: self.manifest(request.budget),
             tools: self.specs(),
         };
-        let machine = Machine::start(config, self.clock.now_ms());
-        self.drive_noted(run_id, machine, Vec::new(), cancel, notes)
-            .await
+        let notes = notes
+            .iter()
+            .map(|text| self.redactor.redact_str(text))
+            .collect();
+        let machine = Machine::start_noted(config, notes, self.clock.now_ms());
+        self.drive(run_id, machine, Vec::new(), cancel).await
     }
 
     /// Forks run `parent` before its model call `at` (1-based, as `agent show` numbers

@@ -468,7 +468,7 @@ async fn notes_sent_to_a_running_run_are_read_before_its_next_model_call() {
 }
 
 /// What a person said to a run before it began (a queued run's worker hands it over) is
-/// committed right after the run's start, in order, and its first model call reads it
+/// committed with the run's start, in order, and its first model call reads it
 /// after the goal; a store that carries no notes takes them all the same.
 #[tokio::test]
 async fn notes_given_at_the_start_are_read_by_the_first_model_call() {

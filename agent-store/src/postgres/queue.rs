@@ -551,6 +551,9 @@ pub struct FencedStore {
     /// When the database was last asked whether someone asked to stop the run, or one of
     /// its sub-agents' runs.
     stop_looked: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// How many of the leased run's notes were read before its first commit (for its
+    /// start), still on its row: see [`PostgresStore::notes_of`].
+    handed: std::sync::Mutex<usize>,
     /// For a held run, its lease's renewal, kept for its drop: the lease is let go once the
     /// store is done.
     _renewal: Option<Renewal>,
@@ -566,6 +569,7 @@ impl FencedStore {
             store,
             lease,
             stop_looked: std::sync::Mutex::default(),
+            handed: std::sync::Mutex::default(),
             _renewal: None,
         }
     }
@@ -647,8 +651,9 @@ impl PostgresStore {
     }
 
     /// Keeps a person's note for queued run `run_id` that no worker has begun yet, for its
-    /// first model call: the worker that begins it takes it ([`FencedStore::told`], before
-    /// the drive) with the run. `false` when the run is not waiting to begin (a worker took
+    /// first model call: the worker that begins it reads it ([`FencedStore::told`], before
+    /// the drive) and commits it with the run's start; it stays here until that commit
+    /// holds it. `false` when the run is not waiting to begin (a worker took
     /// it meanwhile, or it has a log), or holds 64 notes.
     pub fn note_unstarted(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
         let noted = self
@@ -668,7 +673,18 @@ impl PostgresStore {
 
     /// The notes for `run_id` on the row of `lease` (its run, or a sub-agent's run of it),
     /// taken off it, in the order they came.
-    fn notes_of(&self, lease: &Lease, run_id: &str) -> Result<Vec<String>, StoreError> {
+    ///
+    /// The leased run's notes while it has no log yet (a queued run's, for its start) are
+    /// only read: they stay on the row until the run's first commit holds them
+    /// ([`agent_core::Machine::start_noted`]), so that a worker that dies before it leaves
+    /// them to the next; how many were read is kept in `handed`, and the first take after
+    /// the commit takes those off without giving them again.
+    fn notes_of(
+        &self,
+        lease: &Lease,
+        run_id: &str,
+        handed: &mut usize,
+    ) -> Result<Vec<String>, StoreError> {
         let notes = |text: &str| -> Vec<(String, String)> {
             serde_json::from_str(text).unwrap_or_default()
         };
@@ -676,13 +692,29 @@ impl PostgresStore {
         // Most looks find none: one read, no transaction.
         let query = "SELECT notes::text FROM agent_queue WHERE run_id = $1 AND lease_token = $2";
         let found = client
-            .query_opt(query, &[&lease.run_id, &lease.token])
+            .query_opt(
+                "SELECT notes::text,
+                        EXISTS (SELECT 1 FROM agent_runs r WHERE r.run_id = $1)
+                 FROM agent_queue WHERE run_id = $1 AND lease_token = $2",
+                &[&lease.run_id, &lease.token],
+            )
             .map_err(|e| engine(&e))?;
         let Some(row) = found else {
             return Ok(Vec::new());
         };
-        if !notes(row.get(0)).iter().any(|(run, _)| run == run_id) {
+        let waiting: Vec<String> = notes(row.get(0))
+            .into_iter()
+            .filter(|(run, _)| run == run_id)
+            .map(|(_, text)| text)
+            .collect();
+        if waiting.is_empty() {
             return Ok(Vec::new());
+        }
+        let begun: bool = row.get(1);
+        let own = run_id == lease.run_id;
+        if own && !begun {
+            *handed = waiting.len();
+            return Ok(waiting);
         }
         let mut tx = client.transaction().map_err(|e| engine(&e))?;
         let Some(row) = tx
@@ -704,7 +736,8 @@ impl PostgresStore {
         )
         .map_err(|e| engine(&e))?;
         tx.commit().map_err(|e| engine(&e))?;
-        Ok(mine.into_iter().map(|(_, text)| text).collect())
+        let given = if own { std::mem::take(handed) } else { 0 };
+        Ok(mine.into_iter().skip(given).map(|(_, text)| text).collect())
     }
 
     /// Whether the holder of `lease` was asked to stop `run_id` (its run, or a sub-agent's
@@ -761,7 +794,10 @@ impl Store for FencedStore {
         if !agent_core::in_family_of(&self.lease.run_id, run_id) {
             return Vec::new();
         }
-        self.store.notes_of(&self.lease, run_id).unwrap_or_default()
+        let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        self.store
+            .notes_of(&self.lease, run_id, &mut handed)
+            .unwrap_or_default()
     }
 
     /// Asks the database at most every second for each run (the driver looks more often):
