@@ -160,7 +160,11 @@ impl AnswerChecker {
         let env = [("AGENT_RUN_ID", run_id)];
         let withheld = crate::process::withheld_here(|name| self.passed.contains(name));
         let input = answer.as_bytes().to_vec();
-        let spec = match self.sandbox.as_ref().map(|(sandbox, ws)| sandbox.spec(ws)) {
+        let spec = match &self.sandbox {
+            Some((sandbox, ws)) => Some(sandbox.spec_apart(ws).await),
+            None => None,
+        };
+        let spec = match spec {
             Some(Err(why)) => {
                 return Some(format!(
                     "the check `{command}` could not judge the answer ({why}); the answer \

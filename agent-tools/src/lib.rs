@@ -30,6 +30,7 @@ mod gateway;
 mod hooks;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+mod named;
 mod policy;
 #[cfg(feature = "process")]
 mod process;

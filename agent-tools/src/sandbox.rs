@@ -11,7 +11,8 @@
 //!   creation, removal, rename or truncation, whatever the file's permissions, and for
 //!   root too; reads are left alone, but for credentials, below);
 //! - what the file tools may not change either (the run store, agent's settings, the
-//!   repository's `.git`: see [`crate::Workspace::protected_places`]) is mounted
+//!   `.git` of the workspace's repository and of every one nested in it: see
+//!   [`crate::Workspace::protected_places`], [`crate::Workspace::protected_found`]) is mounted
 //!   read-only, so a command cannot rewrite the log its run is judged by or plant a git
 //!   hook; one that is not there, a `shell` command that makes it sees taken away once it
 //!   and all it started are gone ([`remove_made`]);
@@ -46,6 +47,12 @@ use crate::workspace::{CREDENTIALS, home_dirs};
 /// command; set or removed by `agent` for each command, after any variables a program is
 /// given, and removed before the program starts.
 pub(crate) const SANDBOX_ENV: &str = "AGENT_LOOP_SANDBOX";
+
+/// The most places a sandbox makes read-only (the workspace's protected places, the
+/// `.git` of every repository in it): each costs a few mounts at every command, and its
+/// path a share of the watcher's description, which travels in one environment variable
+/// (at most 128 KiB).
+const MAX_PROTECTED: usize = 512;
 
 /// Why a sandbox cannot be made by a program that offers no watcher.
 pub(crate) const NO_WATCHER: &str = "its sandbox cannot be made: that takes agent's watcher, \
@@ -188,6 +195,19 @@ impl Sandbox {
 
     /// What the watcher of a command in `workspace` makes, as [`SANDBOX_ENV`] carries it.
     pub(crate) fn spec(&self, workspace: &Workspace) -> Result<String, String> {
+        let mut protected = workspace.protected_places();
+        protected.extend(workspace.protected_found());
+        protected.sort();
+        protected.dedup();
+        if protected.len() > MAX_PROTECTED {
+            return Err(format!(
+                "the workspace {} holds {} git directories and other protected places, more \
+                 than the {MAX_PROTECTED} a sandbox keeps read-only; run in a directory \
+                 that holds fewer repositories (`--workspace`)",
+                workspace.root().display(),
+                protected.len()
+            ));
+        }
         let spec = Spec {
             workspace: workspace.root().to_path_buf(),
             writable: self
@@ -195,13 +215,22 @@ impl Sandbox {
                 .iter()
                 .filter_map(|dir| dir.canonicalize().ok())
                 .collect(),
-            protected: workspace.protected_places(),
+            protected,
             hidden: self.to_hide(),
             read_only: self.read_only,
             network: self.network,
         };
         serde_json::to_string(&spec)
             .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))
+    }
+
+    /// [`Sandbox::spec`] made on tokio's blocking pool: the look for the workspace's
+    /// repositories reads directories, as many as the workspace has the first time.
+    pub(crate) async fn spec_apart(&self, workspace: &Workspace) -> Result<String, String> {
+        let (sandbox, workspace) = (self.clone(), workspace.clone());
+        tokio::task::spawn_blocking(move || sandbox.spec(&workspace))
+            .await
+            .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))?
     }
 
     /// Whether commands in `workspace` can run in this sandbox here: one is made, as for a
@@ -263,7 +292,7 @@ impl Sandbox {
         let kept = if self.read_only {
             "the workspace is read-only"
         } else {
-            "the repository's .git and agent's own files are read-only"
+            "every .git and agent's own files are read-only"
         };
         let network = if self.network {
             ""

@@ -137,6 +137,9 @@ pub struct Workspace {
     /// Places in the workspace no tool reads without asking ([`Workspace::conceal`]),
     /// relative to the root, each with what it is.
     concealed: Vec<(PathBuf, String)>,
+    /// The workspace's directories as the last look for [`Workspace::protected_names`]
+    /// read them, shared by the clones.
+    listings: Arc<std::sync::Mutex<crate::named::Listings>>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -262,6 +265,7 @@ impl Workspace {
             protected: Vec::new(),
             protected_names: Vec::new(),
             concealed: Vec::new(),
+            listings: Arc::default(),
         })
     }
 
@@ -397,6 +401,28 @@ impl Workspace {
             .map(|(place, _)| place)
             .filter(|place| std::fs::symlink_metadata(place).is_ok())
             .collect()
+    }
+
+    /// Every place in the workspace named as [`Workspace::protect_everywhere`] names them,
+    /// at any depth, that is there now, as an absolute path: the `.git` of each repository
+    /// nested in it (a submodule's `.git` file), which a sandboxed command may no more
+    /// change than a file tool may. A link to something not there is left out. Found by
+    /// walking the workspace (no link is followed into a directory); a walk after the
+    /// first reads again only the directories changed since (see `named.rs`), and looks
+    /// at the others' times.
+    pub fn protected_found(&self) -> Vec<PathBuf> {
+        if self.protected_names.is_empty() {
+            return Vec::new();
+        }
+        let looked_for = |name: &OsStr| {
+            self.protected_names
+                .iter()
+                .any(|(protected, _)| same_name(name, protected))
+        };
+        let mut listings = self.listings.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found = listings.find(&self.root, looked_for);
+        found.retain(|place| std::fs::metadata(place).is_ok());
+        found
     }
 
     /// Whether the root is on a local disk or memory file system (ext4, XFS, Btrfs, tmpfs,

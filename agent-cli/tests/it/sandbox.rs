@@ -230,8 +230,12 @@ fn a_directory_named_for_sandboxed_writes_must_be_there() {
 /// `agent run` with `flags` is refused before anything runs or is written: exit 2, one
 /// line, saying `says`.
 fn refused_at_start(flags: &[&str], says: &str) {
-    let env = Env::new();
-    let model = one_shell_call(&env, "true");
+    refused_at_start_in(&Env::new(), flags, says);
+}
+
+/// [`refused_at_start`] in `env`'s directory as it is.
+fn refused_at_start_in(env: &Env, flags: &[&str], says: &str) {
+    let model = one_shell_call(env, "true");
     let out = env
         .cmd()
         .arg("run")
@@ -244,6 +248,24 @@ fn refused_at_start(flags: &[&str], says: &str) {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(says), "{err}");
     assert!(!env.store().exists(), "nothing written");
+}
+
+/// A workspace that holds more repositories than a sandbox keeps read-only is refused
+/// before anything runs, in one line: no command runs with some of them left writable.
+#[test]
+fn a_workspace_with_more_repositories_than_a_sandbox_keeps_is_refused() {
+    let env = Env::new();
+    // With the run's store, 512 places.
+    for i in 0..511 {
+        std::fs::create_dir_all(env.dir.path().join(format!("src/r{i}/.git"))).unwrap();
+    }
+    let result = one_call(&env, false, "echo end", &["--sandbox"]);
+    assert!(output(&result).contains("end"), "{result}");
+    std::fs::remove_dir_all(env.store()).unwrap();
+    for more in ["src/r511/.git", ".git"] {
+        std::fs::create_dir_all(env.dir.path().join(more)).unwrap();
+    }
+    refused_at_start_in(&env, &["--sandbox"], "holds 513 git directories");
 }
 
 /// An answer check runs what the model left in the workspace (its tests, its build
@@ -548,6 +570,88 @@ fn a_protected_place_cannot_be_moved_away_with_its_directory() {
         );
         if sandboxed {
             assert!(!ws.join("conf2").exists(), "{said}");
+        }
+    }
+}
+
+/// A repository nested in the workspace (a checkout beside others, a submodule whose
+/// `.git` is a file) is kept from a sandboxed command as the workspace's own is: its hooks
+/// and config, and where a submodule's `.git` file says they are, cannot be changed, nor
+/// the repository moved away with its directory and another made in its place; its
+/// other files are written as any. One made by an earlier command of the run is kept so
+/// too. Without the sandbox all of it is changed.
+#[test]
+fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
+    for as_nobody in users() {
+        for sandboxed in [false, true] {
+            let env = Env::new();
+            let ws = env.dir.path();
+            let nested = ws.join("src/proj/.git");
+            std::fs::create_dir_all(nested.join("hooks")).unwrap();
+            std::fs::write(nested.join("config"), "[core]\n").unwrap();
+            std::fs::create_dir_all(ws.join("vendor/sub")).unwrap();
+            let pointer = ws.join("vendor/sub/.git");
+            std::fs::write(&pointer, "gitdir: ../../.git/modules/sub\n").unwrap();
+            for place in [
+                ws.join("src"),
+                ws.join("src/proj"),
+                nested.clone(),
+                nested.join("hooks"),
+                ws.join("vendor"),
+                ws.join("vendor/sub"),
+            ] {
+                std::fs::set_permissions(&place, std::fs::Permissions::from_mode(0o777)).unwrap();
+            }
+            for file in [nested.join("config"), pointer.clone()] {
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+            }
+            // The first command makes a repository; the second tries them all.
+            let model = env.script(json!([
+                    {"tool_calls": [{"id": "call-0", "name": "shell", "arguments": {
+                        "command": "mkdir -p made/.git && echo '[core]' > made/.git/config && echo made"}}]},
+                    {"tool_calls": [{"id": "call-1", "name": "shell", "arguments": {"command":
+                        "echo '[core] fsmonitor = evil' >> src/proj/.git/config; \
+                         echo evil > src/proj/.git/hooks/pre-commit; \
+                         echo 'gitdir: ../../evil' > vendor/sub/.git; \
+                         echo '[core] fsmonitor = evil' >> made/.git/config; \
+                         echo code > src/proj/main.c; \
+                         mv src/proj src/moved; echo end"}}]},
+                    {"final": "done"}
+            ]));
+            let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
+            let result = call_of(&env, as_nobody, &model, flags);
+            let said = output(&result);
+            let case = format!("nobody: {as_nobody}, sandboxed: {sandboxed}: {said}");
+            assert!(said.contains("--- stdout ---\nend\n"), "{case}");
+            let proj = if sandboxed { "src/proj" } else { "src/moved" };
+            let proj = ws.join(proj);
+            assert_eq!(ws.join("src/moved").exists(), !sandboxed, "{case}");
+            assert_eq!(
+                std::fs::read_to_string(proj.join("main.c")).unwrap(),
+                "code\n",
+                "{case}"
+            );
+            let unchanged = [
+                (proj.join(".git/config"), "[core]\n"),
+                (pointer.clone(), "gitdir: ../../.git/modules/sub\n"),
+                (ws.join("made/.git/config"), "[core]\n"),
+            ];
+            for (file, was) in unchanged {
+                assert_eq!(
+                    std::fs::read_to_string(&file).unwrap() == was,
+                    sandboxed,
+                    "{}: {case}",
+                    file.display()
+                );
+            }
+            assert_eq!(
+                proj.join(".git/hooks/pre-commit").exists(),
+                !sandboxed,
+                "{case}"
+            );
+            if sandboxed {
+                assert!(said.contains("Read-only file system"), "{case}");
+            }
         }
     }
 }

@@ -135,7 +135,10 @@ async fn run_sandboxed(
     };
     #[cfg(target_os = "linux")]
     {
-        let spec = sandbox.spec(&ctx.workspace).map_err(|why| refused(&why))?;
+        let spec = sandbox
+            .spec_apart(&ctx.workspace)
+            .await
+            .map_err(|why| refused(&why))?;
         let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) else {
             return Err(refused(crate::sandbox::NO_WATCHER));
         };
