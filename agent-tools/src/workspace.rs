@@ -406,10 +406,12 @@ impl Workspace {
     /// Every place in the workspace named as [`Workspace::protect_everywhere`] names them,
     /// at any depth, that is there now, as an absolute path: the `.git` of each repository
     /// nested in it (a submodule's `.git` file), which a sandboxed command may no more
-    /// change than a file tool may. A link to something not there is left out. Found by
-    /// walking the workspace (no link is followed into a directory); a walk after the
-    /// first reads again only the directories changed since (see `named.rs`), and looks
-    /// at the others' times.
+    /// change than a file tool may. A link stands for what it leads to; one that leads to
+    /// nothing, or to the workspace or a directory that holds it (which a command could
+    /// make to have the whole workspace read-only), is left out. Found by walking the
+    /// workspace (no link is followed into a directory); a walk after the first reads
+    /// again only the directories changed since (see `named.rs`), and looks at the
+    /// others' times.
     pub fn protected_found(&self) -> Vec<PathBuf> {
         if self.protected_names.is_empty() {
             return Vec::new();
@@ -421,7 +423,13 @@ impl Workspace {
         };
         let mut listings = self.listings.lock().unwrap_or_else(|p| p.into_inner());
         let mut found = listings.find(&self.root, looked_for);
-        found.retain(|place| std::fs::metadata(place).is_ok());
+        found.retain(|place| match std::fs::symlink_metadata(place) {
+            Ok(meta) if meta.is_symlink() => place
+                .canonicalize()
+                .is_ok_and(|target| !self.root.starts_with(target)),
+            Ok(_) => true,
+            Err(_) => false,
+        });
         found
     }
 

@@ -182,6 +182,50 @@ fn writes_through_links_out_are_refused_and_links_inside_write_their_target() {
     );
 }
 
+/// What a sandbox keeps read-only of the names protected everywhere: each one at any
+/// depth, in any case, a submodule's `.git` file as a repository's `.git` directory, a
+/// link for what it leads to; not a link that leads nowhere, nor one that leads to the
+/// workspace or a directory holding it (the whole workspace would be made read-only);
+/// nothing beneath a `.git`, nothing through a link to a directory. A name protected
+/// nowhere finds nothing.
+#[test]
+fn the_places_named_as_protected_everywhere_are_found_at_any_depth() {
+    let t = tree();
+    for dir in [
+        ".git/modules/sub",
+        "vendor/lib/.git",
+        "src/deep/er/.GIT",
+        "sub",
+    ] {
+        std::fs::create_dir_all(t.ws.join(dir)).unwrap();
+    }
+    std::fs::write(t.ws.join("sub/.git"), "gitdir: ../.git/modules/sub\n").unwrap();
+    for (target, at) in [
+        ("../vendor/lib/.git", "notes/.git"),
+        ("..", "c/.git"),
+        ("/", "a/.git"),
+        ("../nowhere", "src/.git"),
+    ] {
+        std::os::unix::fs::symlink(target, t.ws.join(at)).unwrap();
+    }
+    let ws = Workspace::new(&t.ws).unwrap();
+    assert!(ws.protected_found().is_empty());
+    let ws = ws.protect_everywhere(".git", "a git directory");
+    let found: Vec<PathBuf> = [
+        ".git",
+        "notes/.git",
+        "src/deep/er/.GIT",
+        "sub/.git",
+        "vendor/lib/.git",
+    ]
+    .iter()
+    .map(|place| t.ws.join(place))
+    .collect();
+    assert_eq!(ws.protected_found(), found);
+    // The clones share what was read, and find the same.
+    assert_eq!(ws.clone().protected_found(), found);
+}
+
 /// The run store (or agent's settings) inside the workspace: no tool may change it, by
 /// any spelling or link, whatever policy allows; reads are left alone. Checked as a call
 /// is checked, and again as it is run (an approval given elsewhere).
