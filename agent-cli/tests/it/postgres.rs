@@ -178,6 +178,15 @@ impl Queue {
             .unwrap()
     }
 
+    /// A worker (leases of a second) that drives the queue until its first run completes
+    /// (`what` it waits for), then is stopped.
+    fn work_until_completed(&self, what: &str) {
+        let mut worker = self.worker(&["--lease", "1"], false);
+        until(what, || self.runs()[0]["reason"] == "completed");
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+    }
+
     fn runs(&self) -> Vec<Value> {
         let out = self.agent(&["runs", "--json"]);
         let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -811,12 +820,7 @@ fn a_message_to_a_queued_run_outlives_workers_that_die_as_the_run_begins() {
     let events = q.events(&id);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["run_started", "user_note"]);
-    let mut last = q.worker(&["--lease", "1"], false);
-    until("the last worker completes the run", || {
-        q.runs()[0]["reason"] == "completed"
-    });
-    last.kill().unwrap();
-    last.wait().unwrap();
+    q.work_until_completed("the last worker completes the run");
     let events = q.events(&id);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds[..2], ["run_started", "user_note"], "{kinds:?}");
@@ -851,12 +855,7 @@ fn a_worker_paused_past_its_lease_cannot_commit_after_waking() {
     let pid = Pid::from_raw(i32::try_from(first.id()).unwrap());
     kill(pid, Signal::SIGSTOP).unwrap();
     stalling(0);
-    let mut second = q.worker(&["--lease", "1"], false);
-    until("the second worker completes the run", || {
-        q.runs()[0]["reason"] == "completed"
-    });
-    second.kill().unwrap();
-    second.wait().unwrap();
+    q.work_until_completed("the second worker completes the run");
     let before = q.events(&id);
     kill(pid, Signal::SIGCONT).unwrap();
     // The first worker says it lost the lease, then finds nothing more to do.
