@@ -4,7 +4,11 @@ script-model run of 100 turns, one `shell` call each (`echo N`), then an answer,
 `agent` build in turn (A B, then B A), six rounds; prints each build's wall time a turn,
 the median and every round.
 
-    python3 xtask/shell_turn.py [--rounds N] [AGENT...]   (default: target/release/agent)
+    python3 xtask/shell_turn.py [--rounds N] [--sandbox] [--in DIR] [AGENT...]
+    (default: target/release/agent)
+
+`--sandbox` runs the commands in the sandbox; `--in DIR` makes DIR the workspace (the
+store and script stay in a directory of their own; the commands change nothing there).
 """
 
 import json
@@ -22,9 +26,22 @@ import speed  # noqa: E402
 TURNS = 100
 
 
+def flag(name, takes_value=False):
+    """Takes `name` (and its value) off the command line: the value, True, or None."""
+    if name not in sys.argv:
+        return None
+    at = sys.argv.index(name)
+    value = sys.argv[at + 1] if takes_value else True
+    del sys.argv[at:at + (2 if takes_value else 1)]
+    return value
+
+
 def main():
+    sandbox = flag("--sandbox")
+    workspace = flag("--in", takes_value=True)
     rounds, agents = speed.command_line("--rounds", 6)
     work = tempfile.mkdtemp()
+    extra = ["--sandbox"] if sandbox else []
     try:
         turns = [{"tool_calls": [{"id": f"c{i}", "name": "shell",
                                   "arguments": {"command": f"echo {i}"}}]}
@@ -41,9 +58,10 @@ def main():
                 speed.settle()
                 started = time.perf_counter()
                 run = subprocess.run(
-                    [agent, "run", "--model", f"script:{script}", "--workspace", work,
-                     "--store", store, "--allow", "shell", "--max-steps", str(TURNS + 5),
-                     "--max-tool-calls", str(TURNS + 5), "--json", "echo"],
+                    [agent, "run", "--model", f"script:{script}", "--workspace",
+                     workspace or work, "--store", store, "--allow", "shell",
+                     "--max-steps", str(TURNS + 5), "--max-tool-calls", str(TURNS + 5),
+                     "--json", *extra, "echo"],
                     capture_output=True, check=True)
                 wall = time.perf_counter() - started
                 reason = json.loads(run.stdout)["reason"]
