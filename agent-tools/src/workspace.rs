@@ -410,8 +410,9 @@ impl Workspace {
     /// nothing, or to the workspace or a directory that holds it (which a command could
     /// make to have the whole workspace read-only), is left out. Found by walking the
     /// workspace (no link is followed into a directory); a walk after the first reads
-    /// again only the directories changed since (see `named.rs`), and looks at the
-    /// others' times.
+    /// again only the directories where a directory or such a name came or went since,
+    /// known on Linux by watching them (inotify), elsewhere or where watches run short
+    /// by their times (see `named.rs`).
     pub fn protected_found(&self) -> Vec<PathBuf> {
         if self.protected_names.is_empty() {
             return Vec::new();
