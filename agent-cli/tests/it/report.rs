@@ -141,6 +141,41 @@ fn the_report_of_a_run_renders_its_timeline_and_chart_in_a_browser() {
         "{dom_text}"
     );
 
+    // Were anything of the run's to get into the page as markup, it would reach nothing:
+    // the page's policy lets it fetch nothing (here an image planted in a copy of it, from
+    // a server on loopback, is never asked for).
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let asked = std::sync::Arc::clone(&asked);
+        std::thread::spawn(move || {
+            for mut stream in server.incoming().flatten() {
+                asked.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = std::io::Write::write_all(
+                    &mut stream,
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
+                );
+            }
+        });
+    }
+    let planted = env.dir.path().join("planted.html");
+    let image = format!("<body><img src=\"http://127.0.0.1:{port}/leak\">");
+    std::fs::write(&planted, html.replacen("<body>", &image, 1)).unwrap();
+    let opened = chromium()
+        .args(["--dump-dom", &format!("file://{}", planted.display())])
+        .output()
+        .unwrap();
+    assert!(opened.status.success(), "{}", stderr(&opened));
+    assert!(
+        String::from_utf8_lossy(&opened.stdout).contains("data-rendered=\"yes\""),
+        "the planted page still renders"
+    );
+    assert!(
+        !asked.load(std::sync::atomic::Ordering::SeqCst),
+        "the page asked a server for something"
+    );
+
     let artifacts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let shot = artifacts.join("report.png");
