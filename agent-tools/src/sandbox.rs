@@ -49,10 +49,13 @@ use crate::workspace::{CREDENTIALS, home_dirs};
 pub(crate) const SANDBOX_ENV: &str = "AGENT_LOOP_SANDBOX";
 
 /// The most places a sandbox makes read-only (the workspace's protected places, the
-/// `.git` of every repository in it): each costs a few mounts at every command, and its
-/// path a share of the watcher's description, which travels in one environment variable
-/// (at most 128 KiB).
-const MAX_PROTECTED: usize = 512;
+/// `.git` of every repository in it): each costs a few mounts at every command (about
+/// 20 µs), and its path a share of the watcher's description ([`MAX_SPEC_BYTES`]).
+const MAX_PROTECTED: usize = 1024;
+
+/// The longest description of a sandbox: it travels in one environment variable, which
+/// Linux takes up to 128 KiB long.
+const MAX_SPEC_BYTES: usize = 120 << 10;
 
 /// Why a sandbox cannot be made by a program that offers no watcher.
 pub(crate) const NO_WATCHER: &str = "its sandbox cannot be made: that takes agent's watcher, \
@@ -220,8 +223,20 @@ impl Sandbox {
             read_only: self.read_only,
             network: self.network,
         };
-        serde_json::to_string(&spec)
-            .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))
+        let described = serde_json::to_string(&spec)
+            .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))?;
+        if described.len() > MAX_SPEC_BYTES {
+            return Err(format!(
+                "the sandbox of the workspace {} keeps {} git directories and other places \
+                 read-only, {} KiB of paths with those it hides, more than a command's \
+                 watcher can be told of; run in a directory that holds fewer repositories \
+                 (`--workspace`)",
+                workspace.root().display(),
+                spec.protected.len(),
+                described.len() >> 10
+            ));
+        }
+        Ok(described)
     }
 
     /// [`Sandbox::spec`] made on tokio's blocking pool: the look for the workspace's
@@ -733,6 +748,33 @@ mod tests {
             told.contains("no network beyond their own 127.0.0.1; the home"),
             "{told}"
         );
+    }
+
+    /// More places than a command's watcher can be told of (their paths, long) are refused
+    /// in words, before the command would fail to start (`Argument list too long`).
+    #[test]
+    fn a_sandbox_too_long_to_describe_is_refused_plainly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let long = "d".repeat(200);
+        for i in 0..700 {
+            std::fs::create_dir_all(tmp.path().join(format!("{long}{i}/.git"))).unwrap();
+        }
+        let workspace = Workspace::new(tmp.path())
+            .unwrap()
+            .protect_everywhere(".git", "a git directory");
+        let err = Sandbox::new().spec(&workspace).unwrap_err();
+        assert!(err.contains("keeps 700 git directories"), "{err}");
+        assert!(
+            err.contains("more than a command's watcher can be told of"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+        std::fs::remove_dir_all(tmp.path().join(format!("{long}0"))).unwrap();
+        for i in 1..400 {
+            std::fs::remove_dir_all(tmp.path().join(format!("{long}{i}"))).unwrap();
+        }
+        let spec = Sandbox::new().spec(&workspace).unwrap();
+        assert!(spec.len() <= MAX_SPEC_BYTES, "{}", spec.len());
     }
 
     #[test]

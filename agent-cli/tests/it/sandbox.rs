@@ -255,17 +255,17 @@ fn refused_at_start_in(env: &Env, flags: &[&str], says: &str) {
 #[test]
 fn a_workspace_with_more_repositories_than_a_sandbox_keeps_is_refused() {
     let env = Env::new();
-    // With the run's store, 512 places.
-    for i in 0..511 {
+    // With the run's store, 1,024 places.
+    for i in 0..1023 {
         std::fs::create_dir_all(env.dir.path().join(format!("src/r{i}/.git"))).unwrap();
     }
     let result = one_call(&env, false, "echo end", &["--sandbox"]);
     assert!(output(&result).contains("end"), "{result}");
     std::fs::remove_dir_all(env.store()).unwrap();
-    for more in ["src/r511/.git", ".git"] {
+    for more in ["src/r1023/.git", ".git"] {
         std::fs::create_dir_all(env.dir.path().join(more)).unwrap();
     }
-    refused_at_start_in(&env, &["--sandbox"], "holds 513 git directories");
+    refused_at_start_in(&env, &["--sandbox"], "holds 1025 git directories");
 }
 
 /// An answer check runs what the model left in the workspace (its tests, its build
