@@ -30,6 +30,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("ollama_stream", ollama_stream),
     ("script", script),
     ("agent_toml", agent_toml),
+    ("mcp_config", mcp_config),
     ("policy", policy),
     ("path_resolver", path_resolver),
     ("shell_parser", shell_parser),
@@ -127,6 +128,15 @@ pub fn script(data: &[u8]) {
 /// An `agent.toml`: parsed and validated; an error is one line.
 pub fn agent_toml(data: &[u8]) {
     if let Err(e) = agent_cli::config::parse(&text(data)) {
+        assert!(!e.contains('\n'), "a multi-line error: {e:?}");
+    }
+}
+
+/// An MCP configuration (`.mcp.json`, `--mcp-config`): parsed; an error is one line.
+pub fn mcp_config(data: &[u8]) {
+    let path = std::path::Path::new(".mcp.json");
+    if let Err(e) = agent_tools::mcp::McpConfig::parse(path, data) {
+        let e = e.to_string();
         assert!(!e.contains('\n'), "a multi-line error: {e:?}");
     }
 }

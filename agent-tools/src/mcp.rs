@@ -126,6 +126,19 @@ impl ServerSandbox {
     }
 }
 
+/// `text` with its control characters written as escapes (`\n`, `\u{1b}`).
+fn escaped(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// An MCP configuration or server that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
@@ -187,16 +200,18 @@ impl McpConfig {
     /// trust, say) and must use those bytes, not what the file holds a moment later.
     /// `${VAR}` and `${VAR:-default}` in a server's command, arguments and `env` values are
     /// replaced by this process's variables ([`McpConfig::expanded`]).
+    /// An error names what the file spelt (a key, a variable) with its control characters
+    /// as escapes: one line, whatever the file holds.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<McpConfig, McpError> {
         let config: McpConfig = serde_json::from_slice(bytes).map_err(|e| McpError::Config {
             path: path.display().to_string(),
-            message: e.to_string(),
+            message: escaped(&e.to_string()),
         })?;
         config
             .expanded(|name| std::env::var(name).ok())
             .map_err(|message| McpError::Config {
                 path: path.display().to_string(),
-                message,
+                message: escaped(&message),
             })
     }
 
@@ -1009,6 +1024,13 @@ mod tests {
             serde_json::from_value(serde_json::json!({"mcpServers": {"s": {"command": "x"}}}))
                 .unwrap();
         assert_eq!(none.servers["s"].sandbox, None);
+        // What the file spelt with a line break in it is named on one line.
+        let file = br#"{"mcpServers": {"s": {"command": "x", "sandbox": {"\net\u001b[2J": 1}}}}"#;
+        let err = McpConfig::parse(Path::new(".mcp.json"), file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `\\net\\u{1b}[2J`"), "{err}");
+        assert!(!err.chars().any(char::is_control), "{err}");
     }
 
     #[test]
