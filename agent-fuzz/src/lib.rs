@@ -31,6 +31,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("script", script),
     ("agent_toml", agent_toml),
     ("mcp_config", mcp_config),
+    ("mcp_server", mcp_server),
     ("policy", policy),
     ("path_resolver", path_resolver),
     ("shell_parser", shell_parser),
@@ -138,6 +139,82 @@ pub fn mcp_config(data: &[u8]) {
     if let Err(e) = agent_tools::mcp::McpConfig::parse(path, data) {
         let e = e.to_string();
         assert!(!e.contains('\n'), "a multi-line error: {e:?}");
+    }
+}
+
+/// A tool that stands for one an MCP server listed: it is judged, never run.
+struct Listed(ToolSpec);
+
+#[async_trait::async_trait]
+impl agent_tools::Tool for Listed {
+    fn spec(&self) -> ToolSpec {
+        self.0.clone()
+    }
+
+    async fn call(
+        &self,
+        _arguments: serde_json::Value,
+        _ctx: &agent_tools::ToolContext,
+    ) -> Result<String, agent_core::ToolError> {
+        Ok(String::new())
+    }
+}
+
+/// What an MCP server may send, `{"tools": [...], "arguments": {...}, "content": [...]}`:
+/// each tool it lists is offered within bounds (a name of letters, digits, `_` and `-`
+/// that model APIs take, a description cut short) or left out in one line, its schema
+/// compiles or the tool is refused, a call of each with `arguments` is judged; each
+/// content block is shown as text.
+pub fn mcp_server(data: &[u8]) {
+    let Ok(said) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let mut gateway = agent_tools::Gateway::new(tree().1.clone());
+    let listed = said["tools"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for def in listed {
+        let Ok(def) = serde_json::from_value::<rmcp::model::Tool>(def.clone()) else {
+            continue;
+        };
+        match agent_tools::mcp::offered("srv", &def) {
+            Ok(spec) => {
+                assert!(spec.name.len() <= agent_tools::mcp::MAX_TOOL_NAME_CHARS);
+                assert!(
+                    spec.name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+                    "{:?}",
+                    spec.name
+                );
+                let most = agent_tools::mcp::MAX_DESCRIPTION_CHARS + 80;
+                assert!(spec.description.chars().count() <= most);
+                let _ = gateway.register(std::sync::Arc::new(Listed(spec)));
+            }
+            Err(reason) => assert!(!reason.contains('\n'), "{reason:?}"),
+        }
+    }
+    let arguments = said.get("arguments").cloned().unwrap_or_default();
+    let calls: Vec<ToolCall> = gateway
+        .specs()
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| ToolCall::new(format!("c{i}"), spec.name.clone(), arguments.clone()))
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let verdicts = runtime.block_on(gateway.check("fuzz", &calls));
+    assert_eq!(verdicts.len(), calls.len());
+    let blocks = said["content"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for block in blocks {
+        if let Ok(block) = serde_json::from_value::<rmcp::model::ContentBlock>(block.clone()) {
+            let _ = agent_tools::mcp::content_text(&block);
+        }
     }
 }
 

@@ -736,6 +736,25 @@ fn spec_of(server: &str, def: &McpToolDef) -> ToolSpec {
     spec
 }
 
+/// The tool `def` of server `server` as the model is offered it (`mcp__<server>__<tool>`,
+/// names kept to letters, digits, `_` and `-`, the description cut at
+/// [`MAX_DESCRIPTION_CHARS`], the risk its annotations claim), or why it is left out, in
+/// words: a name longer than model APIs take, a schema beyond
+/// [`crate::schema_within_bounds`]. Whatever the server sent.
+pub fn offered(server: &str, def: &McpToolDef) -> Result<ToolSpec, String> {
+    let spec = spec_of(server, def);
+    if spec.name.len() > MAX_TOOL_NAME_CHARS {
+        return Err(format!(
+            "it would be offered as {} ({} characters), and model APIs accept at most \
+             {MAX_TOOL_NAME_CHARS}: give the server a shorter name in the MCP configuration",
+            shown_name(&spec.name),
+            spec.name.len()
+        ));
+    }
+    crate::gateway::schema_within_bounds(&spec)?;
+    Ok(spec)
+}
+
 /// A server's tools, page by page, within [`MAX_SERVER_TOOLS`] and [`MAX_TOOL_PAGES`].
 async fn list_tools(client: &Client) -> Result<Vec<McpToolDef>, String> {
     let mut tools = Vec::new();
@@ -814,7 +833,7 @@ fn shown_name(name: &str) -> String {
 }
 
 /// [`connect_within`], returning what was left out instead of logging it. A server that
-/// asks for a sandbox has the repository's `.git` kept from it
+/// asks for a sandbox has every `.git` kept from it
 /// ([`connect_reporting_in`] names what else).
 pub async fn connect_reporting(
     config: &McpConfig,
@@ -896,31 +915,18 @@ async fn connect_servers(
             }),
         });
         for def in defs {
-            let spec = spec_of(name, &def);
-            let beyond = if spec.name.len() > MAX_TOOL_NAME_CHARS {
-                Err(format!(
-                    "it would be offered as {} ({} characters), and model APIs accept at \
-                     most {MAX_TOOL_NAME_CHARS}: give the server a shorter name in the MCP \
-                     configuration",
-                    shown_name(&spec.name),
-                    spec.name.len()
-                ))
-            } else {
-                crate::gateway::schema_within_bounds(&spec)
-            };
-            if let Err(reason) = beyond {
-                left_out.push(LeftOut {
+            match offered(name, &def) {
+                Ok(spec) => tools.push(Arc::new(McpTool {
+                    server: Arc::clone(&server),
+                    tool: def.name.to_string(),
+                    spec,
+                })),
+                Err(reason) => left_out.push(LeftOut {
                     server: name.clone(),
                     tool: shown_name(&def.name),
                     reason,
-                });
-                continue;
+                }),
             }
-            tools.push(Arc::new(McpTool {
-                server: Arc::clone(&server),
-                tool: def.name.to_string(),
-                spec,
-            }));
         }
     }
     Ok(Connected { tools, left_out })
