@@ -137,6 +137,13 @@ pub trait Store: Send + Sync {
         Vec::new()
     }
 
+    /// For a process that begins to drive run `run_id`: lets go of the notes sent while no
+    /// drive was going on (their senders were told the run stopped before it read them).
+    /// By default, those [`Store::told`] hands out now.
+    fn let_go_of_notes(&self, run_id: &str) {
+        drop(self.told(run_id));
+    }
+
     /// Every run's summary, by run id.
     fn runs(&self) -> Result<Vec<RunSummary>, StoreError>;
 

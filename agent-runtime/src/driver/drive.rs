@@ -164,7 +164,13 @@ impl Runtime {
             // reads it in this call's prompt. Looked for in a store that carries notes.
             if matches!(command, Command::CallModel { .. }) && inbox.is_open() {
                 let id = run_id.clone();
-                inbox.extend(self.store_work(move |store| store.told(&id)).await?);
+                let notes = self.store_work(move |store| store.told(&id)).await?;
+                if !notes.is_empty() {
+                    // Test point: the process dies with notes handed to it, before a
+                    // commit holds them.
+                    fail::fail_point!("notes_taken", |_| std::process::abort());
+                }
+                inbox.extend(notes);
             }
             if matches!(command, Command::CallModel { .. })
                 && let Some(text) = inbox.next()
@@ -683,7 +689,7 @@ impl Runtime {
                 // senders were told the run stopped before it read them); the drive takes
                 // the others before each model call.
                 if first {
-                    drop(store.told(&run_id));
+                    store.let_go_of_notes(&run_id);
                 }
                 store.stop_asked(&run_id)
             })

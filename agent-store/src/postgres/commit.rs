@@ -1,5 +1,5 @@
 //! Group commit: the commits that arrive while one is on its way go together in the next
-//! round trip, as one statement (`agent_commit_batch_v2`, a function of the schema) that runs
+//! round trip, as one statement (`agent_commit_batch_v3`, a function of the schema) that runs
 //! each commit in a subtransaction of its own. One round trip and one flush of the server's
 //! log serve them all; a commit that fails (a conflict, a lost lease) takes none of the
 //! others with it.
@@ -21,11 +21,16 @@ use crate::{RunSummary, StoreError, check_batch};
 /// The function a batch of commits calls. Each commit: the lease check (when fenced), the
 /// run's row locked and its version compared, the entries inserted (the primary key on run
 /// and version refuses a second writer), the summary written; all or nothing, each alone.
+/// A fenced commit that holds a person's notes (`notes`: how many `user_note` entries)
+/// takes that many of the run's first notes off the lease's row, in the same transaction:
+/// a note stays there until a commit holds it, so that a worker that dies in between
+/// leaves it to the one that takes the run over.
 /// Its name carries its version: a process of an earlier `agent` that connects during an
 /// upgrade creates its own function, and does not replace this one with one that does not
-/// know a sub-agent's run is fenced by its parent's lease (`v2`).
+/// know a sub-agent's run is fenced by its parent's lease (`v2`), or that a commit takes
+/// the notes it holds off the queue (`v3`).
 pub(super) const COMMIT_FUNCTION: &str = "
-CREATE OR REPLACE FUNCTION agent_commit_batch_v2(batch jsonb) RETURNS jsonb
+CREATE OR REPLACE FUNCTION agent_commit_batch_v3(batch jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $fn$
 DECLARE
     c jsonb;
@@ -73,6 +78,18 @@ BEGIN
                 VALUES (c->>'run', (c->>'version')::bigint, c->>'summary')
                 ON CONFLICT (run_id) DO UPDATE
                 SET version = EXCLUDED.version, summary = EXCLUDED.summary;
+            IF c->>'notes' IS NOT NULL AND c->>'token' IS NOT NULL THEN
+                UPDATE agent_queue SET notes = COALESCE((
+                    SELECT jsonb_agg(n ORDER BY i) FROM (
+                        SELECT n, i,
+                               count(*) FILTER (WHERE n->>0 = c->>'run') OVER (ORDER BY i)
+                                   AS seen
+                          FROM jsonb_array_elements(notes) WITH ORDINALITY AS e(n, i)) AS t
+                     WHERE n->>0 IS DISTINCT FROM c->>'run'
+                        OR seen > (c->>'notes')::bigint), '[]'::jsonb)
+                 WHERE run_id = COALESCE(c->>'lease_run', c->>'run')
+                   AND lease_token = (c->>'token')::bigint;
+            END IF;
             results := results || jsonb_build_array(
                 jsonb_build_object('version', (c->>'version')::bigint));
         EXCEPTION WHEN unique_violation THEN
@@ -102,6 +119,10 @@ struct Commit {
     /// The run whose lease `token` is, when not `run` (its sub-agent's).
     #[serde(skip_serializing_if = "Option::is_none")]
     lease_run: Option<String>,
+    /// How many `user_note` entries it holds, when any: that many of the run's notes
+    /// leave the lease's row with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    notes: Option<usize>,
     entries: Vec<Encoded>,
     summary: String,
     version: i64,
@@ -191,6 +212,10 @@ impl PostgresStore {
         let mut summary = self.summary_at(run_id, expected_version)?;
         let mut encoded = Vec::with_capacity(entries.len());
         let mut bytes = 0;
+        let notes = entries
+            .iter()
+            .filter(|e| matches!(e.event, agent_core::Event::UserNote { .. }))
+            .count();
         for entry in entries {
             let text = serde_json::to_string(entry).map_err(|err| StoreError::Corrupt {
                 what: format!("new entry {} of run {run_id}", entry.version),
@@ -210,6 +235,7 @@ impl PostgresStore {
             lease_run: fence
                 .filter(|lease| lease.run_id != run_id)
                 .map(|lease| lease.run_id.clone()),
+            notes: Some(notes).filter(|n| *n > 0 && fence.is_some()),
             entries: encoded,
             summary: String::from_utf8(summary.encode()?)
                 .map_err(|e| StoreError::Engine(e.to_string()))?,
@@ -316,7 +342,7 @@ impl PostgresStore {
         loop {
             attempts += 1;
             let result = self.client()?.query_typed_one(
-                "SELECT agent_commit_batch_v2($1::jsonb)::text",
+                "SELECT agent_commit_batch_v3($1::jsonb)::text",
                 &[(&body, Type::TEXT)],
             );
             match result {

@@ -139,12 +139,10 @@ impl PostgresStore {
                      state = 'running',
                      stop_asked = false,
                      stop_runs = '{}',
-                     -- What people said to a run before it began is for its first model
-                     -- call ([`PostgresStore::note_unstarted`]); other notes were for a
-                     -- drive that ended.
-                     notes = CASE WHEN EXISTS (SELECT 1 FROM agent_runs r
-                                               WHERE r.run_id = agent_queue.run_id)
-                                  THEN '[]' ELSE notes END,
+                     -- The notes still here are for this drive: what people said to a run
+                     -- before it began ([`PostgresStore::note_unstarted`]), or to a drive
+                     -- that died before a commit held it. A drive that ended let go of its
+                     -- own ([`PostgresStore::release`]).
                      lease_owner = $1,
                      lease_token = nextval('agent_lease_tokens'),
                      lease_expires_at = now() + $2 * interval '1 millisecond',
@@ -185,13 +183,16 @@ impl PostgresStore {
 
     /// Gives the run back in `state` (runnable, paused or ended); `false` when the lease
     /// was lost meanwhile, and then nothing changes. A runnable run is announced to idle
-    /// workers, as a new one is.
+    /// workers, as a new one is. A run that stopped lets go of the notes no commit held
+    /// (their senders are told it stopped before it read them); one handed back between
+    /// two steps keeps them for the worker that takes it up.
     pub fn release(&self, lease: &Lease, state: QueueState) -> Result<bool, StoreError> {
         let mut client = self.client()?;
         let released = client
             .execute(
                 "UPDATE agent_queue SET
                      state = $3, lease_owner = NULL, lease_expires_at = NULL,
+                     notes = CASE WHEN $3 = 'runnable' THEN notes ELSE '[]' END,
                      updated_at = now()
                  WHERE run_id = $1 AND lease_token = $2",
                 &[&lease.run_id, &lease.token, &state.as_str()],
@@ -450,7 +451,6 @@ impl PostgresStore {
                          lease_expires_at = EXCLUDED.lease_expires_at,
                          stop_asked = false,
                          stop_runs = '{}',
-                         notes = '[]',
                          updated_at = now()
                      WHERE q.state = 'held'
                        AND (q.lease_expires_at <= now() OR q.lease_token = $5)
@@ -551,9 +551,9 @@ pub struct FencedStore {
     /// When the database was last asked whether someone asked to stop the run, or one of
     /// its sub-agents' runs.
     stop_looked: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
-    /// How many of the leased run's notes were read before its first commit (for its
-    /// start), still on its row: see [`PostgresStore::notes_of`].
-    handed: std::sync::Mutex<usize>,
+    /// How many of each run's first notes on the row were handed out to its drive and are
+    /// not held by a commit yet: see [`PostgresStore::notes_of`].
+    handed: std::sync::Mutex<std::collections::HashMap<String, usize>>,
     /// For a held run, its lease's renewal, kept for its drop: the lease is let go once the
     /// store is done.
     _renewal: Option<Renewal>,
@@ -671,73 +671,37 @@ impl PostgresStore {
         Ok(noted == 1)
     }
 
-    /// The notes for `run_id` on the row of `lease` (its run, or a sub-agent's run of it),
-    /// taken off it, in the order they came.
-    ///
-    /// The leased run's notes while it has no log yet (a queued run's, for its start) are
-    /// only read: they stay on the row until the run's first commit holds them
-    /// ([`agent_core::Machine::start_noted`]), so that a worker that dies before it leaves
-    /// them to the next; how many were read is kept in `handed`, and the first take after
-    /// the commit takes those off without giving them again.
+    /// The notes for `run_id` on the row of `lease` (its run, or a sub-agent's run of it)
+    /// not handed out yet, in the order they came. They stay on the row: the commit that
+    /// holds them takes them off (`notes` of the commit function), so that a worker that
+    /// dies before that commit leaves them to the one that takes the run over. `handed` is
+    /// how many of the run's first notes there were handed out already; it counts them
+    /// all now.
     fn notes_of(
         &self,
         lease: &Lease,
         run_id: &str,
         handed: &mut usize,
     ) -> Result<Vec<String>, StoreError> {
-        let notes = |text: &str| -> Vec<(String, String)> {
-            serde_json::from_str(text).unwrap_or_default()
-        };
-        let mut client = self.client()?;
-        // Most looks find none: one read, no transaction.
-        let query = "SELECT notes::text FROM agent_queue WHERE run_id = $1 AND lease_token = $2";
-        let found = client
+        let row = self
+            .client()?
             .query_opt(
-                "SELECT notes::text,
-                        EXISTS (SELECT 1 FROM agent_runs r WHERE r.run_id = $1)
-                 FROM agent_queue WHERE run_id = $1 AND lease_token = $2",
+                "SELECT notes::text FROM agent_queue WHERE run_id = $1 AND lease_token = $2",
                 &[&lease.run_id, &lease.token],
             )
             .map_err(|e| engine(&e))?;
-        let Some(row) = found else {
+        let Some(row) = row else {
             return Ok(Vec::new());
         };
-        let waiting: Vec<String> = notes(row.get(0))
+        let notes: Vec<(String, String)> = serde_json::from_str(row.get(0)).unwrap_or_default();
+        let waiting: Vec<String> = notes
             .into_iter()
             .filter(|(run, _)| run == run_id)
             .map(|(_, text)| text)
             .collect();
-        if waiting.is_empty() {
-            return Ok(Vec::new());
-        }
-        let begun: bool = row.get(1);
-        let own = run_id == lease.run_id;
-        if own && !begun {
-            *handed = waiting.len();
-            return Ok(waiting);
-        }
-        let mut tx = client.transaction().map_err(|e| engine(&e))?;
-        let Some(row) = tx
-            .query_opt(
-                &format!("{query} FOR UPDATE"),
-                &[&lease.run_id, &lease.token],
-            )
-            .map_err(|e| engine(&e))?
-        else {
-            return Ok(Vec::new());
-        };
-        let (mine, others): (Vec<_>, Vec<_>) = notes(row.get(0))
-            .into_iter()
-            .partition(|(run, _)| run == run_id);
-        let others = serde_json::to_string(&others).unwrap_or_else(|_| "[]".to_owned());
-        tx.execute(
-            "UPDATE agent_queue SET notes = $3::text::jsonb WHERE run_id = $1 AND lease_token = $2",
-            &[&lease.run_id, &lease.token, &others],
-        )
-        .map_err(|e| engine(&e))?;
-        tx.commit().map_err(|e| engine(&e))?;
-        let given = if own { std::mem::take(handed) } else { 0 };
-        Ok(mine.into_iter().skip(given).map(|(_, text)| text).collect())
+        let given = (*handed).min(waiting.len());
+        *handed = waiting.len();
+        Ok(waiting.into_iter().skip(given).collect())
     }
 
     /// Whether the holder of `lease` was asked to stop `run_id` (its run, or a sub-agent's
@@ -768,8 +732,21 @@ impl Store for FencedStore {
     ) -> Result<u64, StoreError> {
         // A sub-agent's run goes with the run it belongs to.
         let fence = agent_core::in_family_of(&self.lease.run_id, run_id).then_some(&self.lease);
-        self.store
-            .append_fenced(run_id, expected_version, entries, fence)
+        let version = self
+            .store
+            .append_fenced(run_id, expected_version, entries, fence)?;
+        // The notes it holds left the row with it.
+        let notes = entries
+            .iter()
+            .filter(|e| matches!(e.event, agent_core::Event::UserNote { .. }))
+            .count();
+        if notes > 0 && fence.is_some() {
+            let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(count) = handed.get_mut(run_id) {
+                *count = count.saturating_sub(notes);
+            }
+        }
+        Ok(version)
     }
 
     fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
@@ -795,9 +772,16 @@ impl Store for FencedStore {
             return Vec::new();
         }
         let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        let count = handed.entry(run_id.to_owned()).or_default();
         self.store
-            .notes_of(&self.lease, run_id, &mut handed)
+            .notes_of(&self.lease, run_id, count)
             .unwrap_or_default()
+    }
+
+    /// Nothing: the notes on the row are unread by any drive (one that ended let go of its
+    /// own, [`PostgresStore::release`]; one that died left them for this one).
+    fn let_go_of_notes(&self, run_id: &str) {
+        let _ = run_id;
     }
 
     /// Asks the database at most every second for each run (the driver looks more often):

@@ -634,14 +634,23 @@ fn a_held_runs_lease_is_renewed_while_its_store_lives_and_let_go_after() {
 }
 
 /// A person's notes reach the holder of a run through its lease's row: those for a
-/// sub-agent's run through the run it belongs to, each taken once by the run it is for, in
-/// the order they came; at most 64 wait unread; a run nobody holds is told nothing.
+/// sub-agent's run through the run it belongs to, each handed once to the run it is for,
+/// in the order they came. They stay on the row until a commit holds them (a holder that
+/// took the run over is handed them again), and leave it with that commit. At most 64
+/// wait there; a run nobody holds is told nothing.
 #[test]
-fn notes_reach_the_holder_of_a_run_once_each_and_are_bounded() {
-    use agent_core::{CallId, sub_agent_run_id};
+fn notes_reach_the_holder_of_a_run_once_each_and_leave_with_the_commit_that_holds_them() {
+    use agent_core::{CallId, Entry, Event, sub_agent_run_id};
     use agent_store::{FencedStore, Hold};
     use std::sync::Arc;
     use std::time::Duration;
+    let noted = |text: &str, version: u64| Entry {
+        version,
+        at_ms: 10 + version,
+        event: Event::UserNote {
+            text: text.to_owned(),
+        },
+    };
     let cluster = Cluster::start();
     let store = Arc::new(PostgresStore::connect(&cluster.url()).unwrap());
     let parent = "parent";
@@ -653,7 +662,7 @@ fn notes_reach_the_holder_of_a_run_once_each_and_are_bounded() {
     else {
         panic!("a run nobody holds is held")
     };
-    let fenced = FencedStore::new(Arc::clone(&store), lease);
+    let fenced = FencedStore::new(Arc::clone(&store), lease.clone());
     fenced.append(parent, 0, &[started(parent, 1)]).unwrap();
     fenced.append(&child, 0, &[started(&child, 2)]).unwrap();
     assert!(store.tell(parent, "first").unwrap());
@@ -661,8 +670,26 @@ fn notes_reach_the_holder_of_a_run_once_each_and_are_bounded() {
     assert!(store.tell(parent, "second").unwrap());
     assert_eq!(fenced.told(&child), ["for the child"]);
     assert_eq!(fenced.told(parent), ["first", "second"]);
-    assert!(fenced.told(parent).is_empty(), "taken once");
-    assert!(fenced.told(&child).is_empty(), "taken once");
+    assert!(fenced.told(parent).is_empty(), "handed once");
+    assert!(fenced.told(&child).is_empty(), "handed once");
+    // Held by no commit yet: one that drives the run after this one is handed them again.
+    let after = FencedStore::new(Arc::clone(&store), lease.clone());
+    assert_eq!(after.told(parent), ["first", "second"]);
+    // A commit that holds one takes it off the row: the run's first, none of the others'.
+    fenced.append(parent, 1, &[noted("first", 2)]).unwrap();
+    assert!(
+        fenced.told(parent).is_empty(),
+        "\"second\" was handed already"
+    );
+    let after = FencedStore::new(Arc::clone(&store), lease.clone());
+    assert_eq!(after.told(parent), ["second"]);
+    assert_eq!(after.told(&child), ["for the child"]);
+    fenced
+        .append(&child, 1, &[noted("for the child", 2)])
+        .unwrap();
+    fenced.append(parent, 2, &[noted("second", 3)]).unwrap();
+    let after = FencedStore::new(Arc::clone(&store), lease.clone());
+    assert!(after.told(parent).is_empty() && after.told(&child).is_empty());
     assert!(
         !store.tell("stranger.0123456789ab", "to nobody").unwrap(),
         "nobody holds a run by that name's parent"
@@ -674,6 +701,10 @@ fn notes_reach_the_holder_of_a_run_once_each_and_are_bounded() {
     let told = fenced.told(&child);
     assert_eq!(told.len(), 64);
     assert_eq!((told[0].as_str(), told[63].as_str()), ("0", "63"));
+    assert!(!store.tell(parent, "handed, not held").unwrap());
+    let held: Vec<Entry> = (0..64).map(|n| noted(&n.to_string(), 3 + n)).collect();
+    fenced.append(&child, 2, &held).unwrap();
     assert!(store.tell(parent, "room again").unwrap());
     assert_eq!(fenced.told(parent), ["room again"]);
+    assert!(fenced.told(&child).is_empty());
 }
