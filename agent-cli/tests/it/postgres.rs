@@ -829,6 +829,133 @@ fn a_message_to_a_queued_run_outlives_workers_that_die_as_the_run_begins() {
     assert_eq!(events.last().unwrap()["outcome"]["answer"], "done");
 }
 
+/// A message to a queued run a worker drives outlives that worker when it dies after the
+/// message was handed to it and before a commit held it: the message stays in the queue,
+/// the worker that takes the run over reads it before its next model call, and the person
+/// who sent it, still waiting, learns it was read.
+#[test]
+fn a_message_handed_to_a_worker_that_dies_is_read_by_the_next() {
+    use std::io::{BufRead as _, BufReader};
+    let q = Queue::new();
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "s1", "name": "shell",
+                "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+            {"final": "done"}
+        ]),
+    );
+    let id = q.submit(&model, &["--allow", "shell"], "wait, then finish");
+    let mut first = q
+        .env
+        .bare()
+        .env("FAILPOINTS", "notes_taken=return")
+        .args(["--store", &q.url, "worker", "--lease", "1", "--until-empty"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until("the command runs", || {
+        count(&q.events(&id), "effect_dispatched") == 1
+    });
+    let mut sender = q
+        .env
+        .bare()
+        .args(["--store", &q.url, "resume", "--json", &id, "also say hello"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(sender.stderr.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert!(line.contains("has your message"), "{line}");
+    // The command ends; the worker is handed the message before its next model call, and
+    // dies there.
+    std::fs::write(q.ws.join("go"), "").unwrap();
+    assert_eq!(first.wait().unwrap().code(), None, "the first worker died");
+    q.work_until_completed("the next worker completes the run");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    let sent = sender.wait_with_output().unwrap();
+    assert_eq!(sent.status.code(), Some(0), "{rest}");
+    let v: Value = serde_json::from_slice(&sent.stdout).unwrap();
+    assert_eq!(v["status"], "read", "{rest}");
+    let events = q.events(&id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(count(&events, "user_note"), 1, "{kinds:?}");
+    let note = events
+        .iter()
+        .position(|e| e["type"] == "user_note")
+        .unwrap();
+    assert_eq!(events[note]["text"], "also say hello");
+    assert_eq!(events[note - 1]["type"], "run_resumed", "{kinds:?}");
+    assert_eq!(events.last().unwrap()["outcome"]["answer"], "done");
+}
+
+/// A message to a queued run that stops before it reads it is not read later: its sender
+/// is told the run stopped first, and the drive of a follow-up, once the run is queued
+/// again, is not handed it (it left the queue when the run stopped).
+#[test]
+fn a_message_to_a_queued_run_that_stops_first_is_not_read_later() {
+    use std::io::{BufRead as _, BufReader};
+    let q = Queue::new();
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "s1", "name": "shell",
+                "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
+            {"final": "done"}
+        ]),
+    );
+    let id = q.submit(&model, &["--allow", "shell"], "wait, then finish");
+    let mut worker = q.worker(&["--lease", "1"], false);
+    until("the command runs", || {
+        count(&q.events(&id), "effect_dispatched") == 1
+    });
+    let mut sender = q
+        .env
+        .bare()
+        .args(["--store", &q.url, "resume", "--json", &id, "also say hello"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(sender.stderr.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert!(line.contains("has your message"), "{line}");
+    let cancelled = q.agent(&["cancel", &id]);
+    assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    let sent = sender.wait_with_output().unwrap();
+    assert_eq!(sent.status.code(), Some(2), "{rest}");
+    assert!(
+        rest.contains("stopped before it read your message"),
+        "{rest}"
+    );
+    let followed = q.agent(&["resume", &id, "go on"]);
+    assert_eq!(followed.status.code(), Some(0), "{}", stderr(&followed));
+    until("the follow-up is answered", || {
+        q.events(&id)
+            .iter()
+            .filter(|e| e["type"] == "run_ended")
+            .count()
+            == 2
+    });
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    let events = q.events(&id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(count(&events, "user_note"), 0, "{kinds:?}");
+    assert_eq!(
+        events.last().unwrap()["outcome"]["answer"],
+        "done",
+        "{kinds:?}"
+    );
+}
+
 /// A worker stopped (SIGSTOP) past its lease: another worker finishes the run, and when
 /// the first wakes up it learns it lost the lease and writes nothing.
 #[test]
@@ -1011,6 +1138,79 @@ fn blocked_runner(q: &Queue, model: &str, extra: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// A message to a run a process drives on a database (its hold) outlives that process
+/// when it dies after the message was handed to it and before a commit held it: the
+/// process that takes the run over reads it, and its sender learns it was read.
+#[test]
+fn a_message_handed_to_a_process_that_dies_is_read_by_the_one_that_takes_over() {
+    use std::io::{BufRead as _, BufReader};
+    let q = Queue::new();
+    let model = q.script(
+        "blocks",
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "shell", "arguments": {"command": BLOCKS}}]},
+            {"final": "went"}
+        ]),
+    );
+    let mut runner = q
+        .env
+        .bare()
+        .env("FAILPOINTS", "notes_taken=return")
+        .args([
+            "--store", &q.url, "run", "--json", "--allow", "shell", "--model", &model,
+        ])
+        .arg("--workspace")
+        .arg(&q.ws)
+        .arg("wait for go")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    until("its command is dispatched", || {
+        id = q
+            .runs()
+            .first()
+            .and_then(|run| run["run_id"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        !id.is_empty() && count(&q.events(&id), "effect_dispatched") == 1
+    });
+    let mut sender = q
+        .env
+        .bare()
+        .args(["--store", &q.url, "resume", "--json", &id, "also say hello"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(sender.stderr.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert!(line.contains("has your message"), "{line}");
+    std::fs::write(q.ws.join("go"), "").unwrap();
+    assert_eq!(runner.wait().unwrap().code(), None, "the process died");
+    let out = q.agent(&["resume", "--json", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    let sent = sender.wait_with_output().unwrap();
+    assert_eq!(sent.status.code(), Some(0), "{rest}");
+    let events = q.events(&id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(count(&events, "user_note"), 1, "{kinds:?}");
+    let note = events
+        .iter()
+        .position(|e| e["type"] == "user_note")
+        .unwrap();
+    assert_eq!(events[note]["text"], "also say hello");
+    assert_eq!(
+        events.last().unwrap()["outcome"]["answer"],
+        "went",
+        "{kinds:?}"
+    );
 }
 
 /// A sub-agent's run on a database belongs to the process driving its parent: listed as
