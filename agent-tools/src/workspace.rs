@@ -290,6 +290,9 @@ impl Workspace {
     pub fn protect_everywhere(mut self, name: &str, what: &str) -> Workspace {
         self.protected_names
             .push((OsString::from(name), what.to_owned()));
+        // What a look for the other names found is not what this one finds: a clone made
+        // before shares none of it.
+        self.listings = Arc::default();
         self
     }
 

@@ -224,6 +224,13 @@ fn the_places_named_as_protected_everywhere_are_found_at_any_depth() {
     assert_eq!(ws.protected_found(), found);
     // The clones share what was read, and find the same.
     assert_eq!(ws.clone().protected_found(), found);
+    // A clone that protects one more name finds that too.
+    let more = ws.clone().protect_everywhere("lib.rs", "a library");
+    let mut with_lib = found.clone();
+    with_lib.push(t.ws.join("src/lib.rs"));
+    with_lib.sort();
+    assert_eq!(more.protected_found(), with_lib);
+    assert_eq!(ws.protected_found(), found);
 }
 
 /// The run store (or agent's settings) inside the workspace: no tool may change it, by
