@@ -354,6 +354,85 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
     removed
 }
 
+/// The last part of a git setting's name that makes git run a program (`core.fsmonitor`,
+/// `core.sshCommand`, a filter's `clean`, a diff driver's `textconv`, `credential.helper`,
+/// `gpg.program`, a tool's `cmd`…).
+const RUNS_A_PROGRAM: &[&str] = &[
+    "fsmonitor",
+    "hookspath",
+    "sshcommand",
+    "pager",
+    "editor",
+    "askpass",
+    "gitproxy",
+    "alternaterefscommand",
+    "external",
+    "command",
+    "textconv",
+    "driver",
+    "clean",
+    "smudge",
+    "process",
+    "helper",
+    "program",
+    "cmd",
+    "path",
+    "uploadpack",
+    "receivepack",
+    "packobjectshook",
+    "proxycommand",
+];
+
+/// What makes git run programs in the repository whose `.git` is `place`, each in words:
+/// its hooks (the files in `hooks/`, git's own `.sample`s aside), the settings of its
+/// `config` that name a program or include another file (and aliases that run a shell
+/// command), or, for a `.git` file, that it points elsewhere. Empty for a repository as
+/// `git init` or `git clone` makes it.
+pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    if place.is_file() {
+        let said = std::fs::read_to_string(place).unwrap_or_default();
+        let to = said.lines().next().unwrap_or_default().trim();
+        found.push(format!("a .git file that says \"{}\"", to.escape_debug()));
+        return found;
+    }
+    if let Ok(hooks) = std::fs::read_dir(place.join("hooks")) {
+        let mut named: Vec<String> = hooks
+            .flatten()
+            .map(|hook| hook.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.ends_with(".sample"))
+            .map(|name| format!("hooks/{}", name.escape_debug()))
+            .collect();
+        named.sort();
+        found.extend(named);
+    }
+    let config = std::fs::read(place.join("config")).unwrap_or_default();
+    let mut section = String::new();
+    for line in String::from_utf8_lossy(&config).lines() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            let name = header
+                .split([']', ' ', '"', '.'])
+                .next()
+                .unwrap_or_default();
+            section = name.to_ascii_lowercase();
+            continue;
+        }
+        if line.is_empty() || line.starts_with(['#', ';']) {
+            continue;
+        }
+        let (key, value) = line.split_once('=').unwrap_or((line, ""));
+        let key = key.trim().to_ascii_lowercase();
+        let runs = RUNS_A_PROGRAM.contains(&key.as_str())
+            || section == "pager"
+            || (section == "alias" && value.trim_start().trim_start_matches('"').starts_with('!'));
+        if runs {
+            found.push(format!("{section}.{}", key.escape_debug()));
+        }
+    }
+    found
+}
+
 /// What holds the system's credentials, hidden from a sandboxed command that runs as root
 /// (which reads them without any capability, as their owner): password hashes, the SSH
 /// server's keys, TLS keys, Kerberos keys. Unless shown, as [`crate::CREDENTIALS`] are.
@@ -775,6 +854,49 @@ mod tests {
         }
         let spec = Sandbox::new().spec(&workspace).unwrap();
         assert!(spec.len() <= MAX_SPEC_BYTES, "{}", spec.len());
+    }
+
+    /// What makes git run programs in a repository: not what `git init` or `git clone`
+    /// writes, but hooks, settings that name a program or include a file, and aliases that
+    /// run a shell command; a `.git` file says where it points.
+    #[test]
+    fn a_repository_s_hooks_and_program_settings_are_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git = tmp.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
+        let cloned = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\
+                      [remote \"origin\"]\n\turl = https://example.invalid/r.git\n\
+                      \tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+                      [branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n\
+                      [alias]\n\tst = status\n";
+        std::fs::write(git.join("config"), cloned).unwrap();
+        assert!(runs_programs(&git).is_empty(), "{:?}", runs_programs(&git));
+        std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nevil\n").unwrap();
+        let planted = format!(
+            "{cloned}[core]\n\tfsmonitor = evil\n  SSHCommand=evil\n\
+             [filter \"x\"]\n\tclean = evil\n[alias]\n\tgo = \"!evil\"\n\
+             [include]\n\tpath = ../elsewhere\n[pager]\n\tlog = evil\n"
+        );
+        std::fs::write(git.join("config"), planted).unwrap();
+        assert_eq!(
+            runs_programs(&git),
+            [
+                "hooks/pre-commit",
+                "core.fsmonitor",
+                "core.sshcommand",
+                "filter.clean",
+                "alias.go",
+                "include.path",
+                "pager.log"
+            ]
+        );
+        let file = tmp.path().join("sub.git");
+        std::fs::write(&file, "gitdir: ../elsewhere\n").unwrap();
+        assert_eq!(
+            runs_programs(&file),
+            ["a .git file that says \"gitdir: ../elsewhere\""]
+        );
     }
 
     #[test]

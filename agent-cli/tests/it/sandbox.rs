@@ -250,6 +250,30 @@ fn refused_at_start_in(env: &Env, flags: &[&str], says: &str) {
     assert!(!env.store().exists(), "nothing written");
 }
 
+/// A repository a sandboxed command makes whose git would run programs (a hook, a
+/// setting that names one) is named in the command's result: whoever uses git there later
+/// runs them, though the repository is read-only to the commands after. One as `git init`
+/// makes it is not named. Without the sandbox nothing is looked for.
+#[test]
+fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
+    for sandboxed in [false, true] {
+        let env = Env::new();
+        let command = "mkdir -p plain/.git/hooks made/.git/hooks && \
+                       touch plain/.git/hooks/pre-commit.sample && \
+                       printf '[core]\\n\\tbare = false\\n' > plain/.git/config && \
+                       printf '[core]\\n\\tfsmonitor = evil\\n' > made/.git/config && \
+                       echo evil > made/.git/hooks/post-checkout && echo end";
+        let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
+        let result = one_call(&env, false, command, flags);
+        let said = output(&result);
+        assert!(said.contains("--- stdout ---\nend\n"), "{said}");
+        let named = "the command made a repository whose git runs programs, which git run \
+                     there runs: made/.git (hooks/post-checkout; core.fsmonitor)\n";
+        assert_eq!(said.contains(named), sandboxed, "{said}");
+        assert!(!said.contains("plain/.git"), "{said}");
+    }
+}
+
 /// A workspace that holds more repositories than a sandbox keeps read-only is refused
 /// before anything runs, in one line: no command runs with some of them left writable.
 #[test]

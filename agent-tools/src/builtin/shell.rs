@@ -151,15 +151,39 @@ async fn run_sandboxed(
             .filter(|(place, _)| std::fs::symlink_metadata(place).is_err())
             .map(|(place, what)| (place, what.to_owned()))
             .collect();
+        // The repositories in the workspace now (found as the sandbox was made).
+        let before = found_apart(&ctx.workspace).await;
         let outcome = run_under(program, command_line, withheld, limit, ctx, Some(&spec)).await;
         let removed = crate::sandbox::remove_made(&absent, ctx.workspace.root());
-        if removed.is_empty() {
+        // A repository it made is read-only to the commands after it, but what it wrote
+        // there runs when a person uses git in it: said.
+        let made: Vec<String> = found_apart(&ctx.workspace)
+            .await
+            .into_iter()
+            .filter(|place| !before.contains(place))
+            .filter_map(|place| {
+                let runs = crate::sandbox::runs_programs(&place);
+                let name = place.strip_prefix(ctx.workspace.root()).unwrap_or(&place);
+                (!runs.is_empty()).then(|| format!("{} ({})", name.display(), runs.join("; ")))
+            })
+            .collect();
+        if removed.is_empty() && made.is_empty() {
             return outcome;
         }
-        let note = format!(
-            "--- agent ---\nthe command made what no command may make: {}\n",
-            removed.join("; ")
-        );
+        let mut note = String::from("--- agent ---\n");
+        if !removed.is_empty() {
+            note.push_str(&format!(
+                "the command made what no command may make: {}\n",
+                removed.join("; ")
+            ));
+        }
+        if !made.is_empty() {
+            note.push_str(&format!(
+                "the command made a repository whose git runs programs, which git run there \
+                 runs: {}\n",
+                made.join("; ")
+            ));
+        }
         match outcome {
             Ok(mut text) => {
                 text.push_str(&note);
@@ -177,6 +201,15 @@ async fn run_sandboxed(
         let _ = (sandbox, command_line, withheld, limit, ctx);
         Err(refused("commands are sandboxed on Linux only"))
     }
+}
+
+/// [`crate::Workspace::protected_found`] on tokio's blocking pool.
+#[cfg(target_os = "linux")]
+async fn found_apart(workspace: &crate::Workspace) -> Vec<std::path::PathBuf> {
+    let workspace = workspace.clone();
+    tokio::task::spawn_blocking(move || workspace.protected_found())
+        .await
+        .unwrap_or_default()
 }
 
 /// Runs `command` in a process group led by an `sh` watcher ([`Watcher`]).
