@@ -835,17 +835,8 @@ fn a_message_to_a_queued_run_outlives_workers_that_die_as_the_run_begins() {
 /// who sent it, still waiting, learns it was read.
 #[test]
 fn a_message_handed_to_a_worker_that_dies_is_read_by_the_next() {
-    use std::io::{BufRead as _, BufReader};
     let q = Queue::new();
-    let model = q.script(
-        "job",
-        json!([
-            {"tool_calls": [{"id": "s1", "name": "shell",
-                "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
-            {"final": "done"}
-        ]),
-    );
-    let id = q.submit(&model, &["--allow", "shell"], "wait, then finish");
+    let id = waiting_queued_run(&q);
     let mut first = q
         .env
         .bare()
@@ -858,39 +849,89 @@ fn a_message_handed_to_a_worker_that_dies_is_read_by_the_next() {
     until("the command runs", || {
         count(&q.events(&id), "effect_dispatched") == 1
     });
-    let mut sender = q
-        .env
-        .bare()
-        .args(["--store", &q.url, "resume", "--json", &id, "also say hello"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = BufReader::new(sender.stderr.take().unwrap());
-    let mut line = String::new();
-    said.read_line(&mut line).unwrap();
-    assert!(line.contains("has your message"), "{line}");
+    let sender = Sender::to_live_run(&q, &id, "also say hello");
     // The command ends; the worker is handed the message before its next model call, and
     // dies there.
     std::fs::write(q.ws.join("go"), "").unwrap();
     assert_eq!(first.wait().unwrap().code(), None, "the first worker died");
     q.work_until_completed("the next worker completes the run");
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
-    let sent = sender.wait_with_output().unwrap();
-    assert_eq!(sent.status.code(), Some(0), "{rest}");
-    let v: Value = serde_json::from_slice(&sent.stdout).unwrap();
-    assert_eq!(v["status"], "read", "{rest}");
-    let events = q.events(&id);
-    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(count(&events, "user_note"), 1, "{kinds:?}");
+    let (code, said) = sender.outcome();
+    assert_eq!(code, Some(0), "{said}");
+    let events = read_once(&q, &id, "also say hello", "done");
     let note = events
         .iter()
         .position(|e| e["type"] == "user_note")
         .unwrap();
-    assert_eq!(events[note]["text"], "also say hello");
-    assert_eq!(events[note - 1]["type"], "run_resumed", "{kinds:?}");
-    assert_eq!(events.last().unwrap()["outcome"]["answer"], "done");
+    assert_eq!(events[note - 1]["type"], "run_resumed");
+}
+
+/// A queued run whose one call waits until the workspace holds `go`, then answers "done";
+/// its id.
+fn waiting_queued_run(q: &Queue) -> String {
+    let model = q.script(
+        "job",
+        json!([
+            {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": BLOCKS}}]},
+            {"final": "done"}
+        ]),
+    );
+    q.submit(&model, &["--allow", "shell"], "wait, then finish")
+}
+
+/// `agent resume --json RUN MESSAGE` of a live run, once it said the run has the message.
+struct Sender {
+    child: Child,
+    said: std::io::BufReader<std::process::ChildStderr>,
+}
+
+impl Sender {
+    fn to_live_run(q: &Queue, id: &str, text: &str) -> Sender {
+        use std::io::BufRead as _;
+        let mut child = q
+            .env
+            .bare()
+            .args(["--store", &q.url, "resume", "--json", id, text])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        said.read_line(&mut line).unwrap();
+        assert!(line.contains("has your message"), "{line}");
+        Sender { child, said }
+    }
+
+    /// Its exit code and what it said on stderr after that, once it ended; its `--json`
+    /// status is `read` when it exits 0 and `unread` otherwise.
+    fn outcome(mut self) -> (Option<i32>, String) {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.said, &mut rest).unwrap();
+        let out = self.child.wait_with_output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let read = if out.status.success() {
+            "read"
+        } else {
+            "unread"
+        };
+        assert_eq!(v["status"], read, "{rest}");
+        (out.status.code(), rest)
+    }
+}
+
+/// The run's events, once it read `text` as one `user_note` and ended answering `answer`.
+fn read_once(q: &Queue, id: &str, text: &str, answer: &str) -> Vec<Value> {
+    let events = q.events(id);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(count(&events, "user_note"), 1, "{kinds:?}");
+    let note = events.iter().find(|e| e["type"] == "user_note").unwrap();
+    assert_eq!(note["text"], text);
+    assert_eq!(
+        events.last().unwrap()["outcome"]["answer"],
+        answer,
+        "{kinds:?}"
+    );
+    events
 }
 
 /// A message to a queued run that stops before it reads it is not read later: its sender
@@ -898,42 +939,20 @@ fn a_message_handed_to_a_worker_that_dies_is_read_by_the_next() {
 /// again, is not handed it (it left the queue when the run stopped).
 #[test]
 fn a_message_to_a_queued_run_that_stops_first_is_not_read_later() {
-    use std::io::{BufRead as _, BufReader};
     let q = Queue::new();
-    let model = q.script(
-        "job",
-        json!([
-            {"tool_calls": [{"id": "s1", "name": "shell",
-                "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"}}]},
-            {"final": "done"}
-        ]),
-    );
-    let id = q.submit(&model, &["--allow", "shell"], "wait, then finish");
+    let id = waiting_queued_run(&q);
     let mut worker = q.worker(&["--lease", "1"], false);
     until("the command runs", || {
         count(&q.events(&id), "effect_dispatched") == 1
     });
-    let mut sender = q
-        .env
-        .bare()
-        .args(["--store", &q.url, "resume", "--json", &id, "also say hello"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = BufReader::new(sender.stderr.take().unwrap());
-    let mut line = String::new();
-    said.read_line(&mut line).unwrap();
-    assert!(line.contains("has your message"), "{line}");
+    let sender = Sender::to_live_run(&q, &id, "also say hello");
     let cancelled = q.agent(&["cancel", &id]);
     assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
-    let sent = sender.wait_with_output().unwrap();
-    assert_eq!(sent.status.code(), Some(2), "{rest}");
+    let (code, said) = sender.outcome();
+    assert_eq!(code, Some(2), "{said}");
     assert!(
-        rest.contains("stopped before it read your message"),
-        "{rest}"
+        said.contains("stopped before it read your message"),
+        "{said}"
     );
     let followed = q.agent(&["resume", &id, "go on"]);
     assert_eq!(followed.status.code(), Some(0), "{}", stderr(&followed));
@@ -1125,9 +1144,13 @@ const BLOCKS: &str = "while [ ! -e go ]; do sleep 0.05; done";
 
 /// `agent run --json` of `model` in the workspace, allowed `shell` and given `extra`.
 fn blocked_runner(q: &Queue, model: &str, extra: &[&str]) -> Child {
-    q.env
-        .bare()
-        .arg("--store")
+    blocked_command(q, model, extra).spawn().unwrap()
+}
+
+/// The command [`blocked_runner`] starts.
+fn blocked_command(q: &Queue, model: &str, extra: &[&str]) -> std::process::Command {
+    let mut cmd = q.env.bare();
+    cmd.arg("--store")
         .arg(&q.url)
         .args(["run", "--json", "--allow", "shell", "--model", model])
         .args(extra)
@@ -1135,9 +1158,8 @@ fn blocked_runner(q: &Queue, model: &str, extra: &[&str]) -> Child {
         .arg(&q.ws)
         .arg("wait for go")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stderr(Stdio::piped());
+    cmd
 }
 
 /// A message to a run a process drives on a database (its hold) outlives that process
@@ -1145,7 +1167,6 @@ fn blocked_runner(q: &Queue, model: &str, extra: &[&str]) -> Child {
 /// process that takes the run over reads it, and its sender learns it was read.
 #[test]
 fn a_message_handed_to_a_process_that_dies_is_read_by_the_one_that_takes_over() {
-    use std::io::{BufRead as _, BufReader};
     let q = Queue::new();
     let model = q.script(
         "blocks",
@@ -1154,18 +1175,8 @@ fn a_message_handed_to_a_process_that_dies_is_read_by_the_one_that_takes_over() 
             {"final": "went"}
         ]),
     );
-    let mut runner = q
-        .env
-        .bare()
+    let mut runner = blocked_command(&q, &model, &[])
         .env("FAILPOINTS", "notes_taken=return")
-        .args([
-            "--store", &q.url, "run", "--json", "--allow", "shell", "--model", &model,
-        ])
-        .arg("--workspace")
-        .arg(&q.ws)
-        .arg("wait for go")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut id = String::new();
@@ -1178,39 +1189,14 @@ fn a_message_handed_to_a_process_that_dies_is_read_by_the_one_that_takes_over() 
             .to_owned();
         !id.is_empty() && count(&q.events(&id), "effect_dispatched") == 1
     });
-    let mut sender = q
-        .env
-        .bare()
-        .args(["--store", &q.url, "resume", "--json", &id, "also say hello"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = BufReader::new(sender.stderr.take().unwrap());
-    let mut line = String::new();
-    said.read_line(&mut line).unwrap();
-    assert!(line.contains("has your message"), "{line}");
+    let sender = Sender::to_live_run(&q, &id, "also say hello");
     std::fs::write(q.ws.join("go"), "").unwrap();
     assert_eq!(runner.wait().unwrap().code(), None, "the process died");
     let out = q.agent(&["resume", "--json", &id]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
-    let sent = sender.wait_with_output().unwrap();
-    assert_eq!(sent.status.code(), Some(0), "{rest}");
-    let events = q.events(&id);
-    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(count(&events, "user_note"), 1, "{kinds:?}");
-    let note = events
-        .iter()
-        .position(|e| e["type"] == "user_note")
-        .unwrap();
-    assert_eq!(events[note]["text"], "also say hello");
-    assert_eq!(
-        events.last().unwrap()["outcome"]["answer"],
-        "went",
-        "{kinds:?}"
-    );
+    let (code, said) = sender.outcome();
+    assert_eq!(code, Some(0), "{said}");
+    read_once(&q, &id, "also say hello", "went");
 }
 
 /// A sub-agent's run on a database belongs to the process driving its parent: listed as
