@@ -161,8 +161,9 @@ impl Runtime {
                 return Err(RuntimeError::LetGo { run_id });
             }
             // A person's note sent meanwhile is committed first, one at a time: the model
-            // reads it in this call's prompt. Looked for in a store that carries notes.
-            if matches!(command, Command::CallModel { .. }) && inbox.is_open() {
+            // reads it in this call's prompt. Looked for in a store that carries notes,
+            // once those handed out before are committed (a store may count on that).
+            if matches!(command, Command::CallModel { .. }) && inbox.is_open() && inbox.is_empty() {
                 let id = run_id.clone();
                 let notes = self.store_work(move |store| store.told(&id)).await?;
                 if !notes.is_empty() {
@@ -981,6 +982,13 @@ impl Inbox {
             let mut waiting = self.notes.lock().unwrap_or_else(|p| p.into_inner());
             waiting.extend(notes);
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     fn next(&self) -> Option<String> {

@@ -364,7 +364,11 @@ struct StopLooks {
 
 impl Store for StopLooks {
     fn append(&self, run_id: &str, expected: u64, entries: &[Entry]) -> Result<u64, StoreError> {
-        self.seen.lock().unwrap().push("commit");
+        let noted = entries
+            .iter()
+            .any(|e| matches!(e.event, Event::UserNote { .. }));
+        let what = if noted { "note" } else { "commit" };
+        self.seen.lock().unwrap().push(what);
         self.inner.append(run_id, expected, entries)
     }
     fn load(&self, run_id: &str) -> Result<Vec<Entry>, StoreError> {
@@ -388,6 +392,7 @@ impl Store for StopLooks {
         Ok(true)
     }
     fn told(&self, _: &str) -> Vec<String> {
+        self.seen.lock().unwrap().push("told");
         std::mem::take(&mut *self.notes.lock().unwrap())
     }
 }
@@ -453,6 +458,18 @@ async fn notes_sent_to_a_running_run_are_read_before_its_next_model_call() {
         })
         .collect();
     assert_eq!(notes, ["mind the tests", "and the docs"]);
+    // The store is asked for more only once the notes it handed out are committed (a
+    // database's queue takes them off as they are).
+    let seen: Vec<&str> = store
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|s| *s != "looked")
+        .collect();
+    let first = seen.iter().position(|s| *s == "note").unwrap();
+    assert_eq!(seen[first + 1..first + 2], ["note"], "{seen:?}");
     let prompts = s.prompts.lock().unwrap();
     assert_eq!(prompts.len(), 2);
     let last = serde_json::to_string(prompts[1].messages.last().unwrap()).unwrap();
@@ -524,8 +541,10 @@ async fn the_first_look_for_a_stop_request_comes_before_the_run_does_anything() 
         .await
         .unwrap();
     assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    // (Looking for notes is not doing anything.)
     let seen = store.seen.lock().unwrap().clone();
-    assert_eq!(seen.first(), Some(&"looked"), "{seen:?}");
+    let first = seen.iter().find(|s| **s != "told");
+    assert_eq!(first, Some(&"looked"), "{seen:?}");
 }
 
 #[tokio::test]

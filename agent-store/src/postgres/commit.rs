@@ -194,14 +194,20 @@ impl PostgresStore {
 
     /// Appends as [`crate::Store::append`] does; with `fence`, only while that lease still
     /// holds (checked in the same transaction): the run's own, or the one on the run it is a
-    /// sub-agent's run of, when no one else holds the sub-agent's run itself.
+    /// sub-agent's run of, when no one else holds the sub-agent's run itself. The fence
+    /// also says how many of the run's notes queued on the lease's row the entries hold
+    /// (their `user_note`s that came from there): that many leave the row with them.
     pub(super) fn append_fenced(
         &self,
         run_id: &str,
         expected_version: u64,
         entries: &[Entry],
-        fence: Option<&Lease>,
+        fence: Option<(&Lease, usize)>,
     ) -> Result<u64, StoreError> {
+        let (fence, held) = match fence {
+            Some((lease, held)) => (Some(lease), held),
+            None => (None, 0),
+        };
         if run_id.is_empty() || run_id.contains('\0') {
             return Err(StoreError::InvalidRunId {
                 id: run_id.to_owned(),
@@ -212,10 +218,6 @@ impl PostgresStore {
         let mut summary = self.summary_at(run_id, expected_version)?;
         let mut encoded = Vec::with_capacity(entries.len());
         let mut bytes = 0;
-        let notes = entries
-            .iter()
-            .filter(|e| matches!(e.event, agent_core::Event::UserNote { .. }))
-            .count();
         for entry in entries {
             let text = serde_json::to_string(entry).map_err(|err| StoreError::Corrupt {
                 what: format!("new entry {} of run {run_id}", entry.version),
@@ -235,7 +237,7 @@ impl PostgresStore {
             lease_run: fence
                 .filter(|lease| lease.run_id != run_id)
                 .map(|lease| lease.run_id.clone()),
-            notes: Some(notes).filter(|n| *n > 0 && fence.is_some()),
+            notes: Some(held).filter(|n| *n > 0 && fence.is_some()),
             entries: encoded,
             summary: String::from_utf8(summary.encode()?)
                 .map_err(|e| StoreError::Engine(e.to_string()))?,

@@ -731,19 +731,33 @@ impl Store for FencedStore {
         entries: &[Entry],
     ) -> Result<u64, StoreError> {
         // A sub-agent's run goes with the run it belongs to.
-        let fence = agent_core::in_family_of(&self.lease.run_id, run_id).then_some(&self.lease);
-        let version = self
-            .store
-            .append_fenced(run_id, expected_version, entries, fence)?;
-        // The notes it holds left the row with it.
+        if !agent_core::in_family_of(&self.lease.run_id, run_id) {
+            return self
+                .store
+                .append_fenced(run_id, expected_version, entries, None);
+        }
+        // The notes it holds that were handed out from the row ([`Store::told`]): the drive
+        // commits them in the order it was handed them, before it looks for more, and a
+        // note it was given otherwise (`agent resume RUN MESSAGE` of an interrupted run)
+        // before it looks at all. They leave the row with the commit.
+        let handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
         let notes = entries
             .iter()
             .filter(|e| matches!(e.event, agent_core::Event::UserNote { .. }))
             .count();
-        if notes > 0 && fence.is_some() {
+        let count = handed.get(run_id).copied().unwrap_or(0);
+        let held = notes.min(count);
+        drop(handed);
+        let version = self.store.append_fenced(
+            run_id,
+            expected_version,
+            entries,
+            Some((&self.lease, held)),
+        )?;
+        if held > 0 {
             let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(count) = handed.get_mut(run_id) {
-                *count = count.saturating_sub(notes);
+                *count = count.saturating_sub(held);
             }
         }
         Ok(version)
