@@ -267,8 +267,9 @@ fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
         let result = one_call(&env, false, command, flags);
         let said = output(&result);
         assert!(said.contains("--- stdout ---\nend\n"), "{said}");
-        let named = "the command made a repository whose git runs programs, which git run \
-                     there runs: made/.git (hooks/post-checkout; core.fsmonitor)\n";
+        let named = "the command made a repository in which git would run what the \
+                     command wrote (look before using git there): made/.git \
+                     (hooks/post-checkout; core.fsmonitor)\n";
         assert_eq!(said.contains(named), sandboxed, "{said}");
         assert!(!said.contains("plain/.git"), "{said}");
     }

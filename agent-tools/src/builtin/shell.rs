@@ -179,8 +179,8 @@ async fn run_sandboxed(
         }
         if !made.is_empty() {
             note.push_str(&format!(
-                "the command made a repository whose git runs programs, which git run there \
-                 runs: {}\n",
+                "the command made a repository in which git would run what the command \
+                 wrote (look before using git there): {}\n",
                 made.join("; ")
             ));
         }
