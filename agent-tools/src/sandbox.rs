@@ -390,8 +390,9 @@ const RUNS_A_PROGRAM: &[&str] = &[
 /// `git init` or `git clone` makes it.
 pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
     let mut found = Vec::new();
-    if place.is_file() {
-        let said = std::fs::read_to_string(place).unwrap_or_default();
+    if std::fs::metadata(place).is_ok_and(|m| m.is_file()) {
+        let said = small_file(place, 4 << 10).unwrap_or_default();
+        let said = String::from_utf8_lossy(&said);
         let to = said.lines().next().unwrap_or_default().trim();
         found.push(format!("a .git file that says \"{}\"", to.escape_debug()));
         return found;
@@ -401,12 +402,27 @@ pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
             .flatten()
             .map(|hook| hook.file_name().to_string_lossy().into_owned())
             .filter(|name| !name.ends_with(".sample"))
+            .take(MAX_NAMED_HOOKS + 1)
             .map(|name| format!("hooks/{}", name.escape_debug()))
             .collect();
         named.sort();
+        if named.len() > MAX_NAMED_HOOKS {
+            named.truncate(MAX_NAMED_HOOKS);
+            named.push("hooks/…".to_owned());
+        }
         found.extend(named);
     }
-    let config = std::fs::read(place.join("config")).unwrap_or_default();
+    let path = place.join("config");
+    let config = match small_file(&path, 1 << 20) {
+        Some(config) => config,
+        // Not a file of a size git writes (a pipe, a device, a link, megabytes): said, not
+        // read.
+        None if std::fs::symlink_metadata(&path).is_ok() => {
+            found.push("a config that is not a small file".to_owned());
+            return found;
+        }
+        None => Vec::new(),
+    };
     let mut section = String::new();
     for line in String::from_utf8_lossy(&config).lines() {
         let line = line.trim();
@@ -431,6 +447,26 @@ pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
         }
     }
     found
+}
+
+/// Hooks named at most, of a repository a command made.
+const MAX_NAMED_HOOKS: usize = 8;
+
+/// The bytes of `path` when it is a regular file of at most `most` bytes (never opened
+/// otherwise: a pipe a command left there would keep the read waiting).
+fn small_file(path: &Path, most: u64) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > most {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(most)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(bytes)
 }
 
 /// What holds the system's credentials, hidden from a sandboxed command that runs as root
@@ -897,6 +933,11 @@ mod tests {
             runs_programs(&file),
             ["a .git file that says \"gitdir: ../elsewhere\""]
         );
+        // A config that is a pipe is not opened (the read would wait for ever).
+        let piped = tmp.path().join("piped");
+        std::fs::create_dir(&piped).unwrap();
+        nix::unistd::mkfifo(&piped.join("config"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(runs_programs(&piped), ["a config that is not a small file"]);
     }
 
     #[test]
