@@ -198,8 +198,13 @@ impl Sandbox {
 
     /// What the watcher of a command in `workspace` makes, as [`SANDBOX_ENV`] carries it.
     pub(crate) fn spec(&self, workspace: &Workspace) -> Result<String, String> {
+        self.spec_with(workspace, workspace.protected_found())
+    }
+
+    /// [`Sandbox::spec`] with what [`Workspace::protected_found`] found.
+    fn spec_with(&self, workspace: &Workspace, found: Vec<PathBuf>) -> Result<String, String> {
         let mut protected = workspace.protected_places();
-        protected.extend(workspace.protected_found());
+        protected.extend(found);
         protected.sort();
         protected.dedup();
         if protected.len() > MAX_PROTECTED {
@@ -242,10 +247,25 @@ impl Sandbox {
     /// [`Sandbox::spec`] made on tokio's blocking pool: the look for the workspace's
     /// repositories reads directories, as many as the workspace has the first time.
     pub(crate) async fn spec_apart(&self, workspace: &Workspace) -> Result<String, String> {
-        let (sandbox, workspace) = (self.clone(), workspace.clone());
-        tokio::task::spawn_blocking(move || sandbox.spec(&workspace))
+        self.spec_and_found_apart(workspace)
             .await
-            .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))?
+            .map(|(spec, _)| spec)
+    }
+
+    /// [`Sandbox::spec_apart`], with the places named like `.git` it found in the
+    /// workspace ([`Workspace::protected_found`]), there when the command starts.
+    pub(crate) async fn spec_and_found_apart(
+        &self,
+        workspace: &Workspace,
+    ) -> Result<(String, Vec<PathBuf>), String> {
+        let (sandbox, workspace) = (self.clone(), workspace.clone());
+        tokio::task::spawn_blocking(move || {
+            let found = workspace.protected_found();
+            let spec = sandbox.spec_with(&workspace, found.clone())?;
+            Ok((spec, found))
+        })
+        .await
+        .map_err(|e| format!("cannot describe the sandbox to the command's watcher: {e}"))?
     }
 
     /// Whether commands in `workspace` can run in this sandbox here: one is made, as for a

@@ -71,6 +71,28 @@ pub(crate) fn outside_covered() -> tempfile::TempDir {
     writable_by_all(place)
 }
 
+/// `agent run --json` of `model` with the MCP servers of `config`, `var` set.
+fn run_with_mcp(
+    env: &Env,
+    config: &str,
+    model: &str,
+    (name, value): (&str, &std::ffi::OsStr),
+) -> std::process::Output {
+    env.cmd()
+        .env(name, value)
+        .args([
+            "run",
+            "--json",
+            "--mcp-config",
+            config,
+            "--model",
+            model,
+            "go",
+        ])
+        .output()
+        .unwrap()
+}
+
 /// The run a paused `agent run` (not `--json`) named first on standard error.
 fn paused_run_id(out: &std::process::Output) -> String {
     let said = stderr(out);
@@ -1088,20 +1110,7 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
                              "arguments": {"command": command}}]},
             {"final": "done"}
         ]));
-        let out = env
-            .cmd()
-            .env("HOME", home.path())
-            .args([
-                "run",
-                "--json",
-                "--mcp-config",
-                config,
-                "--model",
-                &model,
-                "go",
-            ])
-            .output()
-            .unwrap();
+        let out = run_with_mcp(&env, config, &model, ("HOME", home.path().as_os_str()));
         let result = call_results(&env, &out)("call-1");
         let said = output(&result);
         let case = format!("sandbox {sandbox}: {said}");
@@ -1127,20 +1136,12 @@ fn an_mcp_server_that_asks_for_a_sandbox_runs_in_one() {
                          "arguments": {"command": "echo ran > ran.txt"}}]},
         {"final": "done"}
     ]));
-    let out = env
-        .cmd()
-        .env("AGENT_LOOP_PID_NAMESPACE", "off")
-        .args([
-            "run",
-            "--json",
-            "--mcp-config",
-            config,
-            "--model",
-            &model,
-            "go",
-        ])
-        .output()
-        .unwrap();
+    let out = run_with_mcp(
+        &env,
+        config,
+        &model,
+        ("AGENT_LOOP_PID_NAMESPACE", "off".as_ref()),
+    );
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(

@@ -135,8 +135,9 @@ async fn run_sandboxed(
     };
     #[cfg(target_os = "linux")]
     {
-        let spec = sandbox
-            .spec_apart(&ctx.workspace)
+        // With the repositories in the workspace now.
+        let (spec, before) = sandbox
+            .spec_and_found_apart(&ctx.workspace)
             .await
             .map_err(|why| refused(&why))?;
         let Some(program) = crate::process::watch_program().filter(|p| p.is_file()) else {
@@ -151,8 +152,6 @@ async fn run_sandboxed(
             .filter(|(place, _)| std::fs::symlink_metadata(place).is_err())
             .map(|(place, what)| (place, what.to_owned()))
             .collect();
-        // The repositories in the workspace now (found as the sandbox was made).
-        let before = found_apart(&ctx.workspace).await;
         let outcome = run_under(program, command_line, withheld, limit, ctx, Some(&spec)).await;
         let removed = crate::sandbox::remove_made(&absent, ctx.workspace.root());
         // A repository it made is read-only to the commands after it, but what it wrote
