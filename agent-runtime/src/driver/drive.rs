@@ -681,11 +681,13 @@ impl Runtime {
         let store = Arc::clone(&self.store);
         let run_id = run_id.to_owned();
         let cancel = cancel.clone();
-        // The store may block (a database's round trip): asked off the async threads.
+        let inline = self.inline_store;
+        // The store may block (a database's round trip): asked off the async threads,
+        // unless its work is done inline ([`Runtime::with_inline_store`]) as every other.
         let asked = move |first: bool| {
             let store = Arc::clone(&store);
             let run_id = run_id.clone();
-            tokio::task::spawn_blocking(move || {
+            let look = move || {
                 // The first look lets go of notes sent while no drive was going on (their
                 // senders were told the run stopped before it read them); the drive takes
                 // the others before each model call.
@@ -693,17 +695,24 @@ impl Runtime {
                     store.let_go_of_notes(&run_id);
                 }
                 store.stop_asked(&run_id)
-            })
+            };
+            async move {
+                if inline {
+                    Some(look())
+                } else {
+                    tokio::task::spawn_blocking(look).await.ok()
+                }
+            }
         };
         // The first look lets go of an earlier request, and says whether to look at all.
-        if !matches!(asked(true).await, Ok(Some(_))) {
+        if !matches!(asked(true).await, Some(Some(_))) {
             return None;
         }
         inbox.open();
         let task = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(STOP_POLL).await;
-                if matches!(asked(false).await, Ok(Some(true))) {
+                if matches!(asked(false).await, Some(Some(true))) {
                     cancel.cancel();
                     return;
                 }
