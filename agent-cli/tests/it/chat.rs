@@ -869,11 +869,13 @@ fn chat_on_a_queued_run_asks_the_person_while_a_worker_drives_it() {
         ]),
     );
     let id = q.submit(&model, &[], "write it");
-    let mut worker = q.worker(&[], false);
     let mut chat = q.env.bare();
     chat.arg("--store").arg(&q.url).args(["chat", &id]);
     let mut t = Terminal::start(chat);
     t.expect("is in the queue");
+    // The worker starts once the chat has read where the run stands (nothing yet): what
+    // the run did before the chat began is `agent show`'s, and is not shown here.
+    let mut worker = q.worker(&[], false);
     // The worker runs the run until it waits for the approval; its events show here.
     t.expect("approval_requested");
     let asked = t.expect("[a]lways write_file > ");
