@@ -27,6 +27,7 @@ pub mod builtin;
 mod command_hook;
 pub mod command_line;
 mod gateway;
+pub mod git_config;
 mod hooks;
 #[cfg(feature = "mcp")]
 pub mod mcp;

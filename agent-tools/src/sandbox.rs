@@ -374,40 +374,12 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
     removed
 }
 
-/// The last part of a git setting's name that makes git run a program (`core.fsmonitor`,
-/// `core.sshCommand`, a filter's `clean`, a diff driver's `textconv`, `credential.helper`,
-/// `gpg.program`, a tool's `cmd`…).
-const RUNS_A_PROGRAM: &[&str] = &[
-    "fsmonitor",
-    "hookspath",
-    "sshcommand",
-    "pager",
-    "editor",
-    "askpass",
-    "gitproxy",
-    "alternaterefscommand",
-    "external",
-    "command",
-    "textconv",
-    "driver",
-    "clean",
-    "smudge",
-    "process",
-    "helper",
-    "program",
-    "cmd",
-    "path",
-    "uploadpack",
-    "receivepack",
-    "packobjectshook",
-    "proxycommand",
-];
-
 /// What makes git run programs in the repository whose `.git` is `place`, each in words:
 /// its hooks (the files in `hooks/`, git's own `.sample`s aside), the settings of its
-/// `config` that name a program or include another file (and aliases that run a shell
-/// command), or, for a `.git` file, that it points elsewhere. Empty for a repository as
-/// `git init` or `git clone` makes it.
+/// `config` (and `config.worktree`) that name a program or include another file (and
+/// aliases that run a shell command), a `commondir` that sends git elsewhere, or, for a
+/// `.git` file, that it points elsewhere. Empty for a repository as `git init` or
+/// `git clone` makes it.
 pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
     let mut found = Vec::new();
     if std::fs::metadata(place).is_ok_and(|m| m.is_file()) {
@@ -432,45 +404,74 @@ pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
         }
         found.extend(named);
     }
-    let path = place.join("config");
-    let config = match small_file(&path, 1 << 20) {
-        Some(config) => config,
-        // Not a file of a size git writes (a pipe, a device, a link, megabytes): said, not
-        // read.
-        None if std::fs::symlink_metadata(&path).is_ok() => {
-            found.push("a config that is not a small file".to_owned());
-            return found;
-        }
-        None => Vec::new(),
-    };
-    let mut section = String::new();
-    for line in String::from_utf8_lossy(&config).lines() {
-        let line = line.trim();
-        if let Some(header) = line.strip_prefix('[') {
-            let name = header
-                .split([']', ' ', '"', '.'])
-                .next()
-                .unwrap_or_default();
-            section = name.to_ascii_lowercase();
-            continue;
-        }
-        if line.is_empty() || line.starts_with(['#', ';']) {
-            continue;
-        }
-        let (key, value) = line.split_once('=').unwrap_or((line, ""));
-        let key = key.trim().to_ascii_lowercase();
-        let runs = RUNS_A_PROGRAM.contains(&key.as_str())
-            || section == "pager"
-            || (section == "alias" && value.trim_start().trim_start_matches('"').starts_with('!'));
-        if runs {
-            found.push(format!("{section}.{}", key.escape_debug()));
-        }
+    // git reads `config.worktree` too once the config asks it to, and a `commondir` file
+    // sends it to another directory's config and hooks.
+    for file in ["config", "config.worktree"] {
+        settings_named(&place.join(file), file, &mut found);
+    }
+    let common = place.join("commondir");
+    if std::fs::symlink_metadata(&common).is_ok() {
+        let said = small_file(&common, 4 << 10).unwrap_or_default();
+        let said = String::from_utf8_lossy(&said);
+        let to = said.lines().next().unwrap_or_default().trim();
+        found.push(format!("a commondir that says \"{}\"", to.escape_debug()));
     }
     found
 }
 
+/// The settings of the config file `path` (`file` in words) that make git run a program,
+/// read as git reads it (`git_config`: a simpler reader would miss what git obeys), eight
+/// at most; a file that is not a small one, or that git refuses, is said.
+fn settings_named(path: &Path, file: &str, found: &mut Vec<String>) {
+    let config = match small_file(path, 1 << 20) {
+        Some(config) => config,
+        // Not a file of a size git writes (a pipe, a device, a link, megabytes): said, not
+        // read.
+        None if std::fs::symlink_metadata(path).is_ok() => {
+            found.push(format!("a {file} that is not a small file"));
+            return;
+        }
+        None => return,
+    };
+    let place = if file == "config" {
+        String::new()
+    } else {
+        format!("{file}: ")
+    };
+    let mut named: Vec<String> = Vec::new();
+    let mut more = false;
+    let read = crate::git_config::read(&config, |name, value| {
+        if !crate::git_config::runs_a_program(name, value) {
+            return;
+        }
+        let name = format!("{place}{}", String::from_utf8_lossy(name).escape_debug());
+        if named.contains(&name) {
+            return;
+        }
+        if named.len() < MAX_NAMED_SETTINGS {
+            named.push(name);
+        } else {
+            more = true;
+        }
+    });
+    found.extend(named);
+    if more {
+        found.push(format!("{place}…"));
+    }
+    // git runs nothing there until the file is mended; what comes after is then obeyed.
+    if let Err(refused) = read {
+        found.push(format!(
+            "a {file} git refuses from its line {} on (what follows runs once it is mended)",
+            refused.line
+        ));
+    }
+}
+
 /// Hooks named at most, of a repository a command made.
 const MAX_NAMED_HOOKS: usize = 8;
+
+/// Settings named at most, of a repository a command made.
+const MAX_NAMED_SETTINGS: usize = 8;
 
 /// The bytes of `path` when it is a regular file of at most `most` bytes (never opened
 /// otherwise: a pipe a command left there would keep the read waiting).
@@ -941,10 +942,48 @@ mod tests {
                 "hooks/pre-commit",
                 "core.fsmonitor",
                 "core.sshcommand",
-                "filter.clean",
+                "filter.x.clean",
                 "alias.go",
                 "include.path",
                 "pager.log"
+            ]
+        );
+        // Read as git reads it: a setting on its header's line, after a lone carriage
+        // return; eight named at most; a file git refuses is said.
+        std::fs::write(
+            git.join("config"),
+            "[core] fsmonitor = evil\n[a]\rpager = x\n\tsshCommand = evil\n",
+        )
+        .unwrap();
+        assert_eq!(
+            runs_programs(&git),
+            [
+                "hooks/pre-commit",
+                "core.fsmonitor",
+                "a.pager",
+                "a.sshcommand"
+            ]
+        );
+        std::fs::remove_file(git.join("hooks/pre-commit")).unwrap();
+        let many: String = (0..20).map(|i| format!("[s{i}]\n\tcmd = evil\n")).collect();
+        std::fs::write(git.join("config"), &many).unwrap();
+        let named = runs_programs(&git);
+        assert_eq!(named.len(), 9, "{named:?}");
+        assert_eq!(named[7..], ["s7.cmd", "…"]);
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n\t=\n").unwrap();
+        assert_eq!(
+            runs_programs(&git),
+            ["a config git refuses from its line 3 on (what follows runs once it is mended)"]
+        );
+        // What git reads besides: a worktree's config, another directory's.
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+        std::fs::write(git.join("config.worktree"), "[core]\n\tfsmonitor = evil\n").unwrap();
+        std::fs::write(git.join("commondir"), "../../elsewhere\n").unwrap();
+        assert_eq!(
+            runs_programs(&git),
+            [
+                "config.worktree: core.fsmonitor",
+                "a commondir that says \"../../elsewhere\""
             ]
         );
         let file = tmp.path().join("sub.git");

@@ -134,6 +134,8 @@ fn test() -> Result<()> {
         "strace",
         "the system calls of the durability test",
     )?;
+    // The git config reader's tests hold it to what git itself reads.
+    ensure_program("git", "git", "the git config reader's tests")?;
     run("cargo", &["test", "--workspace"], &[])
 }
 
