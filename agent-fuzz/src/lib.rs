@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("agent_toml", agent_toml),
     ("mcp_config", mcp_config),
     ("mcp_server", mcp_server),
+    ("git_config", git_config),
     ("policy", policy),
     ("path_resolver", path_resolver),
     ("shell_parser", shell_parser),
@@ -139,6 +140,31 @@ pub fn mcp_config(data: &[u8]) {
     if let Err(e) = agent_tools::mcp::McpConfig::parse(path, data) {
         let e = e.to_string();
         assert!(!e.contains('\n'), "a multi-line error: {e:?}");
+    }
+}
+
+/// A repository's git config, as a sandboxed command may leave it: read as git reads it;
+/// each setting has a name, and a file refused is refused at one of its lines.
+pub fn git_config(data: &[u8]) {
+    use agent_tools::git_config;
+    let mut settings = 0;
+    let read = git_config::read(data, |name, value| {
+        assert!(!name.is_empty());
+        let _ = git_config::runs_a_program(name, value);
+        settings += 1;
+    });
+    assert!(
+        settings <= data.len(),
+        "{settings} settings of {} bytes",
+        data.len()
+    );
+    if let Err(refused) = read {
+        let lines = data.iter().filter(|&&b| b == b'\n').count() + 1;
+        assert!(
+            (1..=lines).contains(&refused.line),
+            "line {} of {lines}",
+            refused.line
+        );
     }
 }
 
