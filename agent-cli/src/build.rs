@@ -158,8 +158,10 @@ pub fn gateway(
         ws = ws.protect(&config, "agent's own settings");
     }
     // Its hooks and config run commands the next time the person uses git: the
-    // workspace's repository, and any nested in it.
-    ws = ws.protect_everywhere(".git", "a git directory");
+    // workspace's repository, any nested in it, and any bare one.
+    ws = ws
+        .protect_everywhere(".git", "a git directory")
+        .protect_bare_repositories("a bare repository");
     // Nor the files that set up agent itself: a model could take a `deny` rule out, name
     // a costlier model, or loosen the schema its answers are checked against, for the
     // next run, with no question asked (only what widens needs trust). Where no such file

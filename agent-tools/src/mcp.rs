@@ -833,16 +833,18 @@ fn shown_name(name: &str) -> String {
 }
 
 /// [`connect_within`], returning what was left out instead of logging it. A server that
-/// asks for a sandbox has every `.git` kept from it
+/// asks for a sandbox has every `.git` and bare repository kept from it
 /// ([`connect_reporting_in`] names what else).
 pub async fn connect_reporting(
     config: &McpConfig,
     cwd: &Path,
     timeout: Duration,
 ) -> Result<Connected, McpError> {
-    let workspace = crate::Workspace::new(cwd)
-        .ok()
-        .map(|workspace| workspace.protect_everywhere(".git", "a git directory"));
+    let workspace = crate::Workspace::new(cwd).ok().map(|workspace| {
+        workspace
+            .protect_everywhere(".git", "a git directory")
+            .protect_bare_repositories("a bare repository")
+    });
     connect_servers(config, cwd, workspace.as_ref(), timeout).await
 }
 

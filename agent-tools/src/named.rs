@@ -28,6 +28,18 @@ const SETTLED: Duration = Duration::from_secs(2);
 #[cfg(target_os = "linux")]
 const MAX_WATCHES: usize = 65_536;
 
+/// What a walk does with an entry, by its name.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Looked {
+    /// Nothing: a directory is walked into.
+    Past,
+    /// It is found, and not walked into (a `.git`).
+    Found,
+    /// It is found, and a directory is walked into all the same (a `HEAD`, which says its
+    /// directory may be a bare repository's, and may be a directory itself).
+    FoundAndPast,
+}
+
 /// The directories of a workspace as its last walk read them.
 pub(crate) struct Listings {
     dirs: HashMap<PathBuf, Listing>,
@@ -128,13 +140,13 @@ impl Listings {
         }
     }
 
-    /// Every entry beneath `root` (its own included) whose name `looked_for` says, without
-    /// looking beneath one, in order; a directory reached through a link is not walked
-    /// into.
+    /// Every entry beneath `root` (its own included) whose name `looked_for` says is found,
+    /// in order, looking beneath one only where it says so; a directory reached through a
+    /// link is not walked into.
     pub(crate) fn find(
         &mut self,
         root: &Path,
-        looked_for: impl Fn(&OsStr) -> bool,
+        looked_for: impl Fn(&OsStr) -> Looked,
     ) -> Vec<PathBuf> {
         if matches!(self.watch, Watch::Untried) {
             self.watch = Watch::start();
@@ -188,7 +200,7 @@ impl Listings {
 
     /// Reads `dir` (watched first, where directories are), or `None` where it is not a
     /// directory.
-    fn read(&mut self, dir: &Path, looked_for: &impl Fn(&OsStr) -> bool) -> Option<Listing> {
+    fn read(&mut self, dir: &Path, looked_for: &impl Fn(&OsStr) -> Looked) -> Option<Listing> {
         let wd = self.watch(dir);
         let meta = std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir())?;
         let stamp = Stamp::of(&meta);
@@ -210,10 +222,12 @@ impl Listings {
                 return Some(listing);
             };
             let name = entry.file_name();
-            if looked_for(&name) {
+            let looked = looked_for(&name);
+            if looked != Looked::Found && entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                listing.dirs.push(name.clone());
+            }
+            if looked != Looked::Past {
                 listing.named.push(name);
-            } else if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                listing.dirs.push(name);
             }
         }
         listing.settled = began
@@ -321,7 +335,7 @@ impl Listings {
 
     /// What the watches said since the last walk: the directories in which a directory
     /// or a name looked for came or went, those removed or moved themselves.
-    fn changes(&mut self, looked_for: &impl Fn(&OsStr) -> bool) -> Changes {
+    fn changes(&mut self, looked_for: &impl Fn(&OsStr) -> Looked) -> Changes {
         use rustix::fs::inotify::{ReadFlags, Reader};
         use std::os::unix::ffi::OsStrExt;
         let mut changes = Changes::default();
@@ -352,9 +366,9 @@ impl Listings {
             let itself = ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF | ReadFlags::IGNORED;
             let matters = flags.intersects(itself)
                 || flags.contains(ReadFlags::ISDIR)
-                || event
-                    .file_name()
-                    .is_some_and(|name| looked_for(OsStr::from_bytes(name.to_bytes())));
+                || event.file_name().is_some_and(|name| {
+                    looked_for(OsStr::from_bytes(name.to_bytes())) != Looked::Past
+                });
             if matters {
                 changes.dirty.insert(dir.clone());
             }
@@ -374,7 +388,7 @@ impl Listings {
 
     fn unwatch(&mut self, _dir: &Path, _listing: &Listing) {}
 
-    fn changes(&mut self, _looked_for: &impl Fn(&OsStr) -> bool) -> Changes {
+    fn changes(&mut self, _looked_for: &impl Fn(&OsStr) -> Looked) -> Changes {
         Changes::default()
     }
 }
@@ -383,8 +397,12 @@ impl Listings {
 mod tests {
     use super::*;
 
-    fn git(name: &OsStr) -> bool {
-        name.eq_ignore_ascii_case(".git")
+    fn git(name: &OsStr) -> Looked {
+        if name.eq_ignore_ascii_case(".git") {
+            Looked::Found
+        } else {
+            Looked::Past
+        }
     }
 
     /// Sets a directory's modification time `by` from now (its change time becomes now).
@@ -533,6 +551,39 @@ mod tests {
         after.sort();
         assert_eq!(listings.find(root, git), after);
         assert!(listings.watching());
+    }
+
+    /// A name found and walked past (`HEAD`): a file of that name made where directories
+    /// were already is found, its directory alone read again; a directory of that name is
+    /// walked into.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_name_found_and_walked_past_is_noticed_and_walked_into() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for dir in ["x/objects", "x/refs", "HEAD/deep"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        let looked_for = |name: &OsStr| match name.to_str() {
+            Some(".git") => Looked::Found,
+            Some("HEAD") => Looked::FoundAndPast,
+            _ => Looked::Past,
+        };
+        let mut listings = Listings::default();
+        assert_eq!(listings.find(root, looked_for), [root.join("HEAD")]);
+        assert!(listings.watching());
+        let reads = listings.reads();
+        std::fs::write(root.join("x/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir(root.join("HEAD/deep/.git")).unwrap();
+        assert_eq!(
+            listings.find(root, looked_for),
+            [
+                root.join("HEAD"),
+                root.join("HEAD/deep/.git"),
+                root.join("x/HEAD")
+            ]
+        );
+        assert_eq!(listings.reads(), reads + 2, "x and HEAD/deep");
     }
 
     #[cfg(target_os = "linux")]

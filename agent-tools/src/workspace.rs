@@ -30,6 +30,41 @@ use cap_std::fs::Dir;
 const MAX_LINKS: usize = 40;
 
 /// Whether two file names are the same but for ASCII case.
+/// Whether git takes `dir` for a repository's own directory, as its `is_git_directory`
+/// does: a `HEAD` that is a link into `refs/`, or a file that names a ref (`ref: refs/…`)
+/// or a commit (40 hexadecimal digits at least), beside `objects` and `refs` (or a
+/// `commondir` that says where they are). A `HEAD` that is no regular file nor link (a
+/// pipe) is not opened.
+pub(crate) fn is_git_directory(dir: &Path) -> bool {
+    use std::io::Read as _;
+    let head = dir.join("HEAD");
+    let Ok(meta) = std::fs::symlink_metadata(&head) else {
+        return false;
+    };
+    let names = if meta.is_symlink() {
+        std::fs::read_link(&head).is_ok_and(|to| to.as_os_str().as_bytes().starts_with(b"refs/"))
+    } else if meta.is_file() {
+        let mut said = Vec::new();
+        std::fs::File::open(&head)
+            .and_then(|file| file.take(255).read_to_end(&mut said))
+            .is_ok()
+            && names_a_ref_or_commit(&said)
+    } else {
+        false
+    };
+    names
+        && (dir.join("commondir").exists()
+            || (dir.join("objects").exists() && dir.join("refs").exists()))
+}
+
+/// Whether a `HEAD` file's bytes name a ref or a commit, as git's `validate_headref` asks.
+fn names_a_ref_or_commit(said: &[u8]) -> bool {
+    match said.strip_prefix(b"ref:") {
+        Some(rest) => rest.trim_ascii_start().starts_with(b"refs/"),
+        None => said.len() >= 40 && said[..40].iter().all(u8::is_ascii_hexdigit),
+    }
+}
+
 fn same_name(a: &OsStr, b: &OsStr) -> bool {
     a.as_bytes().eq_ignore_ascii_case(b.as_bytes())
 }
@@ -134,6 +169,9 @@ pub struct Workspace {
     /// Names no tool may change wherever they are ([`Workspace::protect_everywhere`]),
     /// each with what it is.
     protected_names: Vec<(OsString, String)>,
+    /// What a directory git takes for a bare repository's is, when no tool may change one
+    /// ([`Workspace::protect_bare_repositories`]).
+    bare_repositories: Option<String>,
     /// Places in the workspace no tool reads without asking ([`Workspace::conceal`]),
     /// relative to the root, each with what it is.
     concealed: Vec<(PathBuf, String)>,
@@ -264,6 +302,7 @@ impl Workspace {
             local_dev,
             protected: Vec::new(),
             protected_names: Vec::new(),
+            bare_repositories: None,
             concealed: Vec::new(),
             listings: Arc::default(),
         })
@@ -292,6 +331,19 @@ impl Workspace {
             .push((OsString::from(name), what.to_owned()));
         // What a look for the other names found is not what this one finds: a clone made
         // before shares none of it.
+        self.listings = Arc::default();
+        self
+    }
+
+    /// Keeps every tool from changing a directory of the workspace that git takes for a
+    /// repository's own (a bare repository: a `HEAD` that names a ref or a commit, beside
+    /// `objects` and `refs`), and what lies below it, as [`Workspace::protect_everywhere`]
+    /// keeps them from `.git`: its hooks and config run commands when a person uses git in
+    /// it, or in any directory beneath it that is no repository of its own (a command that
+    /// turns `src` into one is obeyed by the person's next `git diff` there). The workspace's
+    /// root is not one of them (it is the person's to change, and the workspace whole).
+    pub fn protect_bare_repositories(mut self, what: &str) -> Workspace {
+        self.bare_repositories = Some(what.to_owned());
         self.listings = Arc::default();
         self
     }
@@ -372,6 +424,16 @@ impl Workspace {
                     .find(|(name, _)| rel.components().any(|c| same_name(c.as_os_str(), name)))
                     .map(|(_, what)| what.as_str())
             })
+            .or_else(|| {
+                let what = self.bare_repositories.as_deref()?;
+                let mut dir = self.root.clone();
+                rel.components()
+                    .any(|c| {
+                        dir.push(c);
+                        is_git_directory(&dir)
+                    })
+                    .then_some(what)
+            })
     }
 
     /// The places in the workspace no tool may change, as absolute paths, each with what
@@ -408,25 +470,54 @@ impl Workspace {
 
     /// Every place in the workspace named as [`Workspace::protect_everywhere`] names them,
     /// at any depth, that is there now, as an absolute path: the `.git` of each repository
-    /// nested in it (a submodule's `.git` file), which a sandboxed command may no more
+    /// nested in it (a submodule's `.git` file), and, where
+    /// [`Workspace::protect_bare_repositories`] asks, each directory below the root that
+    /// git takes for a bare repository's: what a sandboxed command may no more
     /// change than a file tool may. A link stands for what it leads to; one that leads to
     /// nothing, or to the workspace or a directory that holds it (which a command could
     /// make to have the whole workspace read-only), is left out. Found by walking the
     /// workspace (no link is followed into a directory); a walk after the first reads
-    /// again only the directories where a directory or such a name came or went since,
-    /// known on Linux by watching them (inotify), elsewhere or where watches run short
+    /// again only the directories where a directory or such a name (or a `HEAD`) came or
+    /// went since, known on Linux by watching them (inotify), elsewhere or where watches run short
     /// by their times (see `named.rs`).
     pub fn protected_found(&self) -> Vec<PathBuf> {
-        if self.protected_names.is_empty() {
+        use crate::named::Looked;
+        let bare = self.bare_repositories.is_some();
+        if self.protected_names.is_empty() && !bare {
             return Vec::new();
         }
         let looked_for = |name: &OsStr| {
-            self.protected_names
+            if self
+                .protected_names
                 .iter()
                 .any(|(protected, _)| same_name(name, protected))
+            {
+                Looked::Found
+            } else if bare && same_name(name, OsStr::new("HEAD")) {
+                // Its directory may be a bare repository's (looked at below); it may be
+                // a directory itself, and is walked into.
+                Looked::FoundAndPast
+            } else {
+                Looked::Past
+            }
         };
         let mut listings = self.listings.lock().unwrap_or_else(|p| p.into_inner());
-        let mut found = listings.find(&self.root, looked_for);
+        let found = listings.find(&self.root, looked_for);
+        drop(listings);
+        let mut found: Vec<PathBuf> = found
+            .into_iter()
+            .filter_map(|place| {
+                let head = bare
+                    && place
+                        .file_name()
+                        .is_some_and(|n| same_name(n, OsStr::new("HEAD")));
+                if !head {
+                    return Some(place);
+                }
+                let dir = place.parent()?;
+                (dir != self.root && is_git_directory(dir)).then(|| dir.to_path_buf())
+            })
+            .collect();
         found.retain(|place| match std::fs::symlink_metadata(place) {
             Ok(meta) if meta.is_symlink() => place
                 .canonicalize()
@@ -434,6 +525,8 @@ impl Workspace {
             Ok(_) => true,
             Err(_) => false,
         });
+        found.sort();
+        found.dedup();
         found
     }
 

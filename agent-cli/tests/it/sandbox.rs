@@ -284,14 +284,16 @@ fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
                        touch plain/.git/hooks/pre-commit.sample && \
                        printf '[core]\\n\\tbare = false\\n' > plain/.git/config && \
                        printf '[core]\\n\\tfsmonitor = evil\\n' > made/.git/config && \
-                       echo evil > made/.git/hooks/post-checkout && echo end";
+                       echo evil > made/.git/hooks/post-checkout && \
+                       mkdir -p src/objects src/refs && echo 'ref: refs/heads/main' > src/HEAD && \
+                       printf '[alias]\\n\\tst = !evil\\n' > src/config && echo end";
         let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
         let result = one_call(&env, false, command, flags);
         let said = output(&result);
         assert!(said.contains("--- stdout ---\nend\n"), "{said}");
         let named = "the command made a repository in which git would run what the \
                      command wrote (look before using git there): made/.git \
-                     (hooks/post-checkout; core.fsmonitor)\n";
+                     (hooks/post-checkout; core.fsmonitor); src (alias.st)\n";
         assert_eq!(said.contains(named), sandboxed, "{said}");
         assert!(!said.contains("plain/.git"), "{said}");
     }
@@ -639,6 +641,13 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
             std::fs::create_dir_all(ws.join("vendor/sub")).unwrap();
             let pointer = ws.join("vendor/sub/.git");
             std::fs::write(&pointer, "gitdir: ../../.git/modules/sub\n").unwrap();
+            // A bare repository, as `git init --bare` makes one.
+            let backups = ws.join("backups/site.git");
+            for dir in ["objects", "refs/heads"] {
+                std::fs::create_dir_all(backups.join(dir)).unwrap();
+            }
+            std::fs::write(backups.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+            std::fs::write(backups.join("config"), "[core]\n").unwrap();
             for place in [
                 ws.join("src"),
                 ws.join("src/proj"),
@@ -646,21 +655,32 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                 nested.join("hooks"),
                 ws.join("vendor"),
                 ws.join("vendor/sub"),
+                ws.join("backups"),
+                backups.clone(),
             ] {
                 std::fs::set_permissions(&place, std::fs::Permissions::from_mode(0o777)).unwrap();
             }
-            for file in [nested.join("config"), pointer.clone()] {
+            for file in [
+                nested.join("config"),
+                pointer.clone(),
+                backups.join("config"),
+            ] {
                 std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
             }
-            // The first command makes a repository; the second tries them all.
+            // The first command makes a repository, and turns `lib` into a bare one; the
+            // second tries them all.
             let model = env.script(json!([
                     {"tool_calls": [{"id": "call-0", "name": "shell", "arguments": {
-                        "command": "mkdir -p made/.git && echo '[core]' > made/.git/config && echo made"}}]},
+                        "command": "mkdir -p made/.git && echo '[core]' > made/.git/config && \
+                                    mkdir -p lib/objects lib/refs && echo '[core]' > lib/config && \
+                                    echo 'ref: refs/heads/main' > lib/HEAD && echo made"}}]},
                     {"tool_calls": [{"id": "call-1", "name": "shell", "arguments": {"command":
                         "echo '[core] fsmonitor = evil' >> src/proj/.git/config; \
                          echo evil > src/proj/.git/hooks/pre-commit; \
                          echo 'gitdir: ../../evil' > vendor/sub/.git; \
                          echo '[core] fsmonitor = evil' >> made/.git/config; \
+                         echo '[core] fsmonitor = evil' >> backups/site.git/config; \
+                         echo '[core] fsmonitor = evil' >> lib/config; \
                          echo code > src/proj/main.c; \
                          mv src/proj src/moved; echo end"}}]},
                     {"final": "done"}
@@ -682,6 +702,8 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                 (proj.join(".git/config"), "[core]\n"),
                 (pointer.clone(), "gitdir: ../../.git/modules/sub\n"),
                 (ws.join("made/.git/config"), "[core]\n"),
+                (backups.join("config"), "[core]\n"),
+                (ws.join("lib/config"), "[core]\n"),
             ];
             for (file, was) in unchanged {
                 assert_eq!(

@@ -233,6 +233,111 @@ fn the_places_named_as_protected_everywhere_are_found_at_any_depth() {
     assert_eq!(ws.protected_found(), found);
 }
 
+/// Makes `dir` what git takes for a bare repository's directory: `head` as its `HEAD`,
+/// beside `objects` and `refs`.
+fn bare(dir: &std::path::Path, head: &str) {
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    std::fs::create_dir_all(dir.join("refs")).unwrap();
+    std::fs::write(dir.join("HEAD"), head).unwrap();
+}
+
+/// A directory git takes for a bare repository (one `git init --bare` made, or `src`
+/// turned into one by hand) is found at any depth, and no file tool changes it; a `HEAD`
+/// that names nothing, or without `objects` and `refs`, is no repository; a directory
+/// named `HEAD` is walked into; a pipe as `HEAD` is not opened; the root is never one.
+#[test]
+fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
+    let t = tree();
+    let made = std::process::Command::new("git")
+        .args(["init", "-q", "--bare", "backups/site.git"])
+        .current_dir(&t.ws)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    bare(&t.ws.join("src"), "ref: refs/heads/main\n");
+    bare(&t.ws.join("a/b"), &format!("{}\n", "0a".repeat(20)));
+    bare(&t.ws.join("notes"), "hello\n");
+    std::fs::create_dir_all(t.ws.join("c/refs")).unwrap();
+    std::fs::write(t.ws.join("c/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(t.ws.join("linked/objects")).unwrap();
+    std::fs::create_dir_all(t.ws.join("linked/refs")).unwrap();
+    std::os::unix::fs::symlink("refs/heads/main", t.ws.join("linked/HEAD")).unwrap();
+    std::fs::create_dir_all(t.ws.join("wt")).unwrap();
+    std::fs::write(t.ws.join("wt/HEAD"), "ref: refs/heads/wt\n").unwrap();
+    std::fs::write(t.ws.join("wt/commondir"), "../src\n").unwrap();
+    std::fs::create_dir_all(t.ws.join("HEAD/deeper/.git")).unwrap();
+    std::fs::create_dir_all(t.ws.join("piped/objects")).unwrap();
+    std::fs::create_dir_all(t.ws.join("piped/refs")).unwrap();
+    nix::unistd::mkfifo(&t.ws.join("piped/HEAD"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let ws = Workspace::new(&t.ws)
+        .unwrap()
+        .protect_everywhere(".git", "a git directory");
+    let without = ws.protected_found();
+    assert_eq!(without, [t.ws.join("HEAD/deeper/.git")]);
+    let ws = ws.protect_bare_repositories("a bare repository");
+    let found: Vec<PathBuf> = [
+        "HEAD/deeper/.git",
+        "a/b",
+        "backups/site.git",
+        "linked",
+        "src",
+        "wt",
+    ]
+    .iter()
+    .map(|place| t.ws.join(place))
+    .collect();
+    assert_eq!(ws.protected_found(), found);
+
+    let mut policy = Policy::new();
+    policy.add(Action::Allow, "write_file").unwrap();
+    let g = Gateway::with_builtins(ws).unwrap().with_policy(policy);
+    let rt = rt();
+    for path in [
+        "backups/site.git/config",
+        "backups/site.git/hooks/post-receive",
+        "src/config",
+        "src/lib.rs",
+        "a/b/secret.txt",
+        "wt/config.worktree",
+    ] {
+        let v = rt.block_on(verdict(
+            &g,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+        ));
+        assert!(
+            matches!(&v, Verdict::Deny { reason } if reason.contains("a bare repository")),
+            "{path}: {v:?}"
+        );
+    }
+    for path in ["notes/config", "c/config", "piped/config", "new.txt"] {
+        let v = rt.block_on(verdict(
+            &g,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+        ));
+        assert_eq!(v, Verdict::Allow, "{path}");
+    }
+
+    // A workspace that is a bare repository itself stays the person's to change.
+    bare(&t.outside, "ref: refs/heads/main\n");
+    let ws = Workspace::new(&t.outside)
+        .unwrap()
+        .protect_bare_repositories("a bare repository");
+    assert!(ws.protected_found().is_empty());
+    let g = Gateway::with_builtins(ws).unwrap().with_policy({
+        let mut policy = Policy::new();
+        policy.add(Action::Allow, "write_file").unwrap();
+        policy
+    });
+    let v = rt.block_on(verdict(
+        &g,
+        "write_file",
+        json!({"path": "config", "content": "x"}),
+    ));
+    assert_eq!(v, Verdict::Allow);
+}
+
 /// The run store (or agent's settings) inside the workspace: no tool may change it, by
 /// any spelling or link, whatever policy allows; reads are left alone. Checked as a call
 /// is checked, and again as it is run (an approval given elsewhere).
