@@ -248,12 +248,19 @@ fn bare(dir: &std::path::Path, head: &str) {
 #[test]
 fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
     let t = tree();
-    let made = std::process::Command::new("git")
-        .args(["init", "-q", "--bare", "backups/site.git"])
-        .current_dir(&t.ws)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    // Made by git: a bare repository, and a repository whose git directory lies apart
+    // (`--separate-git-dir`: its `.git` is a file that points there).
+    for args in [
+        &["init", "-q", "--bare", "backups/site.git"][..],
+        &["init", "-q", "--separate-git-dir=meta", "checkout"],
+    ] {
+        let made = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&t.ws)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
     bare(&t.ws.join("src"), "ref: refs/heads/main\n");
     bare(&t.ws.join("a/b"), &format!("{}\n", "0a".repeat(20)));
     bare(&t.ws.join("notes"), "hello\n");
@@ -273,13 +280,18 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
         .unwrap()
         .protect_everywhere(".git", "a git directory");
     let without = ws.protected_found();
-    assert_eq!(without, [t.ws.join("HEAD/deeper/.git")]);
+    assert_eq!(
+        without,
+        [t.ws.join("HEAD/deeper/.git"), t.ws.join("checkout/.git")]
+    );
     let ws = ws.protect_bare_repositories("a bare repository");
     let found: Vec<PathBuf> = [
         "HEAD/deeper/.git",
         "a/b",
         "backups/site.git",
+        "checkout/.git",
         "linked",
+        "meta",
         "src",
         "wt",
     ]
@@ -299,6 +311,7 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
         "src/lib.rs",
         "a/b/secret.txt",
         "wt/config.worktree",
+        "meta/hooks/pre-commit",
     ] {
         let v = rt.block_on(verdict(
             &g,
