@@ -159,7 +159,8 @@ pub fn git_config(data: &[u8]) {
         data.len()
     );
     if let Err(refused) = read {
-        let lines = data.iter().filter(|&&b| b == b'\n').count() + 1;
+        // As git counts: the end of the file is a line more.
+        let lines = data.iter().filter(|&&b| b == b'\n').count() + 2;
         assert!(
             (1..=lines).contains(&refused.line),
             "line {} of {lines}",
