@@ -341,10 +341,19 @@ impl Workspace {
     /// keeps them from `.git`: its hooks and config run commands when a person uses git in
     /// it, or in any directory beneath it that is no repository of its own (a command that
     /// turns `src` into one is obeyed by the person's next `git diff` there). The workspace's
-    /// root is not one of them (it is the person's to change, and the workspace whole).
+    /// root is not one of them (it is the person's to change, and the workspace whole);
+    /// unless it is one already, its `HEAD` is protected as [`Workspace::protect`] does,
+    /// so that no tool makes it one (where no `.git` comes first, git would obey a config
+    /// written there in the whole workspace).
     pub fn protect_bare_repositories(mut self, what: &str) -> Workspace {
         self.bare_repositories = Some(what.to_owned());
         self.listings = Arc::default();
+        if !is_git_directory(&self.root) {
+            self.protected.push((
+                PathBuf::from("HEAD"),
+                "what would make the workspace a bare repository".to_owned(),
+            ));
+        }
         self
     }
 

@@ -286,7 +286,8 @@ fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
                        printf '[core]\\n\\tfsmonitor = evil\\n' > made/.git/config && \
                        echo evil > made/.git/hooks/post-checkout && \
                        mkdir -p src/objects src/refs && echo 'ref: refs/heads/main' > src/HEAD && \
-                       printf '[alias]\\n\\tst = !evil\\n' > src/config && echo end";
+                       printf '[alias]\\n\\tst = !evil\\n' > src/config && \
+                       mkdir -p objects refs && echo 'ref: refs/heads/main' > HEAD && echo end";
         let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
         let result = one_call(&env, false, command, flags);
         let said = output(&result);
@@ -296,6 +297,11 @@ fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
                      (hooks/post-checkout; core.fsmonitor); src (alias.st)\n";
         assert_eq!(said.contains(named), sandboxed, "{said}");
         assert!(!said.contains("plain/.git"), "{said}");
+        // The workspace made a bare repository's directory: its `HEAD` is taken away.
+        let removed = "the command made what no command may make: HEAD (what would make \
+                       the workspace a bare repository): removed\n";
+        assert_eq!(said.contains(removed), sandboxed, "{said}");
+        assert_eq!(env.dir.path().join("HEAD").exists(), !sandboxed, "{said}");
     }
 }
 

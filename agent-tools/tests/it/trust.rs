@@ -312,6 +312,8 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
         "a/b/secret.txt",
         "wt/config.worktree",
         "meta/hooks/pre-commit",
+        // The root's `HEAD` would make the workspace one.
+        "HEAD",
     ] {
         let v = rt.block_on(verdict(
             &g,
@@ -343,12 +345,14 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
         policy.add(Action::Allow, "write_file").unwrap();
         policy
     });
-    let v = rt.block_on(verdict(
-        &g,
-        "write_file",
-        json!({"path": "config", "content": "x"}),
-    ));
-    assert_eq!(v, Verdict::Allow);
+    for path in ["config", "HEAD"] {
+        let v = rt.block_on(verdict(
+            &g,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+        ));
+        assert_eq!(v, Verdict::Allow, "{path}");
+    }
 }
 
 /// The run store (or agent's settings) inside the workspace: no tool may change it, by
