@@ -161,7 +161,8 @@ pub fn gateway(
     // workspace's repository, any nested in it, and any bare one.
     ws = ws
         .protect_everywhere(".git", "a git directory")
-        .protect_bare_repositories("a bare repository");
+        .protect_bare_repositories("a bare repository")
+        .protect_hooks_paths("the hooks a repository's core.hooksPath names");
     // Nor the files that set up agent itself: a model could take a `deny` rule out, name
     // a costlier model, or loosen the schema its answers are checked against, for the
     // next run, with no question asked (only what widens needs trust). Where no such file

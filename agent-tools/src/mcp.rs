@@ -844,6 +844,7 @@ pub async fn connect_reporting(
         workspace
             .protect_everywhere(".git", "a git directory")
             .protect_bare_repositories("a bare repository")
+            .protect_hooks_paths("the hooks a repository's core.hooksPath names")
     });
     connect_servers(config, cwd, workspace.as_ref(), timeout).await
 }

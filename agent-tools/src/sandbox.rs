@@ -383,7 +383,7 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
 pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
     let mut found = Vec::new();
     if std::fs::metadata(place).is_ok_and(|m| m.is_file()) {
-        let said = small_file(place, 4 << 10).unwrap_or_default();
+        let said = crate::workspace::small_file(place, 4 << 10).unwrap_or_default();
         let said = String::from_utf8_lossy(&said);
         let to = said.lines().next().unwrap_or_default().trim();
         found.push(format!("a .git file that says \"{}\"", to.escape_debug()));
@@ -411,7 +411,7 @@ pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
     }
     let common = place.join("commondir");
     if std::fs::symlink_metadata(&common).is_ok() {
-        let said = small_file(&common, 4 << 10).unwrap_or_default();
+        let said = crate::workspace::small_file(&common, 4 << 10).unwrap_or_default();
         let said = String::from_utf8_lossy(&said);
         let to = said.lines().next().unwrap_or_default().trim();
         found.push(format!("a commondir that says \"{}\"", to.escape_debug()));
@@ -423,7 +423,7 @@ pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
 /// read as git reads it (`git_config`: a simpler reader would miss what git obeys), eight
 /// at most; a file that is not a small one, or that git refuses, is said.
 fn settings_named(path: &Path, file: &str, found: &mut Vec<String>) {
-    let config = match small_file(path, 1 << 20) {
+    let config = match crate::workspace::small_file(path, 1 << 20) {
         Some(config) => config,
         // Not a file of a size git writes (a pipe, a device, a link, megabytes): said, not
         // read.
@@ -472,23 +472,6 @@ const MAX_NAMED_HOOKS: usize = 8;
 
 /// Settings named at most, of a repository a command made.
 const MAX_NAMED_SETTINGS: usize = 8;
-
-/// The bytes of `path` when it is a regular file of at most `most` bytes (never opened
-/// otherwise: a pipe a command left there would keep the read waiting).
-fn small_file(path: &Path, most: u64) -> Option<Vec<u8>> {
-    use std::io::Read as _;
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > most {
-        return None;
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(most)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    Some(bytes)
-}
 
 /// What holds the system's credentials, hidden from a sandboxed command that runs as root
 /// (which reads them without any capability, as their owner): password hashes, the SSH

@@ -57,6 +57,70 @@ pub(crate) fn is_git_directory(dir: &Path) -> bool {
             || (dir.join("objects").exists() && dir.join("refs").exists()))
 }
 
+/// The bytes of `path` when it is a regular file of at most `most` bytes (never opened
+/// otherwise: a pipe a command left there would keep the read waiting).
+pub(crate) fn small_file(path: &Path, most: u64) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > most {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(most)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    Some(bytes)
+}
+
+/// The last `core.hooksPath` of the git config files `files` (read as git reads them, up
+/// to 1 MiB each; includes are not followed), as written.
+fn hooks_setting(files: &[PathBuf], mut last: Option<Vec<u8>>) -> Option<Vec<u8>> {
+    for file in files {
+        let Some(bytes) = small_file(file, 1 << 20) else {
+            continue;
+        };
+        let _ = crate::git_config::read(&bytes, |name, value| {
+            if let (b"core.hookspath", Some(value)) = (name, value) {
+                last = Some(value.to_vec());
+            }
+        });
+    }
+    last
+}
+
+/// The configs of git's that apply to every repository of this user: the system's and
+/// the person's (`$XDG_CONFIG_HOME/git/config`, `~/.gitconfig`).
+fn outer_git_configs() -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|home| home.join(".config")));
+    let mut files = vec![PathBuf::from("/etc/gitconfig")];
+    files.extend(xdg.map(|dir| dir.join("git/config")));
+    files.extend(home.map(|home| home.join(".gitconfig")));
+    files
+}
+
+/// Where git runs the hooks of the repository whose git directory is `git_dir` from, when
+/// a config names a place with `core.hooksPath` (husky's `.husky/_`, which is ignored by
+/// git, so that what is written there shows nowhere): the last such setting of `outer`
+/// (the system's and the person's, [`hooks_setting`] of [`outer_git_configs`]) and of the
+/// repository's own `config` and `config.worktree`, `~/` taken as the home directory and
+/// a relative path from `top` (the root of its work tree, or the git directory of a bare
+/// repository), where git runs hooks. `None` where none names one (`hooks/` in the git
+/// directory, which is protected with it).
+fn hooks_path(git_dir: &Path, top: &Path, outer: Option<&[u8]>) -> Option<PathBuf> {
+    let own = [git_dir.join("config"), git_dir.join("config.worktree")];
+    let value = hooks_setting(&own, outer.map(<[u8]>::to_vec))?;
+    let path = match value.strip_prefix(b"~/") {
+        Some(rest) => PathBuf::from(std::env::var_os("HOME")?).join(OsStr::from_bytes(rest)),
+        None => PathBuf::from(OsStr::from_bytes(&value)),
+    };
+    Some(top.join(path))
+}
+
 /// Whether a `HEAD` file's bytes name a ref or a commit, as git's `validate_headref` asks.
 fn names_a_ref_or_commit(said: &[u8]) -> bool {
     match said.strip_prefix(b"ref:") {
@@ -172,6 +236,9 @@ pub struct Workspace {
     /// What a directory git takes for a bare repository's is, when no tool may change one
     /// ([`Workspace::protect_bare_repositories`]).
     bare_repositories: Option<String>,
+    /// What a directory a repository's `core.hooksPath` names is, when no tool may change
+    /// one ([`Workspace::protect_hooks_paths`]).
+    hooks_paths: Option<String>,
     /// Places in the workspace no tool reads without asking ([`Workspace::conceal`]),
     /// relative to the root, each with what it is.
     concealed: Vec<(PathBuf, String)>,
@@ -303,6 +370,7 @@ impl Workspace {
             protected: Vec::new(),
             protected_names: Vec::new(),
             bare_repositories: None,
+            hooks_paths: None,
             concealed: Vec::new(),
             listings: Arc::default(),
         })
@@ -355,6 +423,40 @@ impl Workspace {
             ));
         }
         self
+    }
+
+    /// Keeps every tool from changing the directory of the workspace from which git runs a
+    /// repository's hooks when its config (or the person's) names one with
+    /// `core.hooksPath` (husky's `.husky/_`, which git ignores, so that a hook written
+    /// there would show in no `git status`), and what lies below it: a sandboxed command
+    /// has it read-only for each repository found as [`Workspace::protected_found`] finds
+    /// them, and the file tools may not change the one of the workspace's own repository.
+    /// One that is the workspace's root, or holds it, is left alone (the workspace
+    /// whole would be read-only).
+    pub fn protect_hooks_paths(mut self, what: &str) -> Workspace {
+        self.hooks_paths = Some(what.to_owned());
+        self
+    }
+
+    /// The directory the hooks of the workspace's own repository (a `.git` directory at
+    /// its root) are run from, relative to the root, where its config names one inside
+    /// the workspace and below its root ([`Workspace::protect_hooks_paths`]).
+    fn own_hooks_path(&self) -> Option<PathBuf> {
+        let git_dir = self.root.join(".git");
+        if !git_dir.is_dir() {
+            return None;
+        }
+        let outer = hooks_setting(&outer_git_configs(), None);
+        let hooks = hooks_path(&git_dir, &self.root, outer.as_deref())?;
+        self.hooks_inside(&hooks)
+    }
+
+    /// `hooks`, relative to the root, when it is a directory below the root (its links
+    /// resolved).
+    fn hooks_inside(&self, hooks: &Path) -> Option<PathBuf> {
+        let real = hooks.canonicalize().ok()?;
+        let rel = real.strip_prefix(&self.root).ok()?;
+        (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
     }
 
     /// Keeps every tool from reading or changing `path`, and what lies below it, without a
@@ -442,6 +544,11 @@ impl Workspace {
                         is_git_directory(&dir)
                     })
                     .then_some(what)
+            })
+            .or_else(|| {
+                let what = self.hooks_paths.as_deref()?;
+                let hooks = self.own_hooks_path()?;
+                lies_in(rel, &hooks).then_some(what)
             })
     }
 
@@ -534,6 +641,29 @@ impl Workspace {
             Ok(_) => true,
             Err(_) => false,
         });
+        if self.hooks_paths.is_some() {
+            let outer = hooks_setting(&outer_git_configs(), None);
+            let hooks: Vec<PathBuf> = found
+                .iter()
+                .filter(|place| place.is_dir())
+                .filter_map(|git_dir| {
+                    // Hooks run from the work tree's root, or a bare repository's directory.
+                    let top = if same_name(git_dir.file_name()?, OsStr::new(".git")) {
+                        git_dir.parent()?
+                    } else {
+                        git_dir
+                    };
+                    let hooks = hooks_path(git_dir, top, outer.as_deref())?;
+                    Some(self.root.join(self.hooks_inside(&hooks)?))
+                })
+                .collect();
+            // One in a place kept already (`.git/hooks-elsewhere`) is kept with it.
+            let apart: Vec<PathBuf> = hooks
+                .into_iter()
+                .filter(|hooks| !found.iter().any(|place| hooks.starts_with(place)))
+                .collect();
+            found.extend(apart);
+        }
         found.sort();
         found.dedup();
         found

@@ -643,7 +643,10 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
             let ws = env.dir.path();
             let nested = ws.join("src/proj/.git");
             std::fs::create_dir_all(nested.join("hooks")).unwrap();
-            std::fs::write(nested.join("config"), "[core]\n").unwrap();
+            // Its hooks run from `.husky/_` (as husky sets them up), which git ignores.
+            let config = "[core]\n\thooksPath = .husky/_\n";
+            std::fs::write(nested.join("config"), config).unwrap();
+            std::fs::create_dir_all(ws.join("src/proj/.husky/_")).unwrap();
             std::fs::create_dir_all(ws.join("vendor/sub")).unwrap();
             let pointer = ws.join("vendor/sub/.git");
             std::fs::write(&pointer, "gitdir: ../../.git/modules/sub\n").unwrap();
@@ -659,6 +662,8 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                 ws.join("src/proj"),
                 nested.clone(),
                 nested.join("hooks"),
+                ws.join("src/proj/.husky"),
+                ws.join("src/proj/.husky/_"),
                 ws.join("vendor"),
                 ws.join("vendor/sub"),
                 ws.join("backups"),
@@ -683,6 +688,7 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                     {"tool_calls": [{"id": "call-1", "name": "shell", "arguments": {"command":
                         "echo '[core] fsmonitor = evil' >> src/proj/.git/config; \
                          echo evil > src/proj/.git/hooks/pre-commit; \
+                         echo evil > src/proj/.husky/_/pre-commit; \
                          echo 'gitdir: ../../evil' > vendor/sub/.git; \
                          echo '[core] fsmonitor = evil' >> made/.git/config; \
                          echo '[core] fsmonitor = evil' >> backups/site.git/config; \
@@ -705,7 +711,7 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                 "{case}"
             );
             let unchanged = [
-                (proj.join(".git/config"), "[core]\n"),
+                (proj.join(".git/config"), config),
                 (pointer.clone(), "gitdir: ../../.git/modules/sub\n"),
                 (ws.join("made/.git/config"), "[core]\n"),
                 (backups.join("config"), "[core]\n"),
@@ -719,11 +725,9 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                     file.display()
                 );
             }
-            assert_eq!(
-                proj.join(".git/hooks/pre-commit").exists(),
-                !sandboxed,
-                "{case}"
-            );
+            for hook in [".git/hooks/pre-commit", ".husky/_/pre-commit"] {
+                assert_eq!(proj.join(hook).exists(), !sandboxed, "{hook}: {case}");
+            }
             if sandboxed {
                 assert!(said.contains("Read-only file system"), "{case}");
             }

@@ -355,6 +355,112 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
     }
 }
 
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let done = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .status()
+        .unwrap();
+    assert!(done.success(), "git {args:?}");
+}
+
+/// The directory a repository's `core.hooksPath` names (husky's `.husky/_`, which git
+/// ignores) is found with the repository, a relative one taken from its work tree (or a
+/// bare repository's directory), and no file tool changes the workspace's own; one that
+/// is the root, or lies in a `.git` already, is not found apart.
+#[test]
+fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
+    let t = tree();
+    git(&t.ws, &["init", "-q"]);
+    git(&t.ws, &["config", "core.hooksPath", ".husky/_"]);
+    std::fs::create_dir_all(t.ws.join(".husky/_")).unwrap();
+    std::fs::write(t.ws.join(".husky/_/h"), "#!/bin/sh\n").unwrap();
+    let lib = t.ws.join("vendor/lib");
+    std::fs::create_dir_all(lib.join("hooks-here")).unwrap();
+    git(&lib, &["init", "-q"]);
+    git(&lib, &["config", "core.hooksPath", "hooks-here"]);
+    let inner = t.ws.join("vendor/inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    git(&inner, &["init", "-q"]);
+    git(&inner, &["config", "core.hooksPath", ".git/more-hooks"]);
+    std::fs::create_dir_all(inner.join(".git/more-hooks")).unwrap();
+    let site = t.ws.join("backups/site.git");
+    std::fs::create_dir_all(&site).unwrap();
+    git(&site, &["init", "-q", "--bare"]);
+    git(&site, &["config", "core.hooksPath", "custom"]);
+    std::fs::create_dir_all(site.join("custom")).unwrap();
+    // Named, but not there: nothing to keep.
+    let gone = t.ws.join("vendor/gone");
+    std::fs::create_dir_all(&gone).unwrap();
+    git(&gone, &["init", "-q"]);
+    git(&gone, &["config", "core.hooksPath", "nowhere"]);
+
+    let ws = Workspace::new(&t.ws)
+        .unwrap()
+        .protect_everywhere(".git", "a git directory")
+        .protect_bare_repositories("a bare repository");
+    let repositories: Vec<PathBuf> = [
+        ".git",
+        "backups/site.git",
+        "vendor/gone/.git",
+        "vendor/inner/.git",
+        "vendor/lib/.git",
+    ]
+    .iter()
+    .map(|place| t.ws.join(place))
+    .collect();
+    assert_eq!(ws.protected_found(), repositories);
+    let ws = ws.protect_hooks_paths("the hooks a repository's core.hooksPath names");
+    let mut found = repositories.clone();
+    found.extend(
+        [".husky/_", "vendor/lib/hooks-here"]
+            .iter()
+            .map(|place| t.ws.join(place)),
+    );
+    found.sort();
+    assert_eq!(ws.protected_found(), found);
+
+    let mut policy = Policy::new();
+    policy.add(Action::Allow, "write_file").unwrap();
+    let g = Gateway::with_builtins(ws).unwrap().with_policy(policy);
+    let rt = rt();
+    let write = |path: &str| {
+        rt.block_on(verdict(
+            &g,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+        ))
+    };
+    let v = write(".husky/_/pre-commit");
+    assert!(
+        matches!(&v, Verdict::Deny { reason } if reason.contains("core.hooksPath")),
+        "{v:?}"
+    );
+    for path in [".husky/pre-commit", "vendor/lib/README"] {
+        assert_eq!(write(path), Verdict::Allow, "{path}");
+    }
+
+    // Hooks run from the work tree's root itself: the workspace stays writable.
+    git(&t.ws, &["config", "core.hooksPath", "."]);
+    let ws = Workspace::new(&t.ws)
+        .unwrap()
+        .protect_everywhere(".git", "a git directory")
+        .protect_hooks_paths("the hooks a repository's core.hooksPath names");
+    assert!(!ws.protected_found().contains(&t.ws));
+    let g = Gateway::with_builtins(ws).unwrap().with_policy({
+        let mut policy = Policy::new();
+        policy.add(Action::Allow, "write_file").unwrap();
+        policy
+    });
+    let v = rt.block_on(verdict(
+        &g,
+        "write_file",
+        json!({"path": "pre-commit", "content": "x"}),
+    ));
+    assert_eq!(v, Verdict::Allow);
+}
+
 /// The run store (or agent's settings) inside the workspace: no tool may change it, by
 /// any spelling or link, whatever policy allows; reads are left alone. Checked as a call
 /// is checked, and again as it is run (an approval given elsewhere).
