@@ -378,8 +378,8 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
 /// its hooks (the files in `hooks/`, git's own `.sample`s aside), the settings of its
 /// `config` (and `config.worktree`) that name a program or include another file (and
 /// aliases that run a shell command), a `commondir` that sends git elsewhere, or, for a
-/// `.git` file, that it points elsewhere. Empty for a repository as `git init` or
-/// `git clone` makes it.
+/// `.git` file, that it points elsewhere; for a directory a `core.hooksPath` names, the
+/// hooks in it. Empty for a repository as `git init` or `git clone` makes it.
 pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
     let mut found = Vec::new();
     if std::fs::metadata(place).is_ok_and(|m| m.is_file()) {
@@ -389,21 +389,16 @@ pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
         found.push(format!("a .git file that says \"{}\"", to.escape_debug()));
         return found;
     }
-    if let Ok(hooks) = std::fs::read_dir(place.join("hooks")) {
-        let mut named: Vec<String> = hooks
-            .flatten()
-            .map(|hook| hook.file_name().to_string_lossy().into_owned())
-            .filter(|name| !name.ends_with(".sample"))
-            .take(MAX_NAMED_HOOKS + 1)
-            .map(|name| format!("hooks/{}", name.escape_debug()))
-            .collect();
-        named.sort();
-        if named.len() > MAX_NAMED_HOOKS {
-            named.truncate(MAX_NAMED_HOOKS);
-            named.push("hooks/…".to_owned());
-        }
-        found.extend(named);
+    let git_dir = place
+        .file_name()
+        .is_some_and(|name| name.eq_ignore_ascii_case(".git"))
+        || crate::workspace::is_git_directory(place);
+    if !git_dir {
+        // A directory a repository's `core.hooksPath` names: what is in it runs as hooks.
+        hooks_in(place, "", &mut found);
+        return found;
     }
+    hooks_in(&place.join("hooks"), "hooks/", &mut found);
     // git reads `config.worktree` too once the config asks it to, and a `commondir` file
     // sends it to another directory's config and hooks.
     for file in ["config", "config.worktree"] {
@@ -417,6 +412,26 @@ pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
         found.push(format!("a commondir that says \"{}\"", to.escape_debug()));
     }
     found
+}
+
+/// The hooks in `dir` (git's own `.sample`s aside), named after `prefix`, eight at most.
+fn hooks_in(dir: &Path, prefix: &str, found: &mut Vec<String>) {
+    let Ok(hooks) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut named: Vec<String> = hooks
+        .flatten()
+        .map(|hook| hook.file_name().to_string_lossy().into_owned())
+        .filter(|name| !name.ends_with(".sample"))
+        .take(MAX_NAMED_HOOKS + 1)
+        .map(|name| format!("{prefix}{}", name.escape_debug()))
+        .collect();
+    named.sort();
+    if named.len() > MAX_NAMED_HOOKS {
+        named.truncate(MAX_NAMED_HOOKS);
+        named.push(format!("{prefix}…"));
+    }
+    found.extend(named);
 }
 
 /// The settings of the config file `path` (`file` in words) that make git run a program,
@@ -976,10 +991,16 @@ mod tests {
             ["a .git file that says \"gitdir: ../elsewhere\""]
         );
         // A config that is a pipe is not opened (the read would wait for ever).
-        let piped = tmp.path().join("piped");
-        std::fs::create_dir(&piped).unwrap();
+        let piped = tmp.path().join("piped/.git");
+        std::fs::create_dir_all(&piped).unwrap();
         nix::unistd::mkfifo(&piped.join("config"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert_eq!(runs_programs(&piped), ["a config that is not a small file"]);
+        // A directory a `core.hooksPath` names: its hooks.
+        let husky = tmp.path().join(".husky/_");
+        std::fs::create_dir_all(&husky).unwrap();
+        std::fs::write(husky.join("pre-commit"), "evil\n").unwrap();
+        std::fs::write(husky.join("h"), "evil\n").unwrap();
+        assert_eq!(runs_programs(&husky), ["h", "pre-commit"]);
     }
 
     #[test]

@@ -280,6 +280,10 @@ fn refused_at_start_in(env: &Env, flags: &[&str], says: &str) {
 fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
     for sandboxed in [false, true] {
         let env = Env::new();
+        // A repository whose hooks run from a directory not made yet.
+        let app = env.dir.path().join("app/.git");
+        std::fs::create_dir_all(&app).unwrap();
+        std::fs::write(app.join("config"), "[core]\n\thooksPath = .husky/_\n").unwrap();
         let command = "mkdir -p plain/.git/hooks made/.git/hooks && \
                        touch plain/.git/hooks/pre-commit.sample && \
                        printf '[core]\\n\\tbare = false\\n' > plain/.git/config && \
@@ -287,14 +291,16 @@ fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
                        echo evil > made/.git/hooks/post-checkout && \
                        mkdir -p src/objects src/refs && echo 'ref: refs/heads/main' > src/HEAD && \
                        printf '[alias]\\n\\tst = !evil\\n' > src/config && \
-                       mkdir -p objects refs && echo 'ref: refs/heads/main' > HEAD && echo end";
+                       mkdir -p objects refs && echo 'ref: refs/heads/main' > HEAD && \
+                       mkdir -p app/.husky/_ && echo evil > app/.husky/_/pre-commit && echo end";
         let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
         let result = one_call(&env, false, command, flags);
         let said = output(&result);
         assert!(said.contains("--- stdout ---\nend\n"), "{said}");
         let named = "the command made a repository in which git would run what the \
-                     command wrote (look before using git there): made/.git \
-                     (hooks/post-checkout; core.fsmonitor); src (alias.st)\n";
+                     command wrote (look before using git there): app/.husky/_ \
+                     (pre-commit); made/.git (hooks/post-checkout; core.fsmonitor); src \
+                     (alias.st)\n";
         assert_eq!(said.contains(named), sandboxed, "{said}");
         assert!(!said.contains("plain/.git"), "{said}");
         // The workspace made a bare repository's directory: its `HEAD` is taken away.
