@@ -74,24 +74,24 @@ pub(crate) fn small_file(path: &Path, most: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// The last `core.hooksPath` of the git config files `files` (read as git reads them, up
-/// to 1 MiB each; includes are not followed), as written.
-fn hooks_setting(files: &[PathBuf], mut last: Option<Vec<u8>>) -> Option<Vec<u8>> {
+/// Every `core.hooksPath` of the git config files `files` (read as git reads them, up to
+/// 1 MiB each; includes are not followed), as written, added to `values`.
+fn hooks_settings(files: &[PathBuf], values: &mut Vec<Vec<u8>>) {
     for file in files {
         let Some(bytes) = small_file(file, 1 << 20) else {
             continue;
         };
         let _ = crate::git_config::read(&bytes, |name, value| {
             if let (b"core.hookspath", Some(value)) = (name, value) {
-                last = Some(value.to_vec());
+                values.push(value.to_vec());
             }
         });
     }
-    last
 }
 
-/// The configs of git's that apply to every repository of this user: the system's and
-/// the person's (`$XDG_CONFIG_HOME/git/config`, `~/.gitconfig`).
+/// The configs of git's that apply to every repository of this user: the system's
+/// (`/etc/gitconfig`, or `$GIT_CONFIG_SYSTEM`) and the person's (`$XDG_CONFIG_HOME/git/config`,
+/// `~/.gitconfig`, or `$GIT_CONFIG_GLOBAL`), all of them, whichever git would read.
 fn outer_git_configs() -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let xdg = std::env::var_os("XDG_CONFIG_HOME")
@@ -100,25 +100,39 @@ fn outer_git_configs() -> Vec<PathBuf> {
     let mut files = vec![PathBuf::from("/etc/gitconfig")];
     files.extend(xdg.map(|dir| dir.join("git/config")));
     files.extend(home.map(|home| home.join(".gitconfig")));
+    for named in ["GIT_CONFIG_SYSTEM", "GIT_CONFIG_GLOBAL"] {
+        files.extend(std::env::var_os(named).map(PathBuf::from));
+    }
     files
 }
 
-/// Where git runs the hooks of the repository whose git directory is `git_dir` from, when
-/// a config names a place with `core.hooksPath` (husky's `.husky/_`, which is ignored by
-/// git, so that what is written there shows nowhere): the last such setting of `outer`
-/// (the system's and the person's, [`hooks_setting`] of [`outer_git_configs`]) and of the
-/// repository's own `config` and `config.worktree`, `~/` taken as the home directory and
-/// a relative path from `top` (the root of its work tree, or the git directory of a bare
-/// repository), where git runs hooks. `None` where none names one (`hooks/` in the git
-/// directory, which is protected with it).
-fn hooks_path(git_dir: &Path, top: &Path, outer: Option<&[u8]>) -> Option<PathBuf> {
-    let own = [git_dir.join("config"), git_dir.join("config.worktree")];
-    let value = hooks_setting(&own, outer.map(<[u8]>::to_vec))?;
-    let path = match value.strip_prefix(b"~/") {
-        Some(rest) => PathBuf::from(std::env::var_os("HOME")?).join(OsStr::from_bytes(rest)),
-        None => PathBuf::from(OsStr::from_bytes(&value)),
-    };
-    Some(top.join(path))
+/// The places git may run the hooks of the repository whose git directory is `git_dir`
+/// from, where a config names one with `core.hooksPath` (husky's `.husky/_`, which is
+/// ignored by git, so that what is written there shows nowhere): each such setting of
+/// `outer` (the system's and the person's, [`hooks_settings`] of [`outer_git_configs`])
+/// and of the repository's own `config` and `config.worktree` (all of them, not only the
+/// one git would take: which that is depends on the environment git runs in), `~/` taken
+/// as the home directory and a relative path from `top` (the root of its work tree, or
+/// the git directory of a bare repository), where git runs hooks. None where none names
+/// one (`hooks/` in the git directory, which is protected with it).
+fn hooks_paths(git_dir: &Path, top: &Path, outer: &[Vec<u8>]) -> Vec<PathBuf> {
+    let mut values = outer.to_vec();
+    hooks_settings(
+        &[git_dir.join("config"), git_dir.join("config.worktree")],
+        &mut values,
+    );
+    values
+        .iter()
+        .filter_map(|value| {
+            let path = match value.strip_prefix(b"~/") {
+                Some(rest) => {
+                    PathBuf::from(std::env::var_os("HOME")?).join(OsStr::from_bytes(rest))
+                }
+                None => PathBuf::from(OsStr::from_bytes(value)),
+            };
+            Some(top.join(path))
+        })
+        .collect()
 }
 
 /// Whether a `HEAD` file's bytes name a ref or a commit, as git's `validate_headref` asks.
@@ -426,9 +440,11 @@ impl Workspace {
     }
 
     /// Keeps every tool from changing the directory of the workspace from which git runs a
-    /// repository's hooks when its config (or the person's) names one with
+    /// repository's hooks when its config (or the person's, or the system's) names one with
     /// `core.hooksPath` (husky's `.husky/_`, which git ignores, so that a hook written
-    /// there would show in no `git status`), and what lies below it: a sandboxed command
+    /// there would show in no `git status`; every directory so named, not only the one
+    /// git would take, which depends on the environment it runs in), and what lies below
+    /// it: a sandboxed command
     /// has it read-only for each repository found as [`Workspace::protected_found`] finds
     /// them, and the file tools may not change the one of the workspace's own repository.
     /// One that is the workspace's root, or holds it, is left alone (the workspace
@@ -438,17 +454,20 @@ impl Workspace {
         self
     }
 
-    /// The directory the hooks of the workspace's own repository (a `.git` directory at
-    /// its root) are run from, relative to the root, where its config names one inside
+    /// The directories the hooks of the workspace's own repository (a `.git` directory at
+    /// its root) may be run from, relative to the root, where a config names them inside
     /// the workspace and below its root ([`Workspace::protect_hooks_paths`]).
-    fn own_hooks_path(&self) -> Option<PathBuf> {
+    fn own_hooks_paths(&self) -> Vec<PathBuf> {
         let git_dir = self.root.join(".git");
         if !git_dir.is_dir() {
-            return None;
+            return Vec::new();
         }
-        let outer = hooks_setting(&outer_git_configs(), None);
-        let hooks = hooks_path(&git_dir, &self.root, outer.as_deref())?;
-        self.hooks_inside(&hooks)
+        let mut outer = Vec::new();
+        hooks_settings(&outer_git_configs(), &mut outer);
+        hooks_paths(&git_dir, &self.root, &outer)
+            .iter()
+            .filter_map(|hooks| self.hooks_inside(hooks))
+            .collect()
     }
 
     /// `hooks`, relative to the root, when it is a directory below the root (its links
@@ -547,8 +566,10 @@ impl Workspace {
             })
             .or_else(|| {
                 let what = self.hooks_paths.as_deref()?;
-                let hooks = self.own_hooks_path()?;
-                lies_in(rel, &hooks).then_some(what)
+                self.own_hooks_paths()
+                    .iter()
+                    .any(|hooks| lies_in(rel, hooks))
+                    .then_some(what)
             })
     }
 
@@ -642,20 +663,23 @@ impl Workspace {
             Err(_) => false,
         });
         if self.hooks_paths.is_some() {
-            let outer = hooks_setting(&outer_git_configs(), None);
+            let mut outer = Vec::new();
+            hooks_settings(&outer_git_configs(), &mut outer);
             let hooks: Vec<PathBuf> = found
                 .iter()
                 .filter(|place| place.is_dir())
-                .filter_map(|git_dir| {
+                .flat_map(|git_dir| {
                     // Hooks run from the work tree's root, or a bare repository's directory.
-                    let top = if same_name(git_dir.file_name()?, OsStr::new(".git")) {
-                        git_dir.parent()?
-                    } else {
-                        git_dir
+                    let dot_git = git_dir
+                        .file_name()
+                        .is_some_and(|name| same_name(name, OsStr::new(".git")));
+                    let top = match git_dir.parent() {
+                        Some(parent) if dot_git => parent,
+                        _ => git_dir,
                     };
-                    let hooks = hooks_path(git_dir, top, outer.as_deref())?;
-                    Some(self.root.join(self.hooks_inside(&hooks)?))
+                    hooks_paths(git_dir, top, &outer)
                 })
+                .filter_map(|hooks| Some(self.root.join(self.hooks_inside(&hooks)?)))
                 .collect();
             // One in a place kept already (`.git/hooks-elsewhere`) is kept with it.
             let apart: Vec<PathBuf> = hooks

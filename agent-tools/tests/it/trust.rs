@@ -378,8 +378,11 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
     std::fs::write(t.ws.join(".husky/_/h"), "#!/bin/sh\n").unwrap();
     let lib = t.ws.join("vendor/lib");
     std::fs::create_dir_all(lib.join("hooks-here")).unwrap();
+    std::fs::create_dir_all(lib.join("hooks-there")).unwrap();
     git(&lib, &["init", "-q"]);
     git(&lib, &["config", "core.hooksPath", "hooks-here"]);
+    // Named twice: git takes the last, both are kept.
+    git(&lib, &["config", "--add", "core.hooksPath", "hooks-there"]);
     let inner = t.ws.join("vendor/inner");
     std::fs::create_dir_all(&inner).unwrap();
     git(&inner, &["init", "-q"]);
@@ -414,9 +417,13 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
     let ws = ws.protect_hooks_paths("the hooks a repository's core.hooksPath names");
     let mut found = repositories.clone();
     found.extend(
-        [".husky/_", "vendor/lib/hooks-here"]
-            .iter()
-            .map(|place| t.ws.join(place)),
+        [
+            ".husky/_",
+            "vendor/lib/hooks-here",
+            "vendor/lib/hooks-there",
+        ]
+        .iter()
+        .map(|place| t.ws.join(place)),
     );
     found.sort();
     assert_eq!(ws.protected_found(), found);
