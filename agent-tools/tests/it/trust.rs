@@ -285,24 +285,22 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
         [t.ws.join("HEAD/deeper/.git"), t.ws.join("checkout/.git")]
     );
     let ws = ws.protect_bare_repositories("a bare repository");
-    let found: Vec<PathBuf> = [
-        "HEAD/deeper/.git",
-        "a/b",
-        "backups/site.git",
-        "checkout/.git",
-        "linked",
-        "meta",
-        "src",
-        "wt",
-    ]
-    .iter()
-    .map(|place| t.ws.join(place))
-    .collect();
+    let found = places(
+        &t,
+        &[
+            "HEAD/deeper/.git",
+            "a/b",
+            "backups/site.git",
+            "checkout/.git",
+            "linked",
+            "meta",
+            "src",
+            "wt",
+        ],
+    );
     assert_eq!(ws.protected_found(), found);
 
-    let mut policy = Policy::new();
-    policy.add(Action::Allow, "write_file").unwrap();
-    let g = Gateway::with_builtins(ws).unwrap().with_policy(policy);
+    let g = writing(ws);
     let rt = rt();
     for path in [
         "backups/site.git/config",
@@ -340,11 +338,7 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
         .unwrap()
         .protect_bare_repositories("a bare repository");
     assert!(ws.protected_found().is_empty());
-    let g = Gateway::with_builtins(ws).unwrap().with_policy({
-        let mut policy = Policy::new();
-        policy.add(Action::Allow, "write_file").unwrap();
-        policy
-    });
+    let g = writing(ws);
     for path in ["config", "HEAD"] {
         let v = rt.block_on(verdict(
             &g,
@@ -363,6 +357,18 @@ fn git(dir: &std::path::Path, args: &[&str]) {
         .status()
         .unwrap();
     assert!(done.success(), "git {args:?}");
+}
+
+/// A gateway over `ws` whose policy lets `write_file` run wherever the workspace lets it.
+fn writing(ws: Workspace) -> Gateway {
+    let mut policy = Policy::new();
+    policy.add(Action::Allow, "write_file").unwrap();
+    Gateway::with_builtins(ws).unwrap().with_policy(policy)
+}
+
+/// `rel`, each beneath the workspace of `t`.
+fn places(t: &Tree, rel: &[&str]) -> Vec<PathBuf> {
+    rel.iter().map(|place| t.ws.join(place)).collect()
 }
 
 /// The directory a repository's `core.hooksPath` names (husky's `.husky/_`, which git
@@ -403,34 +409,31 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
         .unwrap()
         .protect_everywhere(".git", "a git directory")
         .protect_bare_repositories("a bare repository");
-    let repositories: Vec<PathBuf> = [
-        ".git",
-        "backups/site.git",
-        "vendor/gone/.git",
-        "vendor/inner/.git",
-        "vendor/lib/.git",
-    ]
-    .iter()
-    .map(|place| t.ws.join(place))
-    .collect();
+    let repositories = places(
+        &t,
+        &[
+            ".git",
+            "backups/site.git",
+            "vendor/gone/.git",
+            "vendor/inner/.git",
+            "vendor/lib/.git",
+        ],
+    );
     assert_eq!(ws.protected_found(), repositories);
     let ws = ws.protect_hooks_paths("the hooks a repository's core.hooksPath names");
     let mut found = repositories.clone();
-    found.extend(
-        [
+    found.extend(places(
+        &t,
+        &[
             ".husky/_",
             "vendor/lib/hooks-here",
             "vendor/lib/hooks-there",
-        ]
-        .iter()
-        .map(|place| t.ws.join(place)),
-    );
+        ],
+    ));
     found.sort();
     assert_eq!(ws.protected_found(), found);
 
-    let mut policy = Policy::new();
-    policy.add(Action::Allow, "write_file").unwrap();
-    let g = Gateway::with_builtins(ws).unwrap().with_policy(policy);
+    let g = writing(ws);
     let rt = rt();
     let write = |path: &str| {
         rt.block_on(verdict(
@@ -455,11 +458,7 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
         .protect_everywhere(".git", "a git directory")
         .protect_hooks_paths("the hooks a repository's core.hooksPath names");
     assert!(!ws.protected_found().contains(&t.ws));
-    let g = Gateway::with_builtins(ws).unwrap().with_policy({
-        let mut policy = Policy::new();
-        policy.add(Action::Allow, "write_file").unwrap();
-        policy
-    });
+    let g = writing(ws);
     let v = rt.block_on(verdict(
         &g,
         "write_file",
