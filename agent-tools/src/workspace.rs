@@ -106,23 +106,19 @@ fn outer_git_configs() -> Vec<PathBuf> {
     files
 }
 
-/// The places git may run the hooks of the repository whose git directory is `git_dir`
-/// from, where a config names one with `core.hooksPath` (husky's `.husky/_`, which is
-/// ignored by git, so that what is written there shows nowhere): each such setting of
-/// `outer` (the system's and the person's, [`hooks_settings`] of [`outer_git_configs`])
-/// and of the repository's own `config` and `config.worktree` (all of them, not only the
-/// one git would take: which that is depends on the environment git runs in), `~/` taken
-/// as the home directory and a relative path from `top` (the root of its work tree, or
-/// the git directory of a bare repository), where git runs hooks. None where none names
-/// one (`hooks/` in the git directory, which is protected with it).
-fn hooks_paths(git_dir: &Path, top: &Path, outer: &[Vec<u8>]) -> Vec<PathBuf> {
-    let mut values = outer.to_vec();
-    hooks_settings(
-        &[git_dir.join("config"), git_dir.join("config.worktree")],
-        &mut values,
-    );
-    values
+/// The places git may run the hooks of a repository from, where a config names one with
+/// `core.hooksPath` (husky's `.husky/_`, which is ignored by git, so that what is written
+/// there shows nowhere): each such setting of `outer` (the system's and the person's,
+/// [`hooks_settings`] of [`outer_git_configs`]) and of `own` (the repository's own, from
+/// [`HooksCache::settings`]; all of them, not only the one git would take: which that is
+/// depends on the environment git runs in), `~/` taken as the home directory and a
+/// relative path from `top` (the root of its work tree, or the git directory of a bare
+/// repository), where git runs hooks. None where none names one (`hooks/` in the git
+/// directory, which is protected with it).
+fn hooks_paths(top: &Path, outer: &[Vec<u8>], own: &[Vec<u8>]) -> Vec<PathBuf> {
+    outer
         .iter()
+        .chain(own)
         .filter_map(|value| {
             let path = match value.strip_prefix(b"~/") {
                 Some(rest) => {
@@ -133,6 +129,100 @@ fn hooks_paths(git_dir: &Path, top: &Path, outer: &[Vec<u8>]) -> Vec<PathBuf> {
             Some(top.join(path))
         })
         .collect()
+}
+
+/// A file's identity, size and times: what a look at it tells of whether it changed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    /// The stamp of `path`, when it is a regular file.
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+        Some(FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+}
+
+/// What the repositories' own configs said of `core.hooksPath` when last read, by git
+/// directory, with the stamps of the files read: a look before each sandboxed command
+/// (and after it) reads again only a config that changed, a `stat` each.
+#[derive(Default)]
+struct HooksCache(std::collections::HashMap<PathBuf, OwnHooks>);
+
+struct OwnHooks {
+    config: Option<FileStamp>,
+    /// Whether the config has git read `config.worktree` too
+    /// (`extensions.worktreeConfig`), and that file's stamp.
+    reads_worktree: bool,
+    worktree: Option<FileStamp>,
+    values: Vec<Vec<u8>>,
+}
+
+impl HooksCache {
+    /// Every `core.hooksPath` of the repository whose git directory is `git_dir`: of its
+    /// `config`, and of its `config.worktree` where the config has git read it.
+    fn settings(&mut self, git_dir: &Path) -> Vec<Vec<u8>> {
+        let config_path = git_dir.join("config");
+        let worktree_path = git_dir.join("config.worktree");
+        // Looked at before it is read: a change made meanwhile is read next time.
+        let config = FileStamp::of(&config_path);
+        if let Some(known) = self.0.get(git_dir)
+            && known.config == config
+            && (!known.reads_worktree || known.worktree == FileStamp::of(&worktree_path))
+        {
+            return known.values.clone();
+        }
+        let mut values = Vec::new();
+        let mut reads_worktree = false;
+        if let Some(bytes) = config.and_then(|_| small_file(&config_path, 1 << 20)) {
+            let _ = crate::git_config::read(&bytes, |name, value| match (name, value) {
+                (b"core.hookspath", Some(value)) => values.push(value.to_vec()),
+                (b"extensions.worktreeconfig", value) => reads_worktree = git_true(value),
+                _ => {}
+            });
+        }
+        let worktree = reads_worktree
+            .then(|| FileStamp::of(&worktree_path))
+            .flatten();
+        if worktree.is_some() {
+            hooks_settings(&[worktree_path], &mut values);
+        }
+        let own = OwnHooks {
+            config,
+            reads_worktree,
+            worktree,
+            values: values.clone(),
+        };
+        self.0.insert(git_dir.to_path_buf(), own);
+        values
+    }
+}
+
+/// Whether git takes a setting's value for true: no value, `true`, `yes`, `on`, or a
+/// number other than 0.
+fn git_true(value: Option<&[u8]>) -> bool {
+    let Some(value) = value else {
+        return true;
+    };
+    let word = value.to_ascii_lowercase();
+    matches!(word.as_slice(), b"true" | b"yes" | b"on")
+        || std::str::from_utf8(&word)
+            .ok()
+            .and_then(|n| n.parse::<i64>().ok())
+            .is_some_and(|n| n != 0)
 }
 
 /// Whether a `HEAD` file's bytes name a ref or a commit, as git's `validate_headref` asks.
@@ -259,6 +349,8 @@ pub struct Workspace {
     /// The workspace's directories as the last look for [`Workspace::protected_names`]
     /// read them, shared by the clones.
     listings: Arc<std::sync::Mutex<crate::named::Listings>>,
+    /// What the repositories' configs said of their hooks, shared by the clones.
+    hooks_cache: Arc<std::sync::Mutex<HooksCache>>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -387,6 +479,7 @@ impl Workspace {
             hooks_paths: None,
             concealed: Vec::new(),
             listings: Arc::default(),
+            hooks_cache: Arc::default(),
         })
     }
 
@@ -454,17 +547,22 @@ impl Workspace {
         self
     }
 
-    /// The directories the hooks of the workspace's own repository (a `.git` directory at
-    /// its root) may be run from, relative to the root, where a config names them inside
+    /// The directories the hooks of the workspace's own repository (a `.git` at its root)
+    /// may be run from, relative to the root, where a config names them inside
     /// the workspace and below its root ([`Workspace::protect_hooks_paths`]).
     fn own_hooks_paths(&self) -> Vec<PathBuf> {
         let git_dir = self.root.join(".git");
-        if !git_dir.is_dir() {
+        if std::fs::symlink_metadata(&git_dir).is_err() {
             return Vec::new();
         }
+        let own = self
+            .hooks_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .settings(&git_dir);
         let mut outer = Vec::new();
         hooks_settings(&outer_git_configs(), &mut outer);
-        hooks_paths(&git_dir, &self.root, &outer)
+        hooks_paths(&self.root, &outer, &own)
             .iter()
             .filter_map(|hooks| self.hooks_inside(hooks))
             .collect()
@@ -665,9 +763,12 @@ impl Workspace {
         if self.hooks_paths.is_some() {
             let mut outer = Vec::new();
             hooks_settings(&outer_git_configs(), &mut outer);
+            let mut cache = self.hooks_cache.lock().unwrap_or_else(|p| p.into_inner());
+            // Repositories gone are forgotten.
+            let known: std::collections::HashSet<&PathBuf> = found.iter().collect();
+            cache.0.retain(|git_dir, _| known.contains(git_dir));
             let hooks: Vec<PathBuf> = found
                 .iter()
-                .filter(|place| place.is_dir())
                 .flat_map(|git_dir| {
                     // Hooks run from the work tree's root, or a bare repository's directory.
                     let dot_git = git_dir
@@ -677,10 +778,12 @@ impl Workspace {
                         Some(parent) if dot_git => parent,
                         _ => git_dir,
                     };
-                    hooks_paths(git_dir, top, &outer)
+                    // A `.git` file has no config: none is read.
+                    hooks_paths(top, &outer, &cache.settings(git_dir))
                 })
                 .filter_map(|hooks| Some(self.root.join(self.hooks_inside(&hooks)?)))
                 .collect();
+            drop(cache);
             // One in a place kept already (`.git/hooks-elsewhere`) is kept with it.
             let apart: Vec<PathBuf> = hooks
                 .into_iter()

@@ -433,6 +433,24 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
     found.sort();
     assert_eq!(ws.protected_found(), found);
 
+    // What a config says is read again once it changed: a setting taken out, and a
+    // worktree's config, which git reads only once the config says so.
+    git(&lib, &["config", "--unset-all", "core.hooksPath"]);
+    std::fs::write(
+        lib.join(".git/config.worktree"),
+        "[core]\n\thooksPath = hooks-there\n",
+    )
+    .unwrap();
+    let mut later = repositories.clone();
+    later.push(t.ws.join(".husky/_"));
+    later.sort();
+    assert_eq!(ws.protected_found(), later);
+    git(&lib, &["config", "extensions.worktreeConfig", "true"]);
+    let mut later = later.clone();
+    later.push(t.ws.join("vendor/lib/hooks-there"));
+    later.sort();
+    assert_eq!(ws.protected_found(), later);
+
     let g = writing(ws);
     let rt = rt();
     let write = |path: &str| {
