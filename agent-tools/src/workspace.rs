@@ -29,7 +29,6 @@ use cap_std::fs::Dir;
 /// Symlinks followed while resolving one path, at most (as Linux's `MAXSYMLINKS`).
 const MAX_LINKS: usize = 40;
 
-/// Whether two file names are the same but for ASCII case.
 /// Whether git takes `dir` for a repository's own directory, as its `is_git_directory`
 /// does: a `HEAD` that is a link into `refs/`, or a file that names a ref (`ref: refs/…`)
 /// or a commit (40 hexadecimal digits at least), beside `objects` and `refs` (or a
@@ -233,6 +232,7 @@ fn names_a_ref_or_commit(said: &[u8]) -> bool {
     }
 }
 
+/// Whether two file names are the same but for ASCII case.
 fn same_name(a: &OsStr, b: &OsStr) -> bool {
     a.as_bytes().eq_ignore_ascii_case(b.as_bytes())
 }
@@ -537,11 +537,10 @@ impl Workspace {
     /// `core.hooksPath` (husky's `.husky/_`, which git ignores, so that a hook written
     /// there would show in no `git status`; every directory so named, not only the one
     /// git would take, which depends on the environment it runs in), and what lies below
-    /// it: a sandboxed command
-    /// has it read-only for each repository found as [`Workspace::protected_found`] finds
-    /// them, and the file tools may not change the one of the workspace's own repository.
-    /// One that is the workspace's root, or holds it, is left alone (the workspace
-    /// whole would be read-only).
+    /// it: a sandboxed command has it read-only for each repository found as
+    /// [`Workspace::protected_found`] finds them, and the file tools may not change those
+    /// of the workspace's own repository. One that is the workspace's root, or holds it,
+    /// is left alone (the workspace whole would be read-only).
     pub fn protect_hooks_paths(mut self, what: &str) -> Workspace {
         self.hooks_paths = Some(what.to_owned());
         self
@@ -705,16 +704,17 @@ impl Workspace {
 
     /// Every place in the workspace named as [`Workspace::protect_everywhere`] names them,
     /// at any depth, that is there now, as an absolute path: the `.git` of each repository
-    /// nested in it (a submodule's `.git` file), and, where
-    /// [`Workspace::protect_bare_repositories`] asks, each directory below the root that
-    /// git takes for a bare repository's: what a sandboxed command may no more
-    /// change than a file tool may. A link stands for what it leads to; one that leads to
-    /// nothing, or to the workspace or a directory that holds it (which a command could
-    /// make to have the whole workspace read-only), is left out. Found by walking the
-    /// workspace (no link is followed into a directory); a walk after the first reads
+    /// nested in it (a submodule's `.git` file); where [`Workspace::protect_bare_repositories`]
+    /// asks, each directory below the root that git takes for a bare repository's; where
+    /// [`Workspace::protect_hooks_paths`] asks, each directory below the root that a
+    /// `core.hooksPath` of one of these repositories names: what a sandboxed command may
+    /// no more change than a file tool may. A link stands for what it leads to; one that
+    /// leads to nothing, or to the workspace or a directory that holds it (which a command
+    /// could make to have the whole workspace read-only), is left out. Found by walking
+    /// the workspace (no link is followed into a directory); a walk after the first reads
     /// again only the directories where a directory or such a name (or a `HEAD`) came or
-    /// went since, known on Linux by watching them (inotify), elsewhere or where watches run short
-    /// by their times (see `named.rs`).
+    /// went since, known on Linux by watching them (inotify), elsewhere or where watches
+    /// run short by their times (see `named.rs`).
     pub fn protected_found(&self) -> Vec<PathBuf> {
         use crate::named::Looked;
         let bare = self.bare_repositories.is_some();
