@@ -538,33 +538,52 @@ impl Workspace {
     /// there would show in no `git status`; every directory so named, not only the one
     /// git would take, which depends on the environment it runs in), and what lies below
     /// it: a sandboxed command has it read-only for each repository found as
-    /// [`Workspace::protected_found`] finds them, and the file tools may not change those
-    /// of the workspace's own repository. One that is the workspace's root, or holds it,
-    /// is left alone (the workspace whole would be read-only).
+    /// [`Workspace::protected_found`] finds them, and the file tools may not change what
+    /// lies in those of a repository whose work tree holds the path (the workspace's own,
+    /// or one nested in it). One that is the workspace's root, or holds it, is left alone
+    /// (the workspace whole would be read-only).
     pub fn protect_hooks_paths(mut self, what: &str) -> Workspace {
         self.hooks_paths = Some(what.to_owned());
         self
     }
 
-    /// The directories the hooks of the workspace's own repository (a `.git` at its root)
-    /// may be run from, relative to the root, where a config names them inside
-    /// the workspace and below its root ([`Workspace::protect_hooks_paths`]).
-    fn own_hooks_paths(&self) -> Vec<PathBuf> {
-        let git_dir = self.root.join(".git");
-        if std::fs::symlink_metadata(&git_dir).is_err() {
-            return Vec::new();
+    /// Whether `rel` lies in a directory from which git may run the hooks of a repository
+    /// whose work tree holds it (the workspace's own, or one nested in it on the way down
+    /// to `rel`: a `.git` in the root or in a directory above `rel`), as a config names
+    /// it ([`Workspace::protect_hooks_paths`]). A `stat` for each directory on the way, and
+    /// the configs of the repositories found there, read again only once changed.
+    fn in_hooks_path(&self, rel: &Path) -> bool {
+        let mut tops = vec![self.root.clone()];
+        let mut dir = self.root.clone();
+        let mut components = rel.components().peekable();
+        while let Some(c) = components.next() {
+            if components.peek().is_none() {
+                break;
+            }
+            dir.push(c);
+            tops.push(dir.clone());
         }
-        let own = self
-            .hooks_cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .settings(&git_dir);
-        let mut outer = Vec::new();
-        hooks_settings(&outer_git_configs(), &mut outer);
-        hooks_paths(&self.root, &outer, &own)
-            .iter()
-            .filter_map(|hooks| self.hooks_inside(hooks))
-            .collect()
+        let mut outer: Option<Vec<Vec<u8>>> = None;
+        tops.iter().any(|top| {
+            let git_dir = top.join(".git");
+            if std::fs::symlink_metadata(&git_dir).is_err() {
+                return false;
+            }
+            let outer = outer.get_or_insert_with(|| {
+                let mut values = Vec::new();
+                hooks_settings(&outer_git_configs(), &mut values);
+                values
+            });
+            let own = self
+                .hooks_cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .settings(&git_dir);
+            hooks_paths(top, outer, &own)
+                .iter()
+                .filter_map(|hooks| self.hooks_inside(hooks))
+                .any(|hooks| lies_in(rel, &hooks))
+        })
     }
 
     /// `hooks`, relative to the root, when it is a directory below the root (its links
@@ -663,10 +682,7 @@ impl Workspace {
             })
             .or_else(|| {
                 let what = self.hooks_paths.as_deref()?;
-                self.own_hooks_paths()
-                    .iter()
-                    .any(|hooks| lies_in(rel, hooks))
-                    .then_some(what)
+                self.in_hooks_path(rel).then_some(what)
             })
     }
 

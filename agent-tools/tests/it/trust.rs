@@ -460,11 +460,13 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
             json!({"path": path, "content": "x"}),
         ))
     };
-    let v = write(".husky/_/pre-commit");
-    assert!(
-        matches!(&v, Verdict::Deny { reason } if reason.contains("core.hooksPath")),
-        "{v:?}"
-    );
+    for path in [".husky/_/pre-commit", "vendor/lib/hooks-there/pre-commit"] {
+        let v = write(path);
+        assert!(
+            matches!(&v, Verdict::Deny { reason } if reason.contains("core.hooksPath")),
+            "{path}: {v:?}"
+        );
+    }
     for path in [".husky/pre-commit", "vendor/lib/README"] {
         assert_eq!(write(path), Verdict::Allow, "{path}");
     }
