@@ -162,7 +162,8 @@ pub fn gateway(
     ws = ws
         .protect_everywhere(".git", "a git directory")
         .protect_bare_repositories("a bare repository")
-        .protect_hooks_paths("the hooks a repository's core.hooksPath names");
+        .protect_hooks_paths("the hooks a repository's core.hooksPath names")
+        .protect_config_includes("a file git reads as config (a config includes it)");
     // Nor the files that set up agent itself: a model could take a `deny` rule out, name
     // a costlier model, or loosen the schema its answers are checked against, for the
     // next run, with no question asked (only what widens needs trust). Where no such file

@@ -845,6 +845,7 @@ pub async fn connect_reporting(
             .protect_everywhere(".git", "a git directory")
             .protect_bare_repositories("a bare repository")
             .protect_hooks_paths("the hooks a repository's core.hooksPath names")
+            .protect_config_includes("a file git reads as config (a config includes it)")
     });
     connect_servers(config, cwd, workspace.as_ref(), timeout).await
 }

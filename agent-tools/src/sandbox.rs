@@ -379,21 +379,27 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
 /// `config` (and `config.worktree`) that name a program or include another file (and
 /// aliases that run a shell command), a `commondir` that sends git elsewhere, or, for a
 /// `.git` file, that it points elsewhere; for a directory a `core.hooksPath` names, the
-/// hooks in it. Empty for a repository as `git init` or `git clone` makes it.
+/// hooks in it; for a file a config includes, its settings that name a program. Empty
+/// for a repository as `git init` or `git clone` makes it.
 pub(crate) fn runs_programs(place: &Path) -> Vec<String> {
     let mut found = Vec::new();
-    if std::fs::metadata(place).is_ok_and(|m| m.is_file()) {
+    let dot_git = place
+        .file_name()
+        .is_some_and(|name| name.eq_ignore_ascii_case(".git"));
+    let file = std::fs::metadata(place).is_ok_and(|m| m.is_file());
+    if file && !dot_git {
+        // A file a repository's config includes: git reads it as config.
+        settings_named(place, "config", &mut found);
+        return found;
+    }
+    if file {
         let said = crate::workspace::small_file(place, 4 << 10).unwrap_or_default();
         let said = String::from_utf8_lossy(&said);
         let to = said.lines().next().unwrap_or_default().trim();
         found.push(format!("a .git file that says \"{}\"", to.escape_debug()));
         return found;
     }
-    let git_dir = place
-        .file_name()
-        .is_some_and(|name| name.eq_ignore_ascii_case(".git"))
-        || crate::workspace::is_git_directory(place);
-    if !git_dir {
+    if !dot_git && !crate::workspace::is_git_directory(place) {
         // A directory a repository's `core.hooksPath` names: what is in it runs as hooks.
         hooks_in(place, "", &mut found);
         return found;
@@ -984,7 +990,8 @@ mod tests {
                 "a commondir that says \"../../elsewhere\""
             ]
         );
-        let file = tmp.path().join("sub.git");
+        std::fs::create_dir(tmp.path().join("sub")).unwrap();
+        let file = tmp.path().join("sub/.git");
         std::fs::write(&file, "gitdir: ../elsewhere\n").unwrap();
         assert_eq!(
             runs_programs(&file),

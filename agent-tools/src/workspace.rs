@@ -73,21 +73,6 @@ pub(crate) fn small_file(path: &Path, most: u64) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Every `core.hooksPath` of the git config files `files` (read as git reads them, up to
-/// 1 MiB each; includes are not followed), as written, added to `values`.
-fn hooks_settings(files: &[PathBuf], values: &mut Vec<Vec<u8>>) {
-    for file in files {
-        let Some(bytes) = small_file(file, 1 << 20) else {
-            continue;
-        };
-        let _ = crate::git_config::read(&bytes, |name, value| {
-            if let (b"core.hookspath", Some(value)) = (name, value) {
-                values.push(value.to_vec());
-            }
-        });
-    }
-}
-
 /// The configs of git's that apply to every repository of this user: the system's
 /// (`/etc/gitconfig`, or `$GIT_CONFIG_SYSTEM`) and the person's (`$XDG_CONFIG_HOME/git/config`,
 /// `~/.gitconfig`, or `$GIT_CONFIG_GLOBAL`), all of them, whichever git would read.
@@ -105,29 +90,23 @@ fn outer_git_configs() -> Vec<PathBuf> {
     files
 }
 
+/// A path a config gives (`include.path`), as git takes it: `~/` from the home directory,
+/// a relative one from `dir`.
+fn config_path(value: &[u8], dir: &Path) -> Option<PathBuf> {
+    Some(match value.strip_prefix(b"~/") {
+        Some(rest) => PathBuf::from(std::env::var_os("HOME")?).join(OsStr::from_bytes(rest)),
+        None => dir.join(OsStr::from_bytes(value)),
+    })
+}
+
 /// The places git may run the hooks of a repository from, where a config names one with
 /// `core.hooksPath` (husky's `.husky/_`, which is ignored by git, so that what is written
-/// there shows nowhere): each such setting of `outer` (the system's and the person's,
-/// [`hooks_settings`] of [`outer_git_configs`]) and of `own` (the repository's own, from
-/// [`HooksCache::settings`]; all of them, not only the one git would take: which that is
-/// depends on the environment git runs in), `~/` taken as the home directory and a
-/// relative path from `top` (the root of its work tree, or the git directory of a bare
-/// repository), where git runs hooks. None where none names one (`hooks/` in the git
-/// directory, which is protected with it).
-fn hooks_paths(top: &Path, outer: &[Vec<u8>], own: &[Vec<u8>]) -> Vec<PathBuf> {
-    outer
-        .iter()
-        .chain(own)
-        .filter_map(|value| {
-            let path = match value.strip_prefix(b"~/") {
-                Some(rest) => {
-                    PathBuf::from(std::env::var_os("HOME")?).join(OsStr::from_bytes(rest))
-                }
-                None => PathBuf::from(OsStr::from_bytes(value)),
-            };
-            Some(top.join(path))
-        })
-        .collect()
+/// there shows nowhere): each of `values` (all of them, not only the one git would take:
+/// which that is depends on the environment git runs in), `~/` taken as the home
+/// directory and a relative path from `top` (the root of its work tree, or the git
+/// directory of a bare repository), where git runs hooks.
+fn hooks_paths<'a>(top: &Path, values: impl Iterator<Item = &'a Vec<u8>>) -> Vec<PathBuf> {
+    values.filter_map(|value| config_path(value, top)).collect()
 }
 
 /// A file's identity, size and times: what a look at it tells of whether it changed.
@@ -155,58 +134,116 @@ impl FileStamp {
     }
 }
 
-/// What the repositories' own configs said of `core.hooksPath` when last read, by git
-/// directory, with the stamps of the files read: a look before each sandboxed command
-/// (and after it) reads again only a config that changed, a `stat` each.
-#[derive(Default)]
-struct HooksCache(std::collections::HashMap<PathBuf, OwnHooks>);
-
-struct OwnHooks {
-    config: Option<FileStamp>,
-    /// Whether the config has git read `config.worktree` too
-    /// (`extensions.worktreeConfig`), and that file's stamp.
+/// What a git config file says that matters here, as last read, with its stamp.
+struct ConfigRead {
+    stamp: Option<FileStamp>,
+    /// Its `core.hooksPath` values, as written.
+    hooks: Vec<Vec<u8>>,
+    /// The files it has git read as config too (`include.path`, and every
+    /// `includeIf.*.path` whatever its condition), a relative one taken from its
+    /// directory.
+    includes: Vec<PathBuf>,
+    /// Whether it has git read `config.worktree` too (`extensions.worktreeConfig`).
     reads_worktree: bool,
-    worktree: Option<FileStamp>,
-    values: Vec<Vec<u8>>,
 }
 
-impl HooksCache {
-    /// Every `core.hooksPath` of the repository whose git directory is `git_dir`: of its
-    /// `config`, and of its `config.worktree` where the config has git read it.
-    fn settings(&mut self, git_dir: &Path) -> Vec<Vec<u8>> {
-        let config_path = git_dir.join("config");
-        let worktree_path = git_dir.join("config.worktree");
-        // Looked at before it is read: a change made meanwhile is read next time.
-        let config = FileStamp::of(&config_path);
-        if let Some(known) = self.0.get(git_dir)
-            && known.config == config
-            && (!known.reads_worktree || known.worktree == FileStamp::of(&worktree_path))
-        {
-            return known.values.clone();
-        }
-        let mut values = Vec::new();
-        let mut reads_worktree = false;
-        if let Some(bytes) = config.and_then(|_| small_file(&config_path, 1 << 20)) {
-            let _ = crate::git_config::read(&bytes, |name, value| match (name, value) {
-                (b"core.hookspath", Some(value)) => values.push(value.to_vec()),
-                (b"extensions.worktreeconfig", value) => reads_worktree = git_true(value),
-                _ => {}
-            });
-        }
-        let worktree = reads_worktree
-            .then(|| FileStamp::of(&worktree_path))
-            .flatten();
-        if worktree.is_some() {
-            hooks_settings(&[worktree_path], &mut values);
-        }
-        let own = OwnHooks {
-            config,
-            reads_worktree,
-            worktree,
-            values: values.clone(),
+impl ConfigRead {
+    /// Reads `path` (up to 1 MiB, as git reads it), whose stamp is `stamp`.
+    fn of(path: &Path, stamp: Option<FileStamp>) -> ConfigRead {
+        let mut read = ConfigRead {
+            stamp,
+            hooks: Vec::new(),
+            includes: Vec::new(),
+            reads_worktree: false,
         };
-        self.0.insert(git_dir.to_path_buf(), own);
-        values
+        let Some(bytes) = stamp.and_then(|_| small_file(path, 1 << 20)) else {
+            return read;
+        };
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let _ = crate::git_config::read(&bytes, |name, value| {
+            let section = name.split(|&b| b == b'.').next().unwrap_or_default();
+            let key = name.rsplit(|&b| b == b'.').next().unwrap_or_default();
+            let conditional = section == b"includeif" && key == b"path" && name.len() > 15;
+            match (name, value) {
+                (b"core.hookspath", Some(value)) => read.hooks.push(value.to_vec()),
+                (b"include.path", Some(value)) => read.includes.extend(config_path(value, dir)),
+                (_, Some(value)) if conditional => read.includes.extend(config_path(value, dir)),
+                (b"extensions.worktreeconfig", value) => read.reads_worktree = git_true(value),
+                _ => {}
+            }
+        });
+        read
+    }
+}
+
+/// What some git config files say, together: every `core.hooksPath` and every file they
+/// include.
+#[derive(Default)]
+struct Gathered {
+    hooks: Vec<Vec<u8>>,
+    includes: Vec<PathBuf>,
+}
+
+/// What git config files said when last read, by path, with their stamps: a look before
+/// each sandboxed command (and after it) reads again only a file that changed, a `stat`
+/// each.
+#[derive(Default)]
+struct ConfigCache(std::collections::HashMap<PathBuf, ConfigRead>);
+
+/// Files remembered at most; past it the cache starts again.
+const MAX_CONFIGS_KEPT: usize = 4096;
+
+impl ConfigCache {
+    /// What `path` says, read again only when its stamp changed (looked at before it is
+    /// read: a change made meanwhile is read next time).
+    fn file(&mut self, path: &Path) -> &ConfigRead {
+        let stamp = FileStamp::of(path);
+        let fresh = self.0.get(path).is_some_and(|known| known.stamp == stamp);
+        if !fresh {
+            if self.0.len() >= MAX_CONFIGS_KEPT {
+                self.0.clear();
+            }
+            self.0
+                .insert(path.to_path_buf(), ConfigRead::of(path, stamp));
+        }
+        &self.0[path]
+    }
+
+    /// What `files` say into `into`, with what they include, each file once (git follows
+    /// includes ten deep; here every one is followed, and a file that includes itself
+    /// read once).
+    fn gather(&mut self, files: &[PathBuf], into: &mut Gathered) {
+        let mut seen = std::collections::HashSet::new();
+        let mut left: Vec<PathBuf> = files.iter().rev().cloned().collect();
+        while let Some(file) = left.pop() {
+            if !seen.insert(file.clone()) {
+                continue;
+            }
+            let read = self.file(&file);
+            into.hooks.extend(read.hooks.iter().cloned());
+            into.includes.extend(read.includes.iter().cloned());
+            left.extend(read.includes.iter().rev().cloned());
+        }
+    }
+
+    /// What a repository's own configs say (its `config`, and its `config.worktree` where
+    /// the config has git read it), with what they include. A `.git` file has none.
+    fn repository(&mut self, git_dir: &Path) -> Gathered {
+        let config = git_dir.join("config");
+        let mut files = vec![config.clone()];
+        if self.file(&config).reads_worktree {
+            files.push(git_dir.join("config.worktree"));
+        }
+        let mut gathered = Gathered::default();
+        self.gather(&files, &mut gathered);
+        gathered
+    }
+
+    /// What the system's and the person's configs say, with what they include.
+    fn outer(&mut self) -> Gathered {
+        let mut gathered = Gathered::default();
+        self.gather(&outer_git_configs(), &mut gathered);
+        gathered
     }
 }
 
@@ -349,8 +386,11 @@ pub struct Workspace {
     /// The workspace's directories as the last look for [`Workspace::protected_names`]
     /// read them, shared by the clones.
     listings: Arc<std::sync::Mutex<crate::named::Listings>>,
-    /// What the repositories' configs said of their hooks, shared by the clones.
-    hooks_cache: Arc<std::sync::Mutex<HooksCache>>,
+    /// What a config file a repository's config includes is, when no tool may change one
+    /// ([`Workspace::protect_config_includes`]).
+    config_includes: Option<String>,
+    /// What git config files said when last read, shared by the clones.
+    config_cache: Arc<std::sync::Mutex<ConfigCache>>,
 }
 
 impl std::fmt::Debug for Workspace {
@@ -479,7 +519,8 @@ impl Workspace {
             hooks_paths: None,
             concealed: Vec::new(),
             listings: Arc::default(),
-            hooks_cache: Arc::default(),
+            config_includes: None,
+            config_cache: Arc::default(),
         })
     }
 
@@ -547,12 +588,32 @@ impl Workspace {
         self
     }
 
-    /// Whether `rel` lies in a directory from which git may run the hooks of a repository
-    /// whose work tree holds it (the workspace's own, or one nested in it on the way down
-    /// to `rel`: a `.git` in the root or in a directory above `rel`), as a config names
-    /// it ([`Workspace::protect_hooks_paths`]). A `stat` for each directory on the way, and
-    /// the configs of the repositories found there, read again only once changed.
-    fn in_hooks_path(&self, rel: &Path) -> bool {
+    /// Keeps every tool from changing a file of the workspace that git reads as config
+    /// because a config includes it (`include.path`, `includeIf.*.path`: a repository's
+    /// `[include] path = ../.gitconfig`, a team's settings kept in the work tree), the
+    /// person's or the system's configs' too: a `core.fsmonitor` written there runs at
+    /// the person's next `git status`, the very command that would show the change. A
+    /// sandboxed command has each one that is there read-only (for each repository found
+    /// as [`Workspace::protected_found`] finds them), and the file tools may not change
+    /// one (there or not) of a repository whose work tree holds the path. Every include is
+    /// followed, whatever its condition.
+    pub fn protect_config_includes(mut self, what: &str) -> Workspace {
+        self.config_includes = Some(what.to_owned());
+        self
+    }
+
+    /// What keeps `rel` from the file tools as git's config has it
+    /// ([`Workspace::protect_hooks_paths`], [`Workspace::protect_config_includes`]): it
+    /// lies in a directory from which git may run the hooks of a repository whose work
+    /// tree holds it (the workspace's own, or one nested in it on the way down to `rel`:
+    /// a `.git` in the root or in a directory above `rel`), or it is a file one of their
+    /// configs (or the person's, or the system's) includes. A `stat` for each directory on
+    /// the way, and the configs of the repositories found there, read again only once
+    /// changed.
+    fn kept_by_git_config(&self, rel: &Path) -> Option<&str> {
+        if self.hooks_paths.is_none() && self.config_includes.is_none() {
+            return None;
+        }
         let mut tops = vec![self.root.clone()];
         let mut dir = self.root.clone();
         let mut components = rel.components().peekable();
@@ -563,27 +624,49 @@ impl Workspace {
             dir.push(c);
             tops.push(dir.clone());
         }
-        let mut outer: Option<Vec<Vec<u8>>> = None;
-        tops.iter().any(|top| {
+        let mut cache = self.config_cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut outer: Option<Gathered> = None;
+        for top in &tops {
             let git_dir = top.join(".git");
             if std::fs::symlink_metadata(&git_dir).is_err() {
-                return false;
+                continue;
             }
-            let outer = outer.get_or_insert_with(|| {
-                let mut values = Vec::new();
-                hooks_settings(&outer_git_configs(), &mut values);
-                values
-            });
-            let own = self
-                .hooks_cache
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .settings(&git_dir);
-            hooks_paths(top, outer, &own)
-                .iter()
-                .filter_map(|hooks| self.hooks_inside(hooks))
-                .any(|hooks| lies_in(rel, &hooks))
-        })
+            let outer = match &mut outer {
+                Some(outer) => outer,
+                None => outer.insert(cache.outer()),
+            };
+            let own = cache.repository(&git_dir);
+            if let Some(what) = self.hooks_paths.as_deref() {
+                let in_hooks = hooks_paths(top, outer.hooks.iter().chain(&own.hooks))
+                    .iter()
+                    .filter_map(|hooks| self.hooks_inside(hooks))
+                    .any(|hooks| lies_in(rel, &hooks));
+                if in_hooks {
+                    return Some(what);
+                }
+            }
+            if let Some(what) = self.config_includes.as_deref() {
+                let included = outer
+                    .includes
+                    .iter()
+                    .chain(&own.includes)
+                    .filter_map(|file| self.inside(file))
+                    .any(|file| lies_in(rel, &file));
+                if included {
+                    return Some(what);
+                }
+            }
+        }
+        None
+    }
+
+    /// A file a config includes, as an absolute path in the workspace below its root (its
+    /// links resolved), when it is there (a sandboxed command cannot be kept from making
+    /// one that is not: one it makes is named after it).
+    fn included(&self, file: &Path) -> Option<PathBuf> {
+        let rel = self.inside(file)?;
+        let place = self.root.join(&rel);
+        (!rel.as_os_str().is_empty() && place.is_file()).then_some(place)
     }
 
     /// `hooks`, relative to the root, when it is a directory below the root (its links
@@ -680,10 +763,7 @@ impl Workspace {
                     })
                     .then_some(what)
             })
-            .or_else(|| {
-                let what = self.hooks_paths.as_deref()?;
-                self.in_hooks_path(rel).then_some(what)
-            })
+            .or_else(|| self.kept_by_git_config(rel))
     }
 
     /// The places in the workspace no tool may change, as absolute paths, each with what
@@ -776,34 +856,40 @@ impl Workspace {
             Ok(_) => true,
             Err(_) => false,
         });
-        if self.hooks_paths.is_some() {
-            let mut outer = Vec::new();
-            hooks_settings(&outer_git_configs(), &mut outer);
-            let mut cache = self.hooks_cache.lock().unwrap_or_else(|p| p.into_inner());
-            // Repositories gone are forgotten.
-            let known: std::collections::HashSet<&PathBuf> = found.iter().collect();
-            cache.0.retain(|git_dir, _| known.contains(git_dir));
-            let hooks: Vec<PathBuf> = found
-                .iter()
-                .flat_map(|git_dir| {
-                    // Hooks run from the work tree's root, or a bare repository's directory.
-                    let dot_git = git_dir
-                        .file_name()
-                        .is_some_and(|name| same_name(name, OsStr::new(".git")));
-                    let top = match git_dir.parent() {
-                        Some(parent) if dot_git => parent,
-                        _ => git_dir,
-                    };
-                    // A `.git` file has no config: none is read.
-                    hooks_paths(top, &outer, &cache.settings(git_dir))
-                })
-                .filter_map(|hooks| Some(self.root.join(self.hooks_inside(&hooks)?)))
-                .collect();
+        if self.hooks_paths.is_some() || self.config_includes.is_some() {
+            let mut cache = self.config_cache.lock().unwrap_or_else(|p| p.into_inner());
+            let outer = cache.outer();
+            let mut kept: Vec<PathBuf> = Vec::new();
+            if self.config_includes.is_some() {
+                kept.extend(outer.includes.iter().filter_map(|file| self.included(file)));
+            }
+            for git_dir in &found {
+                // Hooks run from the work tree's root, or a bare repository's directory.
+                let dot_git = git_dir
+                    .file_name()
+                    .is_some_and(|name| same_name(name, OsStr::new(".git")));
+                let top = match git_dir.parent() {
+                    Some(parent) if dot_git => parent,
+                    _ => git_dir,
+                };
+                let own = cache.repository(git_dir);
+                if self.hooks_paths.is_some() {
+                    let hooks = hooks_paths(top, outer.hooks.iter().chain(&own.hooks));
+                    kept.extend(
+                        hooks
+                            .iter()
+                            .filter_map(|hooks| Some(self.root.join(self.hooks_inside(hooks)?))),
+                    );
+                }
+                if self.config_includes.is_some() {
+                    kept.extend(own.includes.iter().filter_map(|file| self.included(file)));
+                }
+            }
             drop(cache);
             // One in a place kept already (`.git/hooks-elsewhere`) is kept with it.
-            let apart: Vec<PathBuf> = hooks
+            let apart: Vec<PathBuf> = kept
                 .into_iter()
-                .filter(|hooks| !found.iter().any(|place| hooks.starts_with(place)))
+                .filter(|place| !found.iter().any(|kept| place.starts_with(kept)))
                 .collect();
             found.extend(apart);
         }

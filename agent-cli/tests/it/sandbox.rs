@@ -283,7 +283,11 @@ fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
         // A repository whose hooks run from a directory not made yet.
         let app = env.dir.path().join("app/.git");
         std::fs::create_dir_all(&app).unwrap();
-        std::fs::write(app.join("config"), "[core]\n\thooksPath = .husky/_\n").unwrap();
+        std::fs::write(
+            app.join("config"),
+            "[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../app.gitconfig\n",
+        )
+        .unwrap();
         let command = "mkdir -p plain/.git/hooks made/.git/hooks && \
                        touch plain/.git/hooks/pre-commit.sample && \
                        printf '[core]\\n\\tbare = false\\n' > plain/.git/config && \
@@ -292,14 +296,15 @@ fn a_repository_a_sandboxed_command_makes_with_hooks_is_named() {
                        mkdir -p src/objects src/refs && echo 'ref: refs/heads/main' > src/HEAD && \
                        printf '[alias]\\n\\tst = !evil\\n' > src/config && \
                        mkdir -p objects refs && echo 'ref: refs/heads/main' > HEAD && \
-                       mkdir -p app/.husky/_ && echo evil > app/.husky/_/pre-commit && echo end";
+                       mkdir -p app/.husky/_ && echo evil > app/.husky/_/pre-commit && \
+                       printf '[core]\\n\\tfsmonitor = evil\\n' > app/app.gitconfig && echo end";
         let flags: &[&str] = if sandboxed { &["--sandbox"] } else { &[] };
         let result = one_call(&env, false, command, flags);
         let said = output(&result);
         assert!(said.contains("--- stdout ---\nend\n"), "{said}");
         let named = "the command made a repository in which git would run what the \
                      command wrote (look before using git there): app/.husky/_ \
-                     (pre-commit); made/.git (hooks/post-checkout; core.fsmonitor); src \
+                     (pre-commit); app/app.gitconfig (core.fsmonitor); made/.git (hooks/post-checkout; core.fsmonitor); src \
                      (alias.st)\n";
         assert_eq!(said.contains(named), sandboxed, "{said}");
         assert!(!said.contains("plain/.git"), "{said}");
@@ -650,9 +655,12 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
             let nested = ws.join("src/proj/.git");
             std::fs::create_dir_all(nested.join("hooks")).unwrap();
             // Its hooks run from `.husky/_` (as husky sets them up), which git ignores.
-            let config = "[core]\n\thooksPath = .husky/_\n";
+            // and its config includes a file of the work tree (settings a team shares).
+            let config = "[core]\n\thooksPath = .husky/_\n[include]\n\tpath = ../team.gitconfig\n";
             std::fs::write(nested.join("config"), config).unwrap();
             std::fs::create_dir_all(ws.join("src/proj/.husky/_")).unwrap();
+            let team = ws.join("src/proj/team.gitconfig");
+            std::fs::write(&team, "[core]\n").unwrap();
             std::fs::create_dir_all(ws.join("vendor/sub")).unwrap();
             let pointer = ws.join("vendor/sub/.git");
             std::fs::write(&pointer, "gitdir: ../../.git/modules/sub\n").unwrap();
@@ -681,6 +689,7 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                 nested.join("config"),
                 pointer.clone(),
                 backups.join("config"),
+                team.clone(),
             ] {
                 std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
             }
@@ -695,6 +704,7 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                         "echo '[core] fsmonitor = evil' >> src/proj/.git/config; \
                          echo evil > src/proj/.git/hooks/pre-commit; \
                          echo evil > src/proj/.husky/_/pre-commit; \
+                         echo '[core] fsmonitor = evil' >> src/proj/team.gitconfig; \
                          echo 'gitdir: ../../evil' > vendor/sub/.git; \
                          echo '[core] fsmonitor = evil' >> made/.git/config; \
                          echo '[core] fsmonitor = evil' >> backups/site.git/config; \
@@ -721,6 +731,7 @@ fn a_sandboxed_command_changes_no_git_directory_nested_in_the_workspace() {
                 (pointer.clone(), "gitdir: ../../.git/modules/sub\n"),
                 (ws.join("made/.git/config"), "[core]\n"),
                 (backups.join("config"), "[core]\n"),
+                (proj.join("team.gitconfig"), "[core]\n"),
                 (ws.join("lib/config"), "[core]\n"),
             ];
             for (file, was) in unchanged {

@@ -471,6 +471,59 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
         assert_eq!(write(path), Verdict::Allow, "{path}");
     }
 
+    // Files git reads as config because a config includes them: the workspace's own
+    // repository's `../.gitconfig` (relative to its git directory), what that includes in
+    // turn (and itself, read once), and one of an `includeIf`, not there yet.
+    git(&t.ws, &["config", "include.path", "../.gitconfig"]);
+    git(
+        &t.ws,
+        &[
+            "config",
+            "includeIf.gitdir:/elsewhere/.path",
+            "../team/settings",
+        ],
+    );
+    std::fs::write(
+        t.ws.join(".gitconfig"),
+        "[include]\n\tpath = shared.gitconfig\n\tpath = .gitconfig\n",
+    )
+    .unwrap();
+    std::fs::write(t.ws.join("shared.gitconfig"), "[core]\n").unwrap();
+    let ws = Workspace::new(&t.ws)
+        .unwrap()
+        .protect_everywhere(".git", "a git directory")
+        .protect_config_includes("a file git reads as config");
+    let found = places(&t, &[".git", ".gitconfig", "shared.gitconfig"]);
+    let found_now: Vec<PathBuf> = ws
+        .protected_found()
+        .into_iter()
+        .filter(|place| {
+            !place.starts_with(t.ws.join("vendor")) && !place.starts_with(t.ws.join("backups"))
+        })
+        .collect();
+    assert_eq!(found_now, found);
+    let g = writing(ws);
+    for path in [".gitconfig", "shared.gitconfig", "team/settings"] {
+        let v = rt.block_on(verdict(
+            &g,
+            "write_file",
+            json!({"path": path, "content": "x"}),
+        ));
+        assert!(
+            matches!(&v, Verdict::Deny { reason } if reason.contains("a file git reads as config")),
+            "{path}: {v:?}"
+        );
+    }
+    let v = rt.block_on(verdict(
+        &g,
+        "write_file",
+        json!({"path": "team/other", "content": "x"}),
+    ));
+    assert_eq!(v, Verdict::Allow);
+    // git itself refuses a file that includes itself: it is taken out before git runs
+    // again.
+    std::fs::write(t.ws.join(".gitconfig"), "[core]\n").unwrap();
+
     // Hooks run from the work tree's root itself: the workspace stays writable.
     git(&t.ws, &["config", "core.hooksPath", "."]);
     let ws = Workspace::new(&t.ws)
