@@ -193,6 +193,14 @@ struct ConfigCache(std::collections::HashMap<PathBuf, ConfigRead>);
 /// Files remembered at most; past it the cache starts again.
 const MAX_CONFIGS_KEPT: usize = 4096;
 
+/// Config files read at most for one repository (its own and those they include): a
+/// config a command wrote that includes thousands of files would otherwise have each
+/// look read them all.
+const MAX_CONFIGS_GATHERED: usize = 64;
+
+/// Included files kept at most for one repository.
+const MAX_INCLUDES_GATHERED: usize = 256;
+
 impl ConfigCache {
     /// What `path` says, read again only when its stamp changed (looked at before it is
     /// read: a change made meanwhile is read next time).
@@ -211,18 +219,23 @@ impl ConfigCache {
 
     /// What `files` say into `into`, with what they include, each file once (git follows
     /// includes ten deep; here every one is followed, and a file that includes itself
-    /// read once).
+    /// read once), [`MAX_CONFIGS_GATHERED`] files at most.
     fn gather(&mut self, files: &[PathBuf], into: &mut Gathered) {
         let mut seen = std::collections::HashSet::new();
         let mut left: Vec<PathBuf> = files.iter().rev().cloned().collect();
         while let Some(file) = left.pop() {
+            if seen.len() >= MAX_CONFIGS_GATHERED {
+                break;
+            }
             if !seen.insert(file.clone()) {
                 continue;
             }
             let read = self.file(&file);
             into.hooks.extend(read.hooks.iter().cloned());
-            into.includes.extend(read.includes.iter().cloned());
-            left.extend(read.includes.iter().rev().cloned());
+            let room = MAX_INCLUDES_GATHERED.saturating_sub(into.includes.len());
+            into.includes
+                .extend(read.includes.iter().take(room).cloned());
+            left.extend(read.includes.iter().take(room).rev().cloned());
         }
     }
 
@@ -1421,6 +1434,29 @@ fn escape(path: &str, why: &str) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A config that includes thousands of files, each including more: a bounded number
+    /// is kept, and fewer read.
+    #[test]
+    fn a_config_that_includes_thousands_of_files_costs_a_bounded_look() {
+        let tmp = tempfile::tempdir().unwrap();
+        let git_dir = tmp.path().join(".git");
+        std::fs::create_dir(&git_dir).unwrap();
+        let lines: String = (0..3000)
+            .map(|i| format!("[include]\n\tpath = ../c{i}\n"))
+            .collect();
+        std::fs::write(git_dir.join("config"), &lines).unwrap();
+        for i in 0..3000 {
+            let more = format!("[include]\n\tpath = d{i}\n[core]\n\thooksPath = h{i}\n");
+            std::fs::write(tmp.path().join(format!("c{i}")), more).unwrap();
+        }
+        let mut cache = ConfigCache::default();
+        let gathered = cache.repository(&git_dir);
+        assert_eq!(gathered.includes.len(), MAX_INCLUDES_GATHERED);
+        assert_eq!(gathered.hooks.len(), MAX_CONFIGS_GATHERED - 1);
+        assert_eq!(cache.0.len(), MAX_CONFIGS_GATHERED);
+        assert_eq!(gathered.includes[0], git_dir.join("../c0"));
+    }
 
     #[test]
     fn resolves_spellings_to_one_path() {
