@@ -243,12 +243,12 @@ impl ConfigCache {
     /// the config has git read it), with what they include. A `.git` file has none.
     fn repository(&mut self, git_dir: &Path) -> Gathered {
         let config = git_dir.join("config");
-        let mut files = vec![config.clone()];
-        if self.file(&config).reads_worktree {
-            files.push(git_dir.join("config.worktree"));
-        }
         let mut gathered = Gathered::default();
-        self.gather(&files, &mut gathered);
+        self.gather(std::slice::from_ref(&config), &mut gathered);
+        // As it was just looked at: no second `stat`.
+        if self.0.get(&config).is_some_and(|read| read.reads_worktree) {
+            self.gather(&[git_dir.join("config.worktree")], &mut gathered);
+        }
         gathered
     }
 
