@@ -313,22 +313,11 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
         // The root's `HEAD` would make the workspace one.
         "HEAD",
     ] {
-        let v = rt.block_on(verdict(
-            &g,
-            "write_file",
-            json!({"path": path, "content": "x"}),
-        ));
-        assert!(
-            matches!(&v, Verdict::Deny { reason } if reason.contains("a bare repository")),
-            "{path}: {v:?}"
-        );
+        let v = write_verdict(&rt, &g, path);
+        assert!(denied_as(&v, "a bare repository"), "{path}: {v:?}");
     }
     for path in ["notes/config", "c/config", "piped/config", "new.txt"] {
-        let v = rt.block_on(verdict(
-            &g,
-            "write_file",
-            json!({"path": path, "content": "x"}),
-        ));
+        let v = write_verdict(&rt, &g, path);
         assert_eq!(v, Verdict::Allow, "{path}");
     }
 
@@ -340,11 +329,7 @@ fn bare_repositories_are_found_at_any_depth_and_changed_by_no_tool() {
     assert!(ws.protected_found().is_empty());
     let g = writing(ws);
     for path in ["config", "HEAD"] {
-        let v = rt.block_on(verdict(
-            &g,
-            "write_file",
-            json!({"path": path, "content": "x"}),
-        ));
+        let v = write_verdict(&rt, &g, path);
         assert_eq!(v, Verdict::Allow, "{path}");
     }
 }
@@ -364,6 +349,20 @@ fn writing(ws: Workspace) -> Gateway {
     let mut policy = Policy::new();
     policy.add(Action::Allow, "write_file").unwrap();
     Gateway::with_builtins(ws).unwrap().with_policy(policy)
+}
+
+/// The verdict on a `write_file` call of `path`.
+fn write_verdict(rt: &tokio::runtime::Runtime, g: &Gateway, path: &str) -> Verdict {
+    rt.block_on(verdict(
+        g,
+        "write_file",
+        json!({"path": path, "content": "x"}),
+    ))
+}
+
+/// Whether `v` denies the call as no tool may change what `what` names.
+fn denied_as(v: &Verdict, what: &str) -> bool {
+    matches!(v, Verdict::Deny { reason } if reason.contains(what))
 }
 
 /// `rel`, each beneath the workspace of `t`.
@@ -453,19 +452,10 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
 
     let g = writing(ws);
     let rt = rt();
-    let write = |path: &str| {
-        rt.block_on(verdict(
-            &g,
-            "write_file",
-            json!({"path": path, "content": "x"}),
-        ))
-    };
+    let write = |path: &str| write_verdict(&rt, &g, path);
     for path in [".husky/_/pre-commit", "vendor/lib/hooks-there/pre-commit"] {
         let v = write(path);
-        assert!(
-            matches!(&v, Verdict::Deny { reason } if reason.contains("core.hooksPath")),
-            "{path}: {v:?}"
-        );
+        assert!(denied_as(&v, "core.hooksPath"), "{path}: {v:?}");
     }
     for path in [".husky/pre-commit", "vendor/lib/README"] {
         assert_eq!(write(path), Verdict::Allow, "{path}");
@@ -504,22 +494,10 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
     assert_eq!(found_now, found);
     let g = writing(ws);
     for path in [".gitconfig", "shared.gitconfig", "team/settings"] {
-        let v = rt.block_on(verdict(
-            &g,
-            "write_file",
-            json!({"path": path, "content": "x"}),
-        ));
-        assert!(
-            matches!(&v, Verdict::Deny { reason } if reason.contains("a file git reads as config")),
-            "{path}: {v:?}"
-        );
+        let v = write_verdict(&rt, &g, path);
+        assert!(denied_as(&v, "a file git reads as config"), "{path}: {v:?}");
     }
-    let v = rt.block_on(verdict(
-        &g,
-        "write_file",
-        json!({"path": "team/other", "content": "x"}),
-    ));
-    assert_eq!(v, Verdict::Allow);
+    assert_eq!(write_verdict(&rt, &g, "team/other"), Verdict::Allow);
     // git itself refuses a file that includes itself: it is taken out before git runs
     // again.
     std::fs::write(t.ws.join(".gitconfig"), "[core]\n").unwrap();
@@ -532,12 +510,7 @@ fn the_hooks_a_repository_s_config_names_are_found_and_changed_by_no_tool() {
         .protect_hooks_paths("the hooks a repository's core.hooksPath names");
     assert!(!ws.protected_found().contains(&t.ws));
     let g = writing(ws);
-    let v = rt.block_on(verdict(
-        &g,
-        "write_file",
-        json!({"path": "pre-commit", "content": "x"}),
-    ));
-    assert_eq!(v, Verdict::Allow);
+    assert_eq!(write_verdict(&rt, &g, "pre-commit"), Verdict::Allow);
 }
 
 /// The run store (or agent's settings) inside the workspace: no tool may change it, by
