@@ -372,6 +372,17 @@ impl Listings {
             if matters {
                 changes.dirty.insert(dir.clone());
             }
+            // A directory made, removed or moved in it is read again too, whatever its own
+            // watch says: the kernel tells a removed directory's watch (`DELETE_SELF`) only
+            // once nobody holds its entry any more, which another thread's lookup can put
+            // off past this look, and the parent's listing alone would keep the old one's.
+            if flags.contains(ReadFlags::ISDIR)
+                && let Some(name) = event.file_name()
+            {
+                changes
+                    .dirty
+                    .insert(dir.join(OsStr::from_bytes(name.to_bytes())));
+            }
             if flags.contains(ReadFlags::IGNORED) {
                 watches.paths.remove(&event.wd());
             }
@@ -551,6 +562,26 @@ mod tests {
         after.sort();
         assert_eq!(listings.find(root, git), after);
         assert!(listings.watching());
+    }
+
+    /// A directory removed while something holds it open (another program, another
+    /// thread's lookup), and made again at once with a repository in it: the kernel tells
+    /// the old one's watch only once it is let go, and the new one is read all the same.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_directory_remade_while_the_old_one_is_held_is_read_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir_all(root.join("build/out")).unwrap();
+        let mut listings = Listings::default();
+        assert!(listings.find(root, git).is_empty());
+        assert!(listings.watching());
+        let held = std::fs::File::open(root.join("build/out")).unwrap();
+        std::fs::remove_dir(root.join("build/out")).unwrap();
+        std::fs::create_dir_all(root.join("build/out/.git")).unwrap();
+        assert_eq!(listings.find(root, git), [root.join("build/out/.git")]);
+        drop(held);
+        assert_eq!(listings.find(root, git), [root.join("build/out/.git")]);
     }
 
     /// A name found and walked past (`HEAD`): a file of that name made where directories
