@@ -425,6 +425,14 @@ mod tests {
             .unwrap();
     }
 
+    /// `places` and, beneath `root`, `more`, in order.
+    fn plus(places: &[PathBuf], root: &Path, more: &[&str]) -> Vec<PathBuf> {
+        let mut all = places.to_vec();
+        all.extend(more.iter().map(|place| root.join(place)));
+        all.sort();
+        all
+    }
+
     const DIRS: [&str; 9] = [
         "",
         "a",
@@ -480,9 +488,7 @@ mod tests {
 
         // A repository made deep down is found; its directory alone is read again.
         std::fs::create_dir(root.join("a/b/c/.git")).unwrap();
-        let mut more = expected.clone();
-        more.push(root.join("a/b/c/.git"));
-        more.sort();
+        let more = plus(&expected, root, &["a/b/c/.git"]);
         assert_eq!(listings.find(root, git), more);
         assert_eq!(listings.reads(), 13);
 
@@ -514,12 +520,7 @@ mod tests {
 
         // A repository made deep down is found; its directory alone is read again.
         std::fs::create_dir(root.join("a/b/c/.git")).unwrap();
-        let with = |more: &[&str]| {
-            let mut places = expected.clone();
-            places.extend(more.iter().map(|p| root.join(p)));
-            places.sort();
-            places
-        };
+        let with = |more: &[&str]| plus(&expected, root, more);
         assert_eq!(listings.find(root, git), with(&["a/b/c/.git"]));
         assert_eq!(listings.reads(), 10);
 
@@ -539,18 +540,12 @@ mod tests {
 
         // A directory moved: found where it went, and watched there.
         std::fs::rename(root.join("a/b"), root.join("d/b")).unwrap();
-        let places = {
-            let mut p = with(&["d/b/c/.git", "build/new/.git"]);
-            p.sort();
-            p
-        };
+        let places = with(&["d/b/c/.git", "build/new/.git"]);
         assert_eq!(listings.find(root, git), places);
         std::fs::create_dir(root.join("d/b/c/x")).unwrap();
         std::fs::create_dir(root.join("d/b/c/x/.git")).unwrap();
         let reads = listings.reads();
-        let mut after = places.clone();
-        after.push(root.join("d/b/c/x/.git"));
-        after.sort();
+        let after = plus(&places, root, &["d/b/c/x/.git"]);
         assert_eq!(listings.find(root, git), after);
         assert_eq!(listings.reads(), reads + 2, "d/b/c and d/b/c/x");
 
@@ -558,8 +553,7 @@ mod tests {
         // went with it: what is in the new one is found.
         std::fs::remove_dir_all(root.join("build/out")).unwrap();
         std::fs::create_dir_all(root.join("build/out/.git")).unwrap();
-        after.push(root.join("build/out/.git"));
-        after.sort();
+        let after = plus(&after, root, &["build/out/.git"]);
         assert_eq!(listings.find(root, git), after);
         assert!(listings.watching());
     }
@@ -637,9 +631,7 @@ mod tests {
         assert_eq!(listings.find(root, git), expected);
         assert_eq!(listings.reads(), 9);
         std::fs::create_dir(root.join("build/out/.git")).unwrap();
-        let mut more = expected.clone();
-        more.push(root.join("build/out/.git"));
-        more.sort();
+        let more = plus(&expected, root, &["build/out/.git"]);
         assert_eq!(listings.find(root, git), more);
         assert_eq!(listings.reads(), 10);
     }

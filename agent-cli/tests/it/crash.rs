@@ -1430,15 +1430,7 @@ fn py_mcp_config_with(env: &Env, vars: Value) -> &'static str {
 
 /// Runs `model` to its end with the MCP servers of `config`.
 fn run_with_mcp(env: &Env, config: &str, model: &str) -> Output {
-    env.run(&[
-        "run",
-        "--json",
-        "--mcp-config",
-        config,
-        "--model",
-        model,
-        "go",
-    ])
+    crate::mcp_run(env, config, model).output().unwrap()
 }
 
 /// What an MCP server started that left its process group dies with the run killed by

@@ -158,6 +158,21 @@ fn py_mcp_config_sandboxed(env: &Env, name: &str, sandbox: Value) -> &'static st
     "mcp.json"
 }
 
+/// `agent run --json` of `model` with the MCP servers of `config`, to run.
+fn mcp_run(env: &Env, config: &str, model: &str) -> Command {
+    let mut cmd = env.cmd();
+    cmd.args([
+        "run",
+        "--json",
+        "--mcp-config",
+        config,
+        "--model",
+        model,
+        "go",
+    ]);
+    cmd
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -78,17 +78,8 @@ fn run_with_mcp(
     model: &str,
     (name, value): (&str, &std::ffi::OsStr),
 ) -> std::process::Output {
-    env.cmd()
+    crate::mcp_run(env, config, model)
         .env(name, value)
-        .args([
-            "run",
-            "--json",
-            "--mcp-config",
-            config,
-            "--model",
-            model,
-            "go",
-        ])
         .output()
         .unwrap()
 }
