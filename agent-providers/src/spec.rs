@@ -38,6 +38,27 @@ pub enum SpecError {
     UnknownProvider(String, String),
 }
 
+/// Each provider with what follows its name, for a `--model` that names a provider and
+/// nothing after it.
+const EXAMPLES: &[(&str, &str)] = &[
+    ("script", "script:PATH, the path of a script file"),
+    ("openai", "openai:MODEL, for example openai:gpt-4o"),
+    (
+        "openai-responses",
+        "openai-responses:MODEL, for example openai-responses:gpt-5",
+    ),
+    (
+        "anthropic",
+        "anthropic:MODEL, for example anthropic:claude-sonnet-4-5",
+    ),
+    ("ollama", "ollama:MODEL, for example ollama:qwen3:8b"),
+    (
+        "openai-compat",
+        "openai-compat:MODEL, the name the server knows it by, and --base-url",
+    ),
+    ("replay", "replay:RUN, the id of a recorded run"),
+];
+
 /// What the person probably meant by a `--model` value without a known provider: the
 /// provider its name suggests, else a local server's (Ollama names models `llama3.1:8b`).
 fn hint(text: &str) -> String {
@@ -45,6 +66,9 @@ fn hint(text: &str) -> String {
     let lower = name.to_ascii_lowercase();
     if name.is_empty() {
         return "for example openai:gpt-4o, anthropic:claude-sonnet-4-5 or script:PATH".to_owned();
+    }
+    if let Some((_, example)) = EXAMPLES.iter().find(|(provider, _)| *provider == name) {
+        return format!("nothing follows {name}: (give {example})");
     }
     if lower.ends_with(".json") {
         format!("did you mean script:{name}?")
@@ -130,6 +154,32 @@ mod tests {
             ModelSpec::parse("foo:bar"),
             Err(SpecError::UnknownProvider(..))
         ));
+    }
+
+    #[test]
+    fn a_provider_with_nothing_after_it_is_told_what_follows() {
+        for provider in [
+            "script",
+            "openai",
+            "openai-responses",
+            "anthropic",
+            "ollama",
+            "openai-compat",
+            "replay",
+        ] {
+            let given = format!("{provider}:");
+            let told = ModelSpec::parse(&given).unwrap_err().to_string();
+            assert!(
+                told.contains(&format!("nothing follows {provider}: (give {provider}:")),
+                "{told}"
+            );
+            // Every provider the parser knows has its example, and only those do.
+            let model = format!("{provider}:m");
+            assert!(ModelSpec::parse(&model).is_ok(), "{model}");
+        }
+        assert_eq!(EXAMPLES.len(), 7);
+        let told = ModelSpec::parse("llama3:").unwrap_err().to_string();
+        assert!(told.contains("give ollama:llama3"), "{told}");
     }
 
     #[test]
