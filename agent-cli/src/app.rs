@@ -121,7 +121,11 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let settings = resolve(&plain, &none)?;
             return worker::worker(&settings, json, concurrency, lease, until_empty);
         }
-        Commands::Cancel { run } => return cancel(&resolve(&plain, &none)?, json, &run),
+        Commands::Cancel { run, last } => {
+            let settings = resolve(&plain, &none)?;
+            let run = named_or_newest(&settings.store, run, last)?;
+            return cancel(&settings, json, &run);
+        }
         Commands::Context {
             run,
             last,
@@ -135,12 +139,14 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Commands::Runs => return runs(&resolve(&plain, &none)?.store, json),
         Commands::Fork {
             run,
+            last,
             at,
             setup,
             limits,
             answer,
         } => {
             let settings = resolve(&setup, &limits)?.with_answer(&answer)?;
+            let run = named_or_newest(&settings.store, run, last)?;
             return fork(&settings, json, &run, at);
         }
         Commands::Eval {
@@ -212,7 +218,15 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 show(&store, json, &run, call.as_deref())
             };
         }
-        Commands::Chat { run, setup } => return chat::chat(&resolve(&setup, &none)?, run),
+        Commands::Chat { run, last, setup } => {
+            let settings = resolve(&setup, &none)?;
+            let run = if last {
+                Some(newest_run(&settings.store)?)
+            } else {
+                run
+            };
+            return chat::chat(&settings, run);
+        }
         Commands::Resume {
             run,
             message,
@@ -248,28 +262,42 @@ fn dispatch(cli: Cli) -> Result<u8, Failure> {
                 None => (run, settings, Resume::Continue),
             }
         }
-        Commands::Approve { run, calls, setup } => {
-            (run, resolve(&setup, &none)?, Resume::Approve(ids(calls)))
+        Commands::Approve {
+            run,
+            last,
+            calls,
+            setup,
+        } => {
+            let settings = resolve(&setup, &none)?;
+            let run = named_or_newest(&settings.store, run, last)?;
+            (run, settings, Resume::Approve(ids(calls)))
         }
         Commands::Deny {
             run,
+            last,
             calls,
             reason,
             setup,
-        } => (
-            run,
-            resolve(&setup, &none)?,
-            Resume::Deny(ids(calls), reason),
-        ),
+        } => {
+            let settings = resolve(&setup, &none)?;
+            let run = named_or_newest(&settings.store, run, last)?;
+            (run, settings, Resume::Deny(ids(calls), reason))
+        }
         Commands::Resolve {
             run,
+            last,
             call,
             resolution,
             setup,
         } => {
             let resolution = resolution.parse().map_err(usage)?;
-            let what = Resume::Resolve(CallId::from(call), resolution);
-            (run, resolve(&setup, &none)?, what)
+            let settings = resolve(&setup, &none)?;
+            let run = named_or_newest(&settings.store, run, last)?;
+            (
+                run,
+                settings,
+                Resume::Resolve(CallId::from(call), resolution),
+            )
         }
     };
     drive_existing(&settings, json, &run_id, what)

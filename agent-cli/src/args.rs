@@ -70,15 +70,23 @@ pub enum Commands {
     /// they run, approvals and questions are asked inline; /context, /cost, /exit.
     Chat {
         /// The run to continue (default: a new run from the first message).
+        #[arg(conflicts_with = "last")]
         run: Option<String>,
+        /// Continue the newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
         /// Model, tools and policy.
         #[command(flatten)]
         setup: Setup,
     },
     /// Approve the pending call(s) of a paused run, then continue it.
     Approve {
-        /// The run id.
-        run: String,
+        /// The run id (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
         /// Approve only this call (repeatable); default: every pending call.
         #[arg(long = "call", value_name = "ID")]
         calls: Vec<String>,
@@ -88,8 +96,12 @@ pub enum Commands {
     },
     /// Deny the pending call(s) of a paused run; the model is told, then the run continues.
     Deny {
-        /// The run id.
-        run: String,
+        /// The run id (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
         /// Deny only this call (repeatable); default: every pending call.
         #[arg(long = "call", value_name = "ID")]
         calls: Vec<String>,
@@ -102,8 +114,12 @@ pub enum Commands {
     },
     /// Settle a call whose outcome is unknown, then continue the run.
     Resolve {
-        /// The run id.
-        run: String,
+        /// The run id (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
         /// The call in doubt.
         #[arg(long = "call", value_name = "ID")]
         call: String,
@@ -118,8 +134,12 @@ pub enum Commands {
     /// Cancel a run: it ends `cancelled`, nothing more runs. A live one is stopped by the
     /// process or worker driving it, as a Ctrl-C there would; this waits for it.
     Cancel {
-        /// The run id.
-        run: String,
+        /// The run id (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
     },
     /// Print the exact prompt the run's next model call would get, with its token estimate.
     Context {
@@ -213,8 +233,12 @@ pub enum Commands {
     /// call N, then goes on with the options given (another model, budget, policy, tools).
     /// What the prefix did is never done again; the fork records where it came from.
     Fork {
-        /// The run to fork.
-        run: String,
+        /// The run to fork (or --last).
+        #[arg(required_unless_present = "last", conflicts_with = "last")]
+        run: Option<String>,
+        /// The newest run (not a sub-agent's).
+        #[arg(long)]
+        last: bool,
         /// The model call the fork makes instead of RUN (as `agent show` numbers them).
         #[arg(long, value_name = "N")]
         at: u32,

@@ -436,13 +436,17 @@ fn chat_continues_a_run_and_leaves_on_ctrl_d() {
         6,
         "one exchange more: message, decision, end"
     );
-    // Ctrl-C at the prompt (the line editor reads it as a key) leaves too.
-    let mut t = Terminal::spawn(&env, &["chat", &run]);
+    // Ctrl-C at the prompt (the line editor reads it as a key) leaves too; `--last` is
+    // the newest run (a run named beside it is refused).
+    let mut t = Terminal::spawn(&env, &["chat", "--last"]);
+    t.expect(&run);
     t.expect("> ");
     t.master.write_all(&[3]).unwrap();
     let (code, screen) = t.wait();
     assert_eq!(code, Some(0), "{screen}");
     assert_eq!(events(&env, &run).len(), 6, "leaving writes nothing");
+    let out = env.run(&["chat", "--last", &run]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
 /// An exchange stopped by `agent cancel` from another process says so at the chat (the

@@ -111,6 +111,78 @@ fn last_picks_the_newest_run() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `approve`, `deny`, `resolve`, `cancel` and `fork` take `--last` as `resume` does: the
+/// newest run the person started, and never a run named beside it.
+#[test]
+fn the_commands_that_act_on_a_run_take_last_too() {
+    let env = Env::new();
+    let writing = |path: &str| {
+        env.script(json!([
+            {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": path, "content": "x"}}]},
+            {"final": "written"}
+        ]))
+    };
+    let paused = |path: &str| {
+        let out = env.run(&["run", "--json", "--model", &writing(path), "save"]);
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        object(&out)["run_id"].as_str().unwrap().to_owned()
+    };
+    let status = |id: &str| {
+        let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+        let run = runs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == id)
+            .cloned();
+        run.map(|r| r["status"].clone()).unwrap_or_default()
+    };
+    let older = paused("older.txt");
+
+    let newer = paused("approved.txt");
+    let both = env.run(&["approve", "--last", &newer]);
+    assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+    let v = object(&env.run(&["approve", "--json", "--last"]));
+    assert_eq!(
+        (&v["run_id"], &v["reason"]),
+        (&json!(newer), &json!("completed"))
+    );
+    assert!(env.dir.path().join("approved.txt").exists());
+
+    let denied = paused("denied.txt");
+    let v = object(&env.run(&["deny", "--json", "--last", "--reason", "no"]));
+    assert_eq!(
+        (&v["run_id"], &v["reason"]),
+        (&json!(denied), &json!("completed"))
+    );
+    assert!(!env.dir.path().join("denied.txt").exists());
+
+    let doubted = paused("resolved.txt");
+    let out = env.run(&["resolve", "--last", "--call", "w1", "--as", "committed"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains(&doubted), "{}", stderr(&out));
+
+    let v = object(&env.run(&["cancel", "--json", "--last"]));
+    assert_eq!(v["run_id"], doubted.as_str(), "{v}");
+    assert_eq!(status(&doubted), "stopped");
+
+    let out = env.run(&["fork", "--json", "--last", "--at", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let fork = object(&out)["run_id"].as_str().unwrap().to_owned();
+    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
+    let forked = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == fork.as_str())
+        .unwrap();
+    assert_eq!(forked["forked_from"], format!("{doubted}@1"));
+
+    // The first run was never touched: still waiting for its approval.
+    assert_eq!(status(&older), "paused");
+    assert!(!env.dir.path().join("older.txt").exists());
+}
+
 /// A run's sub-agents are runs of their own, started after it: `--last` is still the run
 /// the person started, never one of its children (a follow-up went into the child's log).
 #[test]
