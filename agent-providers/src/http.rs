@@ -438,7 +438,7 @@ impl HttpModel {
         let response = tokio::time::timeout(first, request.send())
             .await
             .map_err(|_| silent_for(first))?
-            .map_err(|e| ProviderError::Transport(format!("connection error: {e}")))?;
+            .map_err(|e| ProviderError::Transport(format!("connection error: {}", why(&e))))?;
         let status = response.status().as_u16();
         spent.accepted = (200..300).contains(&status);
         if (300..400).contains(&status) {
@@ -485,7 +485,9 @@ impl HttpModel {
                 read_at_most(response, self.max_response_bytes, self.idle_timeout).await;
             let body = body.map_err(|e| match e {
                 Unread::Silent => silent(),
-                Unread::Broke(e) => ProviderError::Transport(format!("the response broke: {e}")),
+                Unread::Broke(e) => {
+                    ProviderError::Transport(format!("the response broke: {}", why(&e)))
+                }
             })?;
             if !complete {
                 return Err(too_large(&self.provider, self.max_response_bytes));
@@ -759,10 +761,27 @@ impl std::error::Error for Cut {}
 impl std::fmt::Display for Cut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Cut::Transport(e) => write!(f, "{e}"),
+            Cut::Transport(e) => f.write_str(&why(e)),
             Cut::TooLarge => f.write_str("the response is too large"),
             Cut::Broken(e) => f.write_str(e),
         }
+    }
+}
+
+/// An HTTP client's error with what lies beneath it: reqwest says "error sending request
+/// for url (…)" and keeps why (the connection refused, the name not found, the certificate
+/// refused) in its sources, which a person needs to act.
+fn why(e: &(dyn std::error::Error + 'static)) -> String {
+    let said = e.to_string();
+    let mut deepest = e;
+    while let Some(source) = deepest.source() {
+        deepest = source;
+    }
+    let beneath = deepest.to_string();
+    if std::ptr::addr_eq(deepest, e) || beneath.is_empty() || said.contains(&beneath) {
+        said
+    } else {
+        format!("{said}: {beneath}")
     }
 }
 

@@ -492,6 +492,8 @@ async fn a_server_that_is_not_there_is_a_retried_connection_error() {
         err.contains("connection error") && err.contains("2 attempts"),
         "{err}"
     );
+    // Why, not only that it failed: what lies beneath reqwest's "error sending request".
+    assert!(err.contains("Connection refused"), "{err}");
 }
 
 /// An `openai-compat` model at `url` with an idle timeout of 100 ms, the given answer
