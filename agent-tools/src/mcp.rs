@@ -345,6 +345,9 @@ struct Server {
     /// one that is not there cannot be bound read-only, and one a call makes is taken away
     /// after the call, as after a `shell` command.
     protected: Vec<(PathBuf, String)>,
+    /// In a sandbox, the workspace: a repository a call makes there is named after it, as
+    /// after a `shell` command (its sandbox, described at the start, does not keep it).
+    workspace: Option<crate::Workspace>,
     state: Mutex<State>,
 }
 
@@ -505,27 +508,49 @@ impl Server {
             .filter(|(place, _)| std::fs::symlink_metadata(place).is_err())
             .cloned()
             .collect();
+        #[cfg(target_os = "linux")]
+        let before = match &self.workspace {
+            Some(workspace) => crate::sandbox::found_apart(workspace).await,
+            None => Vec::new(),
+        };
         let outcome = self.call_peer(&peer, generation, request).await;
         #[cfg(target_os = "linux")]
         {
             let removed = crate::sandbox::remove_made(&absent, &self.cwd);
+            let made = match &self.workspace {
+                Some(workspace) => crate::sandbox::made_since(&before, workspace).await,
+                None => Vec::new(),
+            };
+            if removed.is_empty() && made.is_empty() {
+                return outcome;
+            }
+            let mut note = String::from("\n--- agent ---\n");
             if !removed.is_empty() {
-                let note = format!(
-                    "\n--- agent ---\nthe server made what it may not make: {}\n",
+                note.push_str(&format!(
+                    "the server made what it may not make: {}\n",
                     removed.join("; ")
-                );
-                return match outcome {
-                    Ok(text) => Ok(text + &note),
-                    Err(mut error) => {
-                        error.message.push_str(&note);
-                        Err(error)
-                    }
-                };
+                ));
+            }
+            if !made.is_empty() {
+                note.push_str(&format!(
+                    "the server made a repository in which git would run what the server \
+                     wrote (look before using git there): {}\n",
+                    made.join("; ")
+                ));
+            }
+            match outcome {
+                Ok(text) => Ok(text + &note),
+                Err(mut error) => {
+                    error.message.push_str(&note);
+                    Err(error)
+                }
             }
         }
         #[cfg(not(target_os = "linux"))]
-        let _ = absent;
-        outcome
+        {
+            let _ = absent;
+            outcome
+        }
     }
 
     /// One call of the server's, on the connection `generation` (marked down if it died).
@@ -911,6 +936,7 @@ async fn connect_servers(
                     .collect(),
                 _ => Vec::new(),
             },
+            workspace: workspace.filter(|_| sandbox.is_some()).cloned(),
             sandbox,
             state: Mutex::new(State::Up {
                 connection,

@@ -374,6 +374,31 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
     removed
 }
 
+/// [`Workspace::protected_found`] on tokio's blocking pool (it may read directories).
+pub(crate) async fn found_apart(workspace: &Workspace) -> Vec<PathBuf> {
+    let workspace = workspace.clone();
+    tokio::task::spawn_blocking(move || workspace.protected_found())
+        .await
+        .unwrap_or_default()
+}
+
+/// The places like `.git` found in `workspace` now that were not among `before` (found
+/// before a sandboxed command or call) and make git run programs, each named relative to
+/// the root with what it runs ([`runs_programs`]): what it wrote there runs when a person
+/// uses git in them, outside any sandbox.
+pub(crate) async fn made_since(before: &[PathBuf], workspace: &Workspace) -> Vec<String> {
+    found_apart(workspace)
+        .await
+        .into_iter()
+        .filter(|place| !before.contains(place))
+        .filter_map(|place| {
+            let runs = runs_programs(&place);
+            let name = place.strip_prefix(workspace.root()).unwrap_or(&place);
+            (!runs.is_empty()).then(|| format!("{} ({})", name.display(), runs.join("; ")))
+        })
+        .collect()
+}
+
 /// What makes git run programs in the repository whose `.git` is `place`, each in words:
 /// its hooks (the files in `hooks/`, git's own `.sample`s aside), the settings of its
 /// `config` (and `config.worktree`) that name a program or include another file (and

@@ -156,16 +156,7 @@ async fn run_sandboxed(
         let removed = crate::sandbox::remove_made(&absent, ctx.workspace.root());
         // A repository it made is read-only to the commands after it, but what it wrote
         // there runs when a person uses git in it: said.
-        let made: Vec<String> = found_apart(&ctx.workspace)
-            .await
-            .into_iter()
-            .filter(|place| !before.contains(place))
-            .filter_map(|place| {
-                let runs = crate::sandbox::runs_programs(&place);
-                let name = place.strip_prefix(ctx.workspace.root()).unwrap_or(&place);
-                (!runs.is_empty()).then(|| format!("{} ({})", name.display(), runs.join("; ")))
-            })
-            .collect();
+        let made = crate::sandbox::made_since(&before, &ctx.workspace).await;
         if removed.is_empty() && made.is_empty() {
             return outcome;
         }
@@ -204,13 +195,6 @@ async fn run_sandboxed(
 
 /// [`crate::Workspace::protected_found`] on tokio's blocking pool.
 #[cfg(target_os = "linux")]
-async fn found_apart(workspace: &crate::Workspace) -> Vec<std::path::PathBuf> {
-    let workspace = workspace.clone();
-    tokio::task::spawn_blocking(move || workspace.protected_found())
-        .await
-        .unwrap_or_default()
-}
-
 /// Runs `command` in a process group led by an `sh` watcher ([`Watcher`]).
 async fn run_in_group(
     command_line: &str,
