@@ -375,6 +375,7 @@ pub(crate) fn remove_made(absent: &[(PathBuf, String)], root: &Path) -> Vec<Stri
 }
 
 /// [`Workspace::protected_found`] on tokio's blocking pool (it may read directories).
+#[cfg(target_os = "linux")]
 pub(crate) async fn found_apart(workspace: &Workspace) -> Vec<PathBuf> {
     let workspace = workspace.clone();
     tokio::task::spawn_blocking(move || workspace.protected_found())
@@ -386,6 +387,7 @@ pub(crate) async fn found_apart(workspace: &Workspace) -> Vec<PathBuf> {
 /// before a sandboxed command or call) and make git run programs, each named relative to
 /// the root with what it runs ([`runs_programs`]): what it wrote there runs when a person
 /// uses git in them, outside any sandbox.
+#[cfg(target_os = "linux")]
 pub(crate) async fn made_since(before: &[PathBuf], workspace: &Workspace) -> Vec<String> {
     found_apart(workspace)
         .await

@@ -193,8 +193,6 @@ async fn run_sandboxed(
     }
 }
 
-/// [`crate::Workspace::protected_found`] on tokio's blocking pool.
-#[cfg(target_os = "linux")]
 /// Runs `command` in a process group led by an `sh` watcher ([`Watcher`]).
 async fn run_in_group(
     command_line: &str,
