@@ -681,6 +681,14 @@ pub fn answer_queued(
     };
     let store = Arc::new(stores::queue(&settings.store, "resume")?);
     let state = store.queue_state(run_id)?;
+    // Its worker stopped answering in the middle of a step (a live one was handed the
+    // message before this): the worker that takes it over reads it.
+    if state == Some(QueueState::Running)
+        && let QueuedAnswer::Message(text) = &answer
+        && let Some(code) = note_orphaned(settings, &store, json, run_id, text)?
+    {
+        return Ok(Some(code));
+    }
     match (state, &answer) {
         (None, _) | (Some(QueueState::Ended), QueuedAnswer::Continue | QueuedAnswer::Input(_)) => {
             return Ok(None);
@@ -777,6 +785,44 @@ fn note_unstarted(
         "has your message; it reads it after its goal, once a worker begins it",
     );
     Ok(EXIT_OK)
+}
+
+/// A message to a queued run whose worker's lease ran out in the middle of a step: kept
+/// on its row for the worker that takes it over, read before its next model call. `None`
+/// when the run is not in that state (a worker drives it), for the caller to say so.
+fn note_orphaned(
+    settings: &Settings,
+    store: &PostgresStore,
+    json: bool,
+    run_id: &str,
+    text: &str,
+) -> Result<Option<u8>, Failure> {
+    let log = store.load(run_id)?;
+    if crate::app::new_budget(settings, run_id, &log)?.is_some() {
+        return Err(usage(format!(
+            "run {run_id} waits for a worker to take it over: new limits are not given to it; \
+             send the message without them"
+        )));
+    }
+    if text.len() > crate::app::MAX_NOTE {
+        return Err(usage(format!(
+            "the message is {} bytes; a run between two workers takes at most {} KiB: send a \
+             shorter one",
+            text.len(),
+            crate::app::MAX_NOTE / 1024
+        )));
+    }
+    let text = Redactor::from_env().redact_str(text);
+    if !store.note_orphaned(run_id, &text)? {
+        return Ok(None);
+    }
+    say_queued(
+        json,
+        run_id,
+        "has your message; its worker stopped answering, and the worker that takes it over \
+         reads it before its next model call",
+    );
+    Ok(Some(EXIT_OK))
 }
 
 /// What records a person's answer or message in a queued run, driving nothing.

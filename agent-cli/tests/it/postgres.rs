@@ -371,6 +371,49 @@ fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
     super::assert_contiguous(&events, "the run's log");
 }
 
+/// A message to a queued run whose worker died in the middle of a step (its lease ran out
+/// and no worker took it over yet) is kept for the worker that takes it over, which reads
+/// it before its next model call.
+#[test]
+fn a_message_to_a_run_whose_worker_died_is_read_by_the_one_that_takes_it_over() {
+    let q = Queue::new();
+    // The first worker stalls in its second model call; the next reads the script again.
+    let stalling = |delay_ms: u64| {
+        q.script(
+            "job",
+            json!([
+                {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {"path": "."}}]},
+                {"final": "done", "delay_ms": delay_ms}
+            ]),
+        )
+    };
+    let id = q.submit(&stalling(600_000), &[], "look");
+    let mut first = q.worker(&["--lease", "1"], false);
+    until("the first turn is committed", || {
+        count(&q.events(&id), "tool_finished") == 1
+    });
+    first.kill().unwrap();
+    first.wait().unwrap();
+    until("its lease ran out", || q.runs()[0]["live"].is_null());
+    let out = q.agent(&["resume", "--json", &id, "also say hello"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "queued");
+    // New limits are not handed to a run between workers.
+    let out = q.agent(&["resume", &id, "more", "--max-steps", "9"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("new limits"), "{}", stderr(&out));
+    stalling(0);
+    q.work_until_completed("the next worker completes the run");
+    let events = read_once(&q, &id, "also say hello", "done");
+    let note = events
+        .iter()
+        .position(|e| e["type"] == "user_note")
+        .unwrap();
+    assert_eq!(events[note - 1]["type"], "run_resumed");
+    assert_eq!(count(&events[..note], "tool_finished"), 1);
+}
+
 /// Queues a run that writes `out.txt` (`approved`), which asks for approval; its id.
 fn write_job(q: &Queue) -> String {
     let model = q.script(

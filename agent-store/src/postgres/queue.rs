@@ -671,6 +671,25 @@ impl PostgresStore {
         Ok(noted == 1)
     }
 
+    /// Keeps a person's note for queued run `run_id` whose worker stopped renewing its
+    /// lease in the middle of a step (it died, or lost the database): the worker that takes
+    /// the run over reads it before its next model call ([`FencedStore::told`]) and commits
+    /// it there; it stays on the row until a commit holds it. `false` when the run is not
+    /// in that state (a worker holds it, or took it over meanwhile), or holds 64 notes.
+    pub fn note_orphaned(&self, run_id: &str, text: &str) -> Result<bool, StoreError> {
+        let noted = self
+            .client()?
+            .execute(
+                "UPDATE agent_queue
+                 SET notes = notes || jsonb_build_array(jsonb_build_array($1::text, $2::text))
+                 WHERE run_id = $1 AND state = 'running' AND lease_expires_at <= now()
+                   AND jsonb_array_length(notes) < 64",
+                &[&run_id, &text],
+            )
+            .map_err(|e| engine(&e))?;
+        Ok(noted == 1)
+    }
+
     /// The notes for `run_id` on the row of `lease` (its run, or a sub-agent's run of it)
     /// not handed out yet, in the order they came. They stay on the row: the commit that
     /// holds them takes them off (`notes` of the commit function), so that a worker that
