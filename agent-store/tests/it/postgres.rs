@@ -353,6 +353,36 @@ fn queued_runs_are_claimed_oldest_first_once_each_and_paused_runs_wake() {
     assert_eq!(taken.len(), 20);
 }
 
+/// A note for a queued run whose worker's lease ran out is kept on its row and handed to
+/// the worker that takes the run over; a run a worker holds, or one waiting for its first
+/// worker, is not noted this way.
+#[test]
+fn a_note_for_a_run_whose_lease_ran_out_goes_to_the_worker_that_takes_it_over() {
+    use agent_store::FencedStore;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let cluster = Cluster::start();
+    let store = Arc::new(PostgresStore::connect(&cluster.url()).unwrap());
+    store.submit("live", "s").unwrap();
+    store.submit("dead", "s").unwrap();
+    assert!(!store.note_orphaned("live", "not begun").unwrap());
+    let live = store.claim("a", Duration::from_secs(60)).unwrap().unwrap();
+    assert_eq!(live.run_id, "live");
+    // A lease of no time at all: run out as soon as it is taken.
+    let dead = store.claim("b", Duration::ZERO).unwrap().unwrap();
+    assert_eq!(dead.run_id, "dead");
+    assert!(!store.note_orphaned("live", "its worker holds it").unwrap());
+    assert!(store.note_orphaned("dead", "for the next").unwrap());
+    assert!(!store.note_orphaned("nope", "no such run").unwrap());
+    let next = store.claim("c", Duration::from_secs(60)).unwrap().unwrap();
+    assert_eq!(next.run_id, "dead");
+    assert_eq!(
+        FencedStore::new(Arc::clone(&store), next).told("dead"),
+        ["for the next"]
+    );
+    assert!(!store.note_orphaned("dead", "taken over").unwrap());
+}
+
 #[test]
 fn a_worker_whose_lease_expired_and_was_taken_over_commits_nothing() {
     use agent_store::{FencedStore, QueueState};
