@@ -558,7 +558,11 @@ fn named_or_newest(
 
 fn newest_run(location: &StoreLocation) -> Result<String, Failure> {
     let store = OpenStore::must_exist(location)?;
-    let runs = store.as_store().runs()?;
+    let mut runs = store.as_store().runs()?;
+    // A run just submitted, no worker started yet, is the newest as `agent runs` lists it.
+    if let OpenStore::Postgres(queue) = &store {
+        runs.extend(worker::never_started_runs(queue)?);
+    }
     // A sub-agent's run starts after its parent's, and is not a run the person started.
     runs.into_iter()
         .filter(|r| r.parent.is_none())

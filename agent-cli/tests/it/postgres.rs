@@ -1638,10 +1638,14 @@ fn a_queued_run_is_cancelled_while_its_worker_drives_it() {
 }
 
 /// A queued run no worker has taken yet is taken off the queue: no worker ever starts it
-/// (before, `agent cancel` said there was no such run, and a worker ran it later).
+/// (before, `agent cancel` said there was no such run, and a worker ran it later). It is
+/// the newest run (`--last`), as `agent runs` lists it, though it has no log.
 #[test]
 fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
     let q = Queue::new();
+    let earlier = q.script("earlier", json!([{"final": "done before"}]));
+    q.submit(&earlier, &[], "earlier");
+    q.work_until_completed("an earlier run is completed");
     let model = q.script("job", json!([{"final": "never asked"}]));
     let id = q.submit(&model, &[], "never mind");
     let listed = |runs: Vec<Value>| {
@@ -1653,17 +1657,20 @@ fn a_queued_run_is_cancelled_before_a_worker_takes_it() {
         listed(q.runs()),
         Some((json!("queued"), Value::Null, json!("never mind")))
     );
-    let shown = q.agent(&["show", &id]);
+    let shown = q.agent(&["show", "--last"]);
     assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
     assert!(
-        stderr(&shown).contains("waits in the queue for a worker: nothing ran"),
+        stderr(&shown).contains(&format!(
+            "{id} waits in the queue for a worker: nothing ran"
+        )),
         "{}",
         stderr(&shown)
     );
-    let cancelled = q.agent(&["cancel", "--json", &id]);
+    let cancelled = q.agent(&["cancel", "--json", "--last"]);
     assert_eq!(cancelled.status.code(), Some(130), "{}", stderr(&cancelled));
     let outcome: Value = serde_json::from_slice(&cancelled.stdout).unwrap();
     assert_eq!(outcome["reason"], "cancelled");
+    assert_eq!(outcome["run_id"], id.as_str());
     let worker = q.worker(&["--until-empty"], true);
     let worked = worker.wait_with_output().unwrap();
     assert_eq!(worked.status.code(), Some(0), "{}", stderr(&worked));
