@@ -66,6 +66,10 @@ impl Model for Shown {
         self.inner.counts_whole_prompts()
     }
 
+    fn counts_text(&self) -> bool {
+        self.inner.counts_text()
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let step = request.step + 1;
         let so_far = self.so_far.lock().map(|u| *u).unwrap_or_default();

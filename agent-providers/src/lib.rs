@@ -154,6 +154,15 @@ pub trait Model: Send + Sync {
     fn counts_whole_prompts(&self) -> bool {
         true
     }
+    /// Whether the tokens a reply's usage reports are counted from the prompt's text by a
+    /// tokenizer (the provider's), so that a count of that text is a guide to them: the
+    /// runtime then stops a call whose prompt alone, by its own count, would pass a token
+    /// or cost budget before any provider counted a prompt like it. A [`ScriptModel`] and
+    /// a [`ReplayModel`] report what their script or run holds, whatever the text: false.
+    /// True by default.
+    fn counts_text(&self) -> bool {
+        true
+    }
     /// The output tokens `usd` dollars pay for at the most, when the price is known: what
     /// the runtime caps a call's output at when a cost budget leaves only so much.
     fn output_tokens_for(&self, usd: f64) -> Option<u64> {

@@ -82,6 +82,11 @@ impl Model for ReplayModel {
         true
     }
 
+    /// Each call used what the recorded one did, whatever the prompt's text.
+    fn counts_text(&self) -> bool {
+        false
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let index = usize::try_from(request.step).unwrap_or(usize::MAX);
         match self.answers.get(index) {

@@ -491,6 +491,11 @@ impl Model for ScriptModel {
         true
     }
 
+    /// A turn uses what its `usage` says, whatever the prompt's text.
+    fn counts_text(&self) -> bool {
+        false
+    }
+
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         // A sub-agent's run: its goal, the first message, names its script.
         if let Some(agent) = request

@@ -1498,10 +1498,13 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
         "usage": {"prompt_tokens": 50, "completion_tokens": 7}
     })
     .to_string();
+    // A prompt of 1,000 tokens: $0.0025 at $2.50 a million, past the budget at once.
+    let costly_call = call.replace(r#""prompt_tokens":50"#, r#""prompt_tokens":1000"#);
+    assert_ne!(costly_call, call);
     let priced = rt
         .block_on(Server::start(vec![
-            Reply::status(200, call.clone()),
-            Reply::status(200, call.clone()),
+            Reply::status(200, costly_call.clone()),
+            Reply::status(200, costly_call),
         ]))
         .unwrap();
     let flaky = rt
@@ -1531,7 +1534,7 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
 
     std::fs::write(
         &toml,
-        "max_cost_usd = 0.0001\nstream = false\nmax_output_tokens = 77\neffort = \"low\"\n\
+        "max_cost_usd = 0.0025\nstream = false\nmax_output_tokens = 777\neffort = \"low\"\n\
          [prices.\"gpt-4o\"]\ninput = 2.5\noutput = 10.0\n",
     )
     .unwrap();
@@ -1561,12 +1564,12 @@ fn a_queued_run_is_called_and_priced_as_it_was_submitted() {
     assert_eq!(
         asked.len(),
         1,
-        "57 tokens at $2.50-10/M pass $0.0001 at once"
+        "1,007 tokens at $2.50-10/M pass $0.0025 at once"
     );
     assert_ne!(asked[0].body["stream"], json!(true), "{}", asked[0].body);
-    // The file's cap is 77; what the budget leaves, $0.0001 at $10 a million, is smaller.
+    // The file's cap is 777; what the budget leaves, $0.0025 at $10 a million, is smaller.
     assert_eq!(
-        asked[0].body["max_completion_tokens"], 10,
+        asked[0].body["max_completion_tokens"], 250,
         "{}",
         asked[0].body
     );

@@ -121,6 +121,8 @@ async fn openai_run_end_to_end_with_tool_results_paired() {
 
 /// A call whose retry the run's budget cannot pay for ends the run on its budget, exit 4
 /// and `cost_budget_exceeded` as before a call, not as the provider's failure (exit 5).
+/// The budget lets the first attempt go (its prompt, instructions and tools, has some 700
+/// tokens at the least), not a second after the first was billed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_the_budget_cannot_pay_for_stops_the_run_on_its_budget() {
     let full = fixture("openai/text_only.sse");
@@ -139,7 +141,7 @@ async fn a_retry_the_budget_cannot_pay_for_stops_the_run_on_its_budget() {
             "--base-url",
             &server.url,
             "--max-tokens",
-            "50",
+            "1000",
             "hi",
         ],
         Some(("OPENAI_API_KEY", "test-key-1")),
@@ -550,10 +552,13 @@ async fn a_priced_model_stops_at_the_cost_budget() {
     );
     assert_eq!(code, Some(4), "{err}");
     assert_eq!(v["reason"], "cost_budget_exceeded");
-    assert_eq!(
-        server.received().len(),
-        1,
-        "50 tokens at $2.50/M is past $0.0001 after one call"
+    // Its first prompt (instructions and tools: some 700 tokens at the least, by half of
+    // o200k's count) costs more than $0.0001 at $2.50 a million: it is not sent.
+    assert_eq!(server.received().len(), 0);
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.contains("$0.0000 spent, and the next call's prompt alone costs at least $0.00"),
+        "{message}"
     );
 }
 

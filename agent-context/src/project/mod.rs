@@ -314,6 +314,22 @@ impl Projector {
         self.sizes.lower_bound().unwrap_or(0)
     }
 
+    /// A number of tokens the next prompt has at the fewest by the projector's own token
+    /// counter (o200k's unless another was given), for a prompt no provider has counted
+    /// anything like yet ([`Projector::lower_bound`] is 0: a run's first call, or the first
+    /// after a compaction): half of what it counts, a margin for a provider whose tokenizer
+    /// is another (those of the major providers count a text within a few tens of percent
+    /// of o200k). 0 when the prompt may pass the compaction threshold (a compaction would
+    /// make it smaller). The prompt's tokens are counted, which loads the tokenizer the
+    /// first time: ask only when a decision depends on it.
+    pub fn counted_lower_bound(&self) -> usize {
+        let threshold = self.config.context_window as f64 * self.config.compact_at;
+        if self.sizes.upper_bound() as f64 > threshold {
+            return 0;
+        }
+        self.tokens() / 2
+    }
+
     /// A number of tokens a summary request has at the fewest when it sends this prompt's
     /// messages whole under instructions of its own and no tools: [`Projector`]'s floor of
     /// the prompt as it stands (not 0 near the threshold: the summary is asked for there),

@@ -77,6 +77,9 @@ impl Model for Guarded {
     fn counts_whole_prompts(&self) -> bool {
         self.inner.counts_whole_prompts()
     }
+    fn counts_text(&self) -> bool {
+        self.inner.counts_text()
+    }
     async fn decide(&self, request: ModelRequest<'_>) -> Result<ModelReply, ProviderError> {
         let reply = self.inner.decide(request).await;
         if let Ok(reply) = &reply

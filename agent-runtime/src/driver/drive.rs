@@ -121,7 +121,7 @@ impl Runtime {
         if budgets_spend && self.prompts_as(machine.state().manifest.as_ref()) {
             // A run continued in this invocation may ask for a call before any commit:
             // checked all the same.
-            machine.recheck_next_call(self.least_next_call(&projector));
+            machine.recheck_next_call(self.least_next_call(&machine, &projector));
         } else {
             projector.forget_lower_bound();
         }
@@ -407,7 +407,8 @@ impl Runtime {
                             if budgets_spend {
                                 // Checked before the call it limits: one whose prompt alone
                                 // passes a budget is not made.
-                                machine.observe_next_call(self.least_next_call(&projector));
+                                machine
+                                    .observe_next_call(self.least_next_call(&machine, &projector));
                             }
                             machine.handle(Input::Committed { version })?;
                         }
@@ -857,9 +858,31 @@ impl Runtime {
             .allows_another(&Usage::default(), self.model.least_cost(least))
     }
 
-    /// The least the next model call will use: the projector's floor of its prompt, each
-    /// token at the model's cheapest input price.
-    fn least_next_call(&self, projector: &Projector) -> Usage {
+    /// The least the next model call will use, for the budgets to stop a call its prompt
+    /// alone would take past one: the provider's count (`least_counted`), or,
+    /// without a count of a prompt like it, the projector's own
+    /// ([`Projector::counted_lower_bound`]), taken only when the prompt's bytes could pass
+    /// what the budgets leave (a run far from its budgets loads no tokenizer for it) and
+    /// the model's usage is counted from the text (not a script's).
+    fn least_next_call(&self, machine: &Machine, projector: &Projector) -> Usage {
+        let counted = self.least_counted(projector);
+        if counted.input_tokens > 0
+            || !self.model.counts_text()
+            || self.affords(machine, projector.upper_bound() as u64)
+        {
+            return counted;
+        }
+        let least = projector.counted_lower_bound() as u64;
+        Usage {
+            cost_usd: self.model.least_cost(least),
+            ..Usage::tokens(least, 0)
+        }
+    }
+
+    /// The least the next model call will use by the provider's count: the projector's
+    /// floor of its prompt, each token at the model's cheapest input price. What a call's
+    /// output limit leaves room for (an estimate of ours would cut an answer short).
+    fn least_counted(&self, projector: &Projector) -> Usage {
         let least = projector.lower_bound() as u64;
         Usage {
             cost_usd: self.model.least_cost(least),
@@ -876,7 +899,7 @@ impl Runtime {
         machine: &Machine,
         projector: &Projector,
     ) -> (Option<u32>, Option<SpendLimit>) {
-        let least = self.least_next_call(projector);
+        let least = self.least_counted(projector);
         let limit = self.spend_limit(machine, least.input_tokens);
         let by_tokens = limit
             .tokens

@@ -169,6 +169,64 @@ async fn a_call_whose_prompt_alone_passes_the_token_budget_is_not_made() {
     assert_eq!(model.calls.load(Ordering::SeqCst), 3);
 }
 
+/// Counts with o200k, and how many texts it was asked to count.
+#[derive(Default)]
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl agent_context::TokenCounter for Counting {
+    fn count(&self, text: &str) -> usize {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        agent_context::Tiktoken.count(text)
+    }
+}
+
+/// A run's first call, whose prompt no provider has counted, is checked with the runtime's
+/// own count (half of o200k's): a goal that alone passes the token budget is not sent. A
+/// run whose prompt's bytes cannot pass its budgets counts nothing for it.
+#[tokio::test]
+async fn a_first_call_whose_goal_alone_passes_the_budget_is_not_made() {
+    let s = setup();
+    // About 74 KB, some 17,000 tokens by o200k's count.
+    let goal = "the quarterly figures, read out word by word. ".repeat(1_600);
+    let start = |max_tokens: u64| {
+        let (rt, model) = metered(&s, reads(1), vec![], 0.000_004);
+        let counter = Arc::new(Counting::default());
+        let rt = rt.with_token_counter(Arc::clone(&counter) as _);
+        let budget = Budget {
+            max_tokens: Some(max_tokens),
+            ..Budget::default()
+        };
+        let goal = goal.clone();
+        async move {
+            let report = rt
+                .start(
+                    RunRequest::new("run-m", &goal, budget),
+                    CancellationToken::new(),
+                )
+                .await
+                .unwrap();
+            (report, model, counter)
+        }
+    };
+    let (report, model, counter) = start(5_000).await;
+    assert_eq!(report.outcome.reason, TerminalReason::CostBudgetExceeded);
+    assert_eq!(model.calls.load(Ordering::SeqCst), 0, "nothing was sent");
+    assert!(
+        report
+            .outcome
+            .message
+            .contains("0 tokens used, and the next call's prompt alone has at least 8"),
+        "{}",
+        report.outcome.message
+    );
+    assert!(counter.0.load(Ordering::SeqCst) > 0);
+    // Its bytes fit the budget: nothing is counted, and the run goes on.
+    let (report, model, counter) = start(1_000_000).await;
+    assert_eq!(report.outcome.reason, TerminalReason::Completed);
+    assert_eq!(model.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(counter.0.load(Ordering::SeqCst), 0, "no token was counted");
+}
+
 #[tokio::test]
 async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_made() {
     let s = setup();
@@ -203,8 +261,8 @@ async fn a_call_whose_prompt_alone_passes_the_cost_budget_is_not_made() {
 /// A count the provider gave in an earlier invocation is a floor of this one's prompts when
 /// they are made as that one's were: a call approved in another process is not made when
 /// its prompt alone would pass the budget. Continued with another model (whose tokenizer
-/// may count fewer), with other tools, or in a fork, the count is no floor, and the call is
-/// made.
+/// may count fewer), with other tools, or in a fork, the count is no floor: the runtime's
+/// own, half of o200k's, is (less than the 1,000 the script says), and the call is made.
 #[tokio::test]
 async fn a_count_from_an_earlier_invocation_holds_for_the_same_model_and_tools_only() {
     let s = setup();
@@ -212,8 +270,9 @@ async fn a_count_from_an_earlier_invocation_holds_for_the_same_model_and_tools_o
         {"tool_calls": [{"id": "s1", "name": "save"}], "usage": used()},
         {"final": "saved", "usage": used()}
     ]});
+    // 1,010 used: room for a prompt of 890, not of 1,000.
     let budget = Budget {
-        max_tokens: Some(1_500),
+        max_tokens: Some(1_900),
         ..Budget::default()
     };
     let other_tool: Arc<dyn Tool> = Arc::new(Dump);
@@ -269,12 +328,13 @@ async fn a_count_from_an_earlier_invocation_holds_for_the_same_model_and_tools_o
 
 /// A run continued from its log asks for its next call before any commit: the call is
 /// checked all the same, against the count the log holds, when this invocation makes its
-/// prompts as the run's did.
+/// prompts as the run's did (and against half of o200k's count otherwise).
 #[tokio::test]
 async fn the_first_call_of_a_continued_run_is_checked_before_it_is_made() {
     let s = setup();
+    // 1,010 used: room for a prompt of 890, not of 1,000.
     let budget = Budget {
-        max_tokens: Some(1_500),
+        max_tokens: Some(1_900),
         ..Budget::default()
     };
     // A run stopped before its second call, its end then taken off: a run whose process
