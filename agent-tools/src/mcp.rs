@@ -521,26 +521,15 @@ impl Server {
                 Some(workspace) => crate::sandbox::made_since(&before, workspace).await,
                 None => Vec::new(),
             };
-            if removed.is_empty() && made.is_empty() {
+            let Some(note) =
+                crate::sandbox::after_note("the server", "it may not make", &removed, &made)
+            else {
                 return outcome;
-            }
-            let mut note = String::from("\n--- agent ---\n");
-            if !removed.is_empty() {
-                note.push_str(&format!(
-                    "the server made what it may not make: {}\n",
-                    removed.join("; ")
-                ));
-            }
-            if !made.is_empty() {
-                note.push_str(&format!(
-                    "the server made a repository in which git would run what the server \
-                     wrote (look before using git there): {}\n",
-                    made.join("; ")
-                ));
-            }
+            };
             match outcome {
-                Ok(text) => Ok(text + &note),
+                Ok(text) => Ok(text + "\n" + &note),
                 Err(mut error) => {
+                    error.message.push('\n');
                     error.message.push_str(&note);
                     Err(error)
                 }

@@ -401,6 +401,38 @@ pub(crate) async fn made_since(before: &[PathBuf], workspace: &Workspace) -> Vec
         .collect()
 }
 
+/// What a sandboxed command or an MCP server's call is told after it when it made
+/// something (`who` made it: "the command", "the server"): the protected places it made,
+/// taken away ([`remove_made`]; `forbidden` says whose they are not to make), and the
+/// repositories it made in which git would run what it wrote ([`made_since`]). `None` when
+/// it made neither.
+#[cfg(target_os = "linux")]
+pub(crate) fn after_note(
+    who: &str,
+    forbidden: &str,
+    removed: &[String],
+    made: &[String],
+) -> Option<String> {
+    if removed.is_empty() && made.is_empty() {
+        return None;
+    }
+    let mut note = String::from("--- agent ---\n");
+    if !removed.is_empty() {
+        note.push_str(&format!(
+            "{who} made what {forbidden}: {}\n",
+            removed.join("; ")
+        ));
+    }
+    if !made.is_empty() {
+        note.push_str(&format!(
+            "{who} made a repository in which git would run what {who} wrote (look before \
+             using git there): {}\n",
+            made.join("; ")
+        ));
+    }
+    Some(note)
+}
+
 /// What makes git run programs in the repository whose `.git` is `place`, each in words:
 /// its hooks (the files in `hooks/`, git's own `.sample`s aside), the settings of its
 /// `config` (and `config.worktree`) that name a program or include another file (and

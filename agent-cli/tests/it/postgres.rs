@@ -334,27 +334,9 @@ fn the_queue_needs_a_shared_store() {
 #[test]
 fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
     let q = Queue::new();
-    // The first worker stalls in its second model call, after the first turn committed;
-    // the next reads the script again, without the stall.
-    let stalling = |delay_ms: u64| {
-        q.script(
-            "job",
-            json!([
-                {"tool_calls": [{"id": "c1", "name": "shell",
-                    "arguments": {"command": "echo once >> effects.txt"}}]},
-                {"final": "done", "delay_ms": delay_ms}
-            ]),
-        )
-    };
-    let model = stalling(600_000);
-    let id = q.submit(&model, &["--allow", "shell"], "once");
-    let mut first = q.worker(&["--lease", "1"], false);
-    until("the first turn is committed", || {
-        count(&q.events(&id), "tool_finished") == 1
-    });
-    first.kill().unwrap();
-    first.wait().unwrap();
-    stalling(0);
+    let call = json!({"tool_calls": [{"id": "c1", "name": "shell",
+                      "arguments": {"command": "echo once >> effects.txt"}}]});
+    let id = run_whose_worker_died(&q, call, &["--allow", "shell"], "once");
     let mut second = q.worker(&["--lease", "1"], false);
     until("the run is completed by the second worker", || {
         q.runs()[0]["reason"] == "completed"
@@ -377,23 +359,9 @@ fn a_dead_worker_s_run_is_taken_over_from_its_last_commit() {
 #[test]
 fn a_message_to_a_run_whose_worker_died_is_read_by_the_one_that_takes_it_over() {
     let q = Queue::new();
-    // The first worker stalls in its second model call; the next reads the script again.
-    let stalling = |delay_ms: u64| {
-        q.script(
-            "job",
-            json!([
-                {"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {"path": "."}}]},
-                {"final": "done", "delay_ms": delay_ms}
-            ]),
-        )
-    };
-    let id = q.submit(&stalling(600_000), &[], "look");
-    let mut first = q.worker(&["--lease", "1"], false);
-    until("the first turn is committed", || {
-        count(&q.events(&id), "tool_finished") == 1
-    });
-    first.kill().unwrap();
-    first.wait().unwrap();
+    let call =
+        json!({"tool_calls": [{"id": "c1", "name": "list_dir", "arguments": {"path": "."}}]});
+    let id = run_whose_worker_died(&q, call, &[], "look");
     until("its lease ran out", || q.runs()[0]["live"].is_null());
     let out = q.agent(&["resume", "--json", &id, "also say hello"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -403,7 +371,6 @@ fn a_message_to_a_run_whose_worker_died_is_read_by_the_one_that_takes_it_over() 
     let out = q.agent(&["resume", &id, "more", "--max-steps", "9"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("new limits"), "{}", stderr(&out));
-    stalling(0);
     q.work_until_completed("the next worker completes the run");
     let events = read_once(&q, &id, "also say hello", "done");
     let note = events
@@ -412,6 +379,28 @@ fn a_message_to_a_run_whose_worker_died_is_read_by_the_one_that_takes_it_over() 
         .unwrap();
     assert_eq!(events[note - 1]["type"], "run_resumed");
     assert_eq!(count(&events[..note], "tool_finished"), 1);
+}
+
+/// Queues a run of `call`, then a final answer `done`, whose first worker (a lease of 1 s)
+/// is killed once the call's turn is committed, while it waits for its second model call
+/// (the script stalls there); the script is then written again without the stall, for
+/// the worker that takes the run over. Its id.
+fn run_whose_worker_died(q: &Queue, call: Value, extra: &[&str], goal: &str) -> String {
+    let stalling = |delay_ms: u64| {
+        q.script(
+            "job",
+            json!([call.clone(), {"final": "done", "delay_ms": delay_ms}]),
+        )
+    };
+    let id = q.submit(&stalling(600_000), extra, goal);
+    let mut first = q.worker(&["--lease", "1"], false);
+    until("the first turn is committed", || {
+        count(&q.events(&id), "tool_finished") == 1
+    });
+    first.kill().unwrap();
+    first.wait().unwrap();
+    stalling(0);
+    id
 }
 
 /// Queues a run that writes `out.txt` (`approved`), which asks for approval; its id.

@@ -157,23 +157,11 @@ async fn run_sandboxed(
         // A repository it made is read-only to the commands after it, but what it wrote
         // there runs when a person uses git in it: said.
         let made = crate::sandbox::made_since(&before, &ctx.workspace).await;
-        if removed.is_empty() && made.is_empty() {
+        let Some(note) =
+            crate::sandbox::after_note("the command", "no command may make", &removed, &made)
+        else {
             return outcome;
-        }
-        let mut note = String::from("--- agent ---\n");
-        if !removed.is_empty() {
-            note.push_str(&format!(
-                "the command made what no command may make: {}\n",
-                removed.join("; ")
-            ));
-        }
-        if !made.is_empty() {
-            note.push_str(&format!(
-                "the command made a repository in which git would run what the command \
-                 wrote (look before using git there): {}\n",
-                made.join("; ")
-            ));
-        }
+        };
         match outcome {
             Ok(mut text) => {
                 text.push_str(&note);
