@@ -372,12 +372,7 @@ fn a_message_to_a_run_whose_worker_died_is_read_by_the_one_that_takes_it_over() 
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("new limits"), "{}", stderr(&out));
     q.work_until_completed("the next worker completes the run");
-    let events = read_once(&q, &id, "also say hello", "done");
-    let note = events
-        .iter()
-        .position(|e| e["type"] == "user_note")
-        .unwrap();
-    assert_eq!(events[note - 1]["type"], "run_resumed");
+    let (events, note) = read_on_taking_over(&q, &id, "also say hello");
     assert_eq!(count(&events[..note], "tool_finished"), 1);
 }
 
@@ -889,12 +884,19 @@ fn a_message_handed_to_a_worker_that_dies_is_read_by_the_next() {
     q.work_until_completed("the next worker completes the run");
     let (code, said) = sender.outcome();
     assert_eq!(code, Some(0), "{said}");
-    let events = read_once(&q, &id, "also say hello", "done");
+    read_on_taking_over(&q, &id, "also say hello");
+}
+
+/// The run's events once it read `text` and answered `done` ([`read_once`]), the note
+/// committed first thing by the worker that took the run over; and where the note is.
+fn read_on_taking_over(q: &Queue, id: &str, text: &str) -> (Vec<Value>, usize) {
+    let events = read_once(q, id, text, "done");
     let note = events
         .iter()
         .position(|e| e["type"] == "user_note")
         .unwrap();
     assert_eq!(events[note - 1]["type"], "run_resumed");
+    (events, note)
 }
 
 /// A queued run whose one call waits until the workspace holds `go`, then answers "done";
