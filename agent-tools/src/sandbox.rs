@@ -327,7 +327,8 @@ impl Sandbox {
         let kept = if self.read_only {
             "the workspace is read-only"
         } else {
-            "every .git and agent's own files are read-only"
+            "git's own files (every .git, bare repository, hooks directory a repository names and \
+             config file it includes) and agent's own files are read-only"
         };
         let network = if self.network {
             ""
@@ -945,6 +946,14 @@ mod tests {
         let told = Sandbox::new().told();
         assert!(
             told.contains("no network beyond their own 127.0.0.1; the home"),
+            "{told}"
+        );
+        // What the workspace keeps from them, as the walk finds it (not only a `.git`).
+        assert!(
+            told.contains(
+                "(git's own files (every .git, bare repository, hooks directory a repository \
+                 names and config file it includes) and agent's own files are read-only)"
+            ),
             "{told}"
         );
     }
