@@ -127,15 +127,11 @@ fn the_commands_that_act_on_a_run_take_last_too() {
         assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
         object(&out)["run_id"].as_str().unwrap().to_owned()
     };
-    let status = |id: &str| {
+    // The run as `agent runs --json` lists it.
+    let listed = |id: &str| {
         let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
-        let run = runs
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["run_id"] == id)
-            .cloned();
-        run.map(|r| r["status"].clone()).unwrap_or_default()
+        let run = runs.as_array().unwrap().iter().find(|r| r["run_id"] == id);
+        run.cloned().unwrap_or_default()
     };
     let older = paused("older.txt");
 
@@ -164,22 +160,15 @@ fn the_commands_that_act_on_a_run_take_last_too() {
 
     let v = object(&env.run(&["cancel", "--json", "--last"]));
     assert_eq!(v["run_id"], doubted.as_str(), "{v}");
-    assert_eq!(status(&doubted), "stopped");
+    assert_eq!(listed(&doubted)["status"], "stopped");
 
     let out = env.run(&["fork", "--json", "--last", "--at", "1"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let fork = object(&out)["run_id"].as_str().unwrap().to_owned();
-    let runs: Value = serde_json::from_slice(&env.run(&["runs", "--json"]).stdout).unwrap();
-    let forked = runs
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["run_id"] == fork.as_str())
-        .unwrap();
-    assert_eq!(forked["forked_from"], format!("{doubted}@1"));
+    assert_eq!(listed(&fork)["forked_from"], format!("{doubted}@1"));
 
     // The first run was never touched: still waiting for its approval.
-    assert_eq!(status(&older), "paused");
+    assert_eq!(listed(&older)["status"], "paused");
     assert!(!env.dir.path().join("older.txt").exists());
 }
 
